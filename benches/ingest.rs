@@ -1,0 +1,275 @@
+//! Ingest benchmark: concurrent 1 KiB JSON callbacks over loopback against
+//!   - a bare actix-web handler that reads the body and answers 200 (the ceiling),
+//!   - the release `hookrelay` in `durable` mode (ack after group fsync),
+//!   - the release `hookrelay` in `buffered` mode.
+//!
+//! Two measurements per target: closed-loop throughput with 64 connections, and ack
+//! latency at a fixed offered rate of 2,000 requests/s (open loop: latency counts from
+//! the scheduled send time, so queueing is not hidden). Targets are measured in
+//! interleaved rounds and medians reported, because this machine is shared and noisy.
+//!
+//! Run: `cargo bench --bench ingest` (env: BENCH_ROUNDS, BENCH_SECS).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use tokio::sync::Semaphore;
+
+/// Same allocator as the relay binary, so that the bare ceiling is a fair one.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const CONNECTIONS: usize = 64;
+const RATE: u64 = 2_000;
+const BARE_ENV: &str = "HOOKRELAY_BENCH_BARE_SERVER";
+
+fn main() {
+    if std::env::var_os(BARE_ENV).is_some() {
+        bare_server();
+        return;
+    }
+    let rounds: usize = env_or("BENCH_ROUNDS", 3);
+    let secs: u64 = env_or("BENCH_SECS", 4);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(run(rounds, Duration::from_secs(secs)));
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The ceiling: same framework, same worker count, same body read, no storage.
+fn bare_server() {
+    actix_web::rt::System::new().block_on(async {
+        let server = HttpServer::new(|| {
+            App::new().route(
+                "/hooks/{source}/{token}/{event}",
+                web::post().to(|body: web::Bytes| async move {
+                    HttpResponse::Ok().json(serde_json::json!({ "size": body.len() }))
+                }),
+            )
+        })
+        .workers(2)
+        .bind("127.0.0.1:0")
+        .unwrap();
+        println!("{}", server.addrs()[0]);
+        server.run().await.unwrap();
+    });
+}
+
+struct Target {
+    name: &'static str,
+    url: String,
+    _guard: Box<dyn std::any::Any>,
+}
+
+async fn start_bare() -> Target {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(BARE_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr: SocketAddr = line.trim().parse().unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    Target {
+        name: "bare actix-web (no store)",
+        url: format!("http://{addr}/hooks/demo/x/ActionUpdated"),
+        _guard: Box::new(Kill(child)),
+    }
+}
+
+async fn start_relay(name: &'static str, durability: &str) -> Target {
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config(&dir.path().join("data"), "")
+        .replace("[storage]", &format!("[storage]\ndurability = \"{durability}\""))
+        .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
+    let relay = common::Relay::start(dir.path(), &text).await;
+    Target { name, url: relay.hook_url(Some("ActionUpdated")), _guard: Box::new((relay, dir)) }
+}
+
+/// A realistic callback body of about 1 KiB.
+fn body() -> bytes::Bytes {
+    let text = "x".repeat(725);
+    let v = serde_json::json!({
+        "jsonapi": {"version": "1.0"},
+        "data": {"type": "actions", "id": "5", "attributes": {"name": "Smith v Jones", "status": "Active", "notes": text}},
+        "meta": {"debug": {"time": "2026-06-12 13:23:35 +1200", "resthook": {"id": "46", "trigger_count": 1,
+            "event_name": "ActionUpdated", "resource_type": "actions", "resource_id": "5"}}}
+    });
+    let s = serde_json::to_vec(&v).unwrap();
+    assert!((1000..=1100).contains(&s.len()), "{}", s.len());
+    s.into()
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap()
+}
+
+struct Sample {
+    throughput: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// 64 connections, each sending as fast as answers come back.
+async fn closed_loop(url: &str, secs: Duration) -> Sample {
+    let client = client();
+    let body = body();
+    let start = Instant::now() + Duration::from_millis(500); // warm-up before counting
+    let end = start + secs;
+    let mut tasks = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let (client, body, url) = (client.clone(), body.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let (mut lat, mut errors) = (Vec::new(), 0);
+            loop {
+                let t0 = Instant::now();
+                if t0 >= end {
+                    break;
+                }
+                let ok = match client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await
+                {
+                    Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
+                    Err(_) => false,
+                };
+                if t0 >= start {
+                    if ok {
+                        lat.push(t0.elapsed())
+                    } else {
+                        errors += 1
+                    }
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        let (lat, e) = t.await.unwrap();
+        all.extend(lat);
+        errors += e;
+    }
+    all.sort();
+    Sample {
+        throughput: all.len() as f64 / secs.as_secs_f64(),
+        p50_ms: percentile(&all, 0.5),
+        p99_ms: percentile(&all, 0.99),
+        errors,
+    }
+}
+
+/// A request every 1/RATE s, whatever the answers do; at most 64 connections.
+async fn fixed_rate(url: &str, secs: Duration) -> Sample {
+    let client = client();
+    let body = body();
+    let slots = Arc::new(Semaphore::new(CONNECTIONS));
+    let n = RATE * secs.as_secs();
+    let interval = Duration::from_nanos(1_000_000_000 / RATE);
+    let start = tokio::time::Instant::now() + Duration::from_millis(200);
+    let mut tasks = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let due = start + interval * i as u32;
+        tokio::time::sleep_until(due).await;
+        let (client, body, url, slots) =
+            (client.clone(), body.clone(), url.to_owned(), slots.clone());
+        tasks.push(tokio::spawn(async move {
+            let _slot = slots.acquire_owned().await.unwrap();
+            let ok = match client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+            {
+                Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
+                Err(_) => false,
+            };
+            ok.then(|| due.elapsed())
+        }));
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Some(l) => all.push(l),
+            None => errors += 1,
+        }
+    }
+    all.sort();
+    Sample {
+        throughput: all.len() as f64 / secs.as_secs_f64(),
+        p50_ms: percentile(&all, 0.5),
+        p99_ms: percentile(&all, 0.99),
+        errors,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+async fn run(rounds: usize, secs: Duration) {
+    let targets = [
+        start_bare().await,
+        start_relay("hookrelay durable", "durable").await,
+        start_relay("hookrelay buffered", "buffered").await,
+    ];
+    let mut results: Vec<Vec<(Sample, Sample)>> = targets.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (i, t) in targets.iter().enumerate() {
+            let c = closed_loop(&t.url, secs).await;
+            let f = fixed_rate(&t.url, secs).await;
+            eprintln!(
+                "round {}: {:<28} {:>9.0} req/s (p50 {:.2} ms, p99 {:.2} ms, {} errors) | at {RATE}/s: p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                round + 1, t.name, c.throughput, c.p50_ms, c.p99_ms, c.errors, f.p50_ms, f.p99_ms, f.errors
+            );
+            results[i].push((c, f));
+        }
+    }
+    let bare_tp = median(results[0].iter().map(|(c, _)| c.throughput).collect());
+    println!("\nmedians of {rounds} interleaved rounds, {}s each, {CONNECTIONS} connections, 1 KiB JSON bodies:\n", secs.as_secs());
+    println!("| target | throughput (req/s) | vs bare | closed-loop p50 / p99 (ms) | p50 / p99 at {RATE} req/s (ms) | errors |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (t, r) in targets.iter().zip(&results) {
+        let tp = median(r.iter().map(|(c, _)| c.throughput).collect());
+        println!(
+            "| {} | {:.0} | {:.0}% | {:.2} / {:.2} | {:.2} / {:.2} | {} |",
+            t.name,
+            tp,
+            100.0 * tp / bare_tp,
+            median(r.iter().map(|(c, _)| c.p50_ms).collect()),
+            median(r.iter().map(|(c, _)| c.p99_ms).collect()),
+            median(r.iter().map(|(_, f)| f.p50_ms).collect()),
+            median(r.iter().map(|(_, f)| f.p99_ms).collect()),
+            r.iter().map(|(c, f)| c.errors + f.errors).sum::<usize>(),
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! The private listener: `/metrics`, `/healthz`, `/readyz` and the admin API.
+//!
+//! Health and metrics are open (probes and scrapers carry no token); everything under
+//! `/admin` needs the bearer token of `admin.token`, and is refused when none is set.
+
+mod auth;
+mod events;
+mod health;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::middleware::from_fn;
+use actix_web::{web, App, HttpResponse, HttpServer};
+
+use crate::config::Secret;
+use crate::metrics::Metrics;
+use crate::store::SharedStore;
+
+pub(crate) use health::Readiness;
+
+/// What the admin handlers share.
+pub(crate) struct AdminState {
+    pub(crate) store: SharedStore,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) readiness: Arc<Readiness>,
+    pub(crate) token: Option<Secret>,
+}
+
+/// Routes of the admin listener.
+pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(health::healthz))
+        .route("/readyz", web::get().to(health::readyz))
+        .route("/metrics", web::get().to(health::metrics))
+        .service(
+            web::scope("/admin")
+                .wrap(from_fn(auth::require_token))
+                .route("/events", web::get().to(events::list))
+                .route("/events/{id}", web::get().to(events::show))
+                .default_service(web::to(|| async {
+                    HttpResponse::NotFound()
+                        .json(serde_json::json!({"error": "no such admin endpoint"}))
+                })),
+        );
+}
+
+/// Binds the admin listener (one worker: it serves people and scrapers).
+pub(crate) fn server(
+    listen: SocketAddr,
+    grace: Duration,
+    state: AdminState,
+) -> std::io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
+    let state = web::Data::new(state);
+    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(grace.as_secs().max(1))
+        .bind(listen)?;
+    let addrs = server.addrs();
+    Ok((server.run(), addrs))
+}
+
+/// A JSON error answer: `{"error": "..."}`.
+pub(crate) fn error(
+    status: actix_web::http::StatusCode,
+    message: impl Into<String>,
+) -> HttpResponse {
+    HttpResponse::build(status).json(serde_json::json!({ "error": message.into() }))
+}

@@ -1,0 +1,62 @@
+//! Human-friendly durations in the config file (`"500ms"`, `"10m"`, `"1h 30m"`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serializer};
+
+/// Parses `"500ms"`, `"10m"`, `"0"`; a bare integer is taken as seconds, so that an
+/// environment override such as `HOOKRELAY__SHUTDOWN__GRACE=5` does what it says.
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (expected a duration such as \"500ms\", \"30s\", \"10m\")"))
+}
+
+/// Serde `deserialize_with` helper for [`Duration`] fields.
+pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Int(secs) => Ok(Duration::from_secs(secs)),
+        Raw::Text(text) => parse(&text).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Serde `serialize_with` helper: writes the same form the parser reads.
+pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*d).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        assert_eq!(parse("15"), Ok(Duration::from_secs(15)));
+    }
+
+    #[test]
+    fn rejects_garbage_with_a_hint() {
+        let err = parse("ten minutes").unwrap_err();
+        assert!(err.contains("expected a duration"), "{err}");
+    }
+
+    #[test]
+    fn round_trips_through_its_own_format() {
+        let d = Duration::from_millis(90_500);
+        let text = humantime::format_duration(d).to_string();
+        assert_eq!(parse(&text), Ok(d));
+    }
+}

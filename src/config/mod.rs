@@ -1,0 +1,253 @@
+//! Configuration: a TOML file overlaid by `HOOKRELAY__SECTION__KEY` environment
+//! variables, checked as a whole so that every mistake is reported at once, by key.
+
+mod duration;
+mod secret;
+mod validate;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub(crate) use secret::{EnvLookup, Secret, SecretSpec};
+
+/// The file `serve` and `check-config` read unless told otherwise.
+pub const DEFAULT_PATH: &str = "config/hookrelay.toml";
+
+/// Environment variables `HOOKRELAY__SECTION__KEY` override `[section] key`; the double
+/// underscore keeps snake_case keys such as `max_body_bytes` intact.
+const ENV_PREFIX: &str = "HOOKRELAY";
+const ENV_SEPARATOR: &str = "__";
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {0} does not exist (give another with --config)")]
+    Missing(PathBuf),
+    #[error("{path}: {source}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: config::ConfigError,
+    },
+    #[error("{path}: invalid configuration:\n  - {}", problems.join("\n  - "))]
+    Invalid { path: PathBuf, problems: Vec<String> },
+}
+
+/// The whole configuration, as read and validated.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct Config {
+    pub(crate) ingress: IngressConfig,
+    pub(crate) admin: AdminConfig,
+    pub(crate) storage: StorageConfig,
+    pub(crate) log: LogConfig,
+    pub(crate) shutdown: ShutdownConfig,
+    pub(crate) sources: Vec<SourceConfig>,
+}
+
+/// The public listener the upstream calls.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct IngressConfig {
+    /// Address of the public callback listener.
+    pub(crate) listen: SocketAddr,
+    /// Larger bodies are acknowledged and recorded as rejected, never stored.
+    pub(crate) max_body_bytes: u64,
+    /// HTTP worker threads; 0 means one per CPU core.
+    pub(crate) workers: usize,
+}
+
+impl Default for IngressConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            max_body_bytes: 10 * 1024 * 1024,
+            workers: 0,
+        }
+    }
+}
+
+/// The private listener: metrics, health and the admin API.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct AdminConfig {
+    pub(crate) listen: SocketAddr,
+    /// Bearer token of the admin API; without one the admin API refuses every request.
+    pub(crate) token: Option<Secret>,
+    pub(crate) token_file: Option<PathBuf>,
+    pub(crate) token_env: Option<String>,
+    #[serde(skip)]
+    pub(crate) resolved_token: Option<Secret>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            token: None,
+            token_file: None,
+            token_env: None,
+            resolved_token: None,
+        }
+    }
+}
+
+/// When an acknowledged callback is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub(crate) enum Durability {
+    /// Acknowledge only after the group's fsync: nothing acknowledged is ever lost.
+    Durable,
+    /// Acknowledge once written to sled's buffers; sled flushes every `flush_interval`,
+    /// so a crash may lose the last moments of callbacks.
+    Buffered,
+}
+
+/// Implements `TryFrom<String>` for a config enum so that a wrong value is reported
+/// as `unknown value "x": expected "a" or "b"` (serde's own enum errors are cryptic
+/// once they pass through the `config` crate).
+macro_rules! config_enum {
+    ($ty:ident { $($text:literal => $variant:ident),+ $(,)? }) => {
+        impl TryFrom<String> for $ty {
+            type Error = String;
+            fn try_from(value: String) -> Result<Self, String> {
+                match value.as_str() {
+                    $($text => Ok(Self::$variant),)+
+                    _ => Err(format!(
+                        "unknown value {value:?}: expected {}",
+                        [$(concat!("\"", $text, "\"")),+].join(" or ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+config_enum!(Durability { "durable" => Durable, "buffered" => Buffered });
+
+/// The sled store.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct StorageConfig {
+    /// Directory of the sled database; created if missing.
+    pub(crate) data_dir: PathBuf,
+    pub(crate) durability: Durability,
+    /// Most callbacks one group commit (one write batch, one fsync) takes.
+    pub(crate) commit_max_batch: usize,
+    /// sled's own background flush period (what `buffered` relies on).
+    #[serde(with = "duration")]
+    pub(crate) flush_interval: Duration,
+    /// sled page cache size.
+    pub(crate) cache_capacity_bytes: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            durability: Durability::Durable,
+            commit_max_batch: 512,
+            flush_interval: Duration::from_millis(500),
+            cache_capacity_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+config_enum!(LogFormat { "text" => Text, "json" => Json });
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct LogConfig {
+    /// A tracing filter such as `info` or `hookrelay=debug,actix_server=warn`;
+    /// `RUST_LOG` overrides it.
+    pub(crate) level: String,
+    pub(crate) format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { level: "info".into(), format: LogFormat::Text }
+    }
+}
+
+/// Graceful shutdown.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct ShutdownConfig {
+    /// How long in-flight callbacks may take to finish after SIGTERM.
+    #[serde(with = "duration")]
+    pub(crate) grace: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self { grace: Duration::from_secs(10) }
+    }
+}
+
+/// One upstream organisation whose hooks call `/hooks/{name}/{token}[/{eventName}]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SourceConfig {
+    pub(crate) name: String,
+    pub(crate) token: Option<Secret>,
+    pub(crate) token_file: Option<PathBuf>,
+    pub(crate) token_env: Option<String>,
+    #[serde(skip)]
+    pub(crate) resolved_token: Option<Secret>,
+}
+
+impl Config {
+    /// Reads `path`, overlays the `HOOKRELAY__…` variables of `env`, resolves secrets and
+    /// validates the result.
+    pub(crate) fn load(path: &Path, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        if !path.is_file() {
+            return Err(ConfigError::Missing(path.to_owned()));
+        }
+        let load_err = |source| ConfigError::Load { path: path.to_owned(), source };
+        let overlay: HashMap<String, String> = env
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}{ENV_SEPARATOR}")))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut config: Config = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .prefix_separator(ENV_SEPARATOR)
+                    .separator(ENV_SEPARATOR)
+                    .source(Some(overlay.into_iter().collect())),
+            )
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .map_err(load_err)?;
+        let lookup = |name: &str| env.get(name).cloned();
+        config
+            .validate(&lookup)
+            .map_err(|problems| ConfigError::Invalid { path: path.to_owned(), problems })?;
+        Ok(config)
+    }
+
+    /// The effective configuration as TOML, every secret masked.
+    pub(crate) fn to_masked_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,200 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::*;
+
+const SOURCE: &str = r#"
+[[sources]]
+name = "demo"
+token = "0123456789abcdef0123"
+"#;
+
+fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let path = dir.path().join("hookrelay.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, text);
+    let env: HashMap<String, String> =
+        env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Config::load(&path, &env)
+}
+
+fn problems(text: &str, env: &[(&str, &str)]) -> Vec<String> {
+    match load(text, env) {
+        Err(ConfigError::Invalid { problems, .. }) => problems,
+        other => panic!("expected validation problems, got {other:?}"),
+    }
+}
+
+fn load_error(text: &str, env: &[(&str, &str)]) -> String {
+    match load(text, env) {
+        Err(e @ ConfigError::Load { .. }) => e.to_string(),
+        other => panic!("expected a load error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_empty_file_gives_the_documented_defaults() {
+    let c = load("", &[]).unwrap();
+    assert_eq!(c.ingress.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.ingress.max_body_bytes, 10 * 1024 * 1024);
+    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:9090");
+    assert!(c.admin.resolved_token.is_none());
+    assert_eq!(c.storage.data_dir, PathBuf::from("./data"));
+    assert_eq!(c.storage.durability, Durability::Durable);
+    assert_eq!(c.shutdown.grace, Duration::from_secs(10));
+    assert_eq!(c.log.format, LogFormat::Text);
+    assert!(c.sources.is_empty());
+}
+
+#[test]
+fn the_shipped_config_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_PATH);
+    let c = Config::load(&path, &HashMap::new()).unwrap();
+    assert_eq!(c.sources.len(), 1);
+    assert_eq!(c.sources[0].name, "demo");
+    assert!(c.sources[0].resolved_token.is_some());
+    assert!(c.admin.resolved_token.is_some());
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let text = format!("[ingress]\nmax_body_bytes = 100\n[storage]\ndata_dir = \"/a\"\n{SOURCE}");
+    let c = load(
+        &text,
+        &[
+            ("HOOKRELAY__INGRESS__MAX_BODY_BYTES", "2048"),
+            ("HOOKRELAY__STORAGE__DATA_DIR", "/var/lib/hookrelay"),
+            ("HOOKRELAY__STORAGE__DURABILITY", "buffered"),
+            ("HOOKRELAY__SHUTDOWN__GRACE", "1500ms"),
+            ("HOOKRELAY__ADMIN__TOKEN", "12345678901234567890123"),
+            ("HOOKRELAY_UNRELATED", "x"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.ingress.max_body_bytes, 2048);
+    assert_eq!(c.storage.data_dir, PathBuf::from("/var/lib/hookrelay"));
+    assert_eq!(c.storage.durability, Durability::Buffered);
+    assert_eq!(c.shutdown.grace, Duration::from_millis(1500));
+    // A long numeric token must survive as text, digit for digit.
+    assert_eq!(c.admin.resolved_token.unwrap().expose(), "12345678901234567890123");
+}
+
+#[test]
+fn unknown_keys_are_errors() {
+    let err = load_error("[ingress]\nlisten_addr = \"0.0.0.0:1\"\n", &[]);
+    assert!(err.contains("unknown field `listen_addr`"), "{err}");
+    let err = load_error("[storage]\ndurabilty = \"durable\"\n", &[]);
+    assert!(err.contains("durabilty"), "{err}");
+    let err = load_error("", &[("HOOKRELAY__INGRESS__LISTN", "0.0.0.0:1")]);
+    assert!(err.contains("listn"), "{err}");
+    let err = load_error("[nonsense]\na = 1\n", &[]);
+    assert!(err.contains("nonsense"), "{err}");
+}
+
+#[test]
+fn type_errors_name_the_key() {
+    let err = load_error("[ingress]\nlisten = \"localhost\"\n", &[]);
+    assert!(err.contains("ingress.listen"), "{err}");
+    let err = load_error("[shutdown]\ngrace = \"soon\"\n", &[]);
+    assert!(err.contains("shutdown.grace") && err.contains("expected a duration"), "{err}");
+    let err = load_error("[storage]\ndurability = \"maybe\"\n", &[]);
+    assert!(err.contains("storage.durability") && err.contains("buffered"), "{err}");
+    let err = load_error("[ingress]\nmax_body_bytes = -1\n", &[]);
+    assert!(err.contains("ingress.max_body_bytes"), "{err}");
+}
+
+#[test]
+fn every_validation_problem_is_reported_by_key() {
+    let text = r#"
+[ingress]
+listen = "127.0.0.1:7000"
+max_body_bytes = 0
+[admin]
+listen = "127.0.0.1:7000"
+token = "a"
+token_env = "B"
+[storage]
+data_dir = ""
+commit_max_batch = 0
+flush_interval = "0s"
+[shutdown]
+grace = "0s"
+[log]
+level = "hookrelay=loud"
+[[sources]]
+name = "bad name"
+token = "0123456789abcdef0123"
+[[sources]]
+name = "twice"
+token = "short"
+[[sources]]
+name = "twice"
+token = "has/slash/0123456789"
+[[sources]]
+name = "notoken"
+[[sources]]
+name = "fromfile"
+token_file = "/nonexistent/hookrelay-token"
+"#;
+    let p = problems(text, &[]);
+    let expect = [
+        "ingress.max_body_bytes: must be between 1",
+        "admin.listen: must differ from ingress.listen",
+        "admin.token: give only one of `token`, `token_file`, `token_env`",
+        "storage.data_dir: must not be empty",
+        "storage.commit_max_batch: must be between 1 and 10000",
+        "storage.flush_interval: must be greater than 0",
+        "shutdown.grace: must be greater than 0",
+        "log.level:",
+        "sources[0].name: \"bad name\" must be 1 to 64 characters",
+        "sources[1].token: too short",
+        "sources[2].name: \"twice\" is used twice",
+        "sources[2].token: may contain only",
+        "sources[3].token: missing",
+        "sources[4].token_file: cannot read /nonexistent/hookrelay-token",
+    ];
+    for e in expect {
+        assert!(p.iter().any(|x| x.starts_with(e)), "missing {e:?} in {p:#?}");
+    }
+    assert_eq!(p.len(), expect.len(), "{p:#?}");
+}
+
+#[test]
+fn secrets_come_from_files_and_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("admin.token");
+    std::fs::write(&file, "admin-token-from-a-file\n").unwrap();
+    let text = format!(
+        "[admin]\ntoken_file = {:?}\n[[sources]]\nname = \"a\"\ntoken_env = \"A_TOKEN\"\n",
+        file.display().to_string()
+    );
+    let c = load(&text, &[("A_TOKEN", "source-token-from-env")]).unwrap();
+    assert_eq!(c.admin.resolved_token.unwrap().expose(), "admin-token-from-a-file");
+    assert_eq!(c.sources[0].resolved_token.as_ref().unwrap().expose(), "source-token-from-env");
+}
+
+#[test]
+fn masked_output_shows_no_secret() {
+    let text = format!("[admin]\ntoken = \"very-secret-admin-token\"\n{SOURCE}");
+    let c = load(&text, &[]).unwrap();
+    let shown = c.to_masked_toml();
+    assert!(!shown.contains("very-secret-admin-token"), "{shown}");
+    assert!(!shown.contains("0123456789abcdef0123"), "{shown}");
+    assert!(shown.contains(secret::MASK), "{shown}");
+    assert!(shown.contains("name = \"demo\""), "{shown}");
+    assert!(shown.contains("grace = \"10s\""), "{shown}");
+    // What is printed can be read back.
+    let back: Config = toml::from_str(&shown).unwrap();
+    assert_eq!(back.shutdown.grace, Duration::from_secs(10));
+}
+
+#[test]
+fn a_missing_file_says_so() {
+    let err = Config::load(Path::new("/nonexistent/h.toml"), &HashMap::new()).unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}

@@ -1,0 +1,175 @@
+//! `POST /hooks/{source}/{token}[/{eventName}]`: the callback endpoint.
+
+use std::time::{Instant, SystemTime};
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+use super::auth::{Auth, UNKNOWN_SOURCE};
+use super::body::{self, Body};
+use super::inspect::{inspect, path_event_name};
+use super::{abort, IngressState};
+use crate::metrics::outcome;
+use crate::store::{unix_micros, EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
+
+/// Request headers worth keeping with an event. Never credentials or cookies.
+const KEPT_HEADERS: [&str; 8] = [
+    "content-type",
+    "content-length",
+    "user-agent",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "x-request-id",
+    "traceparent",
+];
+
+/// Event name used when neither the path nor the body names one.
+const UNKNOWN_EVENT: &str = "unknown";
+
+#[derive(Deserialize)]
+pub(super) struct CallbackPath {
+    source: String,
+    token: String,
+    event: Option<String>,
+}
+
+/// Authenticates, reads, stores, and only then answers 200.
+pub(super) async fn callback(
+    req: HttpRequest,
+    path: web::Path<CallbackPath>,
+    payload: web::Payload,
+    state: web::Data<IngressState>,
+) -> HttpResponse {
+    let started = Instant::now();
+    let received_at = SystemTime::now();
+    let m = &state.metrics;
+    let path = path.into_inner();
+
+    let source = match state.sources.authenticate(&path.source, &path.token) {
+        Auth::Valid(name) => name,
+        refused => {
+            let label = match refused {
+                Auth::WrongToken(name) => name,
+                _ => UNKNOWN_SOURCE,
+            };
+            m.ingress(label, outcome::UNAUTHORIZED);
+            m.ingress_duration.observe(started.elapsed().as_secs_f64());
+            // Neither the token nor an unconfigured source name is logged: both are
+            // arbitrary (and possibly secret) input.
+            tracing::warn!(source = label, peer = ?req.peer_addr(), "callback refused: unknown source or wrong token");
+            return HttpResponse::NotFound().finish();
+        }
+    };
+
+    let size_hint = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let body = match body::read(payload, state.max_body_bytes, size_hint).await {
+        Ok(body) => body,
+        Err(e) => {
+            // Usually the client went away mid-body; if it is still there (say, a
+            // malformed chunked body), a 4xx would disable its hook: close instead.
+            m.ingress(source, outcome::INCOMPLETE);
+            m.ingress_duration.observe(started.elapsed().as_secs_f64());
+            tracing::warn!(source, error = %e, "callback body incomplete; nothing stored");
+            abort::close_without_answer(&req);
+            return HttpResponse::ServiceUnavailable().finish();
+        }
+    };
+
+    let event =
+        new_event(&req, source, path.event.as_deref(), received_at, body, state.max_body_bytes);
+    let status = event.meta.status;
+    let event_name = event.meta.event.clone();
+    match state.committer.submit(event).await {
+        Ok(id) => {
+            let label =
+                if status == EventStatus::Rejected { outcome::REJECTED } else { outcome::ACCEPTED };
+            m.ingress(source, label);
+            m.ingress_duration.observe(started.elapsed().as_secs_f64());
+            if status == EventStatus::Rejected {
+                tracing::warn!(%id, source, event = %event_name, "callback body too large; recorded as rejected");
+            } else {
+                tracing::debug!(%id, source, event = %event_name, "callback stored");
+            }
+            // Both values are plain ASCII tokens: no JSON escaping needed.
+            HttpResponse::Ok()
+                .content_type("application/json")
+                .body(format!(r#"{{"id":"{id}","status":"{}"}}"#, status.as_str()))
+        }
+        Err(e) => {
+            m.ingress(source, outcome::STORE_FAILED);
+            m.ingress_duration.observe(started.elapsed().as_secs_f64());
+            tracing::error!(source, event = %event_name, error = %e,
+                "cannot store callback; closing the connection so the upstream retries");
+            if abort::close_without_answer(&req) {
+                // The socket is shut: whatever we return now is never seen.
+                return HttpResponse::ServiceUnavailable().finish();
+            }
+            // No socket to shut (never the case with our server): hold the request
+            // until the client gives up, which it also treats as transient.
+            std::future::pending().await
+        }
+    }
+}
+
+/// Builds the record of a callback: a stored event, or a rejected one if too large.
+fn new_event(
+    req: &HttpRequest,
+    source: &str,
+    path_event: Option<&str>,
+    received_at: SystemTime,
+    body: Body,
+    limit: u64,
+) -> NewEvent {
+    let headers = req.headers();
+    let kept_headers = KEPT_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(*name)?.to_str().ok()?;
+            Some(((*name).to_owned(), value.to_owned()))
+        })
+        .collect();
+    let content_type =
+        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+
+    let (body, size, mut flags, body_event, status, reason) = match body {
+        Body::Complete(bytes) => {
+            let seen = inspect(&bytes);
+            let size = bytes.len() as u64;
+            (Some(bytes), size, seen.flags, seen.event_name, EventStatus::Received, None)
+        }
+        Body::TooLarge { size } => {
+            let reason = format!("body of {size} bytes exceeds ingress.max_body_bytes ({limit})");
+            (None, size, Vec::new(), None, EventStatus::Rejected, Some(reason))
+        }
+    };
+    if status == EventStatus::Rejected {
+        flags.push(EventFlag::Oversized);
+    }
+    let (event, event_from) = match (path_event_name(path_event), body_event) {
+        (Some(name), _) => (name.to_owned(), EventNameOrigin::Path),
+        (None, Some(name)) => (name, EventNameOrigin::Body),
+        (None, None) => (UNKNOWN_EVENT.to_owned(), EventNameOrigin::Unknown),
+    };
+    NewEvent {
+        meta: EventMeta {
+            source: source.to_owned(),
+            event,
+            event_from,
+            received_at_us: unix_micros(received_at),
+            size,
+            content_type,
+            headers: kept_headers,
+            remote_addr: req.peer_addr().map(|a| a.to_string()),
+            status,
+            flags,
+            reason,
+        },
+        body,
+    }
+}

@@ -1,0 +1,72 @@
+//! The public listener: authenticates callbacks, stores them durably, answers 200.
+//!
+//! Nothing else is served here but `GET /healthz`: the admin API and metrics live on
+//! their own listener so they are never exposed with the callback endpoint.
+
+mod abort;
+mod auth;
+mod body;
+mod callback;
+mod inspect;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+
+use crate::config::SourceConfig;
+use crate::metrics::Metrics;
+use crate::store::Committer;
+
+pub(crate) use auth::Sources;
+
+/// What every ingress worker shares.
+pub(crate) struct IngressState {
+    pub(crate) sources: Sources,
+    pub(crate) committer: Committer,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) max_body_bytes: u64,
+}
+
+impl IngressState {
+    pub(crate) fn new(
+        sources: &[SourceConfig],
+        committer: Committer,
+        metrics: Arc<Metrics>,
+        max_body_bytes: u64,
+    ) -> Self {
+        Self { sources: Sources::from_config(sources), committer, metrics, max_body_bytes }
+    }
+}
+
+/// Routes of the public listener.
+pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/hooks/{source}/{token}", web::post().to(callback::callback))
+        .route("/hooks/{source}/{token}/{event}", web::post().to(callback::callback))
+        .route("/healthz", web::get().to(|| async { HttpResponse::Ok().body("ok\n") }));
+}
+
+/// Binds the public listener. Signals are handled by the daemon, which stops the
+/// server gracefully, giving in-flight callbacks up to `grace` to finish.
+pub(crate) fn server(
+    listen: SocketAddr,
+    workers: usize,
+    grace: Duration,
+    state: IngressState,
+) -> std::io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
+    let state = web::Data::new(state);
+    let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
+        .on_connect(abort::remember_socket)
+        .disable_signals()
+        .shutdown_timeout(grace.as_secs().max(1));
+    if workers > 0 {
+        server = server.workers(workers);
+    }
+    let server = server.bind(listen)?;
+    let addrs = server.addrs();
+    Ok((server.run(), addrs))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+//! Prometheus metrics: one registry per process, passed around (no globals), so that
+//! tests can build their own.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::event_names;
+use crate::store::EventMeta;
+
+/// Latency buckets (seconds) from 100 µs to 5 s: acks and fsyncs live at the low end.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+/// Ingress outcomes, the values of the `outcome` label.
+pub(crate) mod outcome {
+    /// Stored, answered 200.
+    pub(crate) const ACCEPTED: &str = "accepted";
+    /// Too large: recorded as rejected, answered 200.
+    pub(crate) const REJECTED: &str = "rejected";
+    /// Unknown source or wrong token: answered 404.
+    pub(crate) const UNAUTHORIZED: &str = "unauthorized";
+    /// The store failed: connection closed without an answer.
+    pub(crate) const STORE_FAILED: &str = "store_failed";
+    /// The client went away before its body was complete: nothing stored.
+    pub(crate) const INCOMPLETE: &str = "incomplete";
+}
+
+/// Every metric the relay exports.
+pub(crate) struct Metrics {
+    registry: Registry,
+    pub(crate) ingress_requests: IntCounterVec,
+    pub(crate) ingress_duration: Histogram,
+    pub(crate) store_commit_duration: Histogram,
+    pub(crate) store_commit_batch_size: Histogram,
+    pub(crate) store_commit_failures: IntCounter,
+    pub(crate) events_stored: IntCounterVec,
+    pub(crate) store_size: IntGauge,
+    pub(crate) inbox_events: IntGauge,
+    pub(crate) ready: IntGauge,
+}
+
+/// Why the metrics could not be set up (a programming error: duplicate names).
+pub(crate) type MetricsError = prometheus::Error;
+
+impl Metrics {
+    pub(crate) fn new() -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, MetricsError>(c)
+        };
+        let histogram = |name: &str, help: &str, buckets: &[f64]| {
+            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))?;
+            registry.register(Box::new(h.clone()))?;
+            Ok::<_, MetricsError>(h)
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, MetricsError>(g)
+        };
+
+        let build_info = IntGaugeVec::new(
+            Opts::new("hookrelay_build_info", "Build of the running relay; always 1."),
+            &["version"],
+        )?;
+        registry.register(Box::new(build_info.clone()))?;
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+
+        Ok(Self {
+            ingress_requests: counter_vec(
+                "hookrelay_ingress_requests_total",
+                "Callbacks received, by source (`unknown` if not configured) and outcome \
+                 (accepted, rejected, unauthorized, store_failed, incomplete).",
+                &["source", "outcome"],
+            )?,
+            ingress_duration: histogram(
+                "hookrelay_ingress_request_duration_seconds",
+                "Time from a callback's arrival to its answer.",
+                LATENCY_BUCKETS,
+            )?,
+            store_commit_duration: histogram(
+                "hookrelay_store_commit_duration_seconds",
+                "Time to write one group of events and, when durable, fsync it.",
+                LATENCY_BUCKETS,
+            )?,
+            store_commit_batch_size: histogram(
+                "hookrelay_store_commit_batch_size",
+                "Events per group commit.",
+                BATCH_BUCKETS,
+            )?,
+            store_commit_failures: {
+                let c = IntCounter::new(
+                    "hookrelay_store_commit_failures_total",
+                    "Group commits that failed (their callbacks were not acknowledged).",
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            events_stored: counter_vec(
+                "hookrelay_events_stored_total",
+                "Events durably stored, by source and event name (known names or `other`).",
+                &["source", "event"],
+            )?,
+            store_size: gauge("hookrelay_store_size_bytes", "Size of the sled store on disk.")?,
+            inbox_events: gauge(
+                "hookrelay_inbox_events",
+                "Stored events waiting to be dispatched.",
+            )?,
+            ready: gauge("hookrelay_ready", "1 when the relay is ready to serve, 0 otherwise.")?,
+            registry,
+        })
+    }
+
+    /// Counts an ingress request.
+    pub(crate) fn ingress(&self, source: &str, outcome: &str) {
+        self.ingress_requests.with_label_values(&[source, outcome]).inc();
+    }
+
+    /// Counts a stored event.
+    pub(crate) fn event_stored(&self, meta: &EventMeta) {
+        let event = event_names::metric_label(&meta.event);
+        self.events_stored.with_label_values(&[meta.source.as_str(), event]).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub(crate) fn render(&self) -> String {
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_has_help_a_prefix_and_a_unit_suffix_where_due() {
+        let m = Metrics::new().unwrap();
+        m.ingress("demo", outcome::ACCEPTED);
+        m.events_stored.with_label_values(&["demo", "other"]).inc();
+        for family in m.registry().gather() {
+            let name = family.name();
+            assert!(name.starts_with("hookrelay_"), "{name}");
+            assert!(!family.help().is_empty(), "{name} has no HELP");
+            if family.get_field_type() == prometheus::proto::MetricType::COUNTER {
+                assert!(name.ends_with("_total"), "{name}");
+            }
+        }
+        let text = m.render();
+        assert!(text.contains("hookrelay_build_info{version=\""), "{text}");
+        assert!(text
+            .contains("hookrelay_ingress_requests_total{outcome=\"accepted\",source=\"demo\"} 1"));
+    }
+}

@@ -1,0 +1,98 @@
+//! The command line: help, check-config, and serve's refusal of bad config.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(common::binary());
+    cmd.args(args).env_remove("HOOKRELAY_CONFIG").env_remove("HOOKRELAY_LOG_FORMAT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let out = run(&["--help"], &[]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for needle in ["serve", "check-config", "HOOKRELAY__SECTION__KEY", "--log-format"] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+    let out = run(&["serve", "--help"], &[]);
+    let help = text(&out.stdout);
+    assert!(help.contains("SIGTERM") && help.contains("config/hookrelay.toml"), "{help}");
+    let out = run(&["--version"], &[]);
+    assert!(text(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn check_config_prints_the_shipped_config_masked() {
+    let out = run(&["check-config"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("name = \"demo\""), "{shown}");
+    assert!(shown.contains("token = \"********\""), "{shown}");
+    assert!(!shown.contains("demo-token-change-me"), "{shown}");
+    assert!(!shown.contains("change-me-admin-token"), "{shown}");
+}
+
+#[test]
+fn check_config_applies_environment_overrides() {
+    let out = run(
+        &["check-config"],
+        &[
+            ("HOOKRELAY__INGRESS__MAX_BODY_BYTES", "4096"),
+            ("HOOKRELAY__STORAGE__DURABILITY", "buffered"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("max_body_bytes = 4096"), "{shown}");
+    assert!(shown.contains("durability = \"buffered\""), "{shown}");
+}
+
+#[test]
+fn bad_config_exits_1_naming_each_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[[sources]]\nname = \"a b\"\ntoken = \"short\"\n").unwrap();
+    let path = path.to_str().unwrap();
+    for cmd in ["check-config", "serve"] {
+        let out = run(&[cmd, "--config", path], &[]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        let err = text(&out.stderr);
+        assert!(err.contains("sources[0].name"), "{cmd}: {err}");
+        assert!(err.contains("sources[0].token: too short"), "{cmd}: {err}");
+        assert!(!err.contains("short\""), "the token itself is not echoed: {err}");
+    }
+    let out = run(&["check-config", "--config", "/nonexistent/x.toml"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("does not exist"));
+    let out = run(&["check-config"], &[("HOOKRELAY__INGRESS__LISTN", "x")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("listn"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn serve_reports_a_port_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let config = common::config(&dir.path().join("data"), "").replace(
+        "listen = \"127.0.0.1:0\"\nworkers",
+        &format!("listen = \"127.0.0.1:{port}\"\nworkers"),
+    );
+    std::fs::write(&path, config).unwrap();
+    let out = run(&["serve", "--config", path.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("binding ingress.listen 127.0.0.1:{port}")), "{err}");
+}

@@ -1,0 +1,232 @@
+//! Test harness: the real `hookrelay` binary as a child process, on loopback ports it
+//! picks itself (`127.0.0.1:0`), with its data in a temporary directory.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const SOURCE: &str = "demo";
+pub const TOKEN: &str = "source-token-0123456789abcdef";
+pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
+
+/// A config for tests: loopback listeners on free ports, one source, an admin token.
+pub fn config(data_dir: &Path, extra: &str) -> String {
+    format!(
+        r#"
+[ingress]
+listen = "127.0.0.1:0"
+workers = 2
+{extra}
+[admin]
+listen = "127.0.0.1:0"
+token = "{ADMIN_TOKEN}"
+
+[storage]
+data_dir = {data_dir:?}
+
+[log]
+level = "info"
+
+[shutdown]
+grace = "5s"
+
+[[sources]]
+name = "{SOURCE}"
+token = "{TOKEN}"
+"#,
+        data_dir = data_dir.display().to_string(),
+    )
+}
+
+/// A running relay.
+pub struct Relay {
+    child: Child,
+    pub ingress: SocketAddr,
+    pub admin: SocketAddr,
+    logs: Arc<Mutex<String>>,
+    pub client: reqwest::Client,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_hookrelay")
+}
+
+impl Relay {
+    /// Writes `config_text` next to the data and starts `hookrelay serve` on it; returns
+    /// once `/readyz` answers 200.
+    pub async fn start(dir: &Path, config_text: &str) -> Relay {
+        let config_path: PathBuf = dir.join("hookrelay.toml");
+        std::fs::write(&config_path, config_text).unwrap();
+        let mut child = Command::new(binary())
+            .args(["serve", "--log-format", "json", "--config"])
+            .arg(&config_path)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start hookrelay");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if v["message"] == "listening" {
+                        let addr: SocketAddr = v["addr"].as_str().unwrap().parse().unwrap();
+                        let _ = tx.send((v["listener"].as_str().unwrap().to_owned(), addr));
+                    }
+                }
+                let mut logs = sink.lock().unwrap();
+                logs.push_str(&line);
+                logs.push('\n');
+            }
+        });
+        let (mut ingress, mut admin) = (None, None);
+        while ingress.is_none() || admin.is_none() {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok((name, addr)) if name == "ingress" => ingress = Some(addr),
+                Ok((_, addr)) => admin = Some(addr),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("relay did not report its listeners; logs:\n{}", logs.lock().unwrap());
+                }
+            }
+        }
+        let relay = Relay {
+            child,
+            ingress: ingress.unwrap(),
+            admin: admin.unwrap(),
+            logs,
+            client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+        };
+        relay.wait_ready().await;
+        relay
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let url = format!("http://{}/readyz", self.admin);
+            if let Ok(r) = self.client.get(&url).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "relay not ready; logs:\n{}", self.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap()
+    }
+
+    /// Everything the relay has logged so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// URL of a callback for `SOURCE`, optionally naming the event.
+    pub fn hook_url(&self, event: Option<&str>) -> String {
+        match event {
+            Some(e) => format!("http://{}/hooks/{SOURCE}/{TOKEN}/{e}", self.ingress),
+            None => format!("http://{}/hooks/{SOURCE}/{TOKEN}", self.ingress),
+        }
+    }
+
+    /// Posts a callback and returns the response.
+    pub async fn callback(
+        &self,
+        event: Option<&str>,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.hook_url(event))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("callback request")
+    }
+
+    /// GET on the admin listener with the admin token; returns status and JSON.
+    pub async fn admin_get(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .client
+            .get(format!("http://{}{path}", self.admin))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("admin request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://{}/metrics", self.admin);
+        self.client.get(url).send().await.unwrap().text().await.unwrap()
+    }
+
+    /// Every stored event id, following the admin API's pages.
+    pub async fn all_event_ids(&self) -> Vec<String> {
+        let mut ids = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let path = match &after {
+                Some(a) => format!("/admin/events?limit=1000&after={a}"),
+                None => "/admin/events?limit=1000".to_owned(),
+            };
+            let (status, page) = self.admin_get(&path).await;
+            assert_eq!(status, 200, "{page}");
+            for e in page["events"].as_array().unwrap() {
+                ids.push(e["id"].as_str().unwrap().to_owned());
+            }
+            match page["next_after"].as_str() {
+                Some(next) => after = Some(next.to_owned()),
+                None => return ids,
+            }
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill({}, {sig})", self.pid());
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "relay did not exit; logs:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
