@@ -3,6 +3,7 @@
 //! Ingress and workers see only the [`Store`] trait; `sled_store` is the one backend.
 //! [`Committer`] groups concurrent appends so they share one fsync.
 
+mod codec;
 mod commit;
 mod model;
 mod sled_store;
@@ -50,8 +51,9 @@ pub(crate) struct EventFilter {
 /// The durable storage the relay needs. One implementation per backend; every method
 /// is blocking, so async callers run them on the blocking pool.
 pub(crate) trait Store: Send + Sync + 'static {
-    /// Writes a group of events atomically: each record, its body and (unless
-    /// rejected) its inbox entry. Durable only after [`Store::flush`].
+    /// Writes a group of events: each received event, body included, into the inbox,
+    /// each rejected one into the event records. Every event is written whole or not
+    /// at all. Durable only after [`Store::flush`].
     fn append(&self, events: &[(EventId, &NewEvent)]) -> Result<(), StoreError>;
     /// Makes everything appended so far durable (fsync).
     fn flush(&self) -> Result<(), StoreError>;

@@ -1,12 +1,19 @@
 //! The sled backend: one named tree per concept, big-endian keys (see ARCHITECTURE.md).
+//!
+//! A received event lives in `inbox` (meta and body in one value) until dispatch moves
+//! it to `events` and `bodies`; a rejected one goes straight to `events`. So an ack
+//! costs one sled insert per event: sled 0.34 spends several microseconds per insert
+//! whatever the value size, which makes the insert count the cost of the ack path.
 
+use std::iter::{Peekable, Rev};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sled::transaction::{ConflictableTransactionResult, TransactionError};
-use sled::Transactional;
-
-use super::{EventFilter, EventId, EventMeta, EventRecord, NewEvent, Store, StoreError};
+use super::codec::{decode_meta, decode_pending, encode_pending};
+use super::{
+    EventFilter, EventId, EventMeta, EventRecord, EventStatus, NewEvent, Store, StoreError,
+};
 
 /// Version of the on-disk layout; bumped on incompatible changes.
 const SCHEMA_VERSION: u32 = 1;
@@ -26,6 +33,8 @@ pub(crate) struct SledStore {
     events: sled::Tree,
     bodies: sled::Tree,
     inbox: sled::Tree,
+    /// Entries in `inbox`: sled's own `len()` walks the whole tree.
+    inbox_count: AtomicUsize,
 }
 
 /// How to open the store.
@@ -62,51 +71,91 @@ impl SledStore {
         for name in RESERVED {
             db.open_tree(name)?;
         }
+        let inbox = db.open_tree(INBOX)?;
         Ok(Self {
             events: db.open_tree(EVENTS)?,
             bodies: db.open_tree(BODIES)?,
-            inbox: db.open_tree(INBOX)?,
+            inbox_count: AtomicUsize::new(inbox.len()),
+            inbox,
             db,
         })
     }
+}
 
-    fn decode(key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
-        let corrupt = |reason: String| StoreError::Corrupt { tree: EVENTS, key: hex(key), reason };
-        let id = EventId::from_key(key).ok_or_else(|| corrupt("key is not 8 bytes".into()))?;
-        let meta: EventMeta = serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
-        Ok(EventRecord { id, meta })
-    }
+/// Which tree a record was read from: they encode their values differently.
+#[derive(Clone, Copy)]
+enum Source {
+    Events,
+    Inbox,
+}
+
+fn decode(source: Source, key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
+    let tree = match source {
+        Source::Events => EVENTS,
+        Source::Inbox => INBOX,
+    };
+    let corrupt = |reason: String| StoreError::Corrupt { tree, key: hex(key), reason };
+    let id = EventId::from_key(key).ok_or_else(|| corrupt("key is not 8 bytes".into()))?;
+    let meta: EventMeta = match source {
+        Source::Events => serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?,
+        Source::Inbox => decode_meta(value).map_err(corrupt)?,
+    };
+    Ok(EventRecord { id, meta })
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+type Scan = Peekable<Rev<sled::Iter>>;
+
+/// Takes the newer (larger key) of the two scans' next items.
+fn next_newest(
+    events: &mut Scan,
+    inbox: &mut Scan,
+) -> Option<Result<(Source, sled::IVec, sled::IVec), StoreError>> {
+    let key_of = |s: &mut Scan| match s.peek() {
+        Some(Ok((k, _))) => Some(Some(k.clone())),
+        Some(Err(_)) => Some(None), // an error: surface it first
+        None => None,
+    };
+    let (source, scan) = match (key_of(events), key_of(inbox)) {
+        (None, None) => return None,
+        (Some(None), _) | (Some(Some(_)), None) => (Source::Events, events),
+        (_, Some(None)) | (None, Some(Some(_))) => (Source::Inbox, inbox),
+        (Some(Some(e)), Some(Some(i))) if e > i => (Source::Events, events),
+        (Some(Some(_)), Some(Some(_))) => (Source::Inbox, inbox),
+    };
+    scan.next().map(|item| item.map(|(k, v)| (source, k, v)).map_err(StoreError::from))
+}
+
 impl Store for SledStore {
     fn append(&self, batch: &[(EventId, &NewEvent)]) -> Result<(), StoreError> {
-        let encoded = batch
-            .iter()
-            .map(|(id, ev)| Ok((id.to_key(), serde_json::to_vec(&ev.meta)?, *ev)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        (&self.events, &self.bodies, &self.inbox)
-            .transaction(|(events, bodies, inbox)| -> ConflictableTransactionResult<(), ()> {
-                for (key, meta, ev) in &encoded {
-                    events.insert(key, meta.as_slice())?;
-                    if let Some(body) = &ev.body {
-                        bodies.insert(key, body.as_ref())?;
-                    }
-                    if ev.meta.status == super::EventStatus::Received {
-                        inbox.insert(key, &[])?;
-                    }
+        let (mut inbox, mut events) = (sled::Batch::default(), sled::Batch::default());
+        let (mut to_inbox, mut to_events) = (0, 0);
+        for (id, ev) in batch {
+            let key = id.to_key();
+            match ev.meta.status {
+                EventStatus::Received => {
+                    let body = ev.body.as_deref().unwrap_or_default();
+                    inbox.insert(&key, encode_pending(&ev.meta, body)?);
+                    to_inbox += 1;
                 }
-                Ok(())
-            })
-            .map_err(|e| match e {
-                TransactionError::Storage(e) => StoreError::Sled(e),
-                TransactionError::Abort(()) => {
-                    StoreError::Sled(sled::Error::Unsupported("transaction aborted".into()))
+                EventStatus::Rejected => {
+                    events.insert(&key, serde_json::to_vec(&ev.meta)?);
+                    to_events += 1;
                 }
-            })
+            }
+        }
+        // Each batch is atomic; the two hold different events.
+        if to_inbox > 0 {
+            self.inbox.apply_batch(inbox)?;
+            self.inbox_count.fetch_add(to_inbox, Ordering::Relaxed);
+        }
+        if to_events > 0 {
+            self.events.apply_batch(events)?;
+        }
+        Ok(())
     }
 
     fn flush(&self) -> Result<(), StoreError> {
@@ -115,33 +164,44 @@ impl Store for SledStore {
     }
 
     fn last_event_id(&self) -> Result<Option<EventId>, StoreError> {
-        match self.events.last()? {
-            None => Ok(None),
-            Some((key, value)) => Self::decode(&key, &value).map(|r| Some(r.id)),
-        }
+        let last = |tree: &sled::Tree| -> Result<Option<EventId>, StoreError> {
+            Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)))
+        };
+        Ok(last(&self.events)?.max(last(&self.inbox)?))
     }
 
     fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
         let key = id.to_key();
-        self.events.get(key)?.map(|v| Self::decode(&key, &v)).transpose()
+        if let Some(v) = self.events.get(key)? {
+            return decode(Source::Events, &key, &v).map(Some);
+        }
+        self.inbox.get(key)?.map(|v| decode(Source::Inbox, &key, &v)).transpose()
     }
 
     fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.bodies.get(id.to_key())?.map(|v| v.to_vec()))
+        let key = id.to_key();
+        if let Some(body) = self.bodies.get(key)? {
+            return Ok(Some(body.to_vec()));
+        }
+        match self.inbox.get(key)? {
+            None => Ok(None),
+            Some(v) => decode_pending(&v)
+                .map(|(_, body)| Some(body.to_vec()))
+                .map_err(|reason| StoreError::Corrupt { tree: INBOX, key: hex(&key), reason }),
+        }
     }
 
     fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        let iter = match filter.after {
-            Some(after) => self.events.range(..after.to_key()),
-            None => self.events.iter(),
+        let scan = |tree: &sled::Tree| match filter.after {
+            Some(after) => tree.range(..after.to_key()).rev().peekable(),
+            None => tree.iter().rev().peekable(),
         };
+        let (mut events, mut inbox) = (scan(&self.events), scan(&self.inbox));
         let mut out = Vec::with_capacity(filter.limit.min(1024));
-        for item in iter.rev() {
-            if out.len() >= filter.limit {
-                break;
-            }
-            let (key, value) = item?;
-            let record = Self::decode(&key, &value)?;
+        while out.len() < filter.limit {
+            let Some(item) = next_newest(&mut events, &mut inbox) else { break };
+            let (source, key, value) = item?;
+            let record = decode(source, &key, &value)?;
             let m = &record.meta;
             if filter.source.as_ref().is_some_and(|s| *s != m.source)
                 || filter.event.as_ref().is_some_and(|e| *e != m.event)
@@ -155,7 +215,7 @@ impl Store for SledStore {
     }
 
     fn inbox_len(&self) -> usize {
-        self.inbox.len()
+        self.inbox_count.load(Ordering::Relaxed)
     }
 
     fn size_on_disk(&self) -> Result<u64, StoreError> {
@@ -165,7 +225,7 @@ impl Store for SledStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{unix_micros, EventFlag, EventNameOrigin, EventStatus};
+    use super::super::{unix_micros, EventFlag, EventNameOrigin};
     use super::*;
 
     fn open(dir: &Path) -> SledStore {
