@@ -4,10 +4,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use tokio::sync::Notify;
+
 use crate::admin::{self, AdminState, Readiness};
 use crate::config::Config;
+use crate::delivery::Destinations;
+use crate::dispatch::Dispatcher;
 use crate::ingress::{self, IngressState};
 use crate::metrics::Metrics;
+use crate::shutdown::StopTrigger;
 use crate::store::{Committer, SharedStore, SledStore};
 
 /// Runs the relay until SIGTERM or SIGINT, then drains: readiness goes false, the
@@ -34,9 +39,11 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     .with_context(|| format!("opening the store in {}", storage.data_dir.display()))
     .map(|s| Arc::new(s) as SharedStore)?;
 
+    let committed = Arc::new(Notify::new());
     let opts = crate::store::CommitterOptions {
         durability: storage.durability,
         max_batch: storage.commit_max_batch,
+        committed: Some(committed.clone()),
     };
     let (committer, committer_thread) =
         Committer::start(store.clone(), opts, metrics.clone()).context("starting the committer")?;
@@ -47,8 +54,25 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         "store open"
     );
 
+    let destinations =
+        Arc::new(Destinations::new(&config, store.clone()).context("setting up destinations")?);
+    let client = crate::destinations::client().context("building the HTTP client")?;
+    let (stop_trigger, stop) = StopTrigger::new();
+    let delivery_tasks =
+        destinations.start(committer.clone(), metrics.clone(), client, stop.clone());
+    let dispatcher =
+        Dispatcher::new(&config, store.clone(), metrics.clone(), destinations.clone(), committed);
+    let dispatch_task = tokio::spawn(dispatcher.run(stop.clone()));
+    let retention_task = tokio::spawn(crate::retention::run(
+        store.clone(),
+        config.retention.clone(),
+        metrics.clone(),
+        stop.clone(),
+    ));
+
     let grace = config.shutdown.grace;
     let admin_state = AdminState {
+        destinations: destinations.clone(),
         store: store.clone(),
         metrics: metrics.clone(),
         readiness: readiness.clone(),
@@ -93,6 +117,12 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 
     let drain = async {
         ingress_handle.stop(true).await;
+        stop_trigger.stop();
+        let _ = dispatch_task.await;
+        let _ = retention_task.await;
+        for task in delivery_tasks {
+            let _ = task.await;
+        }
         committer.close().await;
         admin_handle.stop(true).await;
     };

@@ -1,16 +1,21 @@
 //! hookrelay: a durable relay for REST-hook callbacks.
 //!
 //! The modules follow the data flow: `ingress` (callbacks in) → `store` (sled, group
-//! commit) → dispatch and delivery (to come), with `admin`, `metrics` and `config`
-//! beside them. See ARCHITECTURE.md.
+//! commit) → `dispatch` (dedup, route) → `delivery` (schedules, retries) →
+//! `destinations` (HTTP out), with `admin`, `metrics` and `config` beside them. See
+//! ARCHITECTURE.md.
 
 mod admin;
 mod cli;
 mod config;
 mod daemon;
+mod delivery;
+mod destinations;
+mod dispatch;
 mod event_names;
 mod ingress;
 mod metrics;
+mod retention;
 mod shutdown;
 mod store;
 mod telemetry;

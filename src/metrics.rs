@@ -2,8 +2,8 @@
 //! tests can build their own.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::event_names;
@@ -12,6 +12,11 @@ use crate::store::EventMeta;
 /// Latency buckets (seconds) from 100 µs to 5 s: acks and fsyncs live at the low end.
 const LATENCY_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+/// End-to-end lag buckets (seconds): from 5 ms to a day, as a consumer may be down for hours.
+const LAG_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0, 14400.0, 86400.0,
 ];
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
@@ -41,6 +46,18 @@ pub(crate) struct Metrics {
     pub(crate) store_size: IntGauge,
     pub(crate) inbox_events: IntGauge,
     pub(crate) ready: IntGauge,
+    pub(crate) events_dispatched: IntCounterVec,
+    pub(crate) events_deduplicated: IntCounterVec,
+    pub(crate) events_unrouted: IntCounterVec,
+    pub(crate) dedup_keys: IntGauge,
+    pub(crate) deliveries: IntCounterVec,
+    pub(crate) delivery_attempt_duration: HistogramVec,
+    pub(crate) delivery_lag: HistogramVec,
+    pub(crate) queue_depth: IntGaugeVec,
+    pub(crate) queue_oldest_age: GaugeVec,
+    pub(crate) circuit_open: IntGaugeVec,
+    pub(crate) destination_paused: IntGaugeVec,
+    pub(crate) events_pruned: IntCounter,
 }
 
 /// Why the metrics could not be set up (a programming error: duplicate names).
@@ -58,6 +75,19 @@ impl Metrics {
             let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))?;
             registry.register(Box::new(h.clone()))?;
             Ok::<_, MetricsError>(h)
+        };
+        let histogram_vec = |name: &str, help: &str, buckets: &[f64], labels: &[&str]| {
+            let h = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                labels,
+            )?;
+            registry.register(Box::new(h.clone()))?;
+            Ok::<_, MetricsError>(h)
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, MetricsError>(g)
         };
         let gauge = |name: &str, help: &str| {
             let g = IntGauge::new(name, help)?;
@@ -113,6 +143,74 @@ impl Metrics {
                 "Stored events waiting to be dispatched.",
             )?,
             ready: gauge("hookrelay_ready", "1 when the relay is ready to serve, 0 otherwise.")?,
+            events_dispatched: counter_vec(
+                "hookrelay_events_dispatched_total",
+                "Events routed to at least one destination.",
+                &["source", "event"],
+            )?,
+            events_deduplicated: counter_vec(
+                "hookrelay_events_deduplicated_total",
+                "Events recognised as another copy of an occurrence already dispatched.",
+                &["source", "event"],
+            )?,
+            events_unrouted: counter_vec(
+                "hookrelay_events_unrouted_total",
+                "Events no destination wants.",
+                &["source", "event"],
+            )?,
+            dedup_keys: gauge("hookrelay_dedup_keys", "Keys in the deduplication index.")?,
+            deliveries: counter_vec(
+                "hookrelay_deliveries_total",
+                "Delivery attempts by destination and outcome (success, retry, failed: \
+                 permanent error, dead: retries exhausted).",
+                &["destination", "outcome"],
+            )?,
+            delivery_attempt_duration: histogram_vec(
+                "hookrelay_delivery_attempt_duration_seconds",
+                "Time of one delivery attempt, request to answer.",
+                LATENCY_BUCKETS,
+                &["destination"],
+            )?,
+            delivery_lag: histogram_vec(
+                "hookrelay_delivery_lag_seconds",
+                "Time from a callback's arrival to its successful delivery.",
+                LAG_BUCKETS,
+                &["destination"],
+            )?,
+            queue_depth: gauge_vec(
+                "hookrelay_queue_depth",
+                "Deliveries per destination and state (pending, retrying, dead).",
+                &["destination", "state"],
+            )?,
+            queue_oldest_age: {
+                let g = GaugeVec::new(
+                    Opts::new(
+                        "hookrelay_queue_oldest_age_seconds",
+                        "Age of the oldest event with a delivery still scheduled.",
+                    ),
+                    &["destination"],
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
+            circuit_open: gauge_vec(
+                "hookrelay_destination_circuit_open",
+                "1 while a destination's circuit is open (failing: one probe at a time).",
+                &["destination"],
+            )?,
+            events_pruned: {
+                let c = IntCounter::new(
+                    "hookrelay_events_pruned_total",
+                    "Finished events deleted by retention.",
+                )?;
+                registry.register(Box::new(c.clone()))?;
+                c
+            },
+            destination_paused: gauge_vec(
+                "hookrelay_destination_paused",
+                "1 while a destination is paused.",
+                &["destination"],
+            )?,
             registry,
         })
     }

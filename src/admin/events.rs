@@ -3,10 +3,11 @@
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+use super::views::{DeliveryView, EventView};
 use super::{error, AdminState};
-use crate::store::{EventFilter, EventFlag, EventId, EventNameOrigin, EventRecord, EventStatus};
+use crate::store::{EventFilter, EventId, EventStatus, StoreError};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 1000;
@@ -21,39 +22,6 @@ pub(super) struct ListQuery {
     /// Continue after this id: the listing is newest first, so older events follow.
     after: Option<String>,
     limit: Option<usize>,
-}
-
-/// An event as the admin API shows it.
-#[derive(Serialize)]
-struct EventView<'a> {
-    id: EventId,
-    source: &'a str,
-    event: &'a str,
-    event_from: EventNameOrigin,
-    received_at: String,
-    size: u64,
-    content_type: Option<&'a str>,
-    status: EventStatus,
-    flags: &'a [EventFlag],
-    reason: Option<&'a str>,
-}
-
-impl<'a> From<&'a EventRecord> for EventView<'a> {
-    fn from(r: &'a EventRecord) -> Self {
-        let m = &r.meta;
-        Self {
-            id: r.id,
-            source: &m.source,
-            event: &m.event,
-            event_from: m.event_from,
-            received_at: humantime::format_rfc3339_micros(m.received_at()).to_string(),
-            size: m.size,
-            content_type: m.content_type.as_deref(),
-            status: m.status,
-            flags: &m.flags,
-            reason: m.reason.as_deref(),
-        }
-    }
 }
 
 /// Lists events, newest first, with `next_after` to fetch the following page.
@@ -101,12 +69,13 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("id: {e}")),
     };
     let store = state.store.clone();
-    let found =
-        web::block(move || Ok::<_, crate::store::StoreError>((store.event(id)?, store.body(id)?)))
-            .await;
-    let (record, body) = match found {
-        Ok(Ok((Some(record), body))) => (record, body),
-        Ok(Ok((None, _))) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
+    let found = web::block(move || {
+        Ok::<_, StoreError>((store.event(id)?, store.body(id)?, store.deliveries_of(id)?))
+    })
+    .await;
+    let (record, body, deliveries) = match found {
+        Ok(Ok((Some(record), body, deliveries))) => (record, body, deliveries),
+        Ok(Ok((None, _, _))) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
         Ok(Err(e)) => return store_error(&e),
         Err(e) => return store_error(&e),
     };
@@ -132,11 +101,75 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
         obj.insert("remote_addr".into(), record.meta.remote_addr.clone().into());
         obj.insert("body".into(), body.into());
         obj.insert("body_encoding".into(), encoding.into());
+        let deliveries: Vec<DeliveryView<'_>> = deliveries.iter().map(DeliveryView::from).collect();
+        obj.insert("deliveries".into(), serde_json::to_value(deliveries).unwrap_or_default());
     }
     HttpResponse::Ok().json(view)
 }
 
-fn store_error(e: &dyn std::fmt::Display) -> HttpResponse {
+pub(super) fn store_error(e: &dyn std::fmt::Display) -> HttpResponse {
     tracing::error!(error = %e, "admin API: store read failed");
     error(StatusCode::INTERNAL_SERVER_ERROR, format!("store read failed: {e}"))
+}
+
+/// Body of `POST /admin/events/{id}/replay`: which destinations (default: the ones
+/// the event was routed to).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReplayRequest {
+    destinations: Option<Vec<String>>,
+}
+
+/// Schedules the event again for all or some destinations, whatever their state.
+pub(super) async fn replay(
+    state: web::Data<AdminState>,
+    id: web::Path<String>,
+    body: Option<web::Json<ReplayRequest>>,
+) -> HttpResponse {
+    let id = match id.parse::<EventId>() {
+        Ok(id) => id,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("id: {e}")),
+    };
+    let requested = body.and_then(|b| b.into_inner().destinations);
+    let store = state.store.clone();
+    let record = match web::block(move || store.event(id)).await {
+        Ok(Ok(Some(record))) => record,
+        Ok(Ok(None)) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
+        Ok(Err(e)) => return store_error(&e),
+        Err(e) => return store_error(&e),
+    };
+    if matches!(record.meta.status, EventStatus::Received | EventStatus::Rejected) {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "event {id} is {}: only dispatched events can be replayed",
+                record.meta.status.as_str()
+            ),
+        );
+    }
+    let targets = requested.unwrap_or_else(|| record.meta.destinations.clone());
+    if targets.is_empty() {
+        return error(
+            StatusCode::CONFLICT,
+            format!("event {id} was not routed anywhere: name the destinations to replay it to"),
+        );
+    }
+    if let Some(unknown) = targets.iter().find(|d| state.destinations.get(d).is_none()) {
+        return error(StatusCode::BAD_REQUEST, format!("no destination named {unknown:?}"));
+    }
+    let store = state.store.clone();
+    let now = crate::store::unix_micros(std::time::SystemTime::now());
+    let names = targets.clone();
+    match web::block(move || store.replay(id, &names, now)).await {
+        Ok(Ok(n)) => {
+            for d in &targets {
+                state.destinations.wake(d);
+            }
+            tracing::info!(%id, destinations = ?targets, "event replayed");
+            HttpResponse::Ok()
+                .json(serde_json::json!({ "event": id, "replayed": n, "destinations": targets }))
+        }
+        Ok(Err(e)) => store_error(&e),
+        Err(e) => store_error(&e),
+    }
 }

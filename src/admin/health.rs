@@ -46,5 +46,27 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
         m.inbox_events.set(i64::try_from(inbox).unwrap_or(i64::MAX));
     }
     m.ready.set(i64::from(state.readiness.get()));
+    let st = state.clone();
+    let queues = web::block(move || {
+        st.destinations
+            .iter()
+            .map(|d| st.store.queue_stats(&d.dest.name).map(|q| (d.clone(), q)))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await;
+    if let Ok(Ok(queues)) = queues {
+        for (d, q) in queues {
+            let name = d.dest.name.as_str();
+            let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            m.queue_depth.with_label_values(&[name, "pending"]).set(depth(q.pending));
+            m.queue_depth.with_label_values(&[name, "retrying"]).set(depth(q.retrying));
+            m.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
+            m.queue_oldest_age
+                .with_label_values(&[name])
+                .set(q.oldest.map_or(0.0, super::views::age_seconds));
+            m.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
+            m.circuit_open.with_label_values(&[name]).set(0);
+        }
+    }
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(m.render())
 }

@@ -4,8 +4,11 @@
 //! `/admin` needs the bearer token of `admin.token`, and is refused when none is set.
 
 mod auth;
+mod dead_letters;
+mod destinations;
 mod events;
 mod health;
+mod views;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ pub(crate) use health::Readiness;
 
 /// What the admin handlers share.
 pub(crate) struct AdminState {
+    pub(crate) destinations: Arc<crate::delivery::Destinations>,
     pub(crate) store: SharedStore,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) readiness: Arc<Readiness>,
@@ -38,6 +42,12 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .wrap(from_fn(auth::require_token))
                 .route("/events", web::get().to(events::list))
                 .route("/events/{id}", web::get().to(events::show))
+                .route("/events/{id}/replay", web::post().to(events::replay))
+                .route("/dead-letters", web::get().to(dead_letters::list))
+                .route("/dead-letters/replay", web::post().to(dead_letters::replay))
+                .route("/destinations", web::get().to(destinations::list))
+                .route("/destinations/{name}/pause", web::post().to(destinations::pause))
+                .route("/destinations/{name}/resume", web::post().to(destinations::resume))
                 .default_service(web::to(|| async {
                     HttpResponse::NotFound()
                         .json(serde_json::json!({"error": "no such admin endpoint"}))

@@ -34,6 +34,28 @@ pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::E
     s.serialize_str(&humantime::format_duration(*d).to_string())
 }
 
+/// The same for `Option<Duration>` fields (absent means `None`).
+pub(crate) mod option {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrap(#[serde(deserialize_with = "super::deserialize")] Duration);
+        Option::<Wrap>::deserialize(d).map(|w| w.map(|w| w.0))
+    }
+
+    pub(crate) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

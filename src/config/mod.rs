@@ -1,6 +1,27 @@
 //! Configuration: a TOML file overlaid by `HOOKRELAY__SECTION__KEY` environment
 //! variables, checked as a whole so that every mistake is reported at once, by key.
 
+/// Implements `TryFrom<String>` for a config enum so that a wrong value is reported
+/// as `unknown value "x": expected "a" or "b"` (serde's own enum errors are cryptic
+/// once they pass through the `config` crate).
+macro_rules! config_enum {
+    ($ty:ident { $($text:literal => $variant:ident),+ $(,)? }) => {
+        impl TryFrom<String> for $ty {
+            type Error = String;
+            fn try_from(value: String) -> Result<Self, String> {
+                match value.as_str() {
+                    $($text => Ok(Self::$variant),)+
+                    _ => Err(format!(
+                        "unknown value {value:?}: expected {}",
+                        [$(concat!("\"", $text, "\"")),+].join(" or ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+mod delivery;
 mod duration;
 mod secret;
 mod validate;
@@ -12,6 +33,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use delivery::{
+    DeliveryConfig, DestinationConfig, Ordering, RetentionConfig, RetryPolicy,
+};
 pub(crate) use secret::{EnvLookup, Secret, SecretSpec};
 
 /// The file `serve` and `check-config` read unless told otherwise.
@@ -47,6 +71,9 @@ pub(crate) struct Config {
     pub(crate) log: LogConfig,
     pub(crate) shutdown: ShutdownConfig,
     pub(crate) sources: Vec<SourceConfig>,
+    pub(crate) delivery: DeliveryConfig,
+    pub(crate) destinations: Vec<DestinationConfig>,
+    pub(crate) retention: RetentionConfig,
 }
 
 /// The public listener the upstream calls.
@@ -105,26 +132,6 @@ pub(crate) enum Durability {
     /// Acknowledge once written to sled's buffers; sled flushes every `flush_interval`,
     /// so a crash may lose the last moments of callbacks.
     Buffered,
-}
-
-/// Implements `TryFrom<String>` for a config enum so that a wrong value is reported
-/// as `unknown value "x": expected "a" or "b"` (serde's own enum errors are cryptic
-/// once they pass through the `config` crate).
-macro_rules! config_enum {
-    ($ty:ident { $($text:literal => $variant:ident),+ $(,)? }) => {
-        impl TryFrom<String> for $ty {
-            type Error = String;
-            fn try_from(value: String) -> Result<Self, String> {
-                match value.as_str() {
-                    $($text => Ok(Self::$variant),)+
-                    _ => Err(format!(
-                        "unknown value {value:?}: expected {}",
-                        [$(concat!("\"", $text, "\"")),+].join(" or ")
-                    )),
-                }
-            }
-        }
-    };
 }
 
 config_enum!(Durability { "durable" => Durable, "buffered" => Buffered });
@@ -201,7 +208,7 @@ impl Default for ShutdownConfig {
 }
 
 /// One upstream organisation whose hooks call `/hooks/{name}/{token}[/{eventName}]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SourceConfig {
     pub(crate) name: String,
@@ -210,6 +217,36 @@ pub(crate) struct SourceConfig {
     pub(crate) token_env: Option<String>,
     #[serde(skip)]
     pub(crate) resolved_token: Option<Secret>,
+    /// A second copy of an occurrence arriving within this window is a duplicate
+    /// (several users' hooks for the same event and URL); `0` disables.
+    #[serde(default = "default_dedup_window", with = "duration")]
+    pub(crate) dedup_window: Duration,
+    /// JSON pointers into the body whose values identify an occurrence; the `meta`
+    /// block differs between copies, `data` does not.
+    #[serde(default = "default_dedup_pointers")]
+    pub(crate) dedup_pointers: Vec<String>,
+}
+
+fn default_dedup_window() -> Duration {
+    Duration::from_secs(600)
+}
+
+fn default_dedup_pointers() -> Vec<String> {
+    vec!["/data".to_owned()]
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            token: None,
+            token_file: None,
+            token_env: None,
+            resolved_token: None,
+            dedup_window: default_dedup_window(),
+            dedup_pointers: default_dedup_pointers(),
+        }
+    }
 }
 
 impl Config {

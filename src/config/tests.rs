@@ -198,3 +198,96 @@ fn a_missing_file_says_so() {
     let err = Config::load(Path::new("/nonexistent/h.toml"), &HashMap::new()).unwrap_err();
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
+
+#[test]
+fn destinations_get_defaults_and_overrides() {
+    let text = format!(
+        r#"{SOURCE}
+[delivery]
+timeout = "5s"
+[delivery.retry]
+max_attempts = 7
+[[destinations]]
+name = "crm"
+url = "https://crm.example.com/hooks?key=x"
+events = ["Action*"]
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+rate_limit = 20
+[destinations.headers]
+x-api-key = "abc"
+[destinations.retry]
+initial_backoff = "250ms"
+[[destinations]]
+name = "all"
+url = "http://10.0.0.1:9000/in"
+max_concurrency = 2
+"#
+    );
+    let c = load(&text, &[]).unwrap();
+    let crm = &c.destinations[0];
+    assert_eq!(crm.sources, ["*"]);
+    assert_eq!(crm.events, ["Action*"]);
+    let retry = crm.retry_policy(&c.delivery.retry);
+    assert_eq!(retry.initial_backoff, Duration::from_millis(250));
+    assert_eq!(retry.max_attempts, 7, "inherited from [delivery.retry]");
+    assert_eq!(retry.max_backoff, Duration::from_secs(600));
+    assert!(crm.resolved_secret.is_some());
+    let all = &c.destinations[1];
+    assert_eq!((all.max_concurrency, all.timeout), (Some(2), None));
+    assert_eq!(c.delivery.timeout, Duration::from_secs(5));
+    assert_eq!(c.sources[0].dedup_window, Duration::from_secs(600));
+    assert_eq!(c.sources[0].dedup_pointers, ["/data"]);
+    let shown = c.to_masked_toml();
+    assert!(!shown.contains("MfKQ9r8"), "{shown}");
+}
+
+#[test]
+fn destination_problems_are_reported_by_key() {
+    let text = format!(
+        r#"{SOURCE}
+dedup_pointers = ["data"]
+[delivery.retry]
+backoff_multiplier = 0.5
+retryable_statuses = [503]
+[[destinations]]
+name = "a"
+url = "ftp://example.com/x"
+sources = ["nosuch"]
+events = ["ActionCreatd"]
+secret = "not-whsec"
+rate_limit = 0
+ordering = "per-resource"
+[destinations.headers]
+webhook-id = "x"
+[destinations.retry]
+max_attempts = 0
+[[destinations]]
+name = "a"
+url = "relative/path"
+secret = "whsec_c2hvcnQ="
+"#
+    );
+    let p = problems(&text, &[]);
+    let expect = [
+        "sources[0].dedup_pointers[0]: \"data\" is not a JSON pointer",
+        "delivery.retry.backoff_multiplier: must be between 1 and 100",
+        "delivery.retry.retryable_statuses: 503 is not a 4xx status",
+        "destinations[0].url: \"ftp://example.com/x\" is not an absolute http(s) URL",
+        "destinations[0].headers.webhook-id: set by the relay",
+        "destinations[0].sources[0]: no source is named \"nosuch\"",
+        "destinations[0].events[0]: \"ActionCreatd\" is not an upstream event name",
+        "destinations[0].ordering: \"per-resource\" is not implemented yet",
+        "destinations[0].rate_limit: must be a positive number",
+        "destinations[0].retry.max_attempts: must be at least 1",
+        "destinations[0].secret: must start with `whsec_`",
+        "destinations[1].name: \"a\" is used twice",
+        "destinations[1].url: \"relative/path\" is not an absolute http(s) URL",
+        "destinations[1].secret: key too short",
+    ];
+    for e in expect {
+        assert!(p.iter().any(|x| x.starts_with(e)), "missing {e:?} in {p:#?}");
+    }
+    // The two inherited retry problems are reported for each destination as well.
+    assert!(p.len() >= expect.len(), "{p:#?}");
+    assert!(p.iter().all(|x| !x.contains("not-whsec")), "secrets are never echoed: {p:#?}");
+}

@@ -3,7 +3,10 @@
 
 use std::collections::HashSet;
 
-use super::{Config, EnvLookup, SecretSpec};
+use base64::Engine;
+
+use super::{Config, DestinationConfig, EnvLookup, RetryPolicy, SecretSpec};
+use crate::event_names;
 
 /// Source names appear in URLs and metric labels: keep them short and plain.
 const MAX_SOURCE_NAME: usize = 64;
@@ -87,6 +90,60 @@ impl Config {
             }
         }
 
+        for (i, source) in self.sources.iter().enumerate() {
+            for (j, pointer) in source.dedup_pointers.iter().enumerate() {
+                if !pointer.is_empty() && !pointer.starts_with('/') {
+                    problems.push(format!(
+                        "sources[{i}].dedup_pointers[{j}]: {pointer:?} is not a JSON pointer \
+                         (\"\" or starting with \"/\", e.g. \"/data\")"
+                    ));
+                }
+            }
+        }
+
+        check_retry("delivery.retry", &self.delivery.retry, &mut problems);
+        if self.delivery.timeout.is_zero() {
+            problems.push("delivery.timeout: must be greater than 0".into());
+        }
+        if !(1..=1024).contains(&self.delivery.max_concurrency) {
+            problems.push("delivery.max_concurrency: must be between 1 and 1024".into());
+        }
+        let source_names: HashSet<String> = self.sources.iter().map(|s| s.name.clone()).collect();
+        let mut dest_names = HashSet::new();
+        let defaults = self.delivery.retry.clone();
+        for (i, dest) in self.destinations.iter_mut().enumerate() {
+            let key = format!("destinations[{i}]");
+            if !valid_name(&dest.name) {
+                problems.push(format!(
+                    "{key}.name: {:?} must be 1 to {MAX_SOURCE_NAME} characters of A-Z a-z 0-9 _ -",
+                    dest.name
+                ));
+            } else if !dest_names.insert(dest.name.clone()) {
+                problems.push(format!("{key}.name: {:?} is used twice", dest.name));
+            }
+            check_destination(&key, dest, &source_names, &mut problems);
+            check_retry(&format!("{key}.retry"), &dest.retry_policy(&defaults), &mut problems);
+            let spec = SecretSpec {
+                inline: dest.secret.as_ref(),
+                file: dest.secret_file.as_deref(),
+                env: dest.secret_env.as_deref(),
+            };
+            match spec.resolve(&format!("{key}.secret"), env) {
+                Ok(secret) => {
+                    if let Some(secret) = &secret {
+                        if let Err(e) = check_signing_secret(secret.expose()) {
+                            problems.push(format!("{key}.secret: {e}"));
+                        }
+                    }
+                    dest.resolved_secret = secret;
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+        if self.retention.delivered.is_zero() || self.retention.interval.is_zero() {
+            problems.push("retention: `delivered` and `interval` must be greater than 0".into());
+        }
+
         if problems.is_empty() {
             Ok(())
         } else {
@@ -113,4 +170,103 @@ fn check_url_token(token: &str) -> Result<(), String> {
         return Err("may contain only A-Z a-z 0-9 - _ . ~ (it is part of a URL)".into());
     }
     Ok(())
+}
+
+fn check_destination(
+    key: &str,
+    dest: &DestinationConfig,
+    sources: &HashSet<String>,
+    problems: &mut Vec<String>,
+) {
+    match reqwest::Url::parse(&dest.url) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
+        _ => problems.push(format!("{key}.url: {:?} is not an absolute http(s) URL", dest.url)),
+    }
+    for (name, value) in &dest.headers {
+        let lower = name.to_ascii_lowercase();
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err()
+            || reqwest::header::HeaderValue::from_str(value).is_err()
+        {
+            problems.push(format!("{key}.headers.{name}: not a valid HTTP header"));
+        } else if lower.starts_with("webhook-")
+            || lower.starts_with("hookrelay-")
+            || matches!(lower.as_str(), "content-type" | "content-length" | "host")
+        {
+            problems.push(format!("{key}.headers.{name}: set by the relay, cannot be overridden"));
+        }
+    }
+    if dest.sources.is_empty() {
+        problems.push(format!("{key}.sources: empty (omit it to take every source)"));
+    }
+    for (j, pattern) in dest.sources.iter().enumerate() {
+        if !pattern.contains('*') && !sources.contains(pattern) {
+            problems.push(format!("{key}.sources[{j}]: no source is named {pattern:?}"));
+        }
+    }
+    if dest.events.is_empty() {
+        problems.push(format!("{key}.events: empty (omit it to take every event)"));
+    }
+    for (j, pattern) in dest.events.iter().enumerate() {
+        let known = event_names::KNOWN.contains(&pattern.as_str())
+            || pattern == "unknown"
+            || pattern.starts_with("hookrelay.");
+        if !pattern.contains('*') && !known {
+            problems.push(format!(
+                "{key}.events[{j}]: {pattern:?} is not an upstream event name (use a glob such as \"Action*\" for a family)"
+            ));
+        }
+    }
+    if dest.timeout.is_some_and(|t| t.is_zero()) {
+        problems.push(format!("{key}.timeout: must be greater than 0"));
+    }
+    if dest.max_concurrency.is_some_and(|c| !(1..=1024).contains(&c)) {
+        problems.push(format!("{key}.max_concurrency: must be between 1 and 1024"));
+    }
+    if dest.ordering == super::Ordering::PerResource {
+        problems.push(format!(
+            "{key}.ordering: \"per-resource\" is not implemented yet in this version; use \"none\""
+        ));
+    }
+    if dest.rate_limit.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        problems
+            .push(format!("{key}.rate_limit: must be a positive number of requests per second"));
+    }
+}
+
+fn check_retry(key: &str, retry: &RetryPolicy, problems: &mut Vec<String>) {
+    if retry.initial_backoff.is_zero() {
+        problems.push(format!("{key}.initial_backoff: must be greater than 0"));
+    }
+    if !(retry.backoff_multiplier >= 1.0 && retry.backoff_multiplier <= 100.0) {
+        problems.push(format!("{key}.backoff_multiplier: must be between 1 and 100"));
+    }
+    if retry.max_backoff < retry.initial_backoff {
+        problems.push(format!("{key}.max_backoff: must not be below initial_backoff"));
+    }
+    if retry.max_attempts == 0 {
+        problems.push(format!("{key}.max_attempts: must be at least 1"));
+    }
+    if retry.give_up_after.is_zero() {
+        problems.push(format!("{key}.give_up_after: must be greater than 0"));
+    }
+    for status in &retry.retryable_statuses {
+        if !(400..=499).contains(status) {
+            problems.push(format!(
+                "{key}.retryable_statuses: {status} is not a 4xx status (5xx are always retried)"
+            ));
+        }
+    }
+}
+
+/// A Standard Webhooks secret: `whsec_` then base64 of the key bytes. Messages never
+/// contain the secret.
+fn check_signing_secret(secret: &str) -> Result<(), String> {
+    let encoded = secret
+        .strip_prefix("whsec_")
+        .ok_or("must start with `whsec_` (Standard Webhooks format: whsec_ + base64)")?;
+    match base64::engine::general_purpose::STANDARD.decode(encoded) {
+        Ok(key) if key.len() >= 16 => Ok(()),
+        Ok(_) => Err("key too short: at least 16 bytes after base64 decoding".into()),
+        Err(_) => Err("the part after `whsec_` is not valid base64".into()),
+    }
 }

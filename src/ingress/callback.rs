@@ -169,6 +169,8 @@ fn new_event(
             status,
             flags,
             reason,
+            duplicate_of: None,
+            destinations: Vec::new(),
         },
         body,
     }

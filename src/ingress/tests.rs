@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::{Durability, Secret};
 use crate::store::{
-    CommitterOptions, EventFilter, EventId, EventRecord, NewEvent, Store, StoreError,
+    CommitterOptions, EventFilter, EventId, EventRecord, EventStore, NewEvent, StoreError,
 };
 
 /// A store whose writes always fail, as on a full disk.
@@ -16,7 +16,7 @@ struct FailingStore {
     appends: AtomicUsize,
 }
 
-impl Store for FailingStore {
+impl EventStore for FailingStore {
     fn append(&self, _: &[(EventId, &NewEvent)]) -> Result<(), StoreError> {
         self.appends.fetch_add(1, Ordering::SeqCst);
         Err(StoreError::Injected("no space left on device"))
@@ -50,7 +50,7 @@ const TOKEN: &str = "test-token-0123456789";
 async fn a_store_failure_closes_the_connection_without_any_status() {
     let store = Arc::new(FailingStore::default());
     let metrics = Arc::new(Metrics::new().unwrap());
-    let opts = CommitterOptions { durability: Durability::Durable, max_batch: 8 };
+    let opts = CommitterOptions { durability: Durability::Durable, max_batch: 8, committed: None };
     let (committer, _task) = Committer::start(store.clone(), opts, metrics.clone()).unwrap();
     let sources = [SourceConfig {
         name: "demo".into(),

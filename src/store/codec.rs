@@ -56,6 +56,8 @@ mod tests {
             status: EventStatus::Received,
             flags: vec![EventFlag::NotJson],
             reason: None,
+            duplicate_of: None,
+            destinations: Vec::new(),
         };
         let bytes = encode_pending(&meta, b"a\0b").unwrap();
         let (back, body) = decode_pending(&bytes).unwrap();

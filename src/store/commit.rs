@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{EventId, NewEvent, SharedStore};
+use super::{EventId, EventStore, NewEvent};
 use crate::config::Durability;
 use crate::metrics::Metrics;
 
@@ -29,6 +29,8 @@ pub(crate) enum CommitError {
 #[allow(clippy::large_enum_variant)]
 enum Command {
     Append(NewEvent, oneshot::Sender<Result<EventId, CommitError>>),
+    /// Make everything written so far durable (shares the group's fsync).
+    Flush(oneshot::Sender<Result<(), CommitError>>),
     /// Commit everything queued before this, flush, and stop.
     Close(oneshot::Sender<()>),
 }
@@ -43,12 +45,14 @@ pub(crate) struct Committer {
 pub(crate) struct CommitterOptions {
     pub(crate) durability: Durability,
     pub(crate) max_batch: usize,
+    /// Notified after each successful group (the dispatcher waits on it).
+    pub(crate) committed: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Committer {
     /// Starts the committer thread.
     pub(crate) fn start(
-        store: SharedStore,
+        store: Arc<dyn EventStore>,
         opts: CommitterOptions,
         metrics: Arc<Metrics>,
     ) -> Result<(Self, std::thread::JoinHandle<()>), super::StoreError> {
@@ -70,6 +74,14 @@ impl Committer {
         answer.await.map_err(|_| CommitError::Closed)?
     }
 
+    /// Waits until everything written to the store before this call is durable.
+    /// Concurrent callers share one fsync, with each other and with callbacks.
+    pub(crate) async fn flush(&self) -> Result<(), CommitError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Command::Flush(reply)).await.map_err(|_| CommitError::Closed)?;
+        answer.await.map_err(|_| CommitError::Closed)?
+    }
+
     /// Commits what is queued, flushes, and stops the thread.
     pub(crate) async fn close(&self) {
         let (ack, done) = oneshot::channel();
@@ -82,7 +94,7 @@ impl Committer {
 type Waiter = oneshot::Sender<Result<EventId, CommitError>>;
 
 struct Task {
-    store: SharedStore,
+    store: Arc<dyn EventStore>,
     opts: CommitterOptions,
     metrics: Arc<Metrics>,
     rx: mpsc::Receiver<Command>,
@@ -93,6 +105,7 @@ impl Task {
     fn run(mut self) {
         let mut events: Vec<(EventId, NewEvent)> = Vec::new();
         let mut waiters: Vec<Waiter> = Vec::new();
+        let mut flushes: Vec<oneshot::Sender<Result<(), CommitError>>> = Vec::new();
         while let Some(first) = self.rx.blocking_recv() {
             let mut close = None;
             let mut next = Some(first);
@@ -102,17 +115,28 @@ impl Task {
                         events.push((self.assign_id(&event), event));
                         waiters.push(reply);
                     }
+                    Command::Flush(reply) => flushes.push(reply),
                     Command::Close(ack) => {
                         close = Some(ack);
                         break;
                     }
                 }
-                if events.len() < self.opts.max_batch {
+                if events.len() + flushes.len() < self.opts.max_batch {
                     next = self.rx.try_recv().ok();
                 }
             }
+            let mut flushed = false;
             if !events.is_empty() {
-                self.commit(&mut events, &mut waiters);
+                flushed = self.commit(&mut events, &mut waiters)
+                    && self.opts.durability == Durability::Durable;
+            }
+            if !flushes.is_empty() {
+                // A durable group has just been flushed; otherwise flush now.
+                let result = if flushed { Ok(()) } else { self.store.flush() }
+                    .map_err(|e| CommitError::Store(e.to_string()));
+                for reply in flushes.drain(..) {
+                    let _ = reply.send(result.clone());
+                }
             }
             if let Some(ack) = close {
                 if let Err(e) = self.store.flush() {
@@ -132,8 +156,9 @@ impl Task {
     }
 
     /// Writes and (when durable) flushes one group, then answers its waiters. Both
-    /// vectors are left empty, their capacity kept for the next group.
-    fn commit(&self, events: &mut Vec<(EventId, NewEvent)>, waiters: &mut Vec<Waiter>) {
+    /// vectors are left empty, their capacity kept for the next group. Returns whether
+    /// the group was stored.
+    fn commit(&self, events: &mut Vec<(EventId, NewEvent)>, waiters: &mut Vec<Waiter>) -> bool {
         let started = Instant::now();
         let refs: Vec<(EventId, &NewEvent)> = events.iter().map(|(id, e)| (*id, e)).collect();
         let result = self
@@ -151,12 +176,16 @@ impl Task {
             m.store_commit_failures.inc();
             tracing::error!(error = %e, events = waiters.len(), "group commit failed");
         }
+        if let (Ok(()), Some(notify)) = (&result, &self.opts.committed) {
+            notify.notify_one();
+        }
         for ((id, event), reply) in events.drain(..).zip(waiters.drain(..)) {
             if result.is_ok() {
                 m.event_stored(&event.meta);
             }
             let _ = reply.send(result.clone().map(|()| id));
         }
+        result.is_ok()
     }
 }
 
@@ -168,7 +197,7 @@ mod tests {
 
     use super::*;
     use crate::store::{
-        EventFilter, EventMeta, EventNameOrigin, EventRecord, EventStatus, Store, StoreError,
+        EventFilter, EventMeta, EventNameOrigin, EventRecord, EventStatus, StoreError,
     };
 
     /// Records what it is asked to do; each flush takes a while, like an fsync.
@@ -179,7 +208,7 @@ mod tests {
         flushes: AtomicUsize,
     }
 
-    impl Store for SlowStore {
+    impl EventStore for SlowStore {
         fn append(&self, events: &[(EventId, &NewEvent)]) -> Result<(), StoreError> {
             self.appends.fetch_add(1, Ordering::SeqCst);
             self.appended.lock().unwrap().extend(events.iter().map(|(id, _)| *id));
@@ -224,6 +253,8 @@ mod tests {
                 status: EventStatus::Received,
                 flags: Vec::new(),
                 reason: None,
+                duplicate_of: None,
+                destinations: Vec::new(),
             },
             body: Some(bytes::Bytes::new()),
         }
@@ -231,7 +262,7 @@ mod tests {
 
     fn start(store: Arc<SlowStore>, durability: Durability) -> (Committer, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::new().unwrap());
-        let opts = CommitterOptions { durability, max_batch: 512 };
+        let opts = CommitterOptions { durability, max_batch: 512, committed: None };
         let (committer, _task) = Committer::start(store, opts, metrics.clone()).unwrap();
         (committer, metrics)
     }

@@ -1,26 +1,35 @@
-//! Durable storage of events (and, later, of their deliveries).
+//! Durable storage of events and their deliveries.
 //!
-//! Ingress and workers see only the [`Store`] trait; `sled_store` is the one backend.
-//! [`Committer`] groups concurrent appends so they share one fsync.
+//! The rest of the relay sees only the traits here, one per concern: [`EventStore`]
+//! (ingest and reads), [`DispatchStore`] (inbox to deliveries), [`DeliveryStore`]
+//! (schedule, attempts, dead letters). `sled/` is the one backend; [`Committer`]
+//! groups concurrent appends so they share one fsync.
 
 mod codec;
 mod commit;
+mod deliveries;
+pub(crate) mod keys;
 mod model;
-mod sled_store;
+mod sled;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 pub(crate) use commit::{Committer, CommitterOptions};
+pub(crate) use deliveries::{
+    Attempt, DeadLetterFilter, DedupKey, DeliveryRecord, DeliveryState, DispatchOutcome,
+    DispatchPlan, PendingEvent, QueueStats, Scheduled,
+};
 pub(crate) use model::{
     unix_micros, EventFlag, EventId, EventMeta, EventNameOrigin, EventRecord, EventStatus, NewEvent,
 };
-pub(crate) use sled_store::{SledOptions, SledStore};
+pub(crate) use sled::{SledOptions, SledStore};
 
 /// Why a store operation failed. Messages never contain event bodies or secrets.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StoreError {
     #[error("sled: {0}")]
-    Sled(#[from] sled::Error),
+    Sled(#[from] ::sled::Error),
     #[error("record {key} in tree `{tree}` is unreadable: {reason}")]
     Corrupt { tree: &'static str, key: String, reason: String },
     #[error("cannot encode a record: {0}")]
@@ -48,14 +57,14 @@ pub(crate) struct EventFilter {
     pub(crate) limit: usize,
 }
 
-/// The durable storage the relay needs. One implementation per backend; every method
-/// is blocking, so async callers run them on the blocking pool.
-pub(crate) trait Store: Send + Sync + 'static {
+/// Ingest and reading of events. Every method is blocking: async callers run them on
+/// the blocking pool.
+pub(crate) trait EventStore: Send + Sync + 'static {
     /// Writes a group of events: each received event, body included, into the inbox,
     /// each rejected one into the event records. Every event is written whole or not
-    /// at all. Durable only after [`Store::flush`].
+    /// at all. Durable only after [`EventStore::flush`].
     fn append(&self, events: &[(EventId, &NewEvent)]) -> Result<(), StoreError>;
-    /// Makes everything appended so far durable (fsync).
+    /// Makes everything written so far durable (fsync).
     fn flush(&self) -> Result<(), StoreError>;
     /// The highest event id ever stored, so that ids keep increasing across restarts.
     fn last_event_id(&self) -> Result<Option<EventId>, StoreError>;
@@ -67,6 +76,71 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Bytes the store takes on disk.
     fn size_on_disk(&self) -> Result<u64, StoreError>;
 }
+
+/// From the inbox to deliveries.
+pub(crate) trait DispatchStore: Send + Sync + 'static {
+    /// The oldest events waiting for dispatch, at most `limit`.
+    fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError>;
+    /// Applies the plans in one transaction: for each event, the dedup check and key,
+    /// its record and body, its deliveries and their schedule entries, and its removal
+    /// from the inbox. A crash can neither lose an event nor dispatch it twice.
+    fn dispatch(
+        &self,
+        plans: &[DispatchPlan],
+        now_us: u64,
+    ) -> Result<Vec<DispatchOutcome>, StoreError>;
+    /// Deletes dedup keys whose window ended before `now_us`; returns how many.
+    fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError>;
+    /// Dedup keys currently held.
+    fn dedup_len(&self) -> usize;
+}
+
+/// Schedules, attempts and dead letters.
+pub(crate) trait DeliveryStore: Send + Sync + 'static {
+    /// A destination's schedule entries due at `now_us`, earliest first.
+    fn due(
+        &self,
+        destination: &str,
+        now_us: u64,
+        limit: usize,
+    ) -> Result<Vec<Scheduled>, StoreError>;
+    /// When the destination's next entry after `now_us` is due.
+    fn next_due_after(&self, destination: &str, now_us: u64) -> Result<Option<u64>, StoreError>;
+    fn delivery(
+        &self,
+        event: EventId,
+        destination: &str,
+    ) -> Result<Option<DeliveryRecord>, StoreError>;
+    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
+    /// Stores the outcome of an attempt made for schedule entry `done`: the record,
+    /// and atomically with it the schedule entry (removed, or replaced by one at
+    /// `record.next_attempt_us`) and the dead letter (added when `record` is dead).
+    fn record_attempt(&self, done: Scheduled, record: &DeliveryRecord) -> Result<(), StoreError>;
+    /// Starts a new round for the event's deliveries to `destinations` (creating the
+    /// ones that do not exist), due now; returns how many were scheduled.
+    fn replay(
+        &self,
+        event: EventId,
+        destinations: &[String],
+        now_us: u64,
+    ) -> Result<usize, StoreError>;
+    /// Dead deliveries, newest event first.
+    fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeliveryRecord>, StoreError>;
+    /// Counts of a destination's queue.
+    fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError>;
+    /// Paused destinations (persisted, so a pause survives a restart).
+    fn paused(&self) -> Result<HashSet<String>, StoreError>;
+    fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError>;
+    /// Deletes finished events received before `before_us`, at most `limit`: rejected,
+    /// duplicate and unrouted ones, and dispatched ones whose deliveries all
+    /// succeeded (with those deliveries). Dead letters and anything still scheduled
+    /// stay. Returns how many events were deleted.
+    fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError>;
+}
+
+/// Everything the relay needs from its storage.
+pub(crate) trait Store: EventStore + DispatchStore + DeliveryStore {}
+impl<T: EventStore + DispatchStore + DeliveryStore> Store for T {}
 
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;

@@ -75,6 +75,12 @@ pub(crate) enum EventStatus {
     Received,
     /// Acknowledged but not stored (see `reason`): never dispatched.
     Rejected,
+    /// Deliveries were created for the destinations in `destinations`.
+    Dispatched,
+    /// Another copy of the same occurrence (see `duplicate_of`): not delivered.
+    Duplicate,
+    /// No destination wants it.
+    Unrouted,
 }
 
 impl EventStatus {
@@ -82,6 +88,9 @@ impl EventStatus {
         match self {
             Self::Received => "received",
             Self::Rejected => "rejected",
+            Self::Dispatched => "dispatched",
+            Self::Duplicate => "duplicate",
+            Self::Unrouted => "unrouted",
         }
     }
 }
@@ -127,6 +136,12 @@ pub(crate) struct EventMeta {
     pub(crate) flags: Vec<EventFlag>,
     /// Why the event was rejected, when it was.
     pub(crate) reason: Option<String>,
+    /// The event this one duplicates, when it is a duplicate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) duplicate_of: Option<EventId>,
+    /// Destinations it was routed to, once dispatched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) destinations: Vec<String>,
 }
 
 impl EventMeta {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod sink;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,8 +18,15 @@ pub const SOURCE: &str = "demo";
 pub const TOKEN: &str = "source-token-0123456789abcdef";
 pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
 
-/// A config for tests: loopback listeners on free ports, one source, an admin token.
+/// A config for tests: loopback listeners on free ports, one source, an admin token;
+/// `extra` goes into `[ingress]`.
 pub fn config(data_dir: &Path, extra: &str) -> String {
+    config_with(data_dir, extra, "")
+}
+
+/// Like [`config`], with `tail` (destinations, `[delivery]`, source keys...) appended
+/// right after the `[[sources]]` entry.
+pub fn config_with(data_dir: &Path, extra: &str, tail: &str) -> String {
     format!(
         r#"
 [ingress]
@@ -40,6 +49,7 @@ grace = "5s"
 [[sources]]
 name = "{SOURCE}"
 token = "{TOKEN}"
+{tail}
 "#,
         data_dir = data_dir.display().to_string(),
     )
@@ -171,6 +181,36 @@ impl Relay {
             .expect("admin request");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// POST on the admin listener with the admin token; returns status and JSON.
+    pub async fn admin_post(&self, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req =
+            self.client.post(format!("http://{}{path}", self.admin)).bearer_auth(ADMIN_TOKEN);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let r = req.send().await.expect("admin request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls `GET path` until `check` accepts the JSON (panics after `timeout`).
+    pub async fn admin_until(
+        &self,
+        path: &str,
+        timeout: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (_, v) = self.admin_get(path).await;
+            if check(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{path} never satisfied the check; last: {v:#}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The `/metrics` text.

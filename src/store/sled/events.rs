@@ -1,111 +1,13 @@
-//! The sled backend: one named tree per concept, big-endian keys (see ARCHITECTURE.md).
-//!
-//! A received event lives in `inbox` (meta and body in one value) until dispatch moves
-//! it to `events` and `bodies`; a rejected one goes straight to `events`. So an ack
-//! costs one sled insert per event: sled 0.34 spends several microseconds per insert
-//! whatever the value size, which makes the insert count the cost of the ack path.
+//! [`EventStore`] on sled: ingest into the inbox, reads across `inbox` and `events`.
 
 use std::iter::{Peekable, Rev};
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use super::codec::{decode_meta, decode_pending, encode_pending};
-use super::{
-    EventFilter, EventId, EventMeta, EventRecord, EventStatus, NewEvent, Store, StoreError,
+use super::super::codec::{decode_pending, encode_pending};
+use super::super::{
+    EventFilter, EventId, EventRecord, EventStatus, EventStore, NewEvent, StoreError,
 };
-
-/// Version of the on-disk layout; bumped on incompatible changes.
-const SCHEMA_VERSION: u32 = 1;
-const SCHEMA_KEY: &[u8] = b"schema_version";
-
-/// Tree names. Trees the current code does not write yet are opened anyway so the
-/// layout is fixed from the first version on.
-const EVENTS: &str = "events";
-const BODIES: &str = "bodies";
-const INBOX: &str = "inbox";
-const META: &str = "meta";
-const RESERVED: [&str; 4] = ["deliveries", "schedule", "dedup", "dead_letters"];
-
-/// sled-backed [`Store`].
-pub(crate) struct SledStore {
-    db: sled::Db,
-    events: sled::Tree,
-    bodies: sled::Tree,
-    inbox: sled::Tree,
-    /// Entries in `inbox`: sled's own `len()` walks the whole tree.
-    inbox_count: AtomicUsize,
-}
-
-/// How to open the store.
-pub(crate) struct SledOptions<'a> {
-    pub(crate) path: &'a Path,
-    pub(crate) cache_capacity_bytes: u64,
-    pub(crate) flush_interval: Duration,
-}
-
-impl SledStore {
-    /// Opens (or creates) the store at `path` and checks its schema version.
-    pub(crate) fn open(opts: &SledOptions<'_>) -> Result<Self, StoreError> {
-        let flush_ms = u64::try_from(opts.flush_interval.as_millis()).unwrap_or(u64::MAX).max(1);
-        let db = sled::Config::new()
-            .path(opts.path)
-            .cache_capacity(opts.cache_capacity_bytes)
-            .flush_every_ms(Some(flush_ms))
-            .mode(sled::Mode::HighThroughput)
-            .open()?;
-        let meta = db.open_tree(META)?;
-        match meta.get(SCHEMA_KEY)? {
-            None => {
-                meta.insert(SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes())?;
-                db.flush()?;
-            }
-            Some(v) if v.as_ref() == SCHEMA_VERSION.to_string().as_bytes() => {}
-            Some(v) => {
-                return Err(StoreError::Schema {
-                    found: String::from_utf8_lossy(&v).into_owned(),
-                    supported: SCHEMA_VERSION,
-                })
-            }
-        }
-        for name in RESERVED {
-            db.open_tree(name)?;
-        }
-        let inbox = db.open_tree(INBOX)?;
-        Ok(Self {
-            events: db.open_tree(EVENTS)?,
-            bodies: db.open_tree(BODIES)?,
-            inbox_count: AtomicUsize::new(inbox.len()),
-            inbox,
-            db,
-        })
-    }
-}
-
-/// Which tree a record was read from: they encode their values differently.
-#[derive(Clone, Copy)]
-enum Source {
-    Events,
-    Inbox,
-}
-
-fn decode(source: Source, key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
-    let tree = match source {
-        Source::Events => EVENTS,
-        Source::Inbox => INBOX,
-    };
-    let corrupt = |reason: String| StoreError::Corrupt { tree, key: hex(key), reason };
-    let id = EventId::from_key(key).ok_or_else(|| corrupt("key is not 8 bytes".into()))?;
-    let meta: EventMeta = match source {
-        Source::Events => serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?,
-        Source::Inbox => decode_meta(value).map_err(corrupt)?,
-    };
-    Ok(EventRecord { id, meta })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use super::{decode, hex, SledStore, Source, INBOX};
 
 type Scan = Peekable<Rev<sled::Iter>>;
 
@@ -129,7 +31,7 @@ fn next_newest(
     scan.next().map(|item| item.map(|(k, v)| (source, k, v)).map_err(StoreError::from))
 }
 
-impl Store for SledStore {
+impl EventStore for SledStore {
     fn append(&self, batch: &[(EventId, &NewEvent)]) -> Result<(), StoreError> {
         let (mut inbox, mut events) = (sled::Batch::default(), sled::Batch::default());
         let (mut to_inbox, mut to_events) = (0, 0);
@@ -141,7 +43,8 @@ impl Store for SledStore {
                     inbox.insert(&key, encode_pending(&ev.meta, body)?);
                     to_inbox += 1;
                 }
-                EventStatus::Rejected => {
+                // Only the ingress appends: anything but `received` is final already.
+                _ => {
                     events.insert(&key, serde_json::to_vec(&ev.meta)?);
                     to_events += 1;
                 }
@@ -225,36 +128,8 @@ impl Store for SledStore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{unix_micros, EventFlag, EventNameOrigin};
+    use super::super::testutil::{event, open};
     use super::*;
-
-    fn open(dir: &Path) -> SledStore {
-        SledStore::open(&SledOptions {
-            path: dir,
-            cache_capacity_bytes: 1 << 20,
-            flush_interval: Duration::from_millis(500),
-        })
-        .unwrap()
-    }
-
-    fn event(source: &str, name: &str, status: EventStatus, body: Option<&str>) -> NewEvent {
-        NewEvent {
-            meta: EventMeta {
-                source: source.into(),
-                event: name.into(),
-                event_from: EventNameOrigin::Path,
-                received_at_us: unix_micros(std::time::SystemTime::now()),
-                size: body.map_or(0, |b| b.len() as u64),
-                content_type: Some("application/json".into()),
-                headers: vec![("user-agent".into(), "test".into())],
-                remote_addr: None,
-                status,
-                flags: if body.is_none() { vec![EventFlag::Oversized] } else { vec![] },
-                reason: None,
-            },
-            body: body.map(|b| bytes::Bytes::copy_from_slice(b.as_bytes())),
-        }
-    }
 
     #[test]
     fn append_list_get_and_reopen() {
@@ -301,23 +176,5 @@ mod tests {
         assert_eq!(store.body(EventId::new(12)).unwrap().unwrap(), b"");
         assert_eq!(store.event(EventId::new(99)).unwrap(), None);
         assert!(store.size_on_disk().unwrap() > 0);
-    }
-
-    #[test]
-    fn refuses_a_newer_schema() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let db = sled::open(dir.path()).unwrap();
-            db.open_tree(META).unwrap().insert(SCHEMA_KEY, b"99").unwrap();
-            db.flush().unwrap();
-        }
-        let err = SledStore::open(&SledOptions {
-            path: dir.path(),
-            cache_capacity_bytes: 1 << 20,
-            flush_interval: Duration::from_millis(500),
-        })
-        .err()
-        .unwrap();
-        assert!(err.to_string().contains("schema version 99"), "{err}");
     }
 }

@@ -1,0 +1,118 @@
+//! `GET /admin/dead-letters` and `POST /admin/dead-letters/replay`.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+use super::events::store_error;
+use super::views::DeliveryView;
+use super::{error, AdminState};
+use crate::store::{unix_micros, DeadLetterFilter, EventId, StoreError};
+
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 1000;
+
+/// Filters of both endpoints.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Query {
+    source: Option<String>,
+    event: Option<String>,
+    destination: Option<String>,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// The store filter of a query, or what is wrong with the query.
+fn filter(
+    query: Result<web::Query<Query>, actix_web::Error>,
+    default_limit: usize,
+    max_limit: usize,
+) -> Result<DeadLetterFilter, String> {
+    let q = query.map_err(|e| format!("bad query: {e}"))?.into_inner();
+    let after = q
+        .after
+        .as_deref()
+        .map(str::parse::<EventId>)
+        .transpose()
+        .map_err(|e| format!("after: {e}"))?;
+    let limit = q.limit.unwrap_or(default_limit);
+    if !(1..=max_limit).contains(&limit) {
+        return Err(format!("limit: must be between 1 and {max_limit}"));
+    }
+    Ok(DeadLetterFilter {
+        source: q.source,
+        event: q.event,
+        destination: q.destination,
+        after,
+        limit,
+    })
+}
+
+/// Dead deliveries, newest event first, with their last status, error and answer.
+pub(super) async fn list(
+    state: web::Data<AdminState>,
+    query: Result<web::Query<Query>, actix_web::Error>,
+) -> HttpResponse {
+    let filter = match filter(query, DEFAULT_LIMIT, MAX_LIMIT) {
+        Ok(f) => f,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let limit = filter.limit;
+    let store = state.store.clone();
+    match web::block(move || store.dead_letters(&filter)).await {
+        Ok(Ok(records)) => {
+            let next_after =
+                (records.len() == limit).then(|| records.last().map(|r| r.event)).flatten();
+            let views: Vec<DeliveryView<'_>> = records.iter().map(DeliveryView::from).collect();
+            HttpResponse::Ok()
+                .json(serde_json::json!({ "dead_letters": views, "next_after": next_after }))
+        }
+        Ok(Err(e)) => store_error(&e),
+        Err(e) => store_error(&e),
+    }
+}
+
+/// Replays every dead letter matching the filters (all of them, page by page).
+pub(super) async fn replay(
+    state: web::Data<AdminState>,
+    query: Result<web::Query<Query>, actix_web::Error>,
+) -> HttpResponse {
+    let mut filter = match filter(query, MAX_LIMIT, MAX_LIMIT) {
+        Ok(f) => f,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    // A replayed dead letter leaves the tree, so every pass starts from the top again;
+    // `after` only narrows the first pass.
+    let store = state.store.clone();
+    let result = web::block(move || {
+        let mut replayed = Vec::new();
+        loop {
+            let page = store.dead_letters(&filter)?;
+            if page.is_empty() {
+                return Ok::<_, StoreError>(replayed);
+            }
+            let now = unix_micros(std::time::SystemTime::now());
+            for record in &page {
+                store.replay(record.event, std::slice::from_ref(&record.destination), now)?;
+                replayed.push(record.destination.clone());
+            }
+            filter.after = None;
+        }
+    })
+    .await;
+    match result {
+        Ok(Ok(destinations)) => {
+            let mut woken = std::collections::BTreeSet::new();
+            for d in &destinations {
+                if woken.insert(d.as_str()) {
+                    state.destinations.wake(d);
+                }
+            }
+            tracing::info!(replayed = destinations.len(), "dead letters replayed");
+            HttpResponse::Ok().json(serde_json::json!({ "replayed": destinations.len() }))
+        }
+        Ok(Err(e)) => store_error(&e),
+        Err(e) => store_error(&e),
+    }
+}

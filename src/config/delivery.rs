@@ -1,0 +1,163 @@
+//! Configuration of dispatch and delivery: `[delivery]` defaults, `[[destinations]]`,
+//! `[retention]`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{duration, Secret};
+
+/// Retry policy; `[delivery]` holds the defaults, a destination may override each key.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RetryPolicy {
+    /// First retry delay ceiling; full jitter draws the actual delay below it.
+    #[serde(with = "duration")]
+    pub(crate) initial_backoff: Duration,
+    pub(crate) backoff_multiplier: f32,
+    /// Largest delay between two attempts (also caps `Retry-After`).
+    #[serde(with = "duration")]
+    pub(crate) max_backoff: Duration,
+    /// A delivery still failing this long after it was first due goes dead.
+    #[serde(with = "duration")]
+    pub(crate) give_up_after: Duration,
+    /// A delivery that failed this many attempts goes dead.
+    pub(crate) max_attempts: u32,
+    /// 4xx statuses that are retried; every other 4xx is a permanent failure
+    /// (5xx, timeouts and connection errors are always retried).
+    pub(crate) retryable_statuses: Vec<u16>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            initial_backoff: Duration::from_secs(1),
+            backoff_multiplier: 2.0,
+            max_backoff: Duration::from_secs(600),
+            give_up_after: Duration::from_secs(72 * 3600),
+            max_attempts: 50,
+            retryable_statuses: vec![408, 429],
+        }
+    }
+}
+
+/// `[delivery]`: defaults for every destination (`[delivery.retry]` for retries).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct DeliveryConfig {
+    pub(crate) retry: RetryPolicy,
+    /// Time for one request, connect to last byte of the answer.
+    #[serde(with = "duration")]
+    pub(crate) timeout: Duration,
+    /// Requests in flight to one destination at most.
+    pub(crate) max_concurrency: usize,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self { retry: RetryPolicy::default(), timeout: Duration::from_secs(15), max_concurrency: 8 }
+    }
+}
+
+/// How a destination's deliveries are ordered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub(crate) enum Ordering {
+    /// Each delivery on its own schedule.
+    #[default]
+    None,
+    /// Events about the same record (source, `data.type`, `data.id`) in receive order.
+    PerResource,
+}
+
+config_enum!(Ordering { "none" => None, "per-resource" => PerResource });
+
+/// One downstream consumer.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DestinationConfig {
+    pub(crate) name: String,
+    pub(crate) url: String,
+    /// Extra request headers.
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+    /// Standard Webhooks signing secret (`whsec_` + base64).
+    pub(crate) secret: Option<Secret>,
+    pub(crate) secret_file: Option<std::path::PathBuf>,
+    pub(crate) secret_env: Option<String>,
+    #[serde(skip)]
+    pub(crate) resolved_secret: Option<Secret>,
+    /// Sources this destination wants (`*` globs); default all.
+    #[serde(default = "all")]
+    pub(crate) sources: Vec<String>,
+    /// Event names this destination wants (`*` globs, e.g. `Action*`); default all.
+    #[serde(default = "all")]
+    pub(crate) events: Vec<String>,
+    #[serde(default, with = "duration::option")]
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) max_concurrency: Option<usize>,
+    /// Requests per second at most (on top of the concurrency cap).
+    pub(crate) rate_limit: Option<f64>,
+    #[serde(default)]
+    pub(crate) ordering: Ordering,
+    /// Overrides of `[delivery]`'s retry policy.
+    #[serde(default)]
+    pub(crate) retry: Option<RetryOverride>,
+}
+
+/// Per-destination retry overrides (`[destinations.retry]`); unset keys inherit.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryOverride {
+    #[serde(default, with = "duration::option")]
+    pub(crate) initial_backoff: Option<Duration>,
+    pub(crate) backoff_multiplier: Option<f32>,
+    #[serde(default, with = "duration::option")]
+    pub(crate) max_backoff: Option<Duration>,
+    #[serde(default, with = "duration::option")]
+    pub(crate) give_up_after: Option<Duration>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) retryable_statuses: Option<Vec<u16>>,
+}
+
+fn all() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+impl DestinationConfig {
+    /// The retry policy in force: the defaults with this destination's overrides.
+    pub(crate) fn retry_policy(&self, defaults: &RetryPolicy) -> RetryPolicy {
+        let o = self.retry.clone().unwrap_or_default();
+        RetryPolicy {
+            initial_backoff: o.initial_backoff.unwrap_or(defaults.initial_backoff),
+            backoff_multiplier: o.backoff_multiplier.unwrap_or(defaults.backoff_multiplier),
+            max_backoff: o.max_backoff.unwrap_or(defaults.max_backoff),
+            give_up_after: o.give_up_after.unwrap_or(defaults.give_up_after),
+            max_attempts: o.max_attempts.unwrap_or(defaults.max_attempts),
+            retryable_statuses: o
+                .retryable_statuses
+                .unwrap_or_else(|| defaults.retryable_statuses.clone()),
+        }
+    }
+}
+
+/// `[retention]`: how long finished work is kept.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RetentionConfig {
+    /// Events whose deliveries all succeeded (or that were duplicates, unrouted or
+    /// rejected) are deleted this long after they were received. Dead letters stay
+    /// until replayed or deleted.
+    #[serde(with = "duration")]
+    pub(crate) delivered: Duration,
+    /// How often the pruner runs.
+    #[serde(with = "duration")]
+    pub(crate) interval: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self { delivered: Duration::from_secs(7 * 24 * 3600), interval: Duration::from_secs(300) }
+    }
+}

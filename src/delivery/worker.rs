@@ -1,0 +1,196 @@
+//! The worker of one destination.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::verdict::{self, Verdict};
+use super::DestinationState;
+use crate::destinations::{Outcome, Request};
+use crate::metrics::Metrics;
+use crate::shutdown::Stop;
+use crate::store::{unix_micros, Committer, DeliveryState, Scheduled, SharedStore};
+
+/// Longest sleep between two looks at the schedule (new entries also wake it).
+const MAX_IDLE: Duration = Duration::from_secs(1);
+
+pub(super) struct Worker {
+    /// Makes recorded attempts durable, sharing fsyncs with ingest.
+    pub(super) committer: Committer,
+    pub(super) state: Arc<DestinationState>,
+    /// Earliest start of the next request under `rate_limit`.
+    pub(super) next_slot: std::sync::Mutex<std::time::Instant>,
+    pub(super) store: SharedStore,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) client: reqwest::Client,
+}
+
+impl Worker {
+    /// Claims due entries while permits are free; sleeps until the next due time, a
+    /// wake-up (new deliveries, a finished attempt, resume) or `stop`.
+    pub(super) async fn run(self, mut stop: Stop) {
+        let this = Arc::new(self);
+        while !stop.is_stopped() {
+            let idle = match this.claim_due().await {
+                Ok(idle) => idle,
+                Err(e) => {
+                    tracing::error!(destination = %this.state.dest.name, error = %e, "reading the schedule failed");
+                    MAX_IDLE
+                }
+            };
+            tokio::select! {
+                _ = this.state.wake.notified() => {}
+                _ = tokio::time::sleep(idle) => {}
+                _ = stop.wait() => {}
+            }
+        }
+        // Let attempts in flight finish and be recorded (the daemon bounds this by
+        // its grace period; one cut short stays scheduled and is made again).
+        while this.state.in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts attempts for due entries; returns how long to sleep at most.
+    async fn claim_due(self: &Arc<Self>) -> anyhow::Result<Duration> {
+        let state = &self.state;
+        if state.is_paused() {
+            return Ok(MAX_IDLE);
+        }
+        let free = state.permits.available_permits();
+        if free == 0 {
+            return Ok(MAX_IDLE);
+        }
+        let now = unix_micros(SystemTime::now());
+        let (store, name) = (self.store.clone(), state.dest.name.clone());
+        let limit = free + state.in_flight();
+        let (due, next) = tokio::task::spawn_blocking(move || {
+            Ok::<_, crate::store::StoreError>((
+                store.due(&name, now, limit)?,
+                store.next_due_after(&name, now)?,
+            ))
+        })
+        .await??;
+        let interval = state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / r));
+        for entry in due {
+            if let Some(interval) = interval {
+                // One request per interval, no burst: a rate limit is a promise to the
+                // consumer.
+                let now = std::time::Instant::now();
+                let mut slot =
+                    self.next_slot.lock().map_err(|_| anyhow::anyhow!("rate limiter poisoned"))?;
+                if *slot > now {
+                    return Ok((*slot - now).min(MAX_IDLE));
+                }
+                *slot = now + interval;
+            }
+            let Ok(permit) = state.permits.clone().try_acquire_owned() else { break };
+            let newly = state.in_flight.lock().map(|mut s| s.insert(entry)).unwrap_or(false);
+            if !newly {
+                continue;
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.attempt(entry).await;
+                if let Ok(mut s) = this.state.in_flight.lock() {
+                    s.remove(&entry);
+                }
+                drop(permit);
+                this.state.wake.notify_one();
+            });
+        }
+        Ok(next
+            .map_or(MAX_IDLE, |due| Duration::from_micros(due.saturating_sub(now)).min(MAX_IDLE)))
+    }
+
+    /// Makes one attempt for a schedule entry and records its outcome.
+    async fn attempt(&self, entry: Scheduled) {
+        if let Err(e) = self.try_attempt(entry).await {
+            // Nothing was recorded: the entry stays due and is tried again.
+            tracing::error!(destination = %self.state.dest.name, event = %entry.event, error = %e, "delivery attempt not recorded");
+            tokio::time::sleep(MAX_IDLE).await;
+        }
+    }
+
+    async fn try_attempt(&self, entry: Scheduled) -> anyhow::Result<()> {
+        let dest = &self.state.dest;
+        let (store, name) = (self.store.clone(), dest.name.clone());
+        let (record, event, body) = tokio::task::spawn_blocking(move || {
+            Ok::<_, crate::store::StoreError>((
+                store.delivery(entry.event, &name)?,
+                store.event(entry.event)?,
+                store.body(entry.event)?,
+            ))
+        })
+        .await??;
+        let Some(mut record) = record else {
+            anyhow::bail!("schedule entry without a delivery record");
+        };
+        let attempted_us = unix_micros(SystemTime::now());
+        let current = record.state.is_scheduled() && record.next_attempt_us == Some(entry.due_us);
+        let verdict = match (current, event, body) {
+            // A stale entry (a replay moved the delivery): recording the unchanged
+            // record removes it.
+            (false, _, _) => None,
+            (true, Some(event), Some(body)) => {
+                let webhook_id = format!("evt_{}_{}", entry.event, dest.name);
+                let answer = dest
+                    .send(
+                        &self.client,
+                        Request {
+                            webhook_id: &webhook_id,
+                            source: &event.meta.source,
+                            event: &event.meta.event,
+                            content_type: event.meta.content_type.as_deref(),
+                            body: body.into(),
+                            attempt: record.total_attempts + 1,
+                        },
+                    )
+                    .await;
+                let m = &self.metrics;
+                m.delivery_attempt_duration
+                    .with_label_values(&[&dest.name])
+                    .observe(answer.duration.as_secs_f64());
+                let verdict = verdict::apply(&mut record, &answer, &dest.retry, attempted_us);
+                if verdict == Verdict::Success {
+                    let lag = SystemTime::now()
+                        .duration_since(event.meta.received_at())
+                        .unwrap_or_default();
+                    m.delivery_lag.with_label_values(&[&dest.name]).observe(lag.as_secs_f64());
+                }
+                if answer.outcome == Outcome::Gone {
+                    tracing::warn!(destination = %dest.name, "destination answered 410 Gone: pausing it");
+                }
+                tracing::debug!(destination = %dest.name, event = %entry.event, status = ?answer.status,
+                    error = ?answer.error, verdict = verdict.label(), "delivery attempt");
+                if matches!(verdict, Verdict::Dead | Verdict::Failed) {
+                    tracing::warn!(destination = %dest.name, event = %entry.event, status = ?answer.status,
+                        error = ?answer.error, "delivery is dead: see the dead letters");
+                }
+                Some((verdict, answer.outcome == Outcome::Gone))
+            }
+            (true, _, _) => {
+                record.state = DeliveryState::Dead;
+                record.next_attempt_us = None;
+                record.last_response = Some("the event is no longer stored".into());
+                Some((Verdict::Dead, false))
+            }
+        };
+        let store = self.store.clone();
+        let saved = record.clone();
+        tokio::task::spawn_blocking(move || store.record_attempt(entry, &saved)).await??;
+        // Durable before it counts: a crash must not roll a retry's due time back.
+        if let Err(e) = self.committer.flush().await {
+            tracing::warn!(destination = %dest.name, error = %e, "attempt recorded but not flushed");
+        }
+        if let Some((verdict, gone)) = verdict {
+            self.metrics.deliveries.with_label_values(&[&dest.name, verdict.label()]).inc();
+            if gone {
+                let store = self.store.clone();
+                let name = dest.name.clone();
+                tokio::task::spawn_blocking(move || store.set_paused(&name, true)).await??;
+                self.state.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,72 @@
+//! Destinations: the downstream consumers, and how a request to one is built, signed
+//! and judged. Scheduling and retries live in `delivery/`.
+
+mod http;
+mod signature;
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::{DeliveryConfig, DestinationConfig, RetryPolicy};
+
+pub(crate) use http::{Answer, Outcome, Request};
+use signature::Signer;
+
+/// A destination as the delivery workers use it.
+pub(crate) struct Destination {
+    pub(crate) name: String,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    signer: Option<Signer>,
+    pub(crate) timeout: Duration,
+    pub(crate) max_concurrency: usize,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) rate_limit: Option<f64>,
+}
+
+impl Destination {
+    /// Builds a destination from its validated config.
+    pub(crate) fn new(
+        config: &DestinationConfig,
+        defaults: &DeliveryConfig,
+    ) -> anyhow::Result<Self> {
+        let url = reqwest::Url::parse(&config.url)
+            .map_err(|e| anyhow::anyhow!("destination {}: url: {e}", config.name))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            headers.insert(HeaderName::from_bytes(name.as_bytes())?, HeaderValue::from_str(value)?);
+        }
+        Ok(Self {
+            name: config.name.clone(),
+            url,
+            headers,
+            signer: config.resolved_secret.as_ref().and_then(Signer::from_secret),
+            timeout: config.timeout.unwrap_or(defaults.timeout),
+            max_concurrency: config.max_concurrency.unwrap_or(defaults.max_concurrency),
+            retry: config.retry_policy(&defaults.retry),
+            rate_limit: config.rate_limit,
+        })
+    }
+}
+
+impl Destination {
+    /// The URL without credentials or query (which may hold secrets), for display.
+    pub(crate) fn display_url(&self) -> String {
+        let mut u = self.url.clone();
+        let _ = u.set_username("");
+        let _ = u.set_password(None);
+        u.set_query(None);
+        u.to_string()
+    }
+}
+
+/// The HTTP client every destination shares: connection pools per host, no
+/// redirects (a redirected POST would become a GET), rustls.
+pub(crate) fn client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("hookrelay/", env!("CARGO_PKG_VERSION")))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+}

@@ -1,0 +1,174 @@
+//! Dispatch: takes received events from the inbox, deduplicates them, routes them,
+//! and turns each into one delivery per destination that wants it — all of it in one
+//! store transaction per batch.
+
+mod dedup;
+mod route;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::delivery::Destinations;
+use crate::event_names;
+use crate::metrics::Metrics;
+use crate::shutdown::Stop;
+use crate::store::{unix_micros, DedupKey, DispatchOutcome, DispatchPlan, SharedStore};
+
+use route::Router;
+
+/// Events taken from the inbox per transaction.
+const BATCH: usize = 256;
+/// How often expired dedup keys are purged.
+const PURGE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// A source's dedup rule.
+struct DedupRule {
+    window_us: u64,
+    pointers: Vec<String>,
+}
+
+/// The dispatcher task's state.
+pub(crate) struct Dispatcher {
+    store: SharedStore,
+    router: Router,
+    dedup: HashMap<String, DedupRule>,
+    metrics: Arc<Metrics>,
+    destinations: Arc<Destinations>,
+    wake: Arc<Notify>,
+}
+
+impl Dispatcher {
+    /// `wake` is notified by the committer after each group, so dispatch follows
+    /// ingest without polling delay.
+    pub(crate) fn new(
+        config: &Config,
+        store: SharedStore,
+        metrics: Arc<Metrics>,
+        destinations: Arc<Destinations>,
+        wake: Arc<Notify>,
+    ) -> Self {
+        let dedup = config
+            .sources
+            .iter()
+            .map(|s| {
+                let window_us = u64::try_from(s.dedup_window.as_micros()).unwrap_or(u64::MAX);
+                (s.name.clone(), DedupRule { window_us, pointers: s.dedup_pointers.clone() })
+            })
+            .collect();
+        Self {
+            store,
+            router: Router::new(&config.destinations),
+            dedup,
+            metrics,
+            destinations,
+            wake,
+        }
+    }
+
+    /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
+    pub(crate) async fn run(self, mut stop: Stop) {
+        let purger =
+            tokio::spawn(purge_dedup(self.store.clone(), self.metrics.clone(), stop.clone()));
+        while !stop.is_stopped() {
+            match self.dispatch_batch().await {
+                Ok(0) => {
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = stop.wait() => {}
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "dispatch failed; retrying in 1s");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = stop.wait() => {}
+                    }
+                }
+            }
+        }
+        let _ = purger.await;
+    }
+
+    /// Dispatches one batch; returns how many events it took from the inbox.
+    async fn dispatch_batch(&self) -> anyhow::Result<usize> {
+        let store = self.store.clone();
+        let pending = tokio::task::spawn_blocking(move || store.pending(BATCH)).await??;
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        let plans: Vec<DispatchPlan> = pending
+            .iter()
+            .map(|p| DispatchPlan {
+                id: p.id,
+                dedup: self.dedup.get(&p.meta.source).filter(|r| r.window_us > 0).map(|r| {
+                    DedupKey {
+                        hash: dedup::key(&p.meta.source, &p.meta.event, &p.body, &r.pointers),
+                        window_us: r.window_us,
+                    }
+                }),
+                destinations: self.router.destinations_for(&p.meta.source, &p.meta.event),
+            })
+            .collect();
+        let store = self.store.clone();
+        let now = unix_micros(SystemTime::now());
+        let (plans, outcomes) = tokio::task::spawn_blocking(move || {
+            let outcomes = store.dispatch(&plans, now)?;
+            // Not required for correctness (an unflushed dispatch is redone after a
+            // crash), but it keeps the window for repeated deliveries small.
+            store.flush()?;
+            Ok::<_, crate::store::StoreError>((plans, outcomes))
+        })
+        .await??;
+
+        let m = &self.metrics;
+        let mut woken = std::collections::HashSet::new();
+        for ((event, plan), outcome) in pending.iter().zip(&plans).zip(&outcomes) {
+            let labels = [event.meta.source.as_str(), event_names::metric_label(&event.meta.event)];
+            match outcome {
+                DispatchOutcome::Dispatched(_) => {
+                    m.events_dispatched.with_label_values(&labels).inc();
+                    for dest in &plan.destinations {
+                        if woken.insert(dest.as_str()) {
+                            self.destinations.wake(dest);
+                        }
+                    }
+                }
+                DispatchOutcome::Duplicate { original } => {
+                    m.events_deduplicated.with_label_values(&labels).inc();
+                    tracing::debug!(id = %event.id, %original, "duplicate event");
+                }
+                DispatchOutcome::Unrouted => {
+                    m.events_unrouted.with_label_values(&labels).inc();
+                    tracing::debug!(id = %event.id, event = %event.meta.event, "no destination wants this event");
+                }
+                DispatchOutcome::Gone => {}
+            }
+        }
+        Ok(pending.len())
+    }
+}
+
+/// Removes expired dedup keys now and then, so that the index stays bounded by the
+/// traffic of one dedup window.
+async fn purge_dedup(store: SharedStore, metrics: Arc<Metrics>, mut stop: Stop) {
+    loop {
+        let s = store.clone();
+        let now = unix_micros(SystemTime::now());
+        match tokio::task::spawn_blocking(move || s.purge_dedup(now)).await {
+            Ok(Ok(n)) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
+            Ok(Err(e)) => tracing::error!(error = %e, "dedup purge failed"),
+            _ => {}
+        }
+        metrics.dedup_keys.set(i64::try_from(store.dedup_len()).unwrap_or(i64::MAX));
+        tokio::select! {
+            _ = tokio::time::sleep(PURGE_INTERVAL) => {}
+            _ = stop.wait() => return,
+        }
+    }
+}

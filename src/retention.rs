@@ -1,0 +1,51 @@
+//! Retention: finished events are deleted after `retention.delivered`; dead letters
+//! and anything still scheduled are kept.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::config::RetentionConfig;
+use crate::metrics::Metrics;
+use crate::shutdown::Stop;
+use crate::store::{unix_micros, SharedStore};
+
+/// Events deleted per store call, so one pass never holds the store for long.
+const CHUNK: usize = 1000;
+
+/// Prunes every `interval` until `stop`.
+pub(crate) async fn run(
+    store: SharedStore,
+    config: RetentionConfig,
+    metrics: Arc<Metrics>,
+    mut stop: Stop,
+) {
+    loop {
+        let cutoff = SystemTime::now().checked_sub(config.delivered).map_or(0, unix_micros);
+        loop {
+            let s = store.clone();
+            match tokio::task::spawn_blocking(move || s.prune(cutoff, CHUNK)).await {
+                Ok(Ok(n)) => {
+                    metrics.events_pruned.inc_by(n as u64);
+                    if n > 0 {
+                        tracing::info!(pruned = n, "finished events past retention deleted");
+                    }
+                    if n < CHUNK || stop.is_stopped() {
+                        break;
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "pruning failed");
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "pruning task failed");
+                    break;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.interval.max(Duration::from_secs(1))) => {}
+            _ = stop.wait() => return,
+        }
+    }
+}

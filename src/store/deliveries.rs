@@ -1,0 +1,166 @@
+//! What the store keeps about dispatch and deliveries.
+
+use serde::{Deserialize, Serialize};
+
+use super::{EventId, EventMeta};
+
+/// A received event taken from the inbox for dispatch.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingEvent {
+    pub(crate) id: EventId,
+    pub(crate) meta: EventMeta,
+    pub(crate) body: bytes::Bytes,
+}
+
+/// What the dispatcher decided about one pending event; the store applies it
+/// atomically (dedup check, event record, deliveries, schedule, inbox removal).
+#[derive(Clone, Debug)]
+pub(crate) struct DispatchPlan {
+    pub(crate) id: EventId,
+    /// The dedup key and how long it holds, if deduplication applies.
+    pub(crate) dedup: Option<DedupKey>,
+    /// Destinations that want the event.
+    pub(crate) destinations: Vec<String>,
+}
+
+/// A deduplication key: a hash of the source, the event name and the identifying
+/// parts of the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DedupKey {
+    pub(crate) hash: [u8; 16],
+    pub(crate) window_us: u64,
+}
+
+/// What dispatch did with an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum DispatchOutcome {
+    /// Deliveries were created for this many destinations.
+    Dispatched(usize),
+    /// The same occurrence was already dispatched as `original`.
+    Duplicate { original: EventId },
+    /// No destination wants it.
+    Unrouted,
+    /// It was no longer in the inbox (already dispatched).
+    Gone,
+}
+
+/// Where a delivery stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum DeliveryState {
+    /// Scheduled, never attempted (or replayed).
+    Pending,
+    /// Attempted, failed, scheduled again.
+    Retrying,
+    /// A 2xx answer was received.
+    Delivered,
+    /// Given up; waits in the dead letters for a replay.
+    Dead,
+}
+
+impl DeliveryState {
+    /// Whether the delivery has an entry in the schedule.
+    pub(crate) fn is_scheduled(self) -> bool {
+        matches!(self, Self::Pending | Self::Retrying)
+    }
+}
+
+/// One HTTP attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Attempt {
+    pub(crate) at_us: u64,
+    pub(crate) duration_us: u64,
+    /// The answer's status, if there was an answer.
+    pub(crate) status: Option<u16>,
+    /// What went wrong (timeout, connection refused, status class...).
+    pub(crate) error: Option<String>,
+}
+
+/// Attempts kept per delivery; older ones are dropped (their count is kept).
+pub(crate) const MAX_KEPT_ATTEMPTS: usize = 100;
+
+/// One event's delivery to one destination.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DeliveryRecord {
+    pub(crate) event: EventId,
+    pub(crate) destination: String,
+    pub(crate) state: DeliveryState,
+    pub(crate) created_us: u64,
+    /// Start of the current round of attempts (creation or last replay):
+    /// `give_up_after` and `max_attempts` count from here.
+    pub(crate) round_started_us: u64,
+    pub(crate) round_attempts: u32,
+    /// When the next attempt is due, while scheduled.
+    pub(crate) next_attempt_us: Option<u64>,
+    pub(crate) total_attempts: u32,
+    /// The latest attempts, oldest first (at most [`MAX_KEPT_ATTEMPTS`]).
+    pub(crate) attempts: Vec<Attempt>,
+    /// The start of the last answer's body, for diagnosis.
+    pub(crate) last_response: Option<String>,
+    pub(crate) delivered_us: Option<u64>,
+}
+
+impl DeliveryRecord {
+    /// A new delivery, due at once.
+    pub(crate) fn new(event: EventId, destination: &str, now_us: u64) -> Self {
+        Self {
+            event,
+            destination: destination.to_owned(),
+            state: DeliveryState::Pending,
+            created_us: now_us,
+            round_started_us: now_us,
+            round_attempts: 0,
+            next_attempt_us: Some(now_us),
+            total_attempts: 0,
+            attempts: Vec::new(),
+            last_response: None,
+            delivered_us: None,
+        }
+    }
+
+    /// Adds an attempt to the history.
+    pub(crate) fn push_attempt(&mut self, attempt: Attempt) {
+        if self.attempts.len() >= MAX_KEPT_ATTEMPTS {
+            self.attempts.remove(0);
+        }
+        self.attempts.push(attempt);
+        self.round_attempts += 1;
+        self.total_attempts += 1;
+    }
+
+    /// Starts a new round of attempts now (replay).
+    pub(crate) fn restart(&mut self, now_us: u64) {
+        self.state = DeliveryState::Pending;
+        self.round_started_us = now_us;
+        self.round_attempts = 0;
+        self.next_attempt_us = Some(now_us);
+        self.delivered_us = None;
+    }
+}
+
+/// A due entry of a destination's schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Scheduled {
+    pub(crate) due_us: u64,
+    pub(crate) event: EventId,
+}
+
+/// A destination's queue, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct QueueStats {
+    pub(crate) pending: u64,
+    pub(crate) retrying: u64,
+    pub(crate) dead: u64,
+    /// Id of the oldest event still scheduled (ids start from the receive time).
+    pub(crate) oldest: Option<EventId>,
+}
+
+/// Which dead letters to list or replay.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DeadLetterFilter {
+    pub(crate) source: Option<String>,
+    pub(crate) event: Option<String>,
+    pub(crate) destination: Option<String>,
+    pub(crate) after: Option<EventId>,
+    pub(crate) limit: usize,
+}

@@ -1,0 +1,149 @@
+//! A downstream consumer for tests: a real HTTP server on loopback that records what
+//! it receives and answers as told (200, an error status, slowly, 429 + Retry-After).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+
+/// One request the sink received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub at: Instant,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// How the sink answers.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    Ok,
+    Status(u16),
+    /// Answer 429 with this `Retry-After` (seconds).
+    RetryAfter(u64),
+    /// Answer 200 after this long.
+    Slow(Duration),
+}
+
+#[derive(Default)]
+struct State {
+    received: Vec<Received>,
+    mode: Option<Mode>,
+}
+
+/// A running sink.
+pub struct Sink {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+async fn handle(
+    req: HttpRequest,
+    body: web::Bytes,
+    state: web::Data<Mutex<State>>,
+) -> HttpResponse {
+    let mode = {
+        let mut s = state.lock().unwrap();
+        s.received.push(Received {
+            at: Instant::now(),
+            headers: req
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+                .collect(),
+            body: body.to_vec(),
+        });
+        s.mode.clone().unwrap_or(Mode::Ok)
+    };
+    match mode {
+        Mode::Ok => HttpResponse::Ok().body("thanks"),
+        Mode::Status(s) => HttpResponse::build(actix_web::http::StatusCode::from_u16(s).unwrap())
+            .body(format!("sink says {s}")),
+        Mode::RetryAfter(secs) => HttpResponse::TooManyRequests()
+            .insert_header(("retry-after", secs.to_string()))
+            .body("slow down"),
+        Mode::Slow(d) => {
+            tokio::time::sleep(d).await;
+            HttpResponse::Ok().body("thanks, eventually")
+        }
+    }
+}
+
+impl Sink {
+    /// Starts a sink on a free port.
+    pub async fn start() -> Sink {
+        Self::start_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Starts a sink on `addr` (e.g. the port of a sink that was stopped).
+    pub async fn start_on(addr: SocketAddr) -> Sink {
+        let state = Arc::new(Mutex::new(State::default()));
+        let data = web::Data::from(state.clone());
+        let server = HttpServer::new(move || {
+            App::new().app_data(data.clone()).default_service(web::to(handle))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(addr)
+        .unwrap();
+        let addr = server.addrs()[0];
+        let server = server.run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Sink { addr, state, handle }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        self.state.lock().unwrap().mode = Some(mode);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.lock().unwrap().received.clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.state.lock().unwrap().received.len()
+    }
+
+    /// Stops listening: afterwards connections to its port are refused.
+    pub async fn stop(self) -> SocketAddr {
+        self.handle.stop(false).await;
+        self.addr
+    }
+
+    /// Waits until at least `n` requests arrived (panics after `timeout`).
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.received();
+            if got.len() >= n {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sink got {} of {n} requests in {timeout:?}",
+                got.len()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// A loopback port nobody listens on (bound, then released).
+pub fn closed_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}

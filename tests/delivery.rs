@@ -1,0 +1,300 @@
+//! Dispatch and delivery end to end: a real relay process, real sink servers on
+//! loopback, real sled files.
+
+mod common;
+
+use std::time::Duration;
+
+use common::sink::{closed_port, Mode, Sink};
+use common::Relay;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// A callback body as the upstream sends it: `data` names the record, `meta` the hook.
+fn occurrence(kind: &str, id: &str, name: &str, hook: &str) -> String {
+    json!({
+        "jsonapi": {"version": "1.0"},
+        "data": {"type": kind, "id": id, "attributes": {"name": name}},
+        "meta": {"debug": {"time": format!("2026-06-12 13:23:{hook} +1200"),
+                 "resthook": {"id": hook, "trigger_count": hook.parse::<u32>().unwrap_or(1)}}}
+    })
+    .to_string()
+}
+
+fn destination(name: &str, url: &str, extra: &str) -> String {
+    format!("\n[[destinations]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
+}
+
+/// Fast retries for tests.
+const FAST_RETRY: &str =
+    "\n[delivery.retry]\ninitial_backoff = \"100ms\"\nmax_backoff = \"400ms\"\n";
+
+async fn start(tail: &str) -> (tempfile::TempDir, Relay) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config_with(&dir.path().join("data"), "", tail);
+    let relay = Relay::start(dir.path(), &text).await;
+    (dir, relay)
+}
+
+async fn send(relay: &Relay, event: &str, body: String) -> String {
+    let r = relay.callback(Some(event), "application/json", body).await;
+    assert_eq!(r.status(), 200);
+    r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_one_occurrence_are_delivered_once_per_destination() {
+    let (a, b) = (Sink::start().await, Sink::start().await);
+    let tail =
+        destination("a", &a.url(), "") + &destination("b", &b.url(), "events = [\"Action*\"]");
+    let (_dir, relay) = start(&tail).await;
+
+    // Three users' hooks deliver the same occurrence; their `meta` blocks differ.
+    let first = send(&relay, "ActionUpdated", occurrence("actions", "5", "Smith", "46")).await;
+    send(&relay, "ActionUpdated", occurrence("actions", "5", "Smith", "47")).await;
+    send(&relay, "ActionUpdated", occurrence("actions", "5", "Smith", "48")).await;
+    // A later change to the same record is a new occurrence.
+    send(&relay, "ActionUpdated", occurrence("actions", "5", "Jones", "46")).await;
+    // Routed to `a` only.
+    send(&relay, "TaskCreated", occurrence("tasks", "9", "Call", "50")).await;
+
+    let got = a.wait_for(3, WAIT).await;
+    b.wait_for(2, WAIT).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!((a.count(), b.count()), (3, 2), "one delivery per occurrence and destination");
+
+    let r = got
+        .iter()
+        .find(|r| r.header("webhook-id") == Some(format!("evt_{first}_a").as_str()))
+        .unwrap();
+    assert_eq!(r.header("hookrelay-event"), Some("ActionUpdated"));
+    assert_eq!(r.header("hookrelay-source"), Some("demo"));
+    assert_eq!(r.header("hookrelay-attempt"), Some("1"));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert!(r.header("webhook-timestamp").unwrap().parse::<i64>().is_ok());
+    assert_eq!(r.header("webhook-signature"), None, "no secret, no signature");
+    assert_eq!(String::from_utf8_lossy(&r.body), occurrence("actions", "5", "Smith", "46"));
+    let mut names: Vec<String> = got
+        .iter()
+        .map(|r| {
+            serde_json::from_slice::<Value>(&r.body).unwrap()["data"]["attributes"]["name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["Call", "Jones", "Smith"], "ordering = none: any order");
+
+    let (_, dups) = relay.admin_get("/admin/events?status=duplicate").await;
+    let dups = dups["events"].as_array().unwrap().clone();
+    assert_eq!(dups.len(), 2);
+    assert!(dups.iter().all(|e| e["duplicate_of"] == first.as_str()));
+    let (_, shown) = relay.admin_get(&format!("/admin/events/{first}")).await;
+    assert_eq!(shown["status"], "dispatched");
+    assert_eq!(shown["destinations"], json!(["a", "b"]));
+    let deliveries = shown["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 2);
+    assert!(deliveries
+        .iter()
+        .all(|d| d["state"] == "delivered" && d["attempts"][0]["status"] == 200));
+
+    let metrics = relay.metrics().await;
+    for line in [
+        r#"hookrelay_events_deduplicated_total{event="ActionUpdated",source="demo"} 2"#,
+        r#"hookrelay_events_dispatched_total{event="ActionUpdated",source="demo"} 2"#,
+        r#"hookrelay_deliveries_total{destination="a",outcome="success"} 3"#,
+        r#"hookrelay_deliveries_total{destination="b",outcome="success"} 2"#,
+        r#"hookrelay_queue_depth{destination="a",state="pending"} 0"#,
+        r#"hookrelay_delivery_lag_seconds_count{destination="a"} 3"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unrouted_events_are_recorded_and_counted() {
+    let a = Sink::start().await;
+    let (_dir, relay) = start(&destination("a", &a.url(), "events = [\"Task*\"]")).await;
+    let id = send(&relay, "ActionCreated", occurrence("actions", "1", "X", "1")).await;
+    let e = relay
+        .admin_until(&format!("/admin/events/{id}"), WAIT, |e| e["status"] != "received")
+        .await;
+    assert_eq!(e["status"], "unrouted");
+    let metrics = relay.metrics().await;
+    assert!(
+        metrics
+            .contains(r#"hookrelay_events_unrouted_total{event="ActionCreated",source="demo"} 1"#),
+        "{metrics}"
+    );
+    assert_eq!(a.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_destination_gets_everything_once_back_and_slows_nobody() {
+    let (a, b) = (Sink::start().await, Sink::start().await);
+    let down = closed_port();
+    let tail = destination("a", &a.url(), "")
+        + &destination("b", &b.url(), "")
+        + &destination("c", &format!("http://{down}/hook"), "")
+        + FAST_RETRY;
+    let (_dir, relay) = start(&tail).await;
+    for i in 0..5 {
+        send(&relay, "ActionCreated", occurrence("actions", &i.to_string(), "X", "1")).await;
+    }
+    a.wait_for(5, WAIT).await;
+    b.wait_for(5, WAIT).await;
+    let view = relay
+        .admin_until("/admin/destinations", WAIT, |v| {
+            v["destinations"][2]["queue"]["retrying"] == 5
+        })
+        .await;
+    assert_eq!(view["destinations"][2]["name"], "c");
+    assert_eq!(view["destinations"][0]["queue"], json!({"pending": 0, "retrying": 0, "dead": 0}));
+
+    let c = Sink::start_on(down).await;
+    let got = c.wait_for(5, WAIT).await;
+    let mut ids: Vec<u64> = got
+        .iter()
+        .map(|r| {
+            serde_json::from_slice::<Value>(&r.body).unwrap()["data"]["id"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [0, 1, 2, 3, 4]);
+    assert!(got.iter().all(|r| r.header("hookrelay-attempt").unwrap().parse::<u32>().unwrap() > 1));
+    relay
+        .admin_until("/admin/destinations", WAIT, |v| {
+            v["destinations"][2]["queue"]["retrying"] == 0
+        })
+        .await;
+    let (_, events) = relay.admin_get("/admin/events?limit=1").await;
+    let id = events["events"][0]["id"].as_str().unwrap();
+    let (_, e) = relay.admin_get(&format!("/admin/events/{id}")).await;
+    let c_delivery = e["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["destination"] == "c")
+        .unwrap()
+        .clone();
+    assert_eq!(c_delivery["state"], "delivered");
+    assert!(
+        c_delivery["attempts"][0]["error"].as_str().unwrap().starts_with("connection failed"),
+        "{c_delivery}"
+    );
+    assert!(
+        !c_delivery["attempts"][0]["error"].as_str().unwrap().contains(&down.to_string()),
+        "no URL in errors"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_failures_go_dead_and_bulk_replay_delivers_them() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::Status(400));
+    let (_dir, relay) = start(&(destination("a", &a.url(), "") + FAST_RETRY)).await;
+    send(&relay, "ActionCreated", occurrence("actions", "1", "X", "1")).await;
+    send(&relay, "ActionCreated", occurrence("actions", "2", "X", "1")).await;
+    let dead = relay
+        .admin_until("/admin/dead-letters", WAIT, |v| {
+            v["dead_letters"].as_array().is_some_and(|d| d.len() == 2)
+        })
+        .await;
+    let d = &dead["dead_letters"][0];
+    assert_eq!((d["state"].as_str(), d["last_status"].as_u64()), (Some("dead"), Some(400)));
+    assert_eq!(d["last_response"], "sink says 400");
+    assert_eq!(d["total_attempts"], 1, "a permanent failure is not retried");
+    assert_eq!(a.count(), 2);
+    let metrics = relay.metrics().await;
+    assert!(
+        metrics.contains(r#"hookrelay_deliveries_total{destination="a",outcome="failed"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"hookrelay_queue_depth{destination="a",state="dead"} 2"#),
+        "{metrics}"
+    );
+
+    a.set_mode(Mode::Ok);
+    let (status, body) = relay.admin_post("/admin/dead-letters/replay?destination=a", None).await;
+    assert_eq!((status, body["replayed"].as_u64()), (200, Some(2)), "{body}");
+    let got = a.wait_for(4, WAIT).await;
+    assert!(got[2..].iter().all(|r| r.header("hookrelay-attempt") == Some("2")));
+    relay.admin_until("/admin/dead-letters", WAIT, |v| v["dead_letters"] == json!([])).await;
+    let (_, filtered) = relay.admin_get("/admin/dead-letters?destination=nobody").await;
+    assert_eq!(filtered["dead_letters"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::RetryAfter(2));
+    let (_dir, relay) =
+        start(&(destination("a", &a.url(), "") + FAST_RETRY.replace("400ms", "5s").as_str())).await;
+    send(&relay, "ActionCreated", occurrence("actions", "1", "X", "1")).await;
+    a.wait_for(1, WAIT).await;
+    a.set_mode(Mode::Ok);
+    let got = a.wait_for(2, WAIT).await;
+    let gap = got[1].at - got[0].at;
+    assert!(gap >= Duration::from_millis(1900), "retried after {gap:?}, asked for 2s");
+    assert!(gap < Duration::from_secs(6), "{gap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_pauses_and_admin_pause_resume_hold_deliveries() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::Status(410));
+    let (_dir, relay) = start(&(destination("a", &a.url(), "") + FAST_RETRY)).await;
+    send(&relay, "ActionCreated", occurrence("actions", "1", "X", "1")).await;
+    relay
+        .admin_until("/admin/destinations", WAIT, |v| v["destinations"][0]["paused"] == true)
+        .await;
+    a.set_mode(Mode::Ok);
+    send(&relay, "ActionCreated", occurrence("actions", "2", "X", "1")).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(a.count(), 1, "a paused destination gets nothing");
+    let metrics = relay.metrics().await;
+    assert!(metrics.contains(r#"hookrelay_destination_paused{destination="a"} 1"#), "{metrics}");
+
+    let (status, _) = relay.admin_post("/admin/destinations/a/resume", None).await;
+    assert_eq!(status, 200);
+    a.wait_for(3, WAIT).await;
+
+    // Paused by hand, too; and unknown names are refused.
+    assert_eq!(relay.admin_post("/admin/destinations/a/pause", None).await.0, 200);
+    send(&relay, "ActionCreated", occurrence("actions", "3", "X", "1")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(a.count(), 3);
+    assert_eq!(relay.admin_post("/admin/destinations/a/resume", None).await.0, 200);
+    a.wait_for(4, WAIT).await;
+    assert_eq!(relay.admin_post("/admin/destinations/nope/pause", None).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_can_be_replayed_to_chosen_destinations() {
+    let (a, b) = (Sink::start().await, Sink::start().await);
+    let (_dir, relay) =
+        start(&(destination("a", &a.url(), "") + &destination("b", &b.url(), ""))).await;
+    let id = send(&relay, "ActionCreated", occurrence("actions", "1", "X", "1")).await;
+    a.wait_for(1, WAIT).await;
+    b.wait_for(1, WAIT).await;
+    let path = format!("/admin/events/{id}/replay");
+    let (status, body) = relay.admin_post(&path, Some(json!({"destinations": ["b"]}))).await;
+    assert_eq!((status, body["replayed"].as_u64()), (200, Some(1)), "{body}");
+    let got = b.wait_for(2, WAIT).await;
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"), "stable across replays");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(a.count(), 1);
+    let (status, _) = relay.admin_post(&path, Some(json!({"destinations": ["zzz"]}))).await;
+    assert_eq!(status, 400);
+    let (status, _) = relay.admin_post(&path, None).await;
+    assert_eq!(status, 200);
+    a.wait_for(2, WAIT).await;
+    assert_eq!(relay.admin_post("/admin/events/0000000000000001/replay", None).await.0, 404);
+}

@@ -1,0 +1,124 @@
+//! Deliveries survive a crash: retries keep their due times, an attempt in flight is
+//! made again (same webhook-id, so the consumer can drop the repeat).
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::sink::{Mode, Sink};
+use common::Relay;
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn tail(url: &str, retry: &str) -> String {
+    format!("\n[[destinations]]\nname = \"a\"\nurl = \"{url}\"\ntimeout = \"30s\"\n\n[delivery.retry]\n{retry}\n")
+}
+
+async fn delivery_of(relay: &Relay, id: &str) -> Value {
+    let (_, e) = relay.admin_get(&format!("/admin/events/{id}")).await;
+    e["deliveries"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_retries_keep_their_due_time_across_sigkill() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::Status(503));
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config_with(
+        &dir.path().join("data"),
+        "",
+        &tail(&a.url(), "initial_backoff = \"3s\"\nmax_backoff = \"3s\""),
+    );
+    let relay = Relay::start(dir.path(), &text).await;
+    let r =
+        relay.callback(Some("ActionCreated"), "application/json", r#"{"data":{"id":"1"}}"#).await;
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    a.wait_for(1, WAIT).await;
+    let before = relay
+        .admin_until(&format!("/admin/events/{id}"), WAIT, |e| {
+            e["deliveries"][0]["state"] == "retrying"
+        })
+        .await["deliveries"][0]
+        .clone();
+    let due = before["next_attempt_at"].as_str().unwrap().to_owned();
+    relay.signal(libc::SIGKILL);
+    drop(relay);
+    a.set_mode(Mode::Ok);
+
+    let relay = Relay::start(dir.path(), &text).await;
+    let after = delivery_of(&relay, &id).await;
+    assert_eq!(after["next_attempt_at"], due.as_str(), "the due time survived the crash");
+    assert_eq!(after["state"], "retrying");
+    let got = a.wait_for(2, WAIT).await;
+    let due_at = humantime::parse_rfc3339(&due).unwrap();
+    let arrived = SystemTime::now() - got[1].at.elapsed();
+    assert!(arrived + Duration::from_millis(50) >= due_at, "retried before its due time");
+    let done = relay
+        .admin_until(&format!("/admin/events/{id}"), WAIT, |e| {
+            e["deliveries"][0]["state"] == "delivered"
+        })
+        .await;
+    assert_eq!(done["deliveries"][0]["total_attempts"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_in_flight_at_the_crash_is_made_again() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::Slow(Duration::from_secs(30)));
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config_with(&dir.path().join("data"), "", &tail(&a.url(), ""));
+    let relay = Relay::start(dir.path(), &text).await;
+    let r =
+        relay.callback(Some("ActionCreated"), "application/json", r#"{"data":{"id":"2"}}"#).await;
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    a.wait_for(1, WAIT).await; // the attempt is in flight: the sink holds it
+    relay.signal(libc::SIGKILL);
+    drop(relay);
+    a.set_mode(Mode::Ok);
+
+    let relay = Relay::start(dir.path(), &text).await;
+    let got = a.wait_for(2, WAIT).await;
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
+    assert_eq!(got[0].body, got[1].body);
+    let done = relay
+        .admin_until(&format!("/admin/events/{id}"), WAIT, |e| {
+            e["deliveries"][0]["state"] == "delivered"
+        })
+        .await;
+    assert_eq!(done["deliveries"][0]["total_attempts"], 1, "the unfinished attempt left no record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undispatched_events_are_dispatched_after_a_restart() {
+    // No destination at first: events wait in the inbox... then one is configured.
+    let a = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let relay = Relay::start(dir.path(), &common::config(&data, "")).await;
+    for i in 0..3 {
+        let body = format!(r#"{{"data":{{"id":"{i}"}}}}"#);
+        assert_eq!(
+            relay.callback(Some("TaskCreated"), "application/json", body).await.status(),
+            200
+        );
+    }
+    // Unrouted (no destinations): recorded, not lost, not delivered.
+    relay
+        .admin_until("/admin/events?status=unrouted", WAIT, |v| {
+            v["events"].as_array().unwrap().len() == 3
+        })
+        .await;
+    drop(relay);
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&data, "", &tail(&a.url(), ""))).await;
+    let id = relay.all_event_ids().await[0].clone();
+    let (status, _) = relay
+        .admin_post(
+            &format!("/admin/events/{id}/replay"),
+            Some(serde_json::json!({"destinations": ["a"]})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    a.wait_for(1, WAIT).await;
+}

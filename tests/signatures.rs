@@ -1,0 +1,72 @@
+//! Signed deliveries verify with the Standard Webhooks reference verifier (the
+//! `standardwebhooks` Python package, installed by scripts/test.sh).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::sink::Sink;
+use common::Relay;
+use serde_json::json;
+
+/// `whsec_` + base64 of 32 bytes.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwRv5D8XT7Qm8=";
+
+const VERIFY: &str = r#"
+import json, sys
+from standardwebhooks.webhooks import Webhook
+case = json.load(open(sys.argv[1]))
+wh = Webhook(case["secret"])
+body = case["body"].encode()
+wh.verify(body, case["headers"])
+try:
+    wh.verify(body + b" ", case["headers"])
+    print("tampered body accepted")
+    sys.exit(1)
+except Exception:
+    pass
+print("verified")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_verify_with_the_standard_webhooks_library() {
+    let sink = Sink::start().await;
+    let tail = format!(
+        "\n[[destinations]]\nname = \"signed\"\nurl = \"{}\"\nsecret = \"{SECRET}\"\n",
+        sink.url()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    let body = r#"{"data":{"type":"actions","id":"5"},"meta":{"debug":{"resthook":{"event_name":"ActionCreated"}}}}"#;
+    assert_eq!(relay.callback(None, "application/json", body).await.status(), 200);
+    let got = sink.wait_for(1, Duration::from_secs(15)).await;
+    let r = &got[0];
+    assert!(r.header("webhook-signature").unwrap().starts_with("v1,"));
+
+    let case = json!({
+        "secret": SECRET,
+        "body": String::from_utf8(r.body.clone()).unwrap(),
+        "headers": {
+            "webhook-id": r.header("webhook-id").unwrap(),
+            "webhook-timestamp": r.header("webhook-timestamp").unwrap(),
+            "webhook-signature": r.header("webhook-signature").unwrap(),
+        }
+    });
+    let file = dir.path().join("case.json");
+    std::fs::write(&file, case.to_string()).unwrap();
+    let out = Command::new("python3").arg("-c").arg(VERIFY).arg(&file).output().expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("No module named 'standardwebhooks'"),
+        "the standardwebhooks package is missing: run ./scripts/test.sh, which installs it"
+    );
+    assert!(
+        out.status.success() && stdout.contains("verified"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    // The secret never shows in the relay's logs.
+    assert!(!relay.logs().contains("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"));
+}
