@@ -26,9 +26,14 @@ fn destination(name: &str, url: &str, extra: &str) -> String {
     format!("\n[[destinations]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
 }
 
-/// Fast retries for tests.
-const FAST_RETRY: &str =
-    "\n[delivery.retry]\ninitial_backoff = \"100ms\"\nmax_backoff = \"400ms\"\n";
+/// Fast retries (and circuit probes) for tests.
+const FAST_RETRY: &str = "
+[delivery]
+circuit_probe_interval = \"200ms\"
+[delivery.retry]
+initial_backoff = \"100ms\"
+max_backoff = \"400ms\"
+";
 
 async fn start(tail: &str) -> (tempfile::TempDir, Relay) {
     let dir = tempfile::tempdir().unwrap();
@@ -297,4 +302,51 @@ async fn an_event_can_be_replayed_to_chosen_destinations() {
     assert_eq!(status, 200);
     a.wait_for(2, WAIT).await;
     assert_eq!(relay.admin_post("/admin/events/0000000000000001/replay", None).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_destination_opens_its_circuit_and_is_probed_once_per_interval() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::Status(503));
+    let tail = destination("a", &a.url(), "max_concurrency = 2")
+        + &FAST_RETRY.replace(
+            "circuit_probe_interval = \"200ms\"",
+            "circuit_failure_threshold = 3\ncircuit_probe_interval = \"1s\"",
+        );
+    let (_dir, relay) = start(&tail).await;
+    for i in 0..20 {
+        send(&relay, "ActionCreated", occurrence("actions", &i.to_string(), "X", "1")).await;
+    }
+    relay
+        .admin_until("/admin/destinations", WAIT, |v| v["destinations"][0]["circuit"] != "closed")
+        .await;
+    let opened_after = a.count();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let probes = a.count() - opened_after;
+    // Without the circuit, 20 deliveries retrying every ≤ 400 ms would have made ~100
+    // requests in 2.5 s; with it, about one probe per second.
+    assert!((1..=4).contains(&probes), "{probes} requests while open");
+    assert!(opened_after <= 6, "{opened_after} requests before the circuit opened");
+    let metrics = relay.metrics().await;
+    assert!(
+        metrics.contains(r#"hookrelay_destination_circuit_open{destination="a"} 1"#),
+        "{metrics}"
+    );
+
+    // The consumer recovers: the next probe succeeds, the circuit closes, all flows.
+    a.set_mode(Mode::Ok);
+    relay
+        .admin_until("/admin/destinations", WAIT, |v| {
+            v["destinations"][0]["queue"]["retrying"] == 0
+                && v["destinations"][0]["queue"]["pending"] == 0
+        })
+        .await;
+    let (_, v) = relay.admin_get("/admin/destinations").await;
+    assert_eq!(v["destinations"][0]["circuit"], "closed");
+    let (_, events) = relay.admin_get("/admin/events?status=dispatched&limit=100").await;
+    for e in events["events"].as_array().unwrap() {
+        let (_, shown) =
+            relay.admin_get(&format!("/admin/events/{}", e["id"].as_str().unwrap())).await;
+        assert_eq!(shown["deliveries"][0]["state"], "delivered", "{shown}");
+    }
 }

@@ -19,7 +19,7 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
                     "name": d.dest.name,
                     "url": d.dest.display_url(),
                     "paused": d.is_paused(),
-                    "circuit": "closed",
+                    "circuit": d.circuit.describe(),
                     "in_flight": d.in_flight(),
                     "queue": { "pending": q.pending, "retrying": q.retrying, "dead": q.dead },
                     "oldest_age_seconds": q.oldest.map(age_seconds),

@@ -65,7 +65,7 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
                 .with_label_values(&[name])
                 .set(q.oldest.map_or(0.0, super::views::age_seconds));
             m.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
-            m.circuit_open.with_label_values(&[name]).set(0);
+            m.circuit_open.with_label_values(&[name]).set(i64::from(d.circuit.is_open()));
         }
     }
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(m.render())

@@ -52,11 +52,23 @@ pub(crate) struct DeliveryConfig {
     pub(crate) timeout: Duration,
     /// Requests in flight to one destination at most.
     pub(crate) max_concurrency: usize,
+    /// Consecutive failed attempts (5xx, 408, 429, timeouts, connection errors) that
+    /// open a destination's circuit.
+    pub(crate) circuit_failure_threshold: u32,
+    /// While the circuit is open, one probe request per this interval.
+    #[serde(with = "duration")]
+    pub(crate) circuit_probe_interval: Duration,
 }
 
 impl Default for DeliveryConfig {
     fn default() -> Self {
-        Self { retry: RetryPolicy::default(), timeout: Duration::from_secs(15), max_concurrency: 8 }
+        Self {
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(15),
+            max_concurrency: 8,
+            circuit_failure_threshold: 5,
+            circuit_probe_interval: Duration::from_secs(30),
+        }
     }
 }
 

@@ -105,6 +105,12 @@ impl Config {
         if self.delivery.timeout.is_zero() {
             problems.push("delivery.timeout: must be greater than 0".into());
         }
+        if self.delivery.circuit_failure_threshold == 0 {
+            problems.push("delivery.circuit_failure_threshold: must be at least 1".into());
+        }
+        if self.delivery.circuit_probe_interval.is_zero() {
+            problems.push("delivery.circuit_probe_interval: must be greater than 0".into());
+        }
         if !(1..=1024).contains(&self.delivery.max_concurrency) {
             problems.push("delivery.max_concurrency: must be between 1 and 1024".into());
         }

@@ -3,6 +3,7 @@
 //! the next schedule entry. Destinations never wait for each other.
 
 mod backoff;
+mod circuit;
 mod verdict;
 mod worker;
 
@@ -21,6 +22,7 @@ use crate::store::{Committer, Scheduled, SharedStore, StoreError};
 /// A destination and its worker's live state, shared with dispatch and the admin API.
 pub(crate) struct DestinationState {
     pub(crate) dest: Destination,
+    pub(crate) circuit: circuit::Circuit,
     wake: Notify,
     paused: AtomicBool,
     /// Schedule entries being attempted right now (still in the store until done).
@@ -31,6 +33,10 @@ pub(crate) struct DestinationState {
 impl DestinationState {
     pub(crate) fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
+    }
+
+    fn is_in_flight(&self, entry: &Scheduled) -> bool {
+        self.in_flight.lock().is_ok_and(|s| s.contains(entry))
     }
 
     pub(crate) fn in_flight(&self) -> usize {
@@ -52,6 +58,10 @@ impl Destinations {
         for dc in &config.destinations {
             let dest = Destination::new(dc, &config.delivery)?;
             let state = DestinationState {
+                circuit: circuit::Circuit::new(
+                    config.delivery.circuit_failure_threshold,
+                    config.delivery.circuit_probe_interval,
+                ),
                 permits: Arc::new(Semaphore::new(dest.max_concurrency)),
                 paused: AtomicBool::new(paused.contains(&dc.name)),
                 wake: Notify::new(),

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::circuit::Gate;
 use super::verdict::{self, Verdict};
 use super::DestinationState;
 use crate::destinations::{Outcome, Request};
@@ -56,10 +57,11 @@ impl Worker {
         if state.is_paused() {
             return Ok(MAX_IDLE);
         }
-        let free = state.permits.available_permits();
+        let mut free = state.permits.available_permits();
         if free == 0 {
             return Ok(MAX_IDLE);
         }
+
         let now = unix_micros(SystemTime::now());
         let (store, name) = (self.store.clone(), state.dest.name.clone());
         let limit = free + state.in_flight();
@@ -70,8 +72,21 @@ impl Worker {
             ))
         })
         .await??;
+        let mut claimable = due.into_iter().filter(|e| !state.is_in_flight(e)).peekable();
+        if claimable.peek().is_none() {
+            return Ok(next_sleep(next, now));
+        }
+        let probe = match state.circuit.gate() {
+            Gate::Open => false,
+            Gate::Probe => true,
+            Gate::Wait(d) => return Ok(d.min(MAX_IDLE)),
+        };
+        if probe {
+            free = 1;
+        }
+        let mut started = 0;
         let interval = state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / r));
-        for entry in due {
+        for entry in claimable.take(free) {
             if let Some(interval) = interval {
                 // One request per interval, no burst: a rate limit is a promise to the
                 // consumer.
@@ -79,6 +94,9 @@ impl Worker {
                 let mut slot =
                     self.next_slot.lock().map_err(|_| anyhow::anyhow!("rate limiter poisoned"))?;
                 if *slot > now {
+                    if probe && started == 0 {
+                        state.circuit.cancel_probe();
+                    }
                     return Ok((*slot - now).min(MAX_IDLE));
                 }
                 *slot = now + interval;
@@ -88,6 +106,7 @@ impl Worker {
             if !newly {
                 continue;
             }
+            started += 1;
             let this = self.clone();
             tokio::spawn(async move {
                 this.attempt(entry).await;
@@ -151,6 +170,16 @@ impl Worker {
                     .with_label_values(&[&dest.name])
                     .observe(answer.duration.as_secs_f64());
                 let verdict = verdict::apply(&mut record, &answer, &dest.retry, attempted_us);
+                let healthy = !matches!(answer.outcome, Outcome::Retry { .. });
+                if self.state.circuit.report(healthy) {
+                    let open = self.state.circuit.is_open();
+                    m.circuit_open.with_label_values(&[&dest.name]).set(i64::from(open));
+                    if open {
+                        tracing::warn!(destination = %dest.name, "circuit open: probing once per interval");
+                    } else {
+                        tracing::info!(destination = %dest.name, "circuit closed");
+                    }
+                }
                 if verdict == Verdict::Success {
                     let lag = SystemTime::now()
                         .duration_since(event.meta.received_at())
@@ -193,4 +222,9 @@ impl Worker {
         }
         Ok(())
     }
+}
+
+/// How long to sleep before the next due entry (at most [`MAX_IDLE`]).
+fn next_sleep(next_due: Option<u64>, now: u64) -> Duration {
+    next_due.map_or(MAX_IDLE, |due| Duration::from_micros(due.saturating_sub(now)).min(MAX_IDLE))
 }

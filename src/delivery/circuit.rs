@@ -1,0 +1,137 @@
+//! Circuit breaker: a destination that keeps failing is tested by one probe request
+//! per interval instead of one request per waiting delivery.
+//!
+//! Only failures that say "the consumer is unwell" count: 5xx, 408, 429, timeouts
+//! and connection errors. A 4xx rejection of one event says nothing about the rest.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Closed {
+        failures: u32,
+    },
+    /// No requests until `until`; then one probe.
+    Open {
+        until: Instant,
+    },
+    /// The probe is in flight; nothing else starts.
+    Probing,
+}
+
+/// What the worker may do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Closed: as many attempts as permits allow.
+    Open,
+    /// One attempt, the probe.
+    Probe,
+    /// Nothing before this long.
+    Wait(Duration),
+}
+
+/// One destination's circuit.
+pub(crate) struct Circuit {
+    state: Mutex<State>,
+    threshold: u32,
+    interval: Duration,
+}
+
+impl Circuit {
+    pub(crate) fn new(threshold: u32, interval: Duration) -> Self {
+        Self { state: Mutex::new(State::Closed { failures: 0 }), threshold, interval }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        // A poisoned lock only means a panic elsewhere mid-update: the state is a
+        // plain value and still usable.
+        let mut guard = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    }
+
+    /// Asks to start attempts; moving from open to probing hands out the probe.
+    pub(crate) fn gate(&self) -> Gate {
+        self.with(|s| match *s {
+            State::Closed { .. } => Gate::Open,
+            State::Probing => Gate::Wait(self.interval),
+            State::Open { until } => {
+                let now = Instant::now();
+                if now >= until {
+                    *s = State::Probing;
+                    Gate::Probe
+                } else {
+                    Gate::Wait(until - now)
+                }
+            }
+        })
+    }
+
+    /// Gives back a probe that was not used (nothing was due after all).
+    pub(crate) fn cancel_probe(&self) {
+        self.with(|s| {
+            if *s == State::Probing {
+                *s = State::Open { until: Instant::now() };
+            }
+        });
+    }
+
+    /// Reports an attempt's result (`healthy`: the consumer answered sensibly).
+    /// Returns true when this report changed whether the circuit is open.
+    pub(crate) fn report(&self, healthy: bool) -> bool {
+        self.with(|s| {
+            let was_open = !matches!(s, State::Closed { .. });
+            *s = match (*s, healthy) {
+                (_, true) => State::Closed { failures: 0 },
+                (State::Closed { failures }, false) if failures + 1 < self.threshold => {
+                    State::Closed { failures: failures + 1 }
+                }
+                (State::Open { until }, false) => State::Open { until },
+                (_, false) => State::Open { until: Instant::now() + self.interval },
+            };
+            was_open != !matches!(s, State::Closed { .. })
+        })
+    }
+
+    /// `closed`, `open` or `half_open` (probing).
+    pub(crate) fn describe(&self) -> &'static str {
+        self.with(|s| match s {
+            State::Closed { .. } => "closed",
+            State::Open { .. } => "open",
+            State::Probing => "half_open",
+        })
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.describe() != "closed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_the_threshold_and_probes_once_per_interval() {
+        let c = Circuit::new(3, Duration::from_millis(50));
+        assert_eq!(c.gate(), Gate::Open);
+        assert!(!c.report(false));
+        assert!(!c.report(false));
+        c.report(true); // a success resets the count
+        assert!(!c.report(false));
+        assert!(!c.report(false));
+        assert!(c.report(false), "third consecutive failure opens");
+        assert_eq!(c.describe(), "open");
+        assert!(matches!(c.gate(), Gate::Wait(d) if d <= Duration::from_millis(50)));
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(c.gate(), Gate::Probe);
+        assert!(matches!(c.gate(), Gate::Wait(_)), "one probe at a time");
+        assert_eq!(c.describe(), "half_open");
+        assert!(!c.report(false), "a failed probe keeps it open");
+        assert!(matches!(c.gate(), Gate::Wait(_)));
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(c.gate(), Gate::Probe);
+        assert!(c.report(true), "a good probe closes it");
+        assert_eq!(c.gate(), Gate::Open);
+    }
+}
