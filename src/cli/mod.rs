@@ -1,0 +1,144 @@
+//! Command line: `hookrelay serve`, `check-config`, and the admin commands
+//! (`events`, `dead-letters`, `destinations`) that talk to a running relay.
+
+mod admin;
+mod client;
+mod table;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Config, LogFormat, DEFAULT_PATH};
+
+/// hookrelay: receives REST-hook callbacks, stores each one durably before answering
+/// 200, and relays them to the systems that want them.
+#[derive(Parser, Debug)]
+#[command(name = "hookrelay", version, propagate_version = true, max_term_width = 100)]
+#[command(after_help = "Configuration: a TOML file (see config/hookrelay.toml), overridden by \
+    environment variables HOOKRELAY__SECTION__KEY, e.g. HOOKRELAY__STORAGE__DATA_DIR=/var/lib/hookrelay.")]
+pub struct Cli {
+    /// Log format (overrides log.format of the config).
+    #[arg(long, global = true, value_enum, env = "HOOKRELAY_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the relay: the public callback listener, the admin listener and the store.
+    ///
+    /// Stops gracefully on SIGTERM or SIGINT: in-flight callbacks are finished and
+    /// stored within shutdown.grace, then the store is flushed and the process exits 0.
+    Serve(ConfigArg),
+    /// Check a configuration and print it as it takes effect, secrets masked.
+    ///
+    /// Exits 0 when the configuration is valid, 1 (listing every problem) when not.
+    CheckConfig(ConfigArg),
+    /// Stored events: list, show, replay (through the admin API).
+    Events {
+        #[command(flatten)]
+        target: admin::Target,
+        #[command(subcommand)]
+        command: admin::Events,
+    },
+    /// Dead deliveries: list, replay (through the admin API).
+    DeadLetters {
+        #[command(flatten)]
+        target: admin::Target,
+        #[command(subcommand)]
+        command: admin::DeadLetters,
+    },
+    /// Destinations: list, pause, resume (through the admin API).
+    Destinations {
+        #[command(flatten)]
+        target: admin::Target,
+        #[command(subcommand)]
+        command: admin::Destinations,
+    },
+}
+
+#[derive(Args, Debug)]
+struct ConfigArg {
+    /// Configuration file.
+    #[arg(long, short, env = "HOOKRELAY_CONFIG", default_value = DEFAULT_PATH)]
+    config: PathBuf,
+}
+
+/// Parses the command line and runs the command; returns the process exit code.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let env: HashMap<String, String> = std::env::vars().collect();
+    match cli.command {
+        Command::CheckConfig(args) => check_config(&args.config, &env),
+        Command::Serve(args) => serve(&args.config, cli.log_format, &env),
+        Command::Events { target, command } => run_admin(target, admin::Op::Events(command)),
+        Command::DeadLetters { target, command } => {
+            run_admin(target, admin::Op::DeadLetters(command))
+        }
+        Command::Destinations { target, command } => {
+            run_admin(target, admin::Op::Destinations(command))
+        }
+    }
+}
+
+fn check_config(path: &Path, env: &HashMap<String, String>) -> ExitCode {
+    match Config::load(path, env) {
+        Ok(config) => {
+            println!("# {} is valid; effective configuration, secrets masked:", path.display());
+            print!("{}", config.to_masked_toml());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hookrelay: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, String>) -> ExitCode {
+    let config = match Config::load(path, env) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("hookrelay: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    crate::telemetry::init(&config.log.level, log_format.unwrap_or(config.log.format));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hookrelay: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::daemon::serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "hookrelay stopped on an error");
+            eprintln!("hookrelay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_admin(target: admin::Target, op: admin::Op) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hookrelay: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(admin::run(target, op)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hookrelay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! `hookrelay events|dead-letters|destinations` against a running relay.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::sink::{Mode, Sink};
+use common::Relay;
+use serde_json::Value;
+
+/// Runs the CLI against `relay`; returns (exit code, stdout, stderr).
+fn cli(relay: &Relay, dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(common::binary())
+        .args(args)
+        .arg("--config")
+        .arg(dir.join("hookrelay.toml"))
+        .arg("--admin-url")
+        .arg(format!("http://{}", relay.admin))
+        .env_remove("HOOKRELAY_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_commands_list_show_replay_pause_and_resume() {
+    let sink = Sink::start().await;
+    sink.set_mode(Mode::Status(422));
+    let dir = tempfile::tempdir().unwrap();
+    let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    let r =
+        relay.callback(Some("ActionCreated"), "application/json", r#"{"data":{"id":"7"}}"#).await;
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    relay
+        .admin_until("/admin/dead-letters", Duration::from_secs(15), |v| {
+            v["dead_letters"].as_array().unwrap().len() == 1
+        })
+        .await;
+    let d = dir.path();
+
+    let (code, out, err) = cli(&relay, d, &["events", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("ID")
+            && out.contains(&id)
+            && out.contains("ActionCreated")
+            && out.contains("dispatched"),
+        "{out}"
+    );
+
+    let (code, out, _) = cli(&relay, d, &["events", "list", "--json", "--status", "dispatched"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["events"][0]["id"], id.as_str());
+
+    let (code, out, _) = cli(&relay, d, &["events", "show", &id]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("crm")
+            && out.contains("dead")
+            && out.contains("422")
+            && out.contains(r#"{"data":{"id":"7"}}"#),
+        "{out}"
+    );
+
+    let (code, out, _) = cli(&relay, d, &["dead-letters", "list", "--destination", "crm"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(&id) && out.contains("HTTP 422"), "{out}");
+
+    sink.set_mode(Mode::Ok);
+    let (code, out, _) = cli(&relay, d, &["dead-letters", "replay"]);
+    assert_eq!((code, out.as_str()), (0, "1 dead letters replayed\n"));
+    sink.wait_for(2, Duration::from_secs(15)).await;
+
+    let (code, out, _) = cli(&relay, d, &["destinations", "pause", "crm"]);
+    assert_eq!((code, out.as_str()), (0, "crm paused\n"));
+    let (code, out, _) = cli(&relay, d, &["destinations", "list"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("crm") && out.contains("paused") && out.contains("closed"), "{out}");
+    let (code, _, _) = cli(&relay, d, &["events", "replay", &id, "--destination", "crm"]);
+    assert_eq!(code, 0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(sink.count(), 2, "paused: the replay waits");
+    let (code, _, _) = cli(&relay, d, &["destinations", "resume", "crm"]);
+    assert_eq!(code, 0);
+    sink.wait_for(3, Duration::from_secs(15)).await;
+
+    // Errors are reported, with a non-zero exit code.
+    let (code, _, err) = cli(&relay, d, &["destinations", "pause", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("404") && err.contains("no destination named"), "{err}");
+    let (code, _, err) = cli(&relay, d, &["events", "show", "zz"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("400"), "{err}");
+    let out = Command::new(common::binary())
+        .args([
+            "events",
+            "list",
+            "--config",
+            "/nonexistent.toml",
+            "--admin-url",
+            &format!("http://{}", relay.admin),
+        ])
+        .env_remove("HOOKRELAY_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "no token without the config");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+}
