@@ -60,8 +60,14 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let (stop_trigger, stop) = StopTrigger::new();
     let delivery_tasks =
         destinations.start(committer.clone(), metrics.clone(), client, stop.clone());
-    let dispatcher =
-        Dispatcher::new(&config, store.clone(), metrics.clone(), destinations.clone(), committed);
+    let dispatcher = Dispatcher::new(
+        &config,
+        store.clone(),
+        committer.clone(),
+        metrics.clone(),
+        destinations.clone(),
+        committed,
+    );
     let dispatch_task = tokio::spawn(dispatcher.run(stop.clone()));
     let retention_task = tokio::spawn(crate::retention::run(
         store.clone(),

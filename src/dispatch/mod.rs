@@ -16,7 +16,7 @@ use crate::delivery::Destinations;
 use crate::event_names;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{unix_micros, DedupKey, DispatchOutcome, DispatchPlan, SharedStore};
+use crate::store::{unix_micros, Committer, DedupKey, DispatchOutcome, DispatchPlan, SharedStore};
 
 use route::Router;
 
@@ -34,6 +34,7 @@ struct DedupRule {
 /// The dispatcher task's state.
 pub(crate) struct Dispatcher {
     store: SharedStore,
+    committer: Committer,
     router: Router,
     dedup: HashMap<String, DedupRule>,
     metrics: Arc<Metrics>,
@@ -47,6 +48,7 @@ impl Dispatcher {
     pub(crate) fn new(
         config: &Config,
         store: SharedStore,
+        committer: Committer,
         metrics: Arc<Metrics>,
         destinations: Arc<Destinations>,
         wake: Arc<Notify>,
@@ -61,6 +63,7 @@ impl Dispatcher {
             .collect();
         Self {
             store,
+            committer,
             router: Router::new(&config.destinations),
             dedup,
             metrics,
@@ -97,8 +100,9 @@ impl Dispatcher {
 
     /// Dispatches one batch; returns how many events it took from the inbox.
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
-        let store = self.store.clone();
-        let pending = tokio::task::spawn_blocking(move || store.pending(BATCH)).await??;
+        // Direct store calls: see delivery/worker.rs. The flush goes through the
+        // committer, sharing its fsync with ingest and delivery.
+        let pending = self.store.pending(BATCH)?;
         if pending.is_empty() {
             return Ok(0);
         }
@@ -115,16 +119,11 @@ impl Dispatcher {
                 destinations: self.router.destinations_for(&p.meta.source, &p.meta.event),
             })
             .collect();
-        let store = self.store.clone();
         let now = unix_micros(SystemTime::now());
-        let (plans, outcomes) = tokio::task::spawn_blocking(move || {
-            let outcomes = store.dispatch(&plans, now)?;
-            // Not required for correctness (an unflushed dispatch is redone after a
-            // crash), but it keeps the window for repeated deliveries small.
-            store.flush()?;
-            Ok::<_, crate::store::StoreError>((plans, outcomes))
-        })
-        .await??;
+        let outcomes = self.store.dispatch(&plans, now)?;
+        // Not required for correctness (an unflushed dispatch is redone after a crash),
+        // but it keeps the window for repeated deliveries small.
+        self.committer.flush().await?;
 
         let m = &self.metrics;
         let mut woken = std::collections::HashSet::new();
