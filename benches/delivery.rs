@@ -112,7 +112,7 @@ async fn wait_all(arrivals: &Arrivals, ids: &[String], timeout: Duration) -> boo
 }
 
 /// Stores `n` events with the destination paused, resumes it, times the drain.
-async fn drain(relay: &common::Relay, arrivals: &Arrivals, n: u64) -> f64 {
+async fn drain(relay: &common::Relay, arrivals: &Arrivals, n: u64, base: u64) -> f64 {
     assert_eq!(relay.admin_post("/admin/destinations/sink/pause", None).await.0, 200);
     let client = reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap();
     let url = relay.hook_url(Some("ActionUpdated"));
@@ -122,7 +122,7 @@ async fn drain(relay: &common::Relay, arrivals: &Arrivals, n: u64) -> f64 {
         let (client, url, slots) = (client.clone(), url.clone(), slots.clone());
         tasks.push(tokio::spawn(async move {
             let _s = slots.acquire_owned().await.unwrap();
-            send(&client, &url, 1_000_000_000 + i).await
+            send(&client, &url, base + i).await
         }));
     }
     let mut ids = Vec::new();
@@ -201,7 +201,8 @@ fn main() {
         let (mut drains, mut e1k, mut e5k) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
             let base = 10_000_000 * (round as u64 + 1);
-            let d = drain(&relay, &arrivals, drain_n).await;
+            // Distinct records every run: identical bodies would be deduplicated.
+            let d = drain(&relay, &arrivals, drain_n, base + 9_000_000).await;
             let a = end_to_end(&relay, &arrivals, 1_000, secs, base).await;
             let b = end_to_end(&relay, &arrivals, 5_000, secs, base + 5_000_000).await;
             eprintln!(

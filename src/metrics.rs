@@ -179,7 +179,8 @@ impl Metrics {
             )?,
             queue_depth: gauge_vec(
                 "hookrelay_queue_depth",
-                "Deliveries per destination and state (pending, retrying, dead).",
+                "Deliveries per destination and state (pending, held: behind an earlier delivery \
+                 of the same record, retrying, dead).",
                 &["destination", "state"],
             )?,
             queue_oldest_age: {

@@ -156,7 +156,10 @@ async fn a_down_destination_gets_everything_once_back_and_slows_nobody() {
         })
         .await;
     assert_eq!(view["destinations"][2]["name"], "c");
-    assert_eq!(view["destinations"][0]["queue"], json!({"pending": 0, "retrying": 0, "dead": 0}));
+    assert_eq!(
+        view["destinations"][0]["queue"],
+        json!({"pending": 0, "held": 0, "retrying": 0, "dead": 0})
+    );
 
     let c = Sink::start_on(down).await;
     let got = c.wait_for(5, WAIT).await;
@@ -349,4 +352,54 @@ async fn a_failing_destination_opens_its_circuit_and_is_probed_once_per_interval
             relay.admin_get(&format!("/admin/events/{}", e["id"].as_str().unwrap())).await;
         assert_eq!(shown["deliveries"][0]["state"], "delivered", "{shown}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_resource_ordering_holds_back_only_the_same_record() {
+    let a = Sink::start().await;
+    // Matter 5 cannot be delivered for now; matter 6 can.
+    a.set_mode(Mode::FailIfContains("\"id\":\"5\"".into(), 503));
+    let tail = destination("a", &a.url(), "ordering = \"per-resource\"") + FAST_RETRY;
+    let (_dir, relay) = start(&tail).await;
+    let created5 = send(&relay, "ActionCreated", occurrence("actions", "5", "v1", "1")).await;
+    let updated5 = send(&relay, "ActionUpdated", occurrence("actions", "5", "v2", "1")).await;
+    send(&relay, "ActionCreated", occurrence("actions", "6", "w1", "1")).await;
+    send(&relay, "ActionUpdated", occurrence("actions", "6", "w2", "1")).await;
+
+    // Matter 6 flows, in order, while matter 5's first delivery keeps failing.
+    relay
+        .admin_until(&format!("/admin/events/{created5}"), WAIT, |e| {
+            e["deliveries"][0]["total_attempts"].as_u64() >= Some(2)
+        })
+        .await;
+    let names = |got: &[common::sink::Received], ok_only: bool| -> Vec<String> {
+        got.iter()
+            .filter(|r| !ok_only || !String::from_utf8_lossy(&r.body).contains("\"id\":\"5\""))
+            .map(|r| {
+                serde_json::from_slice::<Value>(&r.body).unwrap()["data"]["attributes"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    let got = a.received();
+    assert_eq!(names(&got, true), ["w1", "w2"], "the other record is not held back");
+    assert!(names(&got, false).iter().all(|n| n != "v2"), "v2 must wait for v1");
+    let (_, held) = relay.admin_get(&format!("/admin/events/{updated5}")).await;
+    assert_eq!(held["deliveries"][0]["state"], "held", "{held}");
+    let (_, dests) = relay.admin_get("/admin/destinations").await;
+    assert_eq!(dests["destinations"][0]["queue"]["held"], 1);
+
+    // Matter 5 recovers: v1, then v2, never the other way round.
+    a.set_mode(Mode::Ok);
+    relay
+        .admin_until(&format!("/admin/events/{updated5}"), WAIT, |e| {
+            e["deliveries"][0]["state"] == "delivered"
+        })
+        .await;
+    let all = names(&a.received(), false);
+    let last_v1 = all.iter().rposition(|n| n == "v1").unwrap();
+    let first_v2 = all.iter().position(|n| n == "v2").unwrap();
+    assert!(last_v1 < first_v2, "{all:?}");
 }

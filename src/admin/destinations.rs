@@ -21,7 +21,7 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
                     "paused": d.is_paused(),
                     "circuit": d.circuit.describe(),
                     "in_flight": d.in_flight(),
-                    "queue": { "pending": q.pending, "retrying": q.retrying, "dead": q.dead },
+                    "queue": { "pending": q.pending, "held": q.held, "retrying": q.retrying, "dead": q.dead },
                     "oldest_age_seconds": q.oldest.map(age_seconds),
                 }))
             })

@@ -59,6 +59,7 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
             let name = d.dest.name.as_str();
             let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
             m.queue_depth.with_label_values(&[name, "pending"]).set(depth(q.pending));
+            m.queue_depth.with_label_values(&[name, "held"]).set(depth(q.held));
             m.queue_depth.with_label_values(&[name, "retrying"]).set(depth(q.retrying));
             m.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
             m.queue_oldest_age

@@ -276,7 +276,6 @@ secret = "whsec_c2hvcnQ="
         "destinations[0].headers.webhook-id: set by the relay",
         "destinations[0].sources[0]: no source is named \"nosuch\"",
         "destinations[0].events[0]: \"ActionCreatd\" is not an upstream event name",
-        "destinations[0].ordering: \"per-resource\" is not implemented yet",
         "destinations[0].rate_limit: must be a positive number",
         "destinations[0].retry.max_attempts: must be at least 1",
         "destinations[0].secret: must start with `whsec_`",

@@ -228,11 +228,6 @@ fn check_destination(
     if dest.max_concurrency.is_some_and(|c| !(1..=1024).contains(&c)) {
         problems.push(format!("{key}.max_concurrency: must be between 1 and 1024"));
     }
-    if dest.ordering == super::Ordering::PerResource {
-        problems.push(format!(
-            "{key}.ordering: \"per-resource\" is not implemented yet in this version; use \"none\""
-        ));
-    }
     if dest.rate_limit.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
         problems
             .push(format!("{key}.rate_limit: must be a positive number of requests per second"));

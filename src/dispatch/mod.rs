@@ -3,6 +3,7 @@
 //! store transaction per batch.
 
 mod dedup;
+mod resource;
 mod route;
 
 use std::collections::HashMap;
@@ -36,6 +37,8 @@ pub(crate) struct Dispatcher {
     store: SharedStore,
     committer: Committer,
     router: Router,
+    /// Destinations with `ordering = "per-resource"`.
+    ordered: std::collections::HashSet<String>,
     dedup: HashMap<String, DedupRule>,
     metrics: Arc<Metrics>,
     destinations: Arc<Destinations>,
@@ -65,6 +68,12 @@ impl Dispatcher {
             store,
             committer,
             router: Router::new(&config.destinations),
+            ordered: config
+                .destinations
+                .iter()
+                .filter(|d| d.ordering == crate::config::Ordering::PerResource)
+                .map(|d| d.name.clone())
+                .collect(),
             dedup,
             metrics,
             destinations,
@@ -108,15 +117,18 @@ impl Dispatcher {
         }
         let plans: Vec<DispatchPlan> = pending
             .iter()
-            .map(|p| DispatchPlan {
-                id: p.id,
-                dedup: self.dedup.get(&p.meta.source).filter(|r| r.window_us > 0).map(|r| {
-                    DedupKey {
+            .map(|p| {
+                let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
+                let ordered: Vec<String> =
+                    destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
+                let resource =
+                    if ordered.is_empty() { None } else { resource::key(&p.meta.source, &p.body) };
+                let dedup =
+                    self.dedup.get(&p.meta.source).filter(|r| r.window_us > 0).map(|r| DedupKey {
                         hash: dedup::key(&p.meta.source, &p.meta.event, &p.body, &r.pointers),
                         window_us: r.window_us,
-                    }
-                }),
-                destinations: self.router.destinations_for(&p.meta.source, &p.meta.event),
+                    });
+                DispatchPlan { id: p.id, dedup, destinations, ordered, resource }
             })
             .collect();
         let now = unix_micros(SystemTime::now());

@@ -21,6 +21,11 @@ pub(crate) struct DispatchPlan {
     pub(crate) dedup: Option<DedupKey>,
     /// Destinations that want the event.
     pub(crate) destinations: Vec<String>,
+    /// Those of `destinations` that deliver per resource in order.
+    pub(crate) ordered: Vec<String>,
+    /// The record the event is about (hash of source, `data.type`, `data.id`), if
+    /// the body names one.
+    pub(crate) resource: Option<[u8; 16]>,
 }
 
 /// A deduplication key: a hash of the source, the event name and the identifying
@@ -56,6 +61,9 @@ pub(crate) enum DeliveryState {
     Delivered,
     /// Given up; waits in the dead letters for a replay.
     Dead,
+    /// Waits for an earlier delivery of the same record to the same destination
+    /// (`ordering = "per-resource"`); not in the schedule until that one finishes.
+    Held,
 }
 
 impl DeliveryState {
@@ -98,6 +106,12 @@ pub(crate) struct DeliveryRecord {
     /// The start of the last answer's body, for diagnosis.
     pub(crate) last_response: Option<String>,
     pub(crate) delivered_us: Option<u64>,
+    /// For per-resource ordering: the record's key (hex), and the next delivery of
+    /// the same record to the same destination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resource: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) next_in_order: Option<EventId>,
 }
 
 impl DeliveryRecord {
@@ -115,6 +129,8 @@ impl DeliveryRecord {
             attempts: Vec::new(),
             last_response: None,
             delivered_us: None,
+            resource: None,
+            next_in_order: None,
         }
     }
 
@@ -149,6 +165,8 @@ pub(crate) struct Scheduled {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct QueueStats {
     pub(crate) pending: u64,
+    /// Waiting behind an earlier delivery of the same record.
+    pub(crate) held: u64,
     pub(crate) retrying: u64,
     pub(crate) dead: u64,
     /// Id of the oldest event still scheduled (ids start from the receive time).

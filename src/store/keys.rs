@@ -42,6 +42,49 @@ pub(crate) fn split_schedule_tail(tail: &[u8]) -> Option<(u64, EventId)> {
     Some((u64::from_be_bytes(*due), EventId::from_key(id)?))
 }
 
+/// `ordering`: `[destination][0x00][resource: 16]` — the queue of one record's
+/// deliveries to one destination.
+pub(crate) fn order(destination: &str, resource: &[u8; 16]) -> Vec<u8> {
+    let mut k = schedule_prefix(destination);
+    k.extend_from_slice(resource);
+    k
+}
+
+/// `ordering` value: `[head event: 8][tail event: 8][length: 8]`.
+pub(crate) fn encode_order(head: EventId, tail: EventId, len: u64) -> [u8; 24] {
+    let mut v = [0u8; 24];
+    v[..8].copy_from_slice(&head.to_key());
+    v[8..16].copy_from_slice(&tail.to_key());
+    v[16..].copy_from_slice(&len.to_be_bytes());
+    v
+}
+
+pub(crate) fn decode_order(v: &[u8]) -> Option<(EventId, EventId, u64)> {
+    let v: &[u8; 24] = v.try_into().ok()?;
+    Some((
+        EventId::from_key(&v[..8])?,
+        EventId::from_key(&v[8..16])?,
+        u64::from_be_bytes(v[16..].try_into().ok()?),
+    ))
+}
+
+/// Hex form of a resource key, as kept in delivery records.
+pub(crate) fn resource_hex(resource: &[u8; 16]) -> String {
+    resource.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses [`resource_hex`] back.
+pub(crate) fn resource_from_hex(text: &str) -> Option<[u8; 16]> {
+    if text.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +99,16 @@ mod tests {
         let prefix = schedule_prefix("a");
         assert!(a.starts_with(&prefix) && !c.starts_with(&prefix));
         assert_eq!(split_schedule_tail(&b[prefix.len()..]), Some((6, EventId::new(1))));
+    }
+
+    #[test]
+    fn order_values_and_resources_round_trip() {
+        let v = encode_order(EventId::new(1), EventId::new(9), 3);
+        assert_eq!(decode_order(&v), Some((EventId::new(1), EventId::new(9), 3)));
+        assert_eq!(decode_order(&v[..23]), None);
+        let r = [0xab; 16];
+        assert_eq!(resource_from_hex(&resource_hex(&r)), Some(r));
+        assert_eq!(resource_from_hex("zz"), None);
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub enum Mode {
     RetryAfter(u64),
     /// Answer 200 after this long.
     Slow(Duration),
+    /// Answer this status to requests whose body contains the text, 200 to others.
+    FailIfContains(String, u16),
 }
 
 #[derive(Default)]
@@ -70,6 +72,10 @@ async fn handle(
         Mode::RetryAfter(secs) => HttpResponse::TooManyRequests()
             .insert_header(("retry-after", secs.to_string()))
             .body("slow down"),
+        Mode::FailIfContains(text, status) if String::from_utf8_lossy(&body).contains(&text) => {
+            HttpResponse::build(actix_web::http::StatusCode::from_u16(status).unwrap()).finish()
+        }
+        Mode::FailIfContains(..) => HttpResponse::Ok().body("thanks"),
         Mode::Slow(d) => {
             tokio::time::sleep(d).await;
             HttpResponse::Ok().body("thanks, eventually")

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use sled::transaction::ConflictableTransactionError as Txe;
+use sled::transaction::{ConflictableTransactionError as Txe, TransactionalTree};
 use sled::Transactional;
 
 use super::super::{
@@ -19,6 +19,42 @@ fn decode_record(key: &[u8], value: &[u8]) -> Result<DeliveryRecord, StoreError>
         key: hex(key),
         reason: e.to_string(),
     })
+}
+
+/// A finished delivery at the head of its record's queue hands the turn to the next
+/// one (scheduled now), or removes the queue if it was the last.
+fn advance_queue(
+    deliveries: &TransactionalTree,
+    schedule: &TransactionalTree,
+    ordering: &TransactionalTree,
+    done: &DeliveryRecord,
+    resource: &[u8; 16],
+) -> Result<(), Txe<StoreError>> {
+    let dest = done.destination.as_str();
+    let qk = keys::order(dest, resource);
+    let Some((head, tail, len)) = ordering.get(&qk)?.and_then(|v| keys::decode_order(&v)) else {
+        return Ok(());
+    };
+    if head != done.event {
+        return Ok(()); // a replay of a delivery whose turn has passed
+    }
+    let Some(next) = done.next_in_order else {
+        ordering.remove(qk)?;
+        return Ok(());
+    };
+    ordering.insert(qk, &keys::encode_order(next, tail, len.saturating_sub(1)))?;
+    let nk = keys::delivery(next, dest);
+    if let Some(v) = deliveries.get(&nk)? {
+        let mut rec = decode_record(&nk, &v).map_err(Txe::Abort)?;
+        let now = crate::store::unix_micros(std::time::SystemTime::now());
+        rec.state = DeliveryState::Pending;
+        rec.next_attempt_us = Some(now);
+        rec.round_started_us = now;
+        schedule.insert(keys::schedule(dest, now, next), &[SCHEDULED_PENDING])?;
+        let value = serde_json::to_vec(&rec).map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
+        deliveries.insert(nk, value)?;
+    }
+    Ok(())
 }
 
 fn schedule_marker(state: DeliveryState) -> u8 {
@@ -86,9 +122,17 @@ impl DeliveryStore for SledStore {
 
     fn record_attempt(&self, done: Scheduled, record: &DeliveryRecord) -> Result<(), StoreError> {
         let dest = record.destination.as_str();
-        let value = serde_json::to_vec(record)?;
-        (&self.deliveries, &self.schedule, &self.dead_letters)
-            .transaction(|(deliveries, schedule, dead)| {
+        let trees = (&self.deliveries, &self.schedule, &self.dead_letters, &self.ordering);
+        trees
+            .transaction(|(deliveries, schedule, dead, ordering)| {
+                let key = keys::delivery(record.event, dest);
+                let mut record = record.clone();
+                // Dispatch may have linked a later delivery of the same record while
+                // this attempt was in flight: the stored link wins.
+                if let Some(v) = deliveries.get(&key)? {
+                    record.next_in_order =
+                        decode_record(&key, &v).map_err(Txe::Abort)?.next_in_order;
+                }
                 schedule.remove(keys::schedule(dest, done.due_us, done.event))?;
                 if let (true, Some(next)) = (record.state.is_scheduled(), record.next_attempt_us) {
                     schedule.insert(
@@ -96,13 +140,21 @@ impl DeliveryStore for SledStore {
                         &[schedule_marker(record.state)],
                     )?;
                 }
-                let key = keys::delivery(record.event, dest);
                 if record.state == DeliveryState::Dead {
                     dead.insert(key.as_slice(), &[])?;
                 } else {
                     dead.remove(key.as_slice())?;
                 }
-                deliveries.insert(key, value.as_slice())?;
+                let finished =
+                    matches!(record.state, DeliveryState::Delivered | DeliveryState::Dead);
+                if let (true, Some(resource)) =
+                    (finished, record.resource.as_deref().and_then(keys::resource_from_hex))
+                {
+                    advance_queue(deliveries, schedule, ordering, &record, &resource)?;
+                }
+                let value =
+                    serde_json::to_vec(&record).map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
+                deliveries.insert(key, value)?;
                 Ok::<(), Txe<StoreError>>(())
             })
             .map_err(tx_error)
@@ -116,12 +168,17 @@ impl DeliveryStore for SledStore {
     ) -> Result<usize, StoreError> {
         (&self.deliveries, &self.schedule, &self.dead_letters)
             .transaction(|(deliveries, schedule, dead)| {
+                let mut replayed = 0;
                 for dest in destinations {
                     let key = keys::delivery(event, dest);
                     let mut record = match deliveries.get(&key)? {
                         Some(v) => decode_record(&key, &v).map_err(Txe::Abort)?,
                         None => DeliveryRecord::new(event, dest, now_us),
                     };
+                    if record.state == DeliveryState::Held {
+                        // Already waiting for its turn: it is delivered then.
+                        continue;
+                    }
                     if let (true, Some(due)) = (record.state.is_scheduled(), record.next_attempt_us)
                     {
                         schedule.remove(keys::schedule(dest, due, event))?;
@@ -132,8 +189,9 @@ impl DeliveryStore for SledStore {
                     let value = serde_json::to_vec(&record)
                         .map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
                     deliveries.insert(key, value)?;
+                    replayed += 1;
                 }
-                Ok(destinations.len())
+                Ok(replayed)
             })
             .map_err(tx_error)
     }
@@ -189,6 +247,12 @@ impl DeliveryStore for SledStore {
             let (key, _) = item?;
             if keys::split_delivery(&key).is_some_and(|(_, d)| d == destination) {
                 stats.dead += 1;
+            }
+        }
+        for item in self.ordering.scan_prefix(&prefix) {
+            let (_, value) = item?;
+            if let Some((_, _, len)) = keys::decode_order(&value) {
+                stats.held += len.saturating_sub(1);
             }
         }
         Ok(stats)
@@ -261,6 +325,8 @@ mod tests {
             id: EventId::new(id),
             dedup: Some(DedupKey { hash: [hash; 16], window_us: 600 * S }),
             destinations: dests.iter().map(|d| d.to_string()).collect(),
+            ordered: Vec::new(),
+            resource: None,
         }
     }
 
@@ -332,7 +398,7 @@ mod tests {
         assert_eq!(store.due("b", 20 * S, 1).unwrap().len(), 1, "limit");
         assert_eq!(
             store.queue_stats("a").unwrap(),
-            QueueStats { pending: 2, retrying: 0, dead: 0, oldest: Some(EventId::new(1)) }
+            QueueStats { pending: 2, held: 0, retrying: 0, dead: 0, oldest: Some(EventId::new(1)) }
         );
 
         // Keys expire: the purge removes the ones whose window has ended.
@@ -401,6 +467,67 @@ mod tests {
         // Replaying again replaces the entry instead of adding one.
         store.replay(EventId::new(2), &["a".into()], 201 * S).unwrap();
         assert_eq!(store.due("a", 300 * S, 10).unwrap().len(), 1);
+    }
+
+    /// Three events about one record and one about another, to an ordered destination.
+    #[test]
+    fn per_resource_queues_hold_later_deliveries_until_the_head_finishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        ingest(&store, &[(1, S), (2, 2 * S), (3, 3 * S), (4, 4 * S)]);
+        let ordered = |id: u64, resource: u8| DispatchPlan {
+            dedup: None,
+            ordered: vec!["a".into()],
+            resource: Some([resource; 16]),
+            ..plan(id, 0, &["a"])
+        };
+        store
+            .dispatch(&[ordered(1, 7), ordered(2, 7), ordered(3, 8), ordered(4, 7)], 10 * S)
+            .unwrap();
+        let due: Vec<u64> =
+            store.due("a", 10 * S, 10).unwrap().iter().map(|d| d.event.raw()).collect();
+        assert_eq!(due, [1, 3], "only each record's head is scheduled");
+        assert_eq!(
+            store.delivery(EventId::new(2), "a").unwrap().unwrap().state,
+            DeliveryState::Held
+        );
+        assert_eq!(store.queue_stats("a").unwrap().held, 2);
+        // Replaying a held delivery does not jump the queue.
+        assert_eq!(store.replay(EventId::new(4), &["a".into()], 10 * S).unwrap(), 0);
+
+        // The head fails and retries: the others of its record stay held.
+        let mut r1 = store.delivery(EventId::new(1), "a").unwrap().unwrap();
+        let stale = r1.clone(); // as read before its attempt
+        r1.state = DeliveryState::Retrying;
+        r1.next_attempt_us = Some(20 * S);
+        store.record_attempt(Scheduled { due_us: 10 * S, event: EventId::new(1) }, &r1).unwrap();
+        assert_eq!(
+            store.delivery(EventId::new(2), "a").unwrap().unwrap().state,
+            DeliveryState::Held
+        );
+
+        // It succeeds; its in-memory copy predates the link to event 2, which survives.
+        let mut done = stale;
+        done.state = DeliveryState::Delivered;
+        done.next_attempt_us = None;
+        store.record_attempt(Scheduled { due_us: 20 * S, event: EventId::new(1) }, &done).unwrap();
+        let r2 = store.delivery(EventId::new(2), "a").unwrap().unwrap();
+        assert_eq!(r2.state, DeliveryState::Pending);
+        let due: Vec<u64> =
+            store.due("a", u64::MAX - 1, 10).unwrap().iter().map(|d| d.event.raw()).collect();
+        assert_eq!(due, [3, 2]);
+
+        // Event 2 goes dead: event 4 gets its turn all the same.
+        let mut r2 = r2;
+        r2.state = DeliveryState::Dead;
+        r2.next_attempt_us = None;
+        let due2 = store.due("a", u64::MAX - 1, 10).unwrap()[1];
+        store.record_attempt(due2, &r2).unwrap();
+        assert_eq!(
+            store.delivery(EventId::new(4), "a").unwrap().unwrap().state,
+            DeliveryState::Pending
+        );
+        assert_eq!(store.queue_stats("a").unwrap().held, 0);
     }
 
     #[test]

@@ -8,8 +8,8 @@ use sled::Transactional;
 
 use super::super::codec::decode_pending;
 use super::super::{
-    keys, DeliveryRecord, DispatchOutcome, DispatchPlan, DispatchStore, EventId, EventStatus,
-    PendingEvent, StoreError,
+    keys, DeliveryRecord, DeliveryState, DispatchOutcome, DispatchPlan, DispatchStore, EventId,
+    EventStatus, PendingEvent, StoreError,
 };
 use super::{hex, SledStore, DEDUP, INBOX, SCHEDULED_PENDING};
 
@@ -59,9 +59,10 @@ impl DispatchStore for SledStore {
             &self.dedup,
             &self.deliveries,
             &self.schedule,
+            &self.ordering,
         );
         let (outcomes, new_keys) = trees
-            .transaction(|(inbox, events, bodies, dedup, deliveries, schedule)| {
+            .transaction(|(inbox, events, bodies, dedup, deliveries, schedule, ordering)| {
                 let mut outcomes = Vec::with_capacity(plans.len());
                 let mut new_keys = 0usize;
                 for plan in plans {
@@ -99,15 +100,50 @@ impl DispatchStore for SledStore {
                     } else {
                         meta.status = EventStatus::Dispatched;
                         meta.destinations.clone_from(&plan.destinations);
+                        let encode = |r: &DeliveryRecord| {
+                            serde_json::to_vec(r).map_err(|e| Txe::Abort(StoreError::Encode(e)))
+                        };
                         for dest in &plan.destinations {
-                            let record = DeliveryRecord::new(plan.id, dest, now_us);
-                            let value = serde_json::to_vec(&record)
-                                .map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
-                            deliveries.insert(keys::delivery(plan.id, dest), value)?;
-                            schedule.insert(
-                                keys::schedule(dest, now_us, plan.id),
-                                &[SCHEDULED_PENDING],
-                            )?;
+                            let mut record = DeliveryRecord::new(plan.id, dest, now_us);
+                            let resource = plan.resource.filter(|_| plan.ordered.contains(dest));
+                            let mut held = false;
+                            if let Some(resource) = resource {
+                                // Per-resource order: join the record's queue; only its
+                                // head is ever scheduled.
+                                record.resource = Some(keys::resource_hex(&resource));
+                                let qk = keys::order(dest, &resource);
+                                match ordering.get(&qk)?.and_then(|v| keys::decode_order(&v)) {
+                                    None => {
+                                        ordering
+                                            .insert(qk, &keys::encode_order(plan.id, plan.id, 1))?;
+                                    }
+                                    Some((head, tail, len)) => {
+                                        let tk = keys::delivery(tail, dest);
+                                        if let Some(v) = deliveries.get(&tk)? {
+                                            let mut prev: DeliveryRecord =
+                                                serde_json::from_slice(&v).map_err(|e| {
+                                                    Txe::Abort(StoreError::Encode(e))
+                                                })?;
+                                            prev.next_in_order = Some(plan.id);
+                                            deliveries.insert(tk, encode(&prev)?)?;
+                                        }
+                                        ordering.insert(
+                                            qk,
+                                            &keys::encode_order(head, plan.id, len + 1),
+                                        )?;
+                                        record.state = DeliveryState::Held;
+                                        record.next_attempt_us = None;
+                                        held = true;
+                                    }
+                                }
+                            }
+                            deliveries.insert(keys::delivery(plan.id, dest), encode(&record)?)?;
+                            if !held {
+                                schedule.insert(
+                                    keys::schedule(dest, now_us, plan.id),
+                                    &[SCHEDULED_PENDING],
+                                )?;
+                            }
                         }
                         DispatchOutcome::Dispatched(plan.destinations.len())
                     };

@@ -30,6 +30,7 @@ const DELIVERIES: &str = "deliveries";
 const SCHEDULE: &str = "schedule";
 const DEDUP: &str = "dedup";
 const DEAD_LETTERS: &str = "dead_letters";
+const ORDERING: &str = "ordering";
 /// `schedule` values: what kind of entry it is, for queue counts without reading the
 /// delivery records.
 const SCHEDULED_PENDING: u8 = 0;
@@ -47,6 +48,7 @@ pub(crate) struct SledStore {
     schedule: sled::Tree,
     dedup: sled::Tree,
     dead_letters: sled::Tree,
+    ordering: sled::Tree,
     meta: sled::Tree,
     /// Entries in `inbox` and `dedup`: sled's own `len()` walks the whole tree.
     inbox_count: AtomicUsize,
@@ -92,6 +94,7 @@ impl SledStore {
             deliveries: db.open_tree(DELIVERIES)?,
             schedule: db.open_tree(SCHEDULE)?,
             dead_letters: db.open_tree(DEAD_LETTERS)?,
+            ordering: db.open_tree(ORDERING)?,
             inbox_count: AtomicUsize::new(inbox.len()),
             dedup_count: AtomicUsize::new(dedup.len()),
             inbox,
