@@ -403,3 +403,19 @@ async fn per_resource_ordering_holds_back_only_the_same_record() {
     let first_v2 = all.iter().position(|n| n == "v2").unwrap();
     assert!(last_v1 < first_v2, "{all:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_destination_does_not_slow_the_others() {
+    let (slow, fast) = (Sink::start().await, Sink::start().await);
+    slow.set_mode(Mode::Slow(Duration::from_secs(5)));
+    let tail = destination("slow", &slow.url(), "max_concurrency = 1\ntimeout = \"30s\"")
+        + &destination("fast", &fast.url(), "");
+    let (_dir, relay) = start(&tail).await;
+    let started = std::time::Instant::now();
+    for i in 0..5 {
+        send(&relay, "ActionCreated", occurrence("actions", &i.to_string(), "X", "1")).await;
+    }
+    fast.wait_for(5, WAIT).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "fast waited {:?}", started.elapsed());
+    assert_eq!(slow.count(), 1, "the slow one has its single request in flight");
+}
