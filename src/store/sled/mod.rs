@@ -6,8 +6,11 @@
 //! whatever the value size, which makes the insert count the cost of the ack path.
 
 mod deliveries;
+#[cfg(test)]
+mod delivery_tests;
 mod dispatch;
 mod events;
+mod ordering;
 
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
