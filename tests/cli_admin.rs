@@ -92,6 +92,22 @@ async fn the_admin_commands_list_show_replay_pause_and_resume() {
     assert_eq!(code, 0);
     sink.wait_for(3, Duration::from_secs(15)).await;
 
+    // Deleting a dead letter: it is never retried and leaves the list.
+    sink.set_mode(Mode::Status(422));
+    let r = relay.callback(Some("TaskCreated"), "application/json", r#"{"data":{"id":"8"}}"#).await;
+    let id2 = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    relay
+        .admin_until("/admin/dead-letters", Duration::from_secs(15), |v| {
+            v["dead_letters"].as_array().unwrap().len() == 1
+        })
+        .await;
+    let (code, out, _) = cli(&relay, d, &["dead-letters", "delete", "--event", "TaskCreated"]);
+    assert_eq!((code, out.as_str()), (0, "1 dead letters deleted\n"));
+    let (_, out, _) = cli(&relay, d, &["dead-letters", "list"]);
+    assert!(out.contains("(none)"), "{out}");
+    let (_, out, _) = cli(&relay, d, &["events", "show", &id2]);
+    assert!(out.contains("discarded"), "{out}");
+
     // Errors are reported, with a non-zero exit code.
     let (code, _, err) = cli(&relay, d, &["destinations", "pause", "nope"]);
     assert_eq!(code, 1);

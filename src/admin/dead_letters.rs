@@ -116,3 +116,38 @@ pub(super) async fn replay(
         Err(e) => store_error(&e),
     }
 }
+
+/// Deletes every dead letter matching the filters: the deliveries become `discarded`
+/// (never retried; their events can then be pruned).
+pub(super) async fn delete(
+    state: web::Data<AdminState>,
+    query: Result<web::Query<Query>, actix_web::Error>,
+) -> HttpResponse {
+    let mut filter = match filter(query, MAX_LIMIT, MAX_LIMIT) {
+        Ok(f) => f,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let store = state.store.clone();
+    let result = web::block(move || {
+        let mut deleted = 0usize;
+        loop {
+            let page = store.dead_letters(&filter)?;
+            if page.is_empty() {
+                return Ok::<_, StoreError>(deleted);
+            }
+            for record in &page {
+                deleted += usize::from(store.discard(record.event, &record.destination)?);
+            }
+            filter.after = None;
+        }
+    })
+    .await;
+    match result {
+        Ok(Ok(deleted)) => {
+            tracing::info!(deleted, "dead letters deleted");
+            HttpResponse::Ok().json(serde_json::json!({ "deleted": deleted }))
+        }
+        Ok(Err(e)) => store_error(&e),
+        Err(e) => store_error(&e),
+    }
+}

@@ -44,6 +44,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/events/{id}", web::get().to(events::show))
                 .route("/events/{id}/replay", web::post().to(events::replay))
                 .route("/dead-letters", web::get().to(dead_letters::list))
+                .route("/dead-letters", web::delete().to(dead_letters::delete))
                 .route("/dead-letters/replay", web::post().to(dead_letters::replay))
                 .route("/destinations", web::get().to(destinations::list))
                 .route("/destinations/{name}/pause", web::post().to(destinations::pause))

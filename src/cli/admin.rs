@@ -72,6 +72,11 @@ pub(super) enum DeadLetters {
         #[command(flatten)]
         filter: DeadFilter,
     },
+    /// Delete every dead delivery matching the filters (it is never retried).
+    Delete {
+        #[command(flatten)]
+        filter: DeadFilter,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -256,6 +261,11 @@ async fn dead_letters(client: &AdminClient, cmd: DeadLetters) -> anyhow::Result<
                 &["EVENT", "DESTINATION", "ATTEMPTS", "LAST STATUS", "LAST ERROR"],
                 &rows,
             );
+            Ok((v, text))
+        }
+        DeadLetters::Delete { filter } => {
+            let v = client.delete(&format!("/admin/dead-letters{}", q(filter, None))).await?;
+            let text = format!("{} dead letters deleted\n", s(&v["deleted"]));
             Ok((v, text))
         }
         DeadLetters::Replay { filter } => {

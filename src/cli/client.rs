@@ -58,6 +58,10 @@ impl AdminClient {
         self.send(req).await
     }
 
+    pub(super) async fn delete(&self, path_and_query: &str) -> anyhow::Result<Value> {
+        self.send(self.http.delete(format!("{}{path_and_query}", self.base))).await
+    }
+
     async fn send(&self, mut req: reqwest::RequestBuilder) -> anyhow::Result<Value> {
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);

@@ -61,6 +61,8 @@ pub(crate) enum DeliveryState {
     Delivered,
     /// Given up; waits in the dead letters for a replay.
     Dead,
+    /// A dead letter an operator deleted: never retried, pruned with its event.
+    Discarded,
     /// Waits for an earlier delivery of the same record to the same destination
     /// (`ordering = "per-resource"`); not in the schedule until that one finishes.
     Held,

@@ -124,6 +124,9 @@ pub(crate) trait DeliveryStore: Send + Sync + 'static {
         destinations: &[String],
         now_us: u64,
     ) -> Result<usize, StoreError>;
+    /// Deletes a dead letter: the delivery becomes `discarded` (kept in the event's
+    /// history, never retried). Returns false if it was not dead.
+    fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError>;
     /// Dead deliveries, newest event first.
     fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeliveryRecord>, StoreError>;
     /// Counts of a destination's queue.
@@ -133,7 +136,7 @@ pub(crate) trait DeliveryStore: Send + Sync + 'static {
     fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError>;
     /// Deletes finished events received before `before_us`, at most `limit`: rejected,
     /// duplicate and unrouted ones, and dispatched ones whose deliveries all
-    /// succeeded (with those deliveries). Dead letters and anything still scheduled
+    /// succeeded or were discarded (with those deliveries). Dead letters and anything still scheduled
     /// stay. Returns how many events were deleted.
     fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError>;
 }

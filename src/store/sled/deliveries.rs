@@ -161,6 +161,25 @@ impl DeliveryStore for SledStore {
             .map_err(tx_error)
     }
 
+    fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
+        (&self.deliveries, &self.dead_letters)
+            .transaction(|(deliveries, dead)| {
+                let key = keys::delivery(event, destination);
+                if dead.remove(key.as_slice())?.is_none() {
+                    return Ok(false);
+                }
+                if let Some(v) = deliveries.get(&key)? {
+                    let mut record = decode_record(&key, &v).map_err(Txe::Abort)?;
+                    record.state = DeliveryState::Discarded;
+                    let value = serde_json::to_vec(&record)
+                        .map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
+                    deliveries.insert(key, value)?;
+                }
+                Ok(true)
+            })
+            .map_err(tx_error)
+    }
+
     fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeliveryRecord>, StoreError> {
         let iter = match filter.after {
             Some(after) => self.dead_letters.range(..after.to_key()),
@@ -233,7 +252,9 @@ impl DeliveryStore for SledStore {
             let record = super::decode(super::Source::Events, &key, &value)?;
             let deliveries = self.deliveries_of(record.id)?;
             if record.meta.received_at_us >= before_us
-                || deliveries.iter().any(|d| d.state != DeliveryState::Delivered)
+                || deliveries.iter().any(|d| {
+                    !matches!(d.state, DeliveryState::Delivered | DeliveryState::Discarded)
+                })
             {
                 continue;
             }

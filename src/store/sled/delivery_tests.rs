@@ -215,3 +215,28 @@ fn pauses_persist() {
     let store = open(dir.path());
     assert_eq!(store.paused().unwrap(), HashSet::from(["a".to_owned()]));
 }
+
+#[test]
+fn a_deleted_dead_letter_is_discarded_and_its_event_can_be_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    ingest(&store, &[(1, S)]);
+    store.dispatch(&[plan(1, 1, &["a"])], 10 * S).unwrap();
+    assert!(!store.discard(EventId::new(1), "a").unwrap(), "only dead letters can be deleted");
+    let mut r = store.delivery(EventId::new(1), "a").unwrap().unwrap();
+    r.state = DeliveryState::Dead;
+    r.next_attempt_us = None;
+    store.record_attempt(Scheduled { due_us: 10 * S, event: EventId::new(1) }, &r).unwrap();
+    assert_eq!(store.prune(100 * S, 10).unwrap(), 0, "dead letters keep their event");
+    assert!(store.discard(EventId::new(1), "a").unwrap());
+    assert!(store
+        .dead_letters(&DeadLetterFilter { limit: 10, ..Default::default() })
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.delivery(EventId::new(1), "a").unwrap().unwrap().state,
+        DeliveryState::Discarded
+    );
+    assert_eq!(store.prune(100 * S, 10).unwrap(), 1);
+    assert!(store.event(EventId::new(1)).unwrap().is_none());
+}
