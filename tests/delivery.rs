@@ -42,6 +42,19 @@ async fn start(tail: &str) -> (tempfile::TempDir, Relay) {
     (dir, relay)
 }
 
+/// Waits until `/metrics` shows `line` (counters move once work is flushed).
+async fn wait_metric(relay: &Relay, line: &str) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let metrics = relay.metrics().await;
+        if metrics.contains(line) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "missing {line} in\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn send(relay: &Relay, event: &str, body: String) -> String {
     let r = relay.callback(Some(event), "application/json", body).await;
     assert_eq!(r.status(), 200);
@@ -105,7 +118,6 @@ async fn copies_of_one_occurrence_are_delivered_once_per_destination() {
         .iter()
         .all(|d| d["state"] == "delivered" && d["attempts"][0]["status"] == 200));
 
-    let metrics = relay.metrics().await;
     for line in [
         r#"hookrelay_events_deduplicated_total{event="ActionUpdated",source="demo"} 2"#,
         r#"hookrelay_events_dispatched_total{event="ActionUpdated",source="demo"} 2"#,
@@ -114,7 +126,7 @@ async fn copies_of_one_occurrence_are_delivered_once_per_destination() {
         r#"hookrelay_queue_depth{destination="a",state="pending"} 0"#,
         r#"hookrelay_delivery_lag_seconds_count{destination="a"} 3"#,
     ] {
-        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+        wait_metric(&relay, line).await;
     }
 }
 
@@ -127,12 +139,12 @@ async fn unrouted_events_are_recorded_and_counted() {
         .admin_until(&format!("/admin/events/{id}"), WAIT, |e| e["status"] != "received")
         .await;
     assert_eq!(e["status"], "unrouted");
-    let metrics = relay.metrics().await;
-    assert!(
-        metrics
-            .contains(r#"hookrelay_events_unrouted_total{event="ActionCreated",source="demo"} 1"#),
-        "{metrics}"
-    );
+    // Counted once dispatch has flushed, a moment after the status is visible.
+    wait_metric(
+        &relay,
+        r#"hookrelay_events_unrouted_total{event="ActionCreated",source="demo"} 1"#,
+    )
+    .await;
     assert_eq!(a.count(), 0);
 }
 
@@ -219,11 +231,9 @@ async fn permanent_failures_go_dead_and_bulk_replay_delivers_them() {
     assert_eq!(d["last_response"], "sink says 400");
     assert_eq!(d["total_attempts"], 1, "a permanent failure is not retried");
     assert_eq!(a.count(), 2);
+    // Counted after the attempt is flushed, a moment after it is visible.
+    wait_metric(&relay, r#"hookrelay_deliveries_total{destination="a",outcome="failed"} 2"#).await;
     let metrics = relay.metrics().await;
-    assert!(
-        metrics.contains(r#"hookrelay_deliveries_total{destination="a",outcome="failed"} 2"#),
-        "{metrics}"
-    );
     assert!(
         metrics.contains(r#"hookrelay_queue_depth{destination="a",state="dead"} 2"#),
         "{metrics}"

@@ -240,3 +240,42 @@ fn a_deleted_dead_letter_is_discarded_and_its_event_can_be_pruned() {
     assert_eq!(store.prune(100 * S, 10).unwrap(), 1);
     assert!(store.event(EventId::new(1)).unwrap().is_none());
 }
+
+/// Readers never miss an event that dispatch is moving from `inbox` to `events`.
+#[test]
+fn listings_and_lookups_see_every_event_while_dispatch_moves_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(open(dir.path()));
+    let all: Vec<(u64, u64)> = (1..=3000).map(|i| (i, i * S)).collect();
+    for chunk in all.chunks(500) {
+        ingest(&store, chunk);
+    }
+    let mover = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            for ids in (1..=3000u64).collect::<Vec<_>>().chunks(32) {
+                let plans: Vec<DispatchPlan> = ids
+                    .iter()
+                    .map(|id| DispatchPlan { dedup: None, ..plan(*id, 0, &[]) })
+                    .collect();
+                store.dispatch(&plans, 10 * S).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    let filter = crate::store::EventFilter { limit: 5000, ..Default::default() };
+    let mut rounds = 0;
+    while !mover.is_finished() || rounds == 0 {
+        let listed = store.list_events(&filter).unwrap();
+        assert_eq!(listed.len(), 3000, "a listing missed events (round {rounds})");
+        assert!(listed.windows(2).all(|w| w[0].id > w[1].id));
+        for id in [1u64, 1500, 3000] {
+            assert!(store.event(EventId::new(id)).unwrap().is_some(), "event {id} missed");
+            assert!(store.body(EventId::new(id)).unwrap().is_some(), "body {id} missed");
+        }
+        rounds += 1;
+    }
+    mover.join().unwrap();
+    assert_eq!(store.inbox_len(), 0);
+    assert!(rounds > 1, "the listing should have overlapped the moves");
+}

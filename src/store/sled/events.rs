@@ -1,6 +1,5 @@
 //! [`EventStore`] on sled: ingest into the inbox, reads across `inbox` and `events`.
 
-use std::iter::{Peekable, Rev};
 use std::sync::atomic::Ordering;
 
 use super::super::codec::{decode_pending, encode_pending};
@@ -8,28 +7,6 @@ use super::super::{
     EventFilter, EventId, EventRecord, EventStatus, EventStore, NewEvent, StoreError,
 };
 use super::{decode, hex, SledStore, Source, INBOX};
-
-type Scan = Peekable<Rev<sled::Iter>>;
-
-/// Takes the newer (larger key) of the two scans' next items.
-fn next_newest(
-    events: &mut Scan,
-    inbox: &mut Scan,
-) -> Option<Result<(Source, sled::IVec, sled::IVec), StoreError>> {
-    let key_of = |s: &mut Scan| match s.peek() {
-        Some(Ok((k, _))) => Some(Some(k.clone())),
-        Some(Err(_)) => Some(None), // an error: surface it first
-        None => None,
-    };
-    let (source, scan) = match (key_of(events), key_of(inbox)) {
-        (None, None) => return None,
-        (Some(None), _) | (Some(Some(_)), None) => (Source::Events, events),
-        (_, Some(None)) | (None, Some(Some(_))) => (Source::Inbox, inbox),
-        (Some(Some(e)), Some(Some(i))) if e > i => (Source::Events, events),
-        (Some(Some(_)), Some(Some(_))) => (Source::Inbox, inbox),
-    };
-    scan.next().map(|item| item.map(|(k, v)| (source, k, v)).map_err(StoreError::from))
-}
 
 impl EventStore for SledStore {
     fn append(&self, batch: &[(EventId, &NewEvent)]) -> Result<(), StoreError> {
@@ -73,37 +50,67 @@ impl EventStore for SledStore {
         Ok(last(&self.events)?.max(last(&self.inbox)?))
     }
 
+    // Readers look in `inbox` first, then in `events`/`bodies`: dispatch moves events
+    // in that direction, so an event moved meanwhile is found in the second place.
+    // (The other order can miss it in both.)
+
     fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
         let key = id.to_key();
-        if let Some(v) = self.events.get(key)? {
-            return decode(Source::Events, &key, &v).map(Some);
+        if let Some(v) = self.inbox.get(key)? {
+            return decode(Source::Inbox, &key, &v).map(Some);
         }
-        self.inbox.get(key)?.map(|v| decode(Source::Inbox, &key, &v)).transpose()
+        self.events.get(key)?.map(|v| decode(Source::Events, &key, &v)).transpose()
     }
 
     fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError> {
         let key = id.to_key();
-        if let Some(body) = self.bodies.get(key)? {
-            return Ok(Some(body.to_vec()));
-        }
-        match self.inbox.get(key)? {
-            None => Ok(None),
-            Some(v) => decode_pending(&v)
+        if let Some(v) = self.inbox.get(key)? {
+            return decode_pending(&v)
                 .map(|(_, body)| Some(body.to_vec()))
-                .map_err(|reason| StoreError::Corrupt { tree: INBOX, key: hex(&key), reason }),
+                .map_err(|reason| StoreError::Corrupt { tree: INBOX, key: hex(&key), reason });
         }
+        Ok(self.bodies.get(key)?.map(|b| b.to_vec()))
     }
 
     fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        let scan = |tree: &sled::Tree| match filter.after {
-            Some(after) => tree.range(..after.to_key()).rev().peekable(),
-            None => tree.iter().rev().peekable(),
+        // Two passes, inbox first (see above), each taking its newest `limit` matches;
+        // an event moved between the passes shows up twice and is kept once.
+        let mut out = self.scan_newest(&self.inbox, Source::Inbox, filter)?;
+        out.extend(self.scan_newest(&self.events, Source::Events, filter)?);
+        // Newest first; of two copies of one event, the dispatched one first.
+        out.sort_by_key(|r| std::cmp::Reverse((r.id, r.meta.status != EventStatus::Received)));
+        out.dedup_by_key(|r| r.id);
+        out.truncate(filter.limit);
+        Ok(out)
+    }
+
+    fn inbox_len(&self) -> usize {
+        self.inbox_count.load(Ordering::Relaxed)
+    }
+
+    fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+}
+
+impl SledStore {
+    /// The newest `filter.limit` records of one tree that match `filter`.
+    fn scan_newest(
+        &self,
+        tree: &sled::Tree,
+        source: Source,
+        filter: &EventFilter,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let iter = match filter.after {
+            Some(after) => tree.range(..after.to_key()),
+            None => tree.iter(),
         };
-        let (mut events, mut inbox) = (scan(&self.events), scan(&self.inbox));
-        let mut out = Vec::with_capacity(filter.limit.min(1024));
-        while out.len() < filter.limit {
-            let Some(item) = next_newest(&mut events, &mut inbox) else { break };
-            let (source, key, value) = item?;
+        let mut out = Vec::new();
+        for item in iter.rev() {
+            if out.len() >= filter.limit {
+                break;
+            }
+            let (key, value) = item?;
             let record = decode(source, &key, &value)?;
             let m = &record.meta;
             if filter.source.as_ref().is_some_and(|s| *s != m.source)
@@ -115,14 +122,6 @@ impl EventStore for SledStore {
             out.push(record);
         }
         Ok(out)
-    }
-
-    fn inbox_len(&self) -> usize {
-        self.inbox_count.load(Ordering::Relaxed)
-    }
-
-    fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(self.db.size_on_disk()?)
     }
 }
 
