@@ -73,48 +73,68 @@ pub(super) async fn list(
     }
 }
 
-/// Replays every dead letter matching the filters (all of them, page by page).
-pub(super) async fn replay(
-    state: web::Data<AdminState>,
+/// What a bulk operation does to one dead letter.
+#[derive(Clone, Copy)]
+enum Bulk {
+    Replay,
+    Delete,
+}
+
+/// Applies `op` to every dead letter matching the query, page by page. Each one
+/// leaves the dead letters as it is handled, so every page starts from the top again
+/// (`after` only narrows the first). Returns the destinations of those handled.
+async fn bulk(
+    state: &web::Data<AdminState>,
     query: Result<web::Query<Query>, actix_web::Error>,
-) -> HttpResponse {
-    let mut filter = match filter(query, MAX_LIMIT, MAX_LIMIT) {
-        Ok(f) => f,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
-    };
-    // A replayed dead letter leaves the tree, so every pass starts from the top again;
-    // `after` only narrows the first pass.
+    op: Bulk,
+) -> Result<Vec<String>, HttpResponse> {
+    let mut filter =
+        filter(query, MAX_LIMIT, MAX_LIMIT).map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
     let store = state.store.clone();
     let result = web::block(move || {
-        let mut replayed = Vec::new();
+        let mut handled = Vec::new();
         loop {
             let page = store.dead_letters(&filter)?;
             if page.is_empty() {
-                return Ok::<_, StoreError>(replayed);
+                return Ok::<_, StoreError>(handled);
             }
             let now = unix_micros(std::time::SystemTime::now());
             for record in &page {
-                store.replay(record.event, std::slice::from_ref(&record.destination), now)?;
-                replayed.push(record.destination.clone());
+                let (event, dest) = (record.event, &record.destination);
+                let done = match op {
+                    Bulk::Replay => store.replay(event, std::slice::from_ref(dest), now)? > 0,
+                    Bulk::Delete => store.discard(event, dest)?,
+                };
+                if done {
+                    handled.push(dest.clone());
+                }
             }
             filter.after = None;
         }
     })
     .await;
     match result {
-        Ok(Ok(destinations)) => {
-            let mut woken = std::collections::BTreeSet::new();
-            for d in &destinations {
-                if woken.insert(d.as_str()) {
-                    state.destinations.wake(d);
-                }
-            }
-            tracing::info!(replayed = destinations.len(), "dead letters replayed");
-            HttpResponse::Ok().json(serde_json::json!({ "replayed": destinations.len() }))
-        }
-        Ok(Err(e)) => store_error(&e),
-        Err(e) => store_error(&e),
+        Ok(Ok(handled)) => Ok(handled),
+        Ok(Err(e)) => Err(store_error(&e)),
+        Err(e) => Err(store_error(&e)),
     }
+}
+
+/// Replays every dead letter matching the filters.
+pub(super) async fn replay(
+    state: web::Data<AdminState>,
+    query: Result<web::Query<Query>, actix_web::Error>,
+) -> HttpResponse {
+    let destinations = match bulk(&state, query, Bulk::Replay).await {
+        Ok(d) => d,
+        Err(resp) => return resp,
+    };
+    let woken: std::collections::BTreeSet<&str> = destinations.iter().map(String::as_str).collect();
+    for d in woken {
+        state.destinations.wake(d);
+    }
+    tracing::info!(replayed = destinations.len(), "dead letters replayed");
+    HttpResponse::Ok().json(serde_json::json!({ "replayed": destinations.len() }))
 }
 
 /// Deletes every dead letter matching the filters: the deliveries become `discarded`
@@ -123,31 +143,11 @@ pub(super) async fn delete(
     state: web::Data<AdminState>,
     query: Result<web::Query<Query>, actix_web::Error>,
 ) -> HttpResponse {
-    let mut filter = match filter(query, MAX_LIMIT, MAX_LIMIT) {
-        Ok(f) => f,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
-    };
-    let store = state.store.clone();
-    let result = web::block(move || {
-        let mut deleted = 0usize;
-        loop {
-            let page = store.dead_letters(&filter)?;
-            if page.is_empty() {
-                return Ok::<_, StoreError>(deleted);
-            }
-            for record in &page {
-                deleted += usize::from(store.discard(record.event, &record.destination)?);
-            }
-            filter.after = None;
+    match bulk(&state, query, Bulk::Delete).await {
+        Ok(deleted) => {
+            tracing::info!(deleted = deleted.len(), "dead letters deleted");
+            HttpResponse::Ok().json(serde_json::json!({ "deleted": deleted.len() }))
         }
-    })
-    .await;
-    match result {
-        Ok(Ok(deleted)) => {
-            tracing::info!(deleted, "dead letters deleted");
-            HttpResponse::Ok().json(serde_json::json!({ "deleted": deleted }))
-        }
-        Ok(Err(e)) => store_error(&e),
-        Err(e) => store_error(&e),
+        Err(resp) => resp,
     }
 }

@@ -142,6 +142,11 @@ fn s(v: &Value) -> String {
     }
 }
 
+/// One table row per element of the JSON array `v` (none if it is not an array).
+fn rows(v: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    v.as_array().map(|a| a.iter().map(row).collect()).unwrap_or_default()
+}
+
 fn list(v: &Value) -> String {
     v.as_array().map_or_else(|| "-".into(), |a| a.iter().map(s).collect::<Vec<_>>().join(","))
 }
@@ -157,23 +162,17 @@ async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<(Value, Str
                 ("after", after),
             ]);
             let v = client.get(&format!("/admin/events{q}")).await?;
-            let rows: Vec<Vec<String>> = v["events"]
-                .as_array()
-                .map(|a| a.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|e| {
-                    vec![
-                        s(&e["id"]),
-                        s(&e["received_at"]),
-                        s(&e["source"]),
-                        s(&e["event"]),
-                        s(&e["status"]),
-                        s(&e["size"]),
-                        list(&e["flags"]),
-                    ]
-                })
-                .collect();
+            let rows = rows(&v["events"], |e| {
+                vec![
+                    s(&e["id"]),
+                    s(&e["received_at"]),
+                    s(&e["source"]),
+                    s(&e["event"]),
+                    s(&e["status"]),
+                    s(&e["size"]),
+                    list(&e["flags"]),
+                ]
+            });
             let mut text = table::render(
                 &["ID", "RECEIVED", "SOURCE", "EVENT", "STATUS", "SIZE", "FLAGS"],
                 &rows,
@@ -198,22 +197,16 @@ async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<(Value, Str
             if !v["duplicate_of"].is_null() {
                 text.push_str(&format!("duplicate of {}\n", s(&v["duplicate_of"])));
             }
-            let rows: Vec<Vec<String>> = v["deliveries"]
-                .as_array()
-                .map(|a| a.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|d| {
-                    vec![
-                        s(&d["destination"]),
-                        s(&d["state"]),
-                        s(&d["total_attempts"]),
-                        s(&d["last_status"]),
-                        s(&d["last_error"]),
-                        s(&d["next_attempt_at"]),
-                    ]
-                })
-                .collect();
+            let rows = rows(&v["deliveries"], |d| {
+                vec![
+                    s(&d["destination"]),
+                    s(&d["state"]),
+                    s(&d["total_attempts"]),
+                    s(&d["last_status"]),
+                    s(&d["last_error"]),
+                    s(&d["next_attempt_at"]),
+                ]
+            });
             text.push_str(&table::render(
                 &["DESTINATION", "STATE", "ATTEMPTS", "LAST STATUS", "LAST ERROR", "NEXT ATTEMPT"],
                 &rows,
@@ -242,21 +235,15 @@ async fn dead_letters(client: &AdminClient, cmd: DeadLetters) -> anyhow::Result<
     match cmd {
         DeadLetters::List { filter, limit } => {
             let v = client.get(&format!("/admin/dead-letters{}", q(filter, Some(limit)))).await?;
-            let rows: Vec<Vec<String>> = v["dead_letters"]
-                .as_array()
-                .map(|a| a.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|d| {
-                    vec![
-                        s(&d["event"]),
-                        s(&d["destination"]),
-                        s(&d["total_attempts"]),
-                        s(&d["last_status"]),
-                        s(&d["last_error"]),
-                    ]
-                })
-                .collect();
+            let rows = rows(&v["dead_letters"], |d| {
+                vec![
+                    s(&d["event"]),
+                    s(&d["destination"]),
+                    s(&d["total_attempts"]),
+                    s(&d["last_status"]),
+                    s(&d["last_error"]),
+                ]
+            });
             let text = table::render(
                 &["EVENT", "DESTINATION", "ATTEMPTS", "LAST STATUS", "LAST ERROR"],
                 &rows,
@@ -282,26 +269,20 @@ async fn destinations(client: &AdminClient, cmd: Destinations) -> anyhow::Result
     match cmd {
         Destinations::List => {
             let v = client.get("/admin/destinations").await?;
-            let rows: Vec<Vec<String>> = v["destinations"]
-                .as_array()
-                .map(|a| a.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|d| {
-                    let q = &d["queue"];
-                    vec![
-                        s(&d["name"]),
-                        if d["paused"] == true { "paused".into() } else { "active".into() },
-                        s(&d["circuit"]),
-                        s(&d["in_flight"]),
-                        s(&q["pending"]),
-                        s(&q["retrying"]),
-                        s(&q["dead"]),
-                        d["oldest_age_seconds"].as_f64().map_or("-".into(), |a| format!("{a:.0}s")),
-                        s(&d["url"]),
-                    ]
-                })
-                .collect();
+            let rows = rows(&v["destinations"], |d| {
+                let q = &d["queue"];
+                vec![
+                    s(&d["name"]),
+                    if d["paused"] == true { "paused".into() } else { "active".into() },
+                    s(&d["circuit"]),
+                    s(&d["in_flight"]),
+                    s(&q["pending"]),
+                    s(&q["retrying"]),
+                    s(&q["dead"]),
+                    d["oldest_age_seconds"].as_f64().map_or("-".into(), |a| format!("{a:.0}s")),
+                    s(&d["url"]),
+                ]
+            });
             let text = table::render(
                 &[
                     "NAME",
