@@ -60,46 +60,45 @@ pub(crate) struct Metrics {
     pub(crate) events_pruned: IntCounter,
 }
 
+/// Registers `metric` and hands it back (metrics are cheap handles onto shared state).
+fn reg_one<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: M,
+) -> Result<M, MetricsError> {
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
 /// Why the metrics could not be set up (a programming error: duplicate names).
 pub(crate) type MetricsError = prometheus::Error;
 
 impl Metrics {
     pub(crate) fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
+        let opts = |name: &str, help: &str| Opts::new(name, help);
+        let hopts = |name: &str, help: &str, buckets: &[f64]| {
+            HistogramOpts::new(name, help).buckets(buckets.to_vec())
+        };
+        let counter = |name: &str, help: &str| reg_one(&registry, IntCounter::new(name, help)?);
         let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok::<_, MetricsError>(c)
+            reg_one(&registry, IntCounterVec::new(opts(name, help), labels)?)
+        };
+        let gauge = |name: &str, help: &str| reg_one(&registry, IntGauge::new(name, help)?);
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            reg_one(&registry, IntGaugeVec::new(opts(name, help), labels)?)
         };
         let histogram = |name: &str, help: &str, buckets: &[f64]| {
-            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))?;
-            registry.register(Box::new(h.clone()))?;
-            Ok::<_, MetricsError>(h)
+            reg_one(&registry, Histogram::with_opts(hopts(name, help, buckets))?)
         };
         let histogram_vec = |name: &str, help: &str, buckets: &[f64], labels: &[&str]| {
-            let h = HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-                labels,
-            )?;
-            registry.register(Box::new(h.clone()))?;
-            Ok::<_, MetricsError>(h)
-        };
-        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
-            let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok::<_, MetricsError>(g)
-        };
-        let gauge = |name: &str, help: &str| {
-            let g = IntGauge::new(name, help)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok::<_, MetricsError>(g)
+            reg_one(&registry, HistogramVec::new(hopts(name, help, buckets), labels)?)
         };
 
-        let build_info = IntGaugeVec::new(
-            Opts::new("hookrelay_build_info", "Build of the running relay; always 1."),
+        let build_info = gauge_vec(
+            "hookrelay_build_info",
+            "Build of the running relay; always 1.",
             &["version"],
         )?;
-        registry.register(Box::new(build_info.clone()))?;
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
 
         Ok(Self {
@@ -124,14 +123,10 @@ impl Metrics {
                 "Events per group commit.",
                 BATCH_BUCKETS,
             )?,
-            store_commit_failures: {
-                let c = IntCounter::new(
-                    "hookrelay_store_commit_failures_total",
-                    "Group commits that failed (their callbacks were not acknowledged).",
-                )?;
-                registry.register(Box::new(c.clone()))?;
-                c
-            },
+            store_commit_failures: counter(
+                "hookrelay_store_commit_failures_total",
+                "Group commits that failed (their callbacks were not acknowledged).",
+            )?,
             events_stored: counter_vec(
                 "hookrelay_events_stored_total",
                 "Events durably stored, by source and event name (known names or `other`).",
@@ -183,30 +178,25 @@ impl Metrics {
                  of the same record, retrying, dead).",
                 &["destination", "state"],
             )?,
-            queue_oldest_age: {
-                let g = GaugeVec::new(
-                    Opts::new(
+            queue_oldest_age: reg_one(
+                &registry,
+                GaugeVec::new(
+                    opts(
                         "hookrelay_queue_oldest_age_seconds",
                         "Age of the oldest event with a delivery still scheduled.",
                     ),
                     &["destination"],
-                )?;
-                registry.register(Box::new(g.clone()))?;
-                g
-            },
+                )?,
+            )?,
             circuit_open: gauge_vec(
                 "hookrelay_destination_circuit_open",
                 "1 while a destination's circuit is open (failing: one probe at a time).",
                 &["destination"],
             )?,
-            events_pruned: {
-                let c = IntCounter::new(
-                    "hookrelay_events_pruned_total",
-                    "Finished events deleted by retention.",
-                )?;
-                registry.register(Box::new(c.clone()))?;
-                c
-            },
+            events_pruned: counter(
+                "hookrelay_events_pruned_total",
+                "Finished events deleted by retention.",
+            )?,
             destination_paused: gauge_vec(
                 "hookrelay_destination_paused",
                 "1 while a destination is paused.",

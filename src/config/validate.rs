@@ -128,7 +128,10 @@ impl Config {
                 problems.push(format!("{key}.name: {:?} is used twice", dest.name));
             }
             check_destination(&key, dest, &source_names, &mut problems);
-            check_retry(&format!("{key}.retry"), &dest.retry_policy(&defaults), &mut problems);
+            // Inherited values were checked under `delivery.retry` already.
+            if dest.retry.is_some() {
+                check_retry(&format!("{key}.retry"), &dest.retry_policy(&defaults), &mut problems);
+            }
             let spec = SecretSpec {
                 inline: dest.secret.as_ref(),
                 file: dest.secret_file.as_deref(),

@@ -134,4 +134,15 @@ mod tests {
         assert!(c.report(true), "a good probe closes it");
         assert_eq!(c.gate(), Gate::Open);
     }
+
+    #[test]
+    fn an_unused_probe_is_handed_back() {
+        let c = Circuit::new(1, Duration::from_millis(10));
+        c.report(false);
+        std::thread::sleep(Duration::from_millis(15));
+        assert_eq!(c.gate(), Gate::Probe);
+        c.cancel_probe();
+        assert_eq!(c.gate(), Gate::Probe, "the next look may probe at once");
+        assert_eq!(c.describe(), "half_open");
+    }
 }

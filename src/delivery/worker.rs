@@ -82,9 +82,24 @@ impl Worker {
         if probe {
             free = 1;
         }
-        let mut started = 0;
+        let (started, rate_wait) = self.start_attempts(claimable.take(free))?;
+        if probe && started == 0 {
+            // Nothing could start after all: hand the probe back.
+            state.circuit.cancel_probe();
+        }
+        Ok(rate_wait.unwrap_or_else(|| next_sleep(next, now)))
+    }
+
+    /// Starts attempts for `entries` while permits and the rate limit allow; returns how
+    /// many started and, if the rate limit stopped it, how long until the next slot.
+    fn start_attempts(
+        self: &Arc<Self>,
+        entries: impl Iterator<Item = Scheduled>,
+    ) -> anyhow::Result<(usize, Option<Duration>)> {
+        let state = &self.state;
         let interval = state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / r));
-        for entry in claimable.take(free) {
+        let mut started = 0;
+        for entry in entries {
             if let Some(interval) = interval {
                 // One request per interval, no burst: a rate limit is a promise to the
                 // consumer.
@@ -92,17 +107,13 @@ impl Worker {
                 let mut slot =
                     self.next_slot.lock().map_err(|_| anyhow::anyhow!("rate limiter poisoned"))?;
                 if *slot > now {
-                    if probe && started == 0 {
-                        state.circuit.cancel_probe();
-                    }
-                    return Ok((*slot - now).min(MAX_IDLE));
+                    return Ok((started, Some((*slot - now).min(MAX_IDLE))));
                 }
                 *slot = now + interval;
             }
             let Ok(permit) = state.permits.clone().try_acquire_owned() else { break };
-            let newly = state.in_flight.lock().map(|mut s| s.insert(entry)).unwrap_or(false);
-            if !newly {
-                continue;
+            if let Ok(mut s) = state.in_flight.lock() {
+                s.insert(entry);
             }
             started += 1;
             let this = self.clone();
@@ -115,8 +126,7 @@ impl Worker {
                 this.state.wake.notify_one();
             });
         }
-        Ok(next
-            .map_or(MAX_IDLE, |due| Duration::from_micros(due.saturating_sub(now)).min(MAX_IDLE)))
+        Ok((started, None))
     }
 
     /// Makes one attempt for a schedule entry and records its outcome.
