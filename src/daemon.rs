@@ -76,6 +76,11 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         stop.clone(),
     ));
 
+    let reconciler = Arc::new(
+        crate::upstream::reconciler(&config, store.clone(), committer.clone(), metrics.clone())
+            .context("setting up the upstream accounts")?,
+    );
+
     let grace = config.shutdown.grace;
     let admin_state = AdminState {
         destinations: destinations.clone(),
@@ -83,6 +88,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
         token: config.admin.resolved_token.clone(),
+        upstream: reconciler.clone(),
     };
     let (admin_server, admin_addrs) = admin::server(config.admin.listen, grace, admin_state)
         .with_context(|| format!("binding admin.listen {}", config.admin.listen))?;
@@ -111,6 +117,9 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     readiness.set(true);
     metrics.ready.set(1);
     tracing::info!(sources = config.sources.len(), "ready");
+    // Hooks point at the ingress: register them only once it listens.
+    let reconcile_task =
+        tokio::spawn(reconciler.run(config.upstream.reconcile_interval, stop.clone()));
 
     let reason = tokio::select! {
         sig = crate::shutdown::signal() => sig.context("installing signal handlers")?.to_owned(),
@@ -126,6 +135,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         stop_trigger.stop();
         let _ = dispatch_task.await;
         let _ = retention_task.await;
+        let _ = reconcile_task.await;
         for task in delivery_tasks {
             let _ = task.await;
         }

@@ -17,7 +17,10 @@ mod ingress;
 mod metrics;
 mod retention;
 mod shutdown;
+mod sim;
 mod store;
 mod telemetry;
+mod timefmt;
+mod upstream;
 
 pub use cli::run;

@@ -8,6 +8,7 @@ mod dead_letters;
 mod destinations;
 mod events;
 mod health;
+mod hooks;
 mod views;
 
 use std::net::SocketAddr;
@@ -30,6 +31,7 @@ pub(crate) struct AdminState {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) readiness: Arc<Readiness>,
     pub(crate) token: Option<Secret>,
+    pub(crate) upstream: Arc<crate::upstream::Reconciler>,
 }
 
 /// Routes of the admin listener.
@@ -49,6 +51,8 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .route("/destinations", web::get().to(destinations::list))
                 .route("/destinations/{name}/pause", web::post().to(destinations::pause))
                 .route("/destinations/{name}/resume", web::post().to(destinations::resume))
+                .route("/hooks", web::get().to(hooks::list))
+                .route("/hooks/sync", web::post().to(hooks::sync))
                 .default_service(web::to(|| async {
                     HttpResponse::NotFound()
                         .json(serde_json::json!({"error": "no such admin endpoint"}))

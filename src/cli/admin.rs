@@ -100,11 +100,21 @@ pub(super) enum Destinations {
     Resume { name: String },
 }
 
+/// `hookrelay hooks ...`
+#[derive(Subcommand, Debug)]
+pub(super) enum Hooks {
+    /// Every upstream account with its hooks, as of the last reconcile.
+    List,
+    /// Reconcile every account now: create missing hooks, re-create Disabled ones.
+    Sync,
+}
+
 /// What to run against the admin API.
 pub(super) enum Op {
     Events(Events),
     DeadLetters(DeadLetters),
     Destinations(Destinations),
+    Hooks(Hooks),
 }
 
 /// Runs an admin command; prints its result.
@@ -125,6 +135,7 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         Op::Events(cmd) => events(&client, cmd).await?,
         Op::DeadLetters(cmd) => dead_letters(&client, cmd).await?,
         Op::Destinations(cmd) => destinations(&client, cmd).await?,
+        Op::Hooks(cmd) => hooks(&client, cmd).await?,
     };
     if target.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -311,4 +322,55 @@ async fn destinations(client: &AdminClient, cmd: Destinations) -> anyhow::Result
             Ok((v, format!("{name} resumed\n")))
         }
     }
+}
+
+async fn hooks(client: &AdminClient, cmd: Hooks) -> anyhow::Result<(Value, String)> {
+    let v = match cmd {
+        Hooks::List => client.get("/admin/hooks").await?,
+        Hooks::Sync => client.post("/admin/hooks/sync", None).await?,
+    };
+    let Some(accounts) = v["accounts"].as_array() else {
+        return Ok((v, "no answer\n".into()));
+    };
+    if accounts.is_empty() {
+        return Ok((v.clone(), "no upstream accounts configured\n".into()));
+    }
+    let mut text = String::new();
+    for a in accounts {
+        let state = if a["ok"] == true {
+            "ok".to_owned()
+        } else {
+            format!("FAILING: {}", list(&a["errors"]))
+        };
+        text.push_str(&format!(
+            "{}/{}  {}  last reconcile {}  foreign hooks {}\n",
+            s(&a["source"]),
+            s(&a["account"]),
+            state,
+            s(&a["last_reconcile"]),
+            s(&a["foreign_hooks"])
+        ));
+        let rows = rows(&a["hooks"], |h| {
+            vec![
+                s(&h["id"]),
+                s(&h["event"]),
+                s(&h["status"]),
+                s(&h["triggered_count"]),
+                s(&h["last_triggered"]),
+            ]
+        });
+        text.push_str(&table::render(
+            &["ID", "EVENT", "STATUS", "TRIGGERED", "LAST TRIGGERED"],
+            &rows,
+        ));
+        for c in a["changes"].as_array().into_iter().flatten() {
+            text.push_str(&format!(
+                "  {} {} -> hook {}\n",
+                s(&c["action"]),
+                s(&c["event"]),
+                s(&c["hook_id"])
+            ));
+        }
+    }
+    Ok((v, text))
 }

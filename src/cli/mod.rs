@@ -1,5 +1,5 @@
-//! Command line: `hookrelay serve`, `check-config`, and the admin commands
-//! (`events`, `dead-letters`, `destinations`) that talk to a running relay.
+//! Command line: `hookrelay serve`, `check-config`, the admin commands (`events`,
+//! `dead-letters`, `destinations`, `hooks`) that talk to a running relay, and `sim`.
 
 mod admin;
 mod client;
@@ -60,6 +60,19 @@ enum Command {
         #[command(subcommand)]
         command: admin::Destinations,
     },
+    /// Upstream hooks: list, sync (through the admin API).
+    Hooks {
+        #[command(flatten)]
+        target: admin::Target,
+        #[command(subcommand)]
+        command: admin::Hooks,
+    },
+    /// A simulator of the upstream's REST hooks (and `sim fire` to raise events on it).
+    ///
+    /// Serves /api/rest/resthooks as the upstream does (bearer tokens per user, paging,
+    /// validation, Disabled hooks), calls the hooks' targets when events are raised, and
+    /// offers /oauth/token and /sim/... controls. For trying the relay and for its tests.
+    Sim(crate::sim::SimArgs),
 }
 
 #[derive(Args, Debug)]
@@ -83,6 +96,8 @@ pub fn run() -> ExitCode {
         Command::Destinations { target, command } => {
             run_admin(target, admin::Op::Destinations(command))
         }
+        Command::Hooks { target, command } => run_admin(target, admin::Op::Hooks(command)),
+        Command::Sim(args) => sim(args, cli.log_format),
     }
 }
 
@@ -121,6 +136,26 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "hookrelay stopped on an error");
             eprintln!("hookrelay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn sim(args: crate::sim::SimArgs, log_format: Option<LogFormat>) -> ExitCode {
+    if args.command.is_none() {
+        crate::telemetry::init("info", log_format.unwrap_or(LogFormat::Text));
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("hookrelay: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::sim::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hookrelay sim: {e:#}");
             ExitCode::FAILURE
         }
     }

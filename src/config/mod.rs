@@ -22,8 +22,9 @@ macro_rules! config_enum {
 }
 
 mod delivery;
-mod duration;
+pub(crate) mod duration;
 mod secret;
+mod upstream;
 mod validate;
 
 use std::collections::HashMap;
@@ -36,7 +37,8 @@ use serde::{Deserialize, Serialize};
 pub(crate) use delivery::{
     DeliveryConfig, DestinationConfig, Ordering, RetentionConfig, RetryPolicy,
 };
-pub(crate) use secret::{EnvLookup, Secret, SecretSpec};
+pub(crate) use secret::{EnvLookup, Secret, SecretSpec, MASK};
+pub(crate) use upstream::{AccountAuth, AccountConfig, UpstreamConfig};
 
 /// The file `serve` and `check-config` read unless told otherwise.
 pub const DEFAULT_PATH: &str = "config/hookrelay.toml";
@@ -74,6 +76,7 @@ pub(crate) struct Config {
     pub(crate) delivery: DeliveryConfig,
     pub(crate) destinations: Vec<DestinationConfig>,
     pub(crate) retention: RetentionConfig,
+    pub(crate) upstream: UpstreamConfig,
 }
 
 /// The public listener the upstream calls.
@@ -225,6 +228,12 @@ pub(crate) struct SourceConfig {
     /// block differs between copies, `data` does not.
     #[serde(default = "default_dedup_pointers")]
     pub(crate) dedup_pointers: Vec<String>,
+    /// Events the source's accounts hold hooks for (each account may override).
+    #[serde(default)]
+    pub(crate) events: Vec<String>,
+    /// Upstream users whose hooks this relay registers and watches.
+    #[serde(default)]
+    pub(crate) accounts: Vec<AccountConfig>,
 }
 
 fn default_dedup_window() -> Duration {
@@ -245,6 +254,8 @@ impl Default for SourceConfig {
             resolved_token: None,
             dedup_window: default_dedup_window(),
             dedup_pointers: default_dedup_pointers(),
+            events: Vec::new(),
+            accounts: Vec::new(),
         }
     }
 }

@@ -290,3 +290,115 @@ secret = "whsec_c2hvcnQ="
     assert!(p.len() >= expect.len(), "{p:#?}");
     assert!(p.iter().all(|x| !x.contains("not-whsec")), "secrets are never echoed: {p:#?}");
 }
+
+#[test]
+fn the_local_loop_config_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local-loop.toml");
+    let c = Config::load(&path, &HashMap::new()).unwrap();
+    assert_eq!(c.sources[0].accounts.len(), 2);
+    assert_eq!(c.upstream.public_url.as_deref(), Some("http://127.0.0.1:8080"));
+}
+
+#[test]
+fn upstream_accounts_resolve_their_credentials() {
+    let text = format!(
+        r#"
+[upstream]
+public_url = "https://relay.example.com/"
+{SOURCE}
+events = ["ActionCreated", "TaskCreated"]
+[[sources.accounts]]
+name = "alice"
+api_base = "https://api.example.com/api"
+token_env = "ALICE_TOKEN"
+[[sources.accounts]]
+name = "bob"
+events = ["StepChanged"]
+prune = true
+[sources.accounts.oauth]
+token_url = "https://auth.example.com/oauth/token"
+client_id = "relay"
+client_secret = "cs-secret-value"
+refresh_token_env = "BOB_RT"
+"#
+    );
+    let c = load(&text, &[("ALICE_TOKEN", "alice-secret"), ("BOB_RT", "bob-rt-secret")]).unwrap();
+    let source = &c.sources[0];
+    let (alice, bob) = (&source.accounts[0], &source.accounts[1]);
+    assert_eq!(alice.events(source), ["ActionCreated", "TaskCreated"]);
+    assert_eq!(bob.events(source), ["StepChanged"]);
+    assert!(
+        matches!(&alice.resolved, Some(AccountAuth::Static(t)) if t.expose() == "alice-secret")
+    );
+    assert!(
+        matches!(&bob.resolved, Some(AccountAuth::OAuth { refresh_token, .. }) if refresh_token.expose() == "bob-rt-secret")
+    );
+    assert_eq!(c.upstream.reconcile_interval, Duration::from_secs(60));
+    let shown = c.to_masked_toml();
+    assert!(!shown.contains("cs-secret-value") && !shown.contains("alice-secret"), "{shown}");
+}
+
+#[test]
+fn upstream_mistakes_are_reported_by_key() {
+    let text = format!(
+        r#"
+{SOURCE}
+events = ["ActionMoved", "TaskCreated", "TaskCreated"]
+[[sources.accounts]]
+name = "alice"
+token = "t"
+page_size = 500
+[[sources.accounts]]
+name = "alice"
+api_base = "not a url"
+[[sources.accounts]]
+name = "carol"
+api_base = "https://api.example.com/api"
+token = "t"
+[sources.accounts.oauth]
+token_url = "https://auth.example.com/token"
+client_id = "relay"
+"#
+    );
+    let p = problems(&text, &[]);
+    let expect = [
+        "upstream.public_url: missing",
+        "sources[0].events[0]: \"ActionMoved\" is not one of",
+        "sources[0].events: \"TaskCreated\" is listed twice",
+        "sources[0].accounts[0].api_base: missing",
+        "sources[0].accounts[0].page_size: must be between 1 and 200",
+        "sources[0].accounts[1].name: \"alice\" is used twice",
+        "sources[0].accounts[1].api_base: \"not a url\" is not an absolute",
+        "sources[0].accounts[1]: no credentials",
+        "sources[0].accounts[2]: give either a token or `oauth`, not both",
+    ];
+    for needle in expect {
+        assert!(p.iter().any(|x| x.starts_with(needle)), "no {needle:?} in {p:#?}");
+    }
+}
+
+#[test]
+fn an_oauth_account_needs_its_secrets() {
+    let text = format!(
+        r#"
+[upstream]
+public_url = "https://relay.example.com"
+{SOURCE}
+events = ["TaskCreated"]
+[[sources.accounts]]
+name = "bob"
+[sources.accounts.oauth]
+token_url = "https://auth.example.com/token"
+client_id = "relay"
+"#
+    );
+    let p = problems(&text, &[]);
+    assert!(
+        p.iter().any(|x| x.starts_with("sources[0].accounts[0].oauth.client_secret: missing")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter().any(|x| x.starts_with("sources[0].accounts[0].oauth.refresh_token: missing")),
+        "{p:?}"
+    );
+}

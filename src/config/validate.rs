@@ -149,6 +149,7 @@ impl Config {
                 Err(e) => problems.push(e),
             }
         }
+        super::upstream::validate(&self.upstream, &mut self.sources, env, &mut problems);
         if self.retention.delivered.is_zero() || self.retention.interval.is_zero() {
             problems.push("retention: `delivered` and `interval` must be greater than 0".into());
         }
@@ -161,7 +162,7 @@ impl Config {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     (1..=MAX_SOURCE_NAME).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

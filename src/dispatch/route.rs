@@ -32,10 +32,20 @@ impl Router {
         self.routes
             .iter()
             .filter(|r| r.sources.iter().any(|p| glob_match(p, source)))
-            .filter(|r| r.events.iter().any(|p| glob_match(p, event)))
+            .filter(|r| r.events.iter().any(|p| event_matches(p, event)))
             .map(|r| r.destination.clone())
             .collect()
     }
+}
+
+/// Whether an `events` pattern takes `event`. The relay's own `hookrelay.*` events go
+/// only to patterns that name them (`hookrelay.HookGap`, `hookrelay.*`): a consumer
+/// that asked for `*` expects upstream records, not the relay's notices.
+fn event_matches(pattern: &str, event: &str) -> bool {
+    if crate::event_names::is_internal(event) && !crate::event_names::is_internal(pattern) {
+        return false;
+    }
+    glob_match(pattern, event)
 }
 
 /// `*` matches any run of characters (including none); everything else literally.
@@ -96,5 +106,22 @@ mod tests {
         assert_eq!(router.destinations_for("a", "ActionCreated"), ["all", "actions"]);
         assert_eq!(router.destinations_for("a", "TaskCreated"), ["all"]);
         assert_eq!(router.destinations_for("b", "StepChanged"), ["all", "b-tasks"]);
+    }
+
+    #[test]
+    fn internal_events_go_only_where_named() {
+        let dest = |name: &str, events: &[&str]| DestinationConfig {
+            name: name.into(),
+            sources: vec!["*".into()],
+            events: events.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let router = Router::new(&[
+            dest("all", &["*"]),
+            dest("gaps", &["hookrelay.HookGap"]),
+            dest("relay", &["hookrelay.*"]),
+        ]);
+        assert_eq!(router.destinations_for("a", "hookrelay.HookGap"), ["gaps", "relay"]);
+        assert_eq!(router.destinations_for("a", "ActionCreated"), ["all"]);
     }
 }

@@ -10,6 +10,7 @@ use super::auth::{Auth, UNKNOWN_SOURCE};
 use super::body::{self, Body};
 use super::inspect::{inspect, path_event_name};
 use super::{abort, IngressState};
+use crate::event_names;
 use crate::metrics::outcome;
 use crate::store::{unix_micros, EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
 
@@ -151,6 +152,9 @@ fn new_event(
     if status == EventStatus::Rejected {
         flags.push(EventFlag::Oversized);
     }
+    // `hookrelay.*` names are the relay's own events: a callback cannot claim one.
+    let body_event = body_event.filter(|n| !event_names::is_internal(n));
+    let path_event = path_event.filter(|n| !event_names::is_internal(n));
     let (event, event_from) = match (path_event_name(path_event), body_event) {
         (Some(name), _) => (name.to_owned(), EventNameOrigin::Path),
         (None, Some(name)) => (name, EventNameOrigin::Body),

@@ -141,9 +141,20 @@ pub(crate) trait DeliveryStore: Send + Sync + 'static {
     fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError>;
 }
 
+/// The hook lifecycle's small state (rotated OAuth2 refresh tokens, callback gaps not
+/// yet reported), keyed by text; each write is durable when it returns, because the
+/// upstream call that follows depends on it.
+pub(crate) trait UpstreamStore: Send + Sync + 'static {
+    fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Sets `key` to `value`, or removes it with `None`, and flushes.
+    fn upstream_put(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError>;
+    /// Every entry whose key starts with `prefix`.
+    fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+}
+
 /// Everything the relay needs from its storage.
-pub(crate) trait Store: EventStore + DispatchStore + DeliveryStore {}
-impl<T: EventStore + DispatchStore + DeliveryStore> Store for T {}
+pub(crate) trait Store: EventStore + DispatchStore + DeliveryStore + UpstreamStore {}
+impl<T: EventStore + DispatchStore + DeliveryStore + UpstreamStore> Store for T {}
 
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;

@@ -105,6 +105,8 @@ pub(crate) enum EventNameOrigin {
     Body,
     /// Neither: the event name is `unknown`.
     Unknown,
+    /// Raised by the relay itself (`hookrelay.HookGap`).
+    Internal,
 }
 
 /// Something unusual about a callback, kept for inspection (the event is stored anyway).

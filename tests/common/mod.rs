@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod proxy;
+pub mod sim;
 pub mod sink;
 
 use std::io::{BufRead, BufReader};
@@ -269,4 +271,22 @@ impl Drop for Relay {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The value of the sample `name` whose labels include every `(label, value)` of
+/// `labels` in a Prometheus text exposition; `None` if there is none.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (n, rest) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if n != name {
+            return None;
+        }
+        let all =
+            labels.iter().all(|(k, v)| rest.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
+        all.then(|| value.parse().ok()).flatten()
+    })
 }

@@ -34,6 +34,7 @@ const SCHEDULE: &str = "schedule";
 const DEDUP: &str = "dedup";
 const DEAD_LETTERS: &str = "dead_letters";
 const ORDERING: &str = "ordering";
+const UPSTREAM: &str = "upstream";
 /// `schedule` values: what kind of entry it is, for queue counts without reading the
 /// delivery records.
 const SCHEDULED_PENDING: u8 = 0;
@@ -52,6 +53,7 @@ pub(crate) struct SledStore {
     dedup: sled::Tree,
     dead_letters: sled::Tree,
     ordering: sled::Tree,
+    upstream: sled::Tree,
     meta: sled::Tree,
     /// Entries in `inbox` and `dedup`: sled's own `len()` walks the whole tree.
     inbox_count: AtomicUsize,
@@ -98,6 +100,7 @@ impl SledStore {
             schedule: db.open_tree(SCHEDULE)?,
             dead_letters: db.open_tree(DEAD_LETTERS)?,
             ordering: db.open_tree(ORDERING)?,
+            upstream: db.open_tree(UPSTREAM)?,
             inbox_count: AtomicUsize::new(inbox.len()),
             dedup_count: AtomicUsize::new(dedup.len()),
             inbox,
@@ -105,6 +108,31 @@ impl SledStore {
             meta,
             db,
         })
+    }
+}
+
+impl crate::store::UpstreamStore for SledStore {
+    fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.upstream.get(key.as_bytes())?.map(|v| v.to_vec()))
+    }
+
+    fn upstream_put(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
+        match value {
+            Some(v) => self.upstream.insert(key.as_bytes(), v)?,
+            None => self.upstream.remove(key.as_bytes())?,
+        };
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.upstream
+            .scan_prefix(prefix.as_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                Ok((String::from_utf8_lossy(&k).into_owned(), v.to_vec()))
+            })
+            .collect()
     }
 }
 
@@ -141,13 +169,24 @@ pub(super) mod testutil {
     use super::super::{unix_micros, EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
     use super::{SledOptions, SledStore};
 
+    /// Opens the store in `dir`. A store dropped just before may still be held by
+    /// sled's flusher thread for a moment (its file lock): retry briefly.
     pub(crate) fn open(dir: &Path) -> SledStore {
-        SledStore::open(&SledOptions {
-            path: dir,
-            cache_capacity_bytes: 1 << 20,
-            flush_interval: Duration::from_millis(500),
-        })
-        .unwrap()
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match SledStore::open(&SledOptions {
+                path: dir,
+                cache_capacity_bytes: 1 << 20,
+                flush_interval: Duration::from_millis(500),
+            }) {
+                Ok(store) => return store,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("cannot open the test store: {e}"),
+            }
+        }
     }
 
     pub(crate) fn event(

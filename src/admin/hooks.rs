@@ -1,0 +1,17 @@
+//! `GET /admin/hooks`, `POST /admin/hooks/sync`: the upstream accounts and their hooks.
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use super::AdminState;
+
+/// Every account as of its last reconcile (target URLs with the source token masked).
+pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "accounts": state.upstream.statuses() }))
+}
+
+/// Reconciles every account now (after any pass already running) and answers with the
+/// result, changes included.
+pub(super) async fn sync(state: web::Data<AdminState>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "accounts": state.upstream.sync().await }))
+}

@@ -1,0 +1,228 @@
+//! Requests to one account's `/api/rest/resthooks`: bearer token, JSON:API media type,
+//! one token refresh on 401, backoff on 429 / 5xx / network errors honouring
+//! `Retry-After`, and a count of every request by outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::credentials::Credentials;
+use super::model::{self, Hook};
+use super::{AccountId, UpstreamError};
+use crate::config::UpstreamConfig;
+use crate::metrics::Metrics;
+
+const JSON_API: &str = "application/vnd.api+json";
+
+/// Retry settings of upstream requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetrySettings {
+    pub(crate) max_retries: u32,
+    pub(crate) initial_backoff: Duration,
+    pub(crate) max_backoff: Duration,
+}
+
+impl From<&UpstreamConfig> for RetrySettings {
+    fn from(c: &UpstreamConfig) -> Self {
+        Self {
+            max_retries: c.max_retries,
+            initial_backoff: c.initial_backoff,
+            max_backoff: c.max_backoff,
+        }
+    }
+}
+
+/// A client for one account.
+pub(crate) struct AccountClient {
+    pub(crate) id: AccountId,
+    http: reqwest::Client,
+    pub(crate) credentials: Credentials,
+    api_base: Option<String>,
+    page_size: u64,
+    retry: RetrySettings,
+    metrics: Arc<Metrics>,
+}
+
+impl AccountClient {
+    pub(crate) fn new(
+        id: AccountId,
+        http: reqwest::Client,
+        credentials: Credentials,
+        api_base: Option<String>,
+        page_size: u64,
+        retry: RetrySettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { id, http, credentials, api_base, page_size, retry, metrics }
+    }
+
+    /// Every hook of the account, following `nextPage` to the last page.
+    pub(crate) async fn list(&self) -> Result<Vec<Hook>, UpstreamError> {
+        let mut hooks = Vec::new();
+        let mut page = 1u64;
+        loop {
+            let query = format!("?page={page}&pageSize={}", self.page_size);
+            let body = self.send(Method::GET, &query, None).await?;
+            let found = model::parse_hooks(&body)?;
+            let empty = found.is_empty();
+            hooks.extend(found);
+            match model::next_page(&body) {
+                // A page that does not advance, or an empty one, ends the walk: a
+                // misbehaving upstream must not keep the reconciler looping.
+                Some(next) if next > page && !empty && page < 10_000 => page = next,
+                _ => return Ok(hooks),
+            }
+        }
+    }
+
+    /// Registers a hook; returns it as the upstream answered.
+    pub(crate) async fn create(
+        &self,
+        event: &str,
+        target_url: &str,
+    ) -> Result<Hook, UpstreamError> {
+        let body = json!({"resthooks": {"eventName": event, "targetUrl": target_url}});
+        let answer = self.send(Method::POST, "", Some(body)).await?;
+        model::parse_hooks(&answer)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| UpstreamError::Unexpected("create answered no hook".into()))
+    }
+
+    /// Deletes hooks by id; one already gone counts as deleted.
+    pub(crate) async fn delete(&self, ids: &[String]) -> Result<(), UpstreamError> {
+        match self.send(Method::DELETE, &format!("/{}", ids.join(",")), None).await {
+            Ok(_) | Err(UpstreamError::Status { status: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn url(&self, path_and_query: &str) -> Result<String, UpstreamError> {
+        let base = match &self.api_base {
+            Some(base) => base.clone(),
+            None => self.credentials.api_endpoint().await.ok_or_else(|| {
+                UpstreamError::Unexpected(
+                    "no api_base and the token answer named no api_endpoint".into(),
+                )
+            })?,
+        };
+        Ok(format!("{}/rest/resthooks{path_and_query}", base.trim_end_matches('/')))
+    }
+
+    fn count(&self, method: &Method, outcome: &str) {
+        let labels = [self.id.source.as_str(), self.id.account.as_str(), method.as_str(), outcome];
+        self.metrics.upstream.requests.with_label_values(&labels).inc();
+    }
+
+    /// Sends one logical request, retrying as the module doc says; the body of a 2xx.
+    async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Value>,
+    ) -> Result<bytes::Bytes, UpstreamError> {
+        let mut attempt = 0u32;
+        let mut refreshed = false;
+        loop {
+            let token = self.credentials.token().await.map_err(UpstreamError::Auth)?;
+            let url = self.url(path_and_query).await?;
+            let mut req = self
+                .http
+                .request(method.clone(), &url)
+                .header("accept", JSON_API)
+                .bearer_auth(token.expose());
+            if let Some(body) = &body {
+                req = req.header("content-type", JSON_API).body(body.to_string());
+            }
+            let wait = match req.send().await {
+                Err(e) => {
+                    self.count(&method, "network_error");
+                    let e = UpstreamError::Network(e.without_url().to_string());
+                    self.backoff(attempt, None).ok_or(e)?
+                }
+                Ok(response) => {
+                    let status = response.status();
+                    let retry_after = response
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(crate::destinations::parse_retry_after);
+                    let answer = response.bytes().await.unwrap_or_default();
+                    if status.is_success() {
+                        self.count(&method, "ok");
+                        return Ok(answer);
+                    }
+                    let error = UpstreamError::Status {
+                        status: status.as_u16(),
+                        detail: error_detail(&answer),
+                    };
+                    if status == StatusCode::UNAUTHORIZED {
+                        self.count(&method, "unauthorized");
+                        if refreshed {
+                            return Err(error);
+                        }
+                        refreshed = true;
+                        self.credentials
+                            .after_unauthorized(&token)
+                            .await
+                            .map_err(UpstreamError::Auth)?;
+                        continue;
+                    }
+                    if status == StatusCode::TOO_MANY_REQUESTS {
+                        self.count(&method, "throttled");
+                        self.backoff(attempt, retry_after).ok_or(error)?
+                    } else if status.is_server_error() {
+                        self.count(&method, "server_error");
+                        self.backoff(attempt, retry_after).ok_or(error)?
+                    } else {
+                        self.count(&method, "client_error");
+                        return Err(error);
+                    }
+                }
+            };
+            tracing::debug!(source = %self.id.source, account = %self.id.account, %method, ?wait, "retrying upstream request");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    /// How long to wait before retry `attempt + 1`, or `None` when retries are spent:
+    /// exponential with jitter, or `Retry-After` when longer, capped by `max_backoff`.
+    fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Option<Duration> {
+        if attempt >= self.retry.max_retries {
+            return None;
+        }
+        let ceiling = self
+            .retry
+            .initial_backoff
+            .saturating_mul(2u32.saturating_pow(attempt))
+            .min(self.retry.max_backoff);
+        let jittered = ceiling / 2 + ceiling.mul_f64(fastrand::f64() / 2.0);
+        Some(retry_after.map_or(jittered, |ra| ra.max(jittered)).min(self.retry.max_backoff))
+    }
+}
+
+/// The `detail` (or `title`) of the first entry of an `errors` body, cut short.
+fn error_detail(body: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let e = &v["errors"][0];
+    let text = e["detail"].as_str().or_else(|| e["title"].as_str()).unwrap_or("");
+    text.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_detail_reads_the_errors_body() {
+        assert_eq!(
+            error_detail(br#"{"errors":[{"status":"400","detail":"bad eventName"}]}"#),
+            "bad eventName"
+        );
+        assert_eq!(error_detail(br#"{"errors":[{"title":"Forbidden"}]}"#), "Forbidden");
+        assert_eq!(error_detail(b"<html>"), "");
+    }
+}

@@ -1,0 +1,511 @@
+//! The reconciler: every `reconcile_interval` (and on `hooks sync`), each account's
+//! hooks are listed and brought in line with the configuration (see `plan.rs`);
+//! Disabled hooks are re-created and their gap reported; the metrics and the admin
+//! view are updated from what was found and done.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use super::client::AccountClient;
+use super::gap::{self, PendingGap};
+use super::missing::Tracker;
+use super::model::Hook;
+use super::plan::{self, Targets};
+use super::{AccountId, UpstreamError};
+use crate::config::{Secret, MASK};
+use crate::event_names;
+use crate::metrics::Metrics;
+use crate::shutdown::Stop;
+use crate::store::{Committer, SharedStore};
+use crate::timefmt::format_utc;
+
+/// One account the relay keeps hooks for.
+pub(crate) struct Account {
+    pub(crate) client: AccountClient,
+    pub(crate) events: Vec<String>,
+    pub(crate) prune: bool,
+    /// `{public_url}/hooks/{source}/`.
+    pub(crate) prefix: String,
+    /// The source's callback token (part of every target URL).
+    pub(crate) source_token: Secret,
+}
+
+impl Account {
+    fn id(&self) -> &AccountId {
+        &self.client.id
+    }
+
+    fn target(&self, event: &str) -> String {
+        format!("{}{}/{event}", self.prefix, self.source_token.expose())
+    }
+
+    /// A target URL fit for the admin API: the source token masked.
+    fn shown(&self, url: &str) -> String {
+        url.replace(self.source_token.expose(), MASK)
+    }
+}
+
+/// A hook as the admin API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct HookView {
+    pub(crate) id: String,
+    pub(crate) event: String,
+    pub(crate) status: String,
+    pub(crate) triggered_count: u64,
+    pub(crate) last_triggered: Option<String>,
+    pub(crate) target: String,
+}
+
+/// A change the reconciler made.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Change {
+    /// `created`, `recreated` or `pruned`.
+    pub(crate) action: &'static str,
+    pub(crate) event: String,
+    pub(crate) hook_id: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) replaced: Vec<String>,
+}
+
+/// One account as of its last reconcile.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AccountStatus {
+    pub(crate) source: String,
+    pub(crate) account: String,
+    pub(crate) ok: bool,
+    pub(crate) errors: Vec<String>,
+    pub(crate) last_reconcile: Option<String>,
+    pub(crate) events: Vec<String>,
+    pub(crate) hooks: Vec<HookView>,
+    /// Hooks of this account pointing elsewhere (never touched).
+    pub(crate) foreign_hooks: usize,
+    /// Changes made by the last reconcile.
+    pub(crate) changes: Vec<Change>,
+}
+
+/// Keeps every account's hooks as configured.
+pub(crate) struct Reconciler {
+    accounts: Vec<Account>,
+    committer: Committer,
+    store: SharedStore,
+    metrics: Arc<Metrics>,
+    max_concurrency: usize,
+    /// One pass at a time (timer and `hooks sync` share it).
+    pass: tokio::sync::Mutex<()>,
+    status: Mutex<BTreeMap<AccountId, AccountStatus>>,
+    missing: Mutex<Tracker>,
+    /// Disabled hooks already counted as a transition (a failed re-creation is retried).
+    seen_disabled: Mutex<HashSet<String>>,
+    /// Label sets of `hookrelay_upstream_hooks` set by the last pass, per account.
+    shown_labels: Mutex<HashMap<AccountId, HashSet<(String, String)>>>,
+}
+
+/// Locks a mutex of plain data, recovering it after a panic elsewhere.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Reconciler {
+    pub(crate) fn new(
+        accounts: Vec<Account>,
+        committer: Committer,
+        store: SharedStore,
+        metrics: Arc<Metrics>,
+        max_concurrency: usize,
+    ) -> Self {
+        Self {
+            accounts,
+            committer,
+            store,
+            metrics,
+            max_concurrency: max_concurrency.max(1),
+            pass: tokio::sync::Mutex::new(()),
+            status: Mutex::new(BTreeMap::new()),
+            missing: Mutex::new(Tracker::default()),
+            seen_disabled: Mutex::new(HashSet::new()),
+            shown_labels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs a pass now and every `interval` until `stop`.
+    pub(crate) async fn run(self: Arc<Self>, interval: std::time::Duration, mut stop: Stop) {
+        if self.accounts.is_empty() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = self.sync() => {}
+                _ = stop.wait() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.wait() => return,
+            }
+        }
+    }
+
+    /// Reconciles every account (at most `max_concurrency` at once); returns their status.
+    pub(crate) async fn sync(&self) -> Vec<AccountStatus> {
+        let _pass = self.pass.lock().await;
+        // By index: a closure over `&Account` trips the compiler's Send inference.
+        futures_util::stream::iter(0..self.accounts.len())
+            .map(|i| self.reconcile(&self.accounts[i]))
+            .buffer_unordered(self.max_concurrency)
+            .collect::<Vec<()>>()
+            .await;
+        self.statuses()
+    }
+
+    /// Every account's status as of its last reconcile.
+    pub(crate) fn statuses(&self) -> Vec<AccountStatus> {
+        let known = lock(&self.status);
+        self.accounts
+            .iter()
+            .map(|a| {
+                known.get(a.id()).cloned().unwrap_or_else(|| AccountStatus {
+                    source: a.id().source.clone(),
+                    account: a.id().account.clone(),
+                    ok: false,
+                    errors: vec!["not reconciled yet".into()],
+                    last_reconcile: None,
+                    events: a.events.clone(),
+                    hooks: Vec::new(),
+                    foreign_hooks: 0,
+                    changes: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    async fn reconcile(&self, account: &Account) {
+        let id = account.id();
+        let started = Instant::now();
+        let mut progress = Progress::default();
+        let listed = self.reconcile_inner(account, &mut progress).await;
+        if let Err(e) = listed {
+            progress.errors.push(e.to_string());
+        }
+        let ok = progress.errors.is_empty();
+        let labels = [id.source.as_str(), id.account.as_str()];
+        self.metrics
+            .upstream
+            .reconcile_duration
+            .with_label_values(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.upstream.account_up.with_label_values(&labels).set(i64::from(ok));
+        if ok {
+            tracing::debug!(source = %id.source, account = %id.account, hooks = progress.ours.len(), changes = progress.changes.len(), "account reconciled");
+        } else {
+            tracing::warn!(source = %id.source, account = %id.account, errors = ?progress.errors, "account reconcile failed");
+        }
+        let previous = lock(&self.status).get(id).cloned();
+        let hooks = if progress.listed {
+            progress.ours.iter().map(|h| view(account, h)).collect()
+        } else {
+            previous.map(|p| p.hooks).unwrap_or_default()
+        };
+        let status = AccountStatus {
+            source: id.source.clone(),
+            account: id.account.clone(),
+            ok,
+            errors: progress.errors,
+            last_reconcile: Some(format_utc(SystemTime::now())),
+            events: account.events.clone(),
+            hooks,
+            foreign_hooks: progress.foreign,
+            changes: progress.changes,
+        };
+        lock(&self.status).insert(id.clone(), status);
+    }
+
+    /// Lists, plans and applies; per-change failures are collected in `progress` so
+    /// that one refused change does not hold up the others.
+    async fn reconcile_inner(
+        &self,
+        account: &Account,
+        progress: &mut Progress,
+    ) -> Result<(), UpstreamError> {
+        let hooks = account.client.list().await?;
+        progress.listed = true;
+        let plan = {
+            let target = |event: &str| account.target(event);
+            let targets = Targets { prefix: &account.prefix, target: &target };
+            plan::plan(&account.events, &hooks, &targets, account.prune)
+        };
+        progress.foreign = plan.foreign;
+        progress.ours =
+            hooks.into_iter().filter(|h| h.target_url.starts_with(&account.prefix)).collect();
+        let mut pending = self.pending_gaps(account).await;
+
+        for (event, old) in plan.recreate {
+            let earlier = pending.remove(&event);
+            if let Err(e) = self.recreate(account, &event, &old, earlier, progress).await {
+                progress.errors.push(format!("re-creating the {event} hook: {e}"));
+            }
+        }
+        for event in plan.create {
+            let gap = pending.remove(&event);
+            if let Err(e) = self.create(account, &event, gap, progress).await {
+                progress.errors.push(format!("creating the {event} hook: {e}"));
+            }
+        }
+        for hook in plan.prune {
+            match account.client.delete(std::slice::from_ref(&hook.id)).await {
+                Ok(()) => {
+                    self.transition(account, &hook.event_name, &hook.status, "Deleted");
+                    progress.ours.retain(|h| h.id != hook.id);
+                    tracing::info!(source = %account.id().source, account = %account.id().account, event = %hook.event_name, hook = %hook.id, "hook pruned");
+                    progress.changes.push(Change {
+                        action: "pruned",
+                        event: hook.event_name,
+                        hook_id: hook.id,
+                        replaced: Vec::new(),
+                    });
+                }
+                Err(e) => progress.errors.push(format!("pruning hook {}: {e}", hook.id)),
+            }
+        }
+        self.update_metrics(account, &progress.ours);
+        Ok(())
+    }
+
+    /// Delete-then-create of the Disabled `old` hooks for `event`, with the gap stored
+    /// first and reported once the new hook exists.
+    async fn recreate(
+        &self,
+        account: &Account,
+        event: &str,
+        old: &[Hook],
+        earlier: Option<PendingGap>,
+        progress: &mut Progress,
+    ) -> Result<(), UpstreamError> {
+        for hook in old {
+            if hook.status == "Disabled" && lock(&self.seen_disabled).insert(hook.id.clone()) {
+                self.transition(account, event, "Active", "Disabled");
+            }
+        }
+        let gap = PendingGap::from_hooks(old, earlier, SystemTime::now());
+        self.save_gap(account, event, Some(&gap)).await?;
+        let ids: Vec<String> = old.iter().map(|h| h.id.clone()).collect();
+        account.client.delete(&ids).await?;
+        progress.ours.retain(|h| !ids.contains(&h.id));
+        let new = account.client.create(event, &account.target(event)).await?;
+        self.transition(account, event, "Disabled", "Active");
+        tracing::warn!(source = %account.id().source, account = %account.id().account, event, old = ?ids, new = %new.id,
+            window_start = gap.window_start.as_deref().unwrap_or("unknown"), "disabled hook re-created; raising HookGap");
+        self.track_created(account, event, &new.id);
+        self.report_gap(account, event, &gap, &new.id).await?;
+        progress.changes.push(Change {
+            action: "recreated",
+            event: event.to_owned(),
+            hook_id: new.id.clone(),
+            replaced: ids,
+        });
+        progress.ours.push(new);
+        Ok(())
+    }
+
+    async fn create(
+        &self,
+        account: &Account,
+        event: &str,
+        gap: Option<PendingGap>,
+        progress: &mut Progress,
+    ) -> Result<(), UpstreamError> {
+        let new = account.client.create(event, &account.target(event)).await?;
+        self.transition(account, event, "none", "Active");
+        tracing::info!(source = %account.id().source, account = %account.id().account, event, hook = %new.id, "hook created");
+        self.track_created(account, event, &new.id);
+        let action = match gap {
+            // The Disabled hook was deleted by an earlier pass whose create failed.
+            Some(gap) => {
+                self.transition(account, event, "Disabled", "Active");
+                self.report_gap(account, event, &gap, &new.id).await?;
+                "recreated"
+            }
+            None => "created",
+        };
+        progress.changes.push(Change {
+            action,
+            event: event.to_owned(),
+            hook_id: new.id.clone(),
+            replaced: Vec::new(),
+        });
+        progress.ours.push(new);
+        Ok(())
+    }
+
+    fn transition(&self, account: &Account, event: &str, from: &str, to: &str) {
+        let id = account.id();
+        let labels =
+            [id.source.as_str(), id.account.as_str(), event_names::metric_label(event), from, to];
+        self.metrics.upstream.transitions.with_label_values(&labels).inc();
+    }
+
+    fn received(&self, source: &str, event: &str) -> u64 {
+        let labels = [source, event_names::metric_label(event)];
+        self.metrics.events_stored.with_label_values(&labels).get()
+    }
+
+    fn track_created(&self, account: &Account, event: &str, hook_id: &str) {
+        let id = account.id();
+        let received = self.received(&id.source, event);
+        lock(&self.missing).created(&id.source, event, &id.account, hook_id, received);
+    }
+
+    /// Stores the `HookGap` event, then forgets the pending gap.
+    async fn report_gap(
+        &self,
+        account: &Account,
+        event: &str,
+        gap: &PendingGap,
+        new_id: &str,
+    ) -> Result<(), UpstreamError> {
+        let new_event = gap::event(account.id(), event, gap, new_id, SystemTime::now());
+        let stored = self
+            .committer
+            .submit(new_event)
+            .await
+            .map_err(|e| UpstreamError::Store(e.to_string()))?;
+        tracing::info!(id = %stored, source = %account.id().source, account = %account.id().account, event, "HookGap event stored");
+        self.save_gap(account, event, None).await
+    }
+
+    async fn save_gap(
+        &self,
+        account: &Account,
+        event: &str,
+        gap: Option<&PendingGap>,
+    ) -> Result<(), UpstreamError> {
+        let key = PendingGap::key(account.id(), event);
+        let value = gap
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| UpstreamError::Store(e.to_string()))?;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.upstream_put(&key, value.as_deref()))
+            .await
+            .map_err(|e| UpstreamError::Store(e.to_string()))?
+            .map_err(|e| UpstreamError::Store(e.to_string()))
+    }
+
+    async fn pending_gaps(&self, account: &Account) -> HashMap<String, PendingGap> {
+        let (store, prefix) = (self.store.clone(), PendingGap::prefix(account.id()));
+        let scan_prefix = prefix.clone();
+        let entries =
+            match tokio::task::spawn_blocking(move || store.upstream_scan(&scan_prefix)).await {
+                Ok(Ok(entries)) => entries,
+                other => {
+                    tracing::error!(result = ?other.err(), "cannot read pending hook gaps");
+                    return HashMap::new();
+                }
+            };
+        entries
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let event = key.strip_prefix(&prefix)?.to_owned();
+                Some((event, serde_json::from_slice(&value).ok()?))
+            })
+            .collect()
+    }
+
+    /// Gauges and counters from the account's hooks as they are after this pass.
+    fn update_metrics(&self, account: &Account, ours: &[Hook]) {
+        let id = account.id();
+        let m = &self.metrics.upstream;
+        let mut counts: HashMap<(String, String), i64> = HashMap::new();
+        for event in &account.events {
+            for status in ["Active", "Disabled"] {
+                counts.insert((event_names::metric_label(event).to_owned(), status.to_owned()), 0);
+            }
+        }
+        for h in ours {
+            let status = match h.status.as_str() {
+                s @ ("Active" | "Disabled" | "Deleted") => s,
+                _ => "other",
+            };
+            *counts
+                .entry((event_names::metric_label(&h.event_name).to_owned(), status.to_owned()))
+                .or_default() += 1;
+        }
+        {
+            let mut shown = lock(&self.shown_labels);
+            let previous = shown.entry(id.clone()).or_default();
+            for (event, status) in previous.iter() {
+                if !counts.contains_key(&(event.clone(), status.clone())) {
+                    let _ = m.hooks.remove_label_values(&[&id.source, &id.account, event, status]);
+                }
+            }
+            for ((event, status), n) in &counts {
+                m.hooks.with_label_values(&[&id.source, &id.account, event, status]).set(*n);
+            }
+            *previous = counts.keys().cloned().collect();
+        }
+
+        let mut by_event: HashMap<&str, EventTotals> = HashMap::new();
+        for h in ours {
+            let e = by_event.entry(h.event_name.as_str()).or_default();
+            e.0 += h.triggered_count;
+            e.1 = e.1.max(h.last_triggered);
+            e.2.push((h.id.clone(), h.triggered_count));
+        }
+        for event in &account.events {
+            by_event.entry(event.as_str()).or_default();
+        }
+        for (event, (triggered, last, hooks)) in by_event {
+            let label = event_names::metric_label(event);
+            let labels = [id.source.as_str(), id.account.as_str(), label];
+            let counter = m.triggered.with_label_values(&labels);
+            let current = counter.get();
+            if triggered >= current {
+                counter.inc_by(triggered - current);
+            } else {
+                // A re-created hook starts from 0: a counter reset, as Prometheus expects.
+                let _ = m.triggered.remove_label_values(&labels);
+                m.triggered.with_label_values(&labels).inc_by(triggered);
+            }
+            if let Some(last) = last {
+                let secs = last
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0);
+                m.last_triggered.with_label_values(&labels).set(secs);
+            }
+            if !event_names::KNOWN.contains(&event) {
+                continue; // not ours to compare: an unknown name in someone's hook
+            }
+            let received = self.received(&id.source, event);
+            let missing =
+                lock(&self.missing).observe(&id.source, event, &id.account, &hooks, received);
+            m.callbacks_missing.with_label_values(&[id.source.as_str(), label]).set(missing);
+        }
+    }
+}
+
+/// Per event: summed triggeredCount, latest trigger, and (hook id, triggeredCount).
+type EventTotals = (u64, Option<SystemTime>, Vec<(String, u64)>);
+
+/// What a pass found and did for one account, kept even when it fails half-way.
+#[derive(Default)]
+struct Progress {
+    listed: bool,
+    ours: Vec<Hook>,
+    foreign: usize,
+    changes: Vec<Change>,
+    errors: Vec<String>,
+}
+
+fn view(account: &Account, h: &Hook) -> HookView {
+    HookView {
+        id: h.id.clone(),
+        event: h.event_name.clone(),
+        status: h.status.clone(),
+        triggered_count: h.triggered_count,
+        last_triggered: h.last_triggered.map(format_utc),
+        target: account.shown(&h.target_url),
+    }
+}
