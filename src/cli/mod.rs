@@ -124,55 +124,44 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
         }
     };
     crate::telemetry::init(&config.log.level, log_format.unwrap_or(config.log.format));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hookrelay: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(crate::daemon::serve(config)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "hookrelay stopped on an error");
-            eprintln!("hookrelay: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    block_on(true, "hookrelay", crate::daemon::serve(config))
 }
 
 fn sim(args: crate::sim::SimArgs, log_format: Option<LogFormat>) -> ExitCode {
     if args.command.is_none() {
         crate::telemetry::init("info", log_format.unwrap_or(LogFormat::Text));
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("hookrelay: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(crate::sim::run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hookrelay sim: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    block_on(true, "hookrelay sim", crate::sim::run(args))
 }
 
 fn run_admin(target: admin::Target, op: admin::Op) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    block_on(false, "hookrelay", admin::run(target, op))
+}
+
+/// Runs `task` on a new runtime (multi-threaded for the servers); errors are printed
+/// as `{name}: {error}` and give exit code 1.
+fn block_on(
+    multi_thread: bool,
+    name: &str,
+    task: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> ExitCode {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("hookrelay: cannot start the async runtime: {e}");
+            eprintln!("{name}: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(admin::run(target, op)) {
+    match runtime.block_on(task) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hookrelay: {e:#}");
+            tracing::error!(error = format!("{e:#}"), "{name} stopped on an error");
+            eprintln!("{name}: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -57,6 +57,31 @@ token = "{TOKEN}"
     )
 }
 
+/// Reads a child's stderr on a thread: keeps every line, and sends `(listener, addr)`
+/// for every JSON `listening` line.
+pub fn read_logs(
+    stderr: std::process::ChildStderr,
+) -> (Arc<Mutex<String>>, mpsc::Receiver<(String, SocketAddr)>) {
+    let logs = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = mpsc::channel();
+    let sink = logs.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if v["message"] == "listening" {
+                    let addr: SocketAddr = v["addr"].as_str().unwrap().parse().unwrap();
+                    let _ = tx.send((v["listener"].as_str().unwrap().to_owned(), addr));
+                }
+            }
+            let mut logs = sink.lock().unwrap();
+            logs.push_str(&line);
+            logs.push('\n');
+        }
+    });
+    (logs, rx)
+}
+
 /// A running relay.
 pub struct Relay {
     child: Child,
@@ -85,24 +110,7 @@ impl Relay {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start hookrelay");
-        let stderr = child.stderr.take().unwrap();
-        let logs = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if v["message"] == "listening" {
-                        let addr: SocketAddr = v["addr"].as_str().unwrap().parse().unwrap();
-                        let _ = tx.send((v["listener"].as_str().unwrap().to_owned(), addr));
-                    }
-                }
-                let mut logs = sink.lock().unwrap();
-                logs.push_str(&line);
-                logs.push('\n');
-            }
-        });
+        let (logs, rx) = read_logs(child.stderr.take().unwrap());
         let (mut ingress, mut admin) = (None, None);
         while ingress.is_none() || admin.is_none() {
             match rx.recv_timeout(Duration::from_secs(30)) {

@@ -1,11 +1,10 @@
 //! The upstream simulator (`hookrelay sim`) as a child process on a loopback port it
 //! picks itself, with a small client for its API and controls.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -39,25 +38,9 @@ impl Sim {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start hookrelay sim");
-        let stderr = child.stderr.take().unwrap();
-        let logs = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let sink = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if v["message"] == "listening" && v["listener"] == "sim" {
-                        let _ = tx.send(v["addr"].as_str().unwrap().parse::<SocketAddr>().unwrap());
-                    }
-                }
-                let mut logs = sink.lock().unwrap();
-                logs.push_str(&line);
-                logs.push('\n');
-            }
-        });
+        let (logs, rx) = super::read_logs(child.stderr.take().unwrap());
         let addr = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(addr) => addr,
+            Ok((_, addr)) => addr,
             Err(_) => {
                 let _ = child.kill();
                 panic!("simulator did not start; logs:\n{}", logs.lock().unwrap());
