@@ -188,20 +188,27 @@ impl AccountClient {
         }
     }
 
-    /// How long to wait before retry `attempt + 1`, or `None` when retries are spent:
-    /// exponential with jitter, or `Retry-After` when longer, capped by `max_backoff`.
     fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Option<Duration> {
-        if attempt >= self.retry.max_retries {
-            return None;
-        }
-        let ceiling = self
-            .retry
-            .initial_backoff
-            .saturating_mul(2u32.saturating_pow(attempt))
-            .min(self.retry.max_backoff);
-        let jittered = ceiling / 2 + ceiling.mul_f64(fastrand::f64() / 2.0);
-        Some(retry_after.map_or(jittered, |ra| ra.max(jittered)).min(self.retry.max_backoff))
+        retry_delay(&self.retry, attempt, retry_after, fastrand::f64())
     }
+}
+
+/// How long to wait before retry `attempt + 1`, or `None` when retries are spent:
+/// exponential (a random point, `jitter` in 0..1, in the upper half of the ceiling), or
+/// `Retry-After` when longer; never more than `max_backoff`.
+fn retry_delay(
+    retry: &RetrySettings,
+    attempt: u32,
+    retry_after: Option<Duration>,
+    jitter: f64,
+) -> Option<Duration> {
+    if attempt >= retry.max_retries {
+        return None;
+    }
+    let ceiling =
+        retry.initial_backoff.saturating_mul(2u32.saturating_pow(attempt)).min(retry.max_backoff);
+    let jittered = ceiling / 2 + ceiling.mul_f64(jitter.clamp(0.0, 1.0) / 2.0);
+    Some(retry_after.map_or(jittered, |ra| ra.max(jittered)).min(retry.max_backoff))
 }
 
 /// The `detail` (or `title`) of the first entry of an `errors` body, cut short.
@@ -215,6 +222,22 @@ fn error_detail(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_delays_grow_honour_retry_after_and_stop() {
+        let r = RetrySettings {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(10),
+        };
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        assert_eq!(secs(retry_delay(&r, 0, None, 1.0)), Some(0.5));
+        assert_eq!(secs(retry_delay(&r, 0, None, 0.0)), Some(0.25));
+        assert_eq!(secs(retry_delay(&r, 2, None, 1.0)), Some(2.0));
+        assert_eq!(secs(retry_delay(&r, 0, Some(Duration::from_secs(3)), 1.0)), Some(3.0));
+        assert_eq!(secs(retry_delay(&r, 1, Some(Duration::from_secs(3600)), 0.5)), Some(10.0));
+        assert_eq!(retry_delay(&r, 3, Some(Duration::from_secs(1)), 0.5), None);
+    }
 
     #[test]
     fn error_detail_reads_the_errors_body() {
