@@ -59,6 +59,9 @@ pub(crate) struct Metrics {
     pub(crate) destination_paused: IntGaugeVec,
     pub(crate) events_pruned: IntCounter,
     pub(crate) upstream: UpstreamMetrics,
+    /// Name, help and label names of every metric registered.
+    #[cfg_attr(not(test), allow(dead_code))]
+    descs: Vec<prometheus::core::Desc>,
 }
 
 /// Metrics of the hook lifecycle (`upstream/`).
@@ -74,12 +77,20 @@ pub(crate) struct UpstreamMetrics {
     pub(crate) account_up: IntGaugeVec,
 }
 
+/// Registers metrics, remembering their descriptions (so a test can check every one,
+/// including those with no sample yet).
+struct Registrar {
+    registry: Registry,
+    descs: std::cell::RefCell<Vec<prometheus::core::Desc>>,
+}
+
 /// Registers `metric` and hands it back (metrics are cheap handles onto shared state).
 fn reg_one<M: prometheus::core::Collector + Clone + 'static>(
-    registry: &Registry,
+    reg: &Registrar,
     metric: M,
 ) -> Result<M, MetricsError> {
-    registry.register(Box::new(metric.clone()))?;
+    reg.descs.borrow_mut().extend(metric.desc().into_iter().cloned());
+    reg.registry.register(Box::new(metric.clone()))?;
     Ok(metric)
 }
 
@@ -89,23 +100,27 @@ pub(crate) type MetricsError = prometheus::Error;
 impl Metrics {
     pub(crate) fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
+        let reg = Registrar { registry: registry.clone(), descs: Default::default() };
         let opts = |name: &str, help: &str| Opts::new(name, help);
         let hopts = |name: &str, help: &str, buckets: &[f64]| {
             HistogramOpts::new(name, help).buckets(buckets.to_vec())
         };
-        let counter = |name: &str, help: &str| reg_one(&registry, IntCounter::new(name, help)?);
+        let counter = |name: &str, help: &str| reg_one(&reg, IntCounter::new(name, help)?);
         let counter_vec = |name: &str, help: &str, labels: &[&str]| {
-            reg_one(&registry, IntCounterVec::new(opts(name, help), labels)?)
+            reg_one(&reg, IntCounterVec::new(opts(name, help), labels)?)
         };
-        let gauge = |name: &str, help: &str| reg_one(&registry, IntGauge::new(name, help)?);
+        let gauge = |name: &str, help: &str| reg_one(&reg, IntGauge::new(name, help)?);
         let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
-            reg_one(&registry, IntGaugeVec::new(opts(name, help), labels)?)
+            reg_one(&reg, IntGaugeVec::new(opts(name, help), labels)?)
+        };
+        let float_gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            reg_one(&reg, GaugeVec::new(opts(name, help), labels)?)
         };
         let histogram = |name: &str, help: &str, buckets: &[f64]| {
-            reg_one(&registry, Histogram::with_opts(hopts(name, help, buckets))?)
+            reg_one(&reg, Histogram::with_opts(hopts(name, help, buckets))?)
         };
         let histogram_vec = |name: &str, help: &str, buckets: &[f64], labels: &[&str]| {
-            reg_one(&registry, HistogramVec::new(hopts(name, help, buckets), labels)?)
+            reg_one(&reg, HistogramVec::new(hopts(name, help, buckets), labels)?)
         };
 
         let build_info = gauge_vec(
@@ -192,15 +207,10 @@ impl Metrics {
                  of the same record, retrying, dead).",
                 &["destination", "state"],
             )?,
-            queue_oldest_age: reg_one(
-                &registry,
-                GaugeVec::new(
-                    opts(
-                        "hookrelay_queue_oldest_age_seconds",
-                        "Age of the oldest event with a delivery still scheduled.",
-                    ),
-                    &["destination"],
-                )?,
+            queue_oldest_age: float_gauge_vec(
+                "hookrelay_queue_oldest_age_seconds",
+                "Age of the oldest event with a delivery still scheduled.",
+                &["destination"],
             )?,
             circuit_open: gauge_vec(
                 "hookrelay_destination_circuit_open",
@@ -229,15 +239,10 @@ impl Metrics {
                      resets when a hook is re-created).",
                     &["source", "account", "event"],
                 )?,
-                last_triggered: reg_one(
-                    &registry,
-                    GaugeVec::new(
-                        opts(
-                            "hookrelay_upstream_hook_last_triggered_timestamp_seconds",
-                            "When the upstream last called a hook (Unix time), per event.",
-                        ),
-                        &["source", "account", "event"],
-                    )?,
+                last_triggered: float_gauge_vec(
+                    "hookrelay_upstream_hook_last_triggered_timestamp_seconds",
+                    "When the upstream last called a hook (Unix time), per event.",
+                    &["source", "account", "event"],
                 )?,
                 transitions: counter_vec(
                     "hookrelay_upstream_hook_transitions_total",
@@ -277,6 +282,7 @@ impl Metrics {
                     &["source", "account"],
                 )?,
             },
+            descs: reg.descs.take(),
             registry,
         })
     }
@@ -310,19 +316,110 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prometheus::proto::MetricType;
+
+    /// Label names and why their values are bounded.
+    const BOUNDED_LABELS: &[(&str, &str)] = &[
+        ("source", "configured sources, or `unknown`"),
+        ("account", "configured accounts"),
+        ("destination", "configured destinations"),
+        ("event", "the 21 upstream names, `hookrelay.HookGap`, or `other`"),
+        ("outcome", "fixed per metric"),
+        ("state", "queue states"),
+        ("status", "hook statuses, or `other`"),
+        ("method", "the HTTP methods the client uses"),
+        ("from", "hook states"),
+        ("to", "hook states"),
+        ("version", "one per build"),
+    ];
+
+    /// Words that say a metric measures time or size, and the base unit it must end in.
+    const UNITS: &[(&str, &str)] = &[
+        ("duration", "_seconds"),
+        ("lag", "_seconds"),
+        ("age", "_seconds"),
+        ("timestamp", "_seconds"),
+        ("size_bytes", "_bytes"),
+    ];
+
+    /// Every metric with one sample, so that `gather()` shows every family.
+    fn touch_all(m: &Metrics) {
+        m.ingress("demo", outcome::ACCEPTED);
+        m.ingress_duration.observe(0.001);
+        m.store_commit_duration.observe(0.001);
+        m.store_commit_batch_size.observe(1.0);
+        m.store_commit_failures.inc();
+        m.events_stored.with_label_values(&["demo", "ActionCreated"]).inc();
+        m.store_size.set(1);
+        m.inbox_events.set(1);
+        m.ready.set(1);
+        for v in [&m.events_dispatched, &m.events_deduplicated, &m.events_unrouted] {
+            v.with_label_values(&["demo", "ActionCreated"]).inc();
+        }
+        m.dedup_keys.set(1);
+        m.deliveries.with_label_values(&["crm", "success"]).inc();
+        m.delivery_attempt_duration.with_label_values(&["crm"]).observe(0.01);
+        m.delivery_lag.with_label_values(&["crm"]).observe(0.01);
+        m.queue_depth.with_label_values(&["crm", "pending"]).set(1);
+        m.queue_oldest_age.with_label_values(&["crm"]).set(1.0);
+        m.circuit_open.with_label_values(&["crm"]).set(0);
+        m.destination_paused.with_label_values(&["crm"]).set(0);
+        m.events_pruned.inc();
+        let u = &m.upstream;
+        u.hooks.with_label_values(&["demo", "alice", "ActionCreated", "Active"]).set(1);
+        u.triggered.with_label_values(&["demo", "alice", "ActionCreated"]).inc();
+        u.last_triggered.with_label_values(&["demo", "alice", "ActionCreated"]).set(1.7e9);
+        u.transitions
+            .with_label_values(&["demo", "alice", "ActionCreated", "none", "Active"])
+            .inc();
+        u.requests.with_label_values(&["demo", "alice", "GET", "ok"]).inc();
+        u.reconcile_duration.with_label_values(&["demo", "alice"]).observe(0.1);
+        u.token_refreshes.with_label_values(&["demo", "alice", "success"]).inc();
+        u.callbacks_missing.with_label_values(&["demo", "ActionCreated"]).set(0);
+        u.account_up.with_label_values(&["demo", "alice"]).set(1);
+    }
 
     #[test]
-    fn every_metric_has_help_a_prefix_and_a_unit_suffix_where_due() {
+    fn every_metric_has_help_base_units_and_bounded_labels() {
         let m = Metrics::new().unwrap();
-        m.ingress("demo", outcome::ACCEPTED);
-        m.events_stored.with_label_values(&["demo", "other"]).inc();
-        for family in m.registry().gather() {
-            let name = family.name();
+        assert!(m.descs.len() >= 30, "{} metrics registered", m.descs.len());
+        for d in &m.descs {
+            let name = d.fq_name.as_str();
             assert!(name.starts_with("hookrelay_"), "{name}");
-            assert!(!family.help().is_empty(), "{name} has no HELP");
-            if family.get_field_type() == prometheus::proto::MetricType::COUNTER {
-                assert!(name.ends_with("_total"), "{name}");
+            assert!(d.help.len() >= 10 && d.help.ends_with('.'), "{name}: HELP {:?}", d.help);
+            for (word, unit) in UNITS {
+                if name.contains(word) {
+                    let base = name.trim_end_matches("_total");
+                    assert!(base.ends_with(unit), "{name} measures {word}: must end in {unit}");
+                }
             }
+            for bad in [
+                "_ms",
+                "_milliseconds",
+                "_microseconds",
+                "_minutes",
+                "_hours",
+                "_kb",
+                "_mb",
+                "_percent",
+            ] {
+                assert!(!name.contains(bad), "{name}: not a base unit ({bad})");
+            }
+            for label in &d.variable_labels {
+                assert!(
+                    BOUNDED_LABELS.iter().any(|(l, _)| l == label),
+                    "{name}: label {label:?} is not known to be bounded"
+                );
+            }
+        }
+
+        touch_all(&m);
+        let families = m.registry().gather();
+        assert_eq!(families.len(), m.descs.len(), "touch_all() must give every metric a sample");
+        for family in families {
+            let name = family.name();
+            let is_counter = family.get_field_type() == MetricType::COUNTER;
+            assert_eq!(name.ends_with("_total"), is_counter, "{name}: `_total` iff a counter");
         }
         let text = m.render();
         assert!(text.contains("hookrelay_build_info{version=\""), "{text}");

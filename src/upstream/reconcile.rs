@@ -117,6 +117,13 @@ impl Reconciler {
         metrics: Arc<Metrics>,
         max_concurrency: usize,
     ) -> Self {
+        // Counters exist from the start at 0, so that `increase()` sees their first rise.
+        for a in &accounts {
+            for outcome in ["success", "failure"] {
+                let labels = [a.id().source.as_str(), a.id().account.as_str(), outcome];
+                metrics.upstream.token_refreshes.with_label_values(&labels).inc_by(0);
+            }
+        }
         Self {
             accounts,
             committer,
