@@ -20,6 +20,10 @@ use crate::store::{Committer, SharedStore, SledStore};
 /// listener stops last. Returns once everything is on disk.
 pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new().context("setting up metrics")?);
+    let source_names: Vec<&str> = config.sources.iter().map(|s| s.name.as_str()).collect();
+    let destination_names: Vec<&str> =
+        config.destinations.iter().map(|d| d.name.as_str()).collect();
+    metrics.init_series(&source_names, &destination_names, ingress::UNKNOWN_SOURCE);
     let readiness = Arc::new(Readiness::default());
     let storage = &config.storage;
 

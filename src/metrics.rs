@@ -32,7 +32,11 @@ pub(crate) mod outcome {
     pub(crate) const STORE_FAILED: &str = "store_failed";
     /// The client went away before its body was complete: nothing stored.
     pub(crate) const INCOMPLETE: &str = "incomplete";
+    pub(crate) const ALL: [&str; 5] = [ACCEPTED, REJECTED, UNAUTHORIZED, STORE_FAILED, INCOMPLETE];
 }
+
+/// Delivery attempt outcomes, the values of `hookrelay_deliveries_total{outcome}`.
+pub(crate) const DELIVERY_OUTCOMES: [&str; 4] = ["success", "retry", "failed", "dead"];
 
 /// Every metric the relay exports.
 pub(crate) struct Metrics {
@@ -285,6 +289,27 @@ impl Metrics {
             descs: reg.descs.take(),
             registry,
         })
+    }
+
+    /// Creates the series the config makes known at 0, so that dashboards and alerts
+    /// see them from the first scrape (`increase()` needs a 0 to rise from).
+    pub(crate) fn init_series(
+        &self,
+        sources: &[&str],
+        destinations: &[&str],
+        unknown_source: &str,
+    ) {
+        for source in sources {
+            for o in outcome::ALL {
+                self.ingress_requests.with_label_values(&[source, o]).inc_by(0);
+            }
+        }
+        self.ingress_requests.with_label_values(&[unknown_source, outcome::UNAUTHORIZED]).inc_by(0);
+        for destination in destinations {
+            for o in DELIVERY_OUTCOMES {
+                self.deliveries.with_label_values(&[destination, o]).inc_by(0);
+            }
+        }
     }
 
     /// Counts an ingress request.

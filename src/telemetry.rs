@@ -17,7 +17,14 @@ pub(crate) fn init(level: &str, format: LogFormat) {
         .with_ansi(std::io::stderr().is_terminal());
     let result = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        // `span` carries the fields of the callback or delivery span a line belongs to
+        // (event id, source, event name, destination): grep an event id to follow it.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
     };
     if let Err(e) = result {
         eprintln!("hookrelay: logging already initialised: {e}");

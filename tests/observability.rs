@@ -129,3 +129,70 @@ url = "http://{down}/"
     let unknown: Vec<_> = named.difference(&exported).collect();
     assert!(unknown.is_empty(), "alerts name metrics the relay does not export: {unknown:?}");
 }
+
+/// Every panel of a dashboard, rows' nested panels included.
+fn all_panels(panels: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
+    for p in panels.as_array().into_iter().flatten() {
+        out.push(p.clone());
+        all_panels(&p["panels"], out);
+    }
+}
+
+#[test]
+fn dashboards_are_ready_for_file_provisioning() {
+    for (file, uid) in
+        [("hookrelay.json", "hookrelay"), ("hookrelay-fleet.json", "hookrelay-fleet")]
+    {
+        let text =
+            std::fs::read_to_string(format!("{}/dashboards/{file}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap();
+        assert!(
+            !text.contains("__inputs") && !text.contains("${DS_"),
+            "{file}: import placeholders"
+        );
+        let d: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(d["uid"], uid, "{file}");
+        assert!(d["id"].is_null(), "{file}: a provisioned dashboard carries no database id");
+        let vars = d["templating"]["list"].as_array().unwrap();
+        let ds = vars.iter().find(|v| v["name"] == "datasource").expect("datasource variable");
+        assert_eq!(
+            (ds["type"].as_str(), ds["query"].as_str()),
+            (Some("datasource"), Some("prometheus"))
+        );
+        let mut panels = Vec::new();
+        all_panels(&d["panels"], &mut panels);
+        let mut ids = BTreeSet::new();
+        for p in &panels {
+            assert!(ids.insert(p["id"].as_u64().unwrap()), "{file}: panel id {} twice", p["id"]);
+            assert!(p["gridPos"]["w"].as_u64().is_some(), "{file}: {} has no gridPos", p["title"]);
+            if p["type"] == "row" {
+                continue;
+            }
+            assert_eq!(p["datasource"]["uid"], "${datasource}", "{file}: {}", p["title"]);
+            assert!(
+                !p["description"].as_str().unwrap_or("").is_empty(),
+                "{file}: {} undescribed",
+                p["title"]
+            );
+            for t in p["targets"].as_array().unwrap() {
+                assert_eq!(t["datasource"]["uid"], "${datasource}", "{file}: {}", p["title"]);
+            }
+        }
+        if uid == "hookrelay" {
+            for name in ["instance", "source"] {
+                assert!(vars.iter().any(|v| v["name"] == name), "{file}: no {name} variable");
+            }
+            let rows: Vec<&str> = panels
+                .iter()
+                .filter(|p| p["type"] == "row")
+                .map(|p| p["title"].as_str().unwrap())
+                .collect();
+            assert_eq!(rows, ["Ingress", "Pipeline", "Delivery", "Hook lifecycle", "Storage"]);
+        }
+    }
+    for provisioning in ["dashboards/hookrelay.yaml", "datasources/prometheus.yaml"] {
+        let path = format!("{}/dashboards/provisioning/{provisioning}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("apiVersion: 1"), "{path}");
+    }
+}

@@ -83,6 +83,13 @@ fn micros(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_are_the_pre_created_outcomes() {
+        for v in [Verdict::Success, Verdict::Retry, Verdict::Failed, Verdict::Dead] {
+            assert!(crate::metrics::DELIVERY_OUTCOMES.contains(&v.label()), "{v:?}");
+        }
+    }
     use crate::store::EventId;
 
     fn answer(outcome: Outcome, status: Option<u16>) -> Answer {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tracing::Instrument;
 
 use super::circuit::Gate;
 use super::verdict::{self, Verdict};
@@ -129,11 +130,14 @@ impl Worker {
         Ok((started, None))
     }
 
-    /// Makes one attempt for a schedule entry and records its outcome.
+    /// Makes one attempt for a schedule entry and records its outcome, in a span that
+    /// names the event (id, source, name) and the destination.
     async fn attempt(&self, entry: Scheduled) {
-        if let Err(e) = self.try_attempt(entry).await {
+        let span = tracing::info_span!("delivery", id = %entry.event, destination = %self.state.dest.name,
+            source = tracing::field::Empty, event = tracing::field::Empty);
+        if let Err(e) = self.try_attempt(entry).instrument(span.clone()).await {
             // Nothing was recorded: the entry stays due and is tried again.
-            tracing::error!(destination = %self.state.dest.name, event = %entry.event, error = %e, "delivery attempt not recorded");
+            span.in_scope(|| tracing::error!(error = %e, "delivery attempt not recorded"));
             tokio::time::sleep(MAX_IDLE).await;
         }
     }
@@ -153,6 +157,9 @@ impl Worker {
             // record removes it.
             (false, _, _) => None,
             (true, Some(event), Some(body)) => {
+                let span = tracing::Span::current();
+                span.record("source", event.meta.source.as_str());
+                span.record("event", event.meta.event.as_str());
                 let webhook_id = format!("evt_{}_{}", entry.event, dest.name);
                 let answer = dest
                     .send(
@@ -177,9 +184,9 @@ impl Worker {
                     let open = self.state.circuit.is_open();
                     m.circuit_open.with_label_values(&[&dest.name]).set(i64::from(open));
                     if open {
-                        tracing::warn!(destination = %dest.name, "circuit open: probing once per interval");
+                        tracing::warn!("circuit open: probing once per interval");
                     } else {
-                        tracing::info!(destination = %dest.name, "circuit closed");
+                        tracing::info!("circuit closed");
                     }
                 }
                 if verdict == Verdict::Success {
@@ -189,13 +196,13 @@ impl Worker {
                     m.delivery_lag.with_label_values(&[&dest.name]).observe(lag.as_secs_f64());
                 }
                 if answer.outcome == Outcome::Gone {
-                    tracing::warn!(destination = %dest.name, "destination answered 410 Gone: pausing it");
+                    tracing::warn!("destination answered 410 Gone: pausing it");
                 }
-                tracing::debug!(destination = %dest.name, event = %entry.event, status = ?answer.status,
+                tracing::debug!(attempt = record.total_attempts, status = ?answer.status,
                     error = ?answer.error, verdict = verdict.label(), "delivery attempt");
                 if matches!(verdict, Verdict::Dead | Verdict::Failed) {
-                    tracing::warn!(destination = %dest.name, event = %entry.event, status = ?answer.status,
-                        error = ?answer.error, "delivery is dead: see the dead letters");
+                    tracing::warn!(status = ?answer.status, error = ?answer.error,
+                        "delivery is dead: see the dead letters");
                 }
                 Some((verdict, answer.outcome == Outcome::Gone))
             }
@@ -209,7 +216,7 @@ impl Worker {
         self.store.record_attempt(entry, &record)?;
         // Durable before it counts: a crash must not roll a retry's due time back.
         if let Err(e) = self.committer.flush().await {
-            tracing::warn!(destination = %dest.name, error = %e, "attempt recorded but not flushed");
+            tracing::warn!(error = %e, "attempt recorded but not flushed");
         }
         if let Some((verdict, gone)) = verdict {
             self.metrics.deliveries.with_label_values(&[&dest.name, verdict.label()]).inc();

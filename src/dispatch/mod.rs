@@ -147,6 +147,8 @@ impl Dispatcher {
             match outcome {
                 DispatchOutcome::Dispatched(_) => {
                     m.events_dispatched.with_label_values(&labels).inc();
+                    tracing::debug!(id = %event.id, source = %event.meta.source, event = %event.meta.event,
+                        destinations = ?plan.destinations, "event dispatched");
                     for dest in &plan.destinations {
                         if woken.insert(dest.as_str()) {
                             self.destinations.wake(dest);
@@ -155,11 +157,11 @@ impl Dispatcher {
                 }
                 DispatchOutcome::Duplicate { original } => {
                     m.events_deduplicated.with_label_values(&labels).inc();
-                    tracing::debug!(id = %event.id, %original, "duplicate event");
+                    tracing::debug!(id = %event.id, source = %event.meta.source, event = %event.meta.event, %original, "duplicate event");
                 }
                 DispatchOutcome::Unrouted => {
                     m.events_unrouted.with_label_values(&labels).inc();
-                    tracing::debug!(id = %event.id, event = %event.meta.event, "no destination wants this event");
+                    tracing::debug!(id = %event.id, source = %event.meta.source, event = %event.meta.event, "no destination wants this event");
                 }
                 DispatchOutcome::Gone => {}
             }

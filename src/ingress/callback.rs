@@ -5,6 +5,7 @@ use std::time::{Instant, SystemTime};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
+use tracing::Instrument;
 
 use super::auth::{Auth, UNKNOWN_SOURCE};
 use super::body::{self, Body};
@@ -64,6 +65,28 @@ pub(super) async fn callback(
         }
     };
 
+    // Everything from here on is about one event of a known source: one span, so its
+    // lines can be found by event id, source or event name.
+    let span = tracing::info_span!(
+        "callback",
+        source,
+        event = tracing::field::Empty,
+        id = tracing::field::Empty
+    );
+    store(req, source, path.event, payload, &state, started, received_at).instrument(span).await
+}
+
+/// Reads, stores and answers a callback of `source` (authenticated).
+async fn store(
+    req: HttpRequest,
+    source: &str,
+    path_event: Option<String>,
+    payload: web::Payload,
+    state: &IngressState,
+    started: Instant,
+    received_at: SystemTime,
+) -> HttpResponse {
+    let m = &state.metrics;
     let size_hint = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -76,26 +99,28 @@ pub(super) async fn callback(
             // malformed chunked body), a 4xx would disable its hook: close instead.
             m.ingress(source, outcome::INCOMPLETE);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            tracing::warn!(source, error = %e, "callback body incomplete; nothing stored");
+            tracing::warn!(error = %e, "callback body incomplete; nothing stored");
             abort::close_without_answer(&req);
             return HttpResponse::ServiceUnavailable().finish();
         }
     };
 
     let event =
-        new_event(&req, source, path.event.as_deref(), received_at, body, state.max_body_bytes);
+        new_event(&req, source, path_event.as_deref(), received_at, body, state.max_body_bytes);
     let status = event.meta.status;
     let event_name = event.meta.event.clone();
+    tracing::Span::current().record("event", event_name.as_str());
     match state.committer.submit(event).await {
         Ok(id) => {
+            tracing::Span::current().record("id", tracing::field::display(id));
             let label =
                 if status == EventStatus::Rejected { outcome::REJECTED } else { outcome::ACCEPTED };
             m.ingress(source, label);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
             if status == EventStatus::Rejected {
-                tracing::warn!(%id, source, event = %event_name, "callback body too large; recorded as rejected");
+                tracing::warn!("callback body too large; recorded as rejected");
             } else {
-                tracing::debug!(%id, source, event = %event_name, "callback stored");
+                tracing::debug!("callback stored");
             }
             // Both values are plain ASCII tokens: no JSON escaping needed.
             HttpResponse::Ok()
@@ -105,7 +130,7 @@ pub(super) async fn callback(
         Err(e) => {
             m.ingress(source, outcome::STORE_FAILED);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            tracing::error!(source, event = %event_name, error = %e,
+            tracing::error!(error = %e,
                 "cannot store callback; closing the connection so the upstream retries");
             if abort::close_without_answer(&req) {
                 // The socket is shut: whatever we return now is never seen.

@@ -19,7 +19,7 @@ use crate::config::SourceConfig;
 use crate::metrics::Metrics;
 use crate::store::Committer;
 
-pub(crate) use auth::Sources;
+pub(crate) use auth::{Sources, UNKNOWN_SOURCE};
 
 /// What every ingress worker shares.
 pub(crate) struct IngressState {

@@ -117,11 +117,22 @@ impl Reconciler {
         metrics: Arc<Metrics>,
         max_concurrency: usize,
     ) -> Self {
-        // Counters exist from the start at 0, so that `increase()` sees their first rise.
+        // Counters exist from the start at 0, so that `increase()` sees their first rise
+        // (a series born at 1 shows no increase at all).
         for a in &accounts {
+            let (source, account) = (a.id().source.as_str(), a.id().account.as_str());
             for outcome in ["success", "failure"] {
-                let labels = [a.id().source.as_str(), a.id().account.as_str(), outcome];
+                let labels = [source, account, outcome];
                 metrics.upstream.token_refreshes.with_label_values(&labels).inc_by(0);
+            }
+            for event in &a.events {
+                let event = event_names::metric_label(event);
+                for (from, to) in
+                    [("none", "Active"), ("Active", "Disabled"), ("Disabled", "Active")]
+                {
+                    let labels = [source, account, event, from, to];
+                    metrics.upstream.transitions.with_label_values(&labels).inc_by(0);
+                }
             }
         }
         Self {
