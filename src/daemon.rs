@@ -121,6 +121,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     readiness.set(true);
     metrics.ready.set(1);
     tracing::info!(sources = config.sources.len(), "ready");
+    crate::notify::notify("READY=1\nSTATUS=accepting callbacks");
     // Hooks point at the ingress: register them only once it listens.
     let reconcile_task =
         tokio::spawn(reconciler.run(config.upstream.reconcile_interval, stop.clone()));
@@ -131,6 +132,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         r = &mut admin_task => format!("admin listener ended: {r:?}"),
     };
     tracing::info!(%reason, grace = ?grace, "shutting down");
+    crate::notify::notify("STOPPING=1\nSTATUS=draining");
     readiness.set(false);
     metrics.ready.set(0);
 

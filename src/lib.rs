@@ -15,6 +15,7 @@ mod dispatch;
 mod event_names;
 mod ingress;
 mod metrics;
+mod notify;
 mod retention;
 mod shutdown;
 mod sim;

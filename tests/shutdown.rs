@@ -65,3 +65,30 @@ async fn sigint_when_idle_exits_0_promptly() {
     let status = relay.wait_exit(Duration::from_secs(5));
     assert_eq!(status.code(), Some(0), "logs:\n{}", relay.logs());
 }
+
+/// `Type=notify`: READY=1 once the relay accepts callbacks, STOPPING=1 on SIGTERM, on
+/// the datagram socket systemd names in `$NOTIFY_SOCKET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemd_is_notified_of_readiness_and_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let text = common::config(&dir.path().join("data"), "");
+    let mut relay =
+        Relay::start_env(dir.path(), &text, &[("NOTIFY_SOCKET", socket_path.to_str().unwrap())])
+            .await;
+    let mut buf = [0u8; 256];
+    let n = socket.recv(&mut buf).unwrap();
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    // Ready means ready: a callback is accepted right away.
+    let r = relay.callback(Some("ActionCreated"), "application/json", "{}").await;
+    assert_eq!(r.status(), 200);
+
+    relay.signal(libc::SIGTERM);
+    let n = socket.recv(&mut buf).unwrap();
+    let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping:?}");
+    assert!(relay.wait_exit(Duration::from_secs(20)).success());
+}

@@ -131,13 +131,14 @@ impl Worker {
     }
 
     /// Makes one attempt for a schedule entry and records its outcome, in a span that
-    /// names the event (id, source, name) and the destination.
+    /// names the event (id, source, name) and the destination. A debug span, free at
+    /// info level; warnings name their event and destination themselves.
     async fn attempt(&self, entry: Scheduled) {
-        let span = tracing::info_span!("delivery", id = %entry.event, destination = %self.state.dest.name,
+        let span = tracing::debug_span!("delivery", id = %entry.event, destination = %self.state.dest.name,
             source = tracing::field::Empty, event = tracing::field::Empty);
         if let Err(e) = self.try_attempt(entry).instrument(span.clone()).await {
             // Nothing was recorded: the entry stays due and is tried again.
-            span.in_scope(|| tracing::error!(error = %e, "delivery attempt not recorded"));
+            span.in_scope(|| tracing::error!(id = %entry.event, destination = %self.state.dest.name, error = %e, "delivery attempt not recorded"));
             tokio::time::sleep(MAX_IDLE).await;
         }
     }
@@ -184,9 +185,9 @@ impl Worker {
                     let open = self.state.circuit.is_open();
                     m.circuit_open.with_label_values(&[&dest.name]).set(i64::from(open));
                     if open {
-                        tracing::warn!("circuit open: probing once per interval");
+                        tracing::warn!(destination = %dest.name, "circuit open: probing once per interval");
                     } else {
-                        tracing::info!("circuit closed");
+                        tracing::info!(destination = %dest.name, "circuit closed");
                     }
                 }
                 if verdict == Verdict::Success {
@@ -196,12 +197,13 @@ impl Worker {
                     m.delivery_lag.with_label_values(&[&dest.name]).observe(lag.as_secs_f64());
                 }
                 if answer.outcome == Outcome::Gone {
-                    tracing::warn!("destination answered 410 Gone: pausing it");
+                    tracing::warn!(destination = %dest.name, "destination answered 410 Gone: pausing it");
                 }
                 tracing::debug!(attempt = record.total_attempts, status = ?answer.status,
                     error = ?answer.error, verdict = verdict.label(), "delivery attempt");
                 if matches!(verdict, Verdict::Dead | Verdict::Failed) {
-                    tracing::warn!(status = ?answer.status, error = ?answer.error,
+                    tracing::warn!(id = %entry.event, source = %event.meta.source, event = %event.meta.event,
+                        destination = %dest.name, status = ?answer.status, error = ?answer.error,
                         "delivery is dead: see the dead letters");
                 }
                 Some((verdict, answer.outcome == Outcome::Gone))
@@ -216,7 +218,7 @@ impl Worker {
         self.store.record_attempt(entry, &record)?;
         // Durable before it counts: a crash must not roll a retry's due time back.
         if let Err(e) = self.committer.flush().await {
-            tracing::warn!(error = %e, "attempt recorded but not flushed");
+            tracing::warn!(destination = %dest.name, error = %e, "attempt recorded but not flushed");
         }
         if let Some((verdict, gone)) = verdict {
             self.metrics.deliveries.with_label_values(&[&dest.name, verdict.label()]).inc();

@@ -99,7 +99,7 @@ async fn store(
             // malformed chunked body), a 4xx would disable its hook: close instead.
             m.ingress(source, outcome::INCOMPLETE);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            tracing::warn!(error = %e, "callback body incomplete; nothing stored");
+            tracing::warn!(source, error = %e, "callback body incomplete; nothing stored");
             abort::close_without_answer(&req);
             return HttpResponse::ServiceUnavailable().finish();
         }
@@ -118,7 +118,7 @@ async fn store(
             m.ingress(source, label);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
             if status == EventStatus::Rejected {
-                tracing::warn!("callback body too large; recorded as rejected");
+                tracing::warn!(%id, source, event = %event_name, "callback body too large; recorded as rejected");
             } else {
                 tracing::debug!("callback stored");
             }
@@ -130,7 +130,7 @@ async fn store(
         Err(e) => {
             m.ingress(source, outcome::STORE_FAILED);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            tracing::error!(error = %e,
+            tracing::error!(source, event = %event_name, error = %e,
                 "cannot store callback; closing the connection so the upstream retries");
             if abort::close_without_answer(&req) {
                 // The socket is shut: whatever we return now is never seen.

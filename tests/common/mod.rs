@@ -99,9 +99,24 @@ impl Relay {
     /// Writes `config_text` next to the data and starts `hookrelay serve` on it; returns
     /// once `/readyz` answers 200.
     pub async fn start(dir: &Path, config_text: &str) -> Relay {
+        Self::start_binary(binary(), dir, config_text).await
+    }
+
+    /// Like [`Relay::start`], with another build of the relay (benchmarks compare two).
+    pub async fn start_binary(bin: &str, dir: &Path, config_text: &str) -> Relay {
+        Self::start_full(bin, dir, config_text, &[]).await
+    }
+
+    /// Like [`Relay::start`], with extra environment variables.
+    pub async fn start_env(dir: &Path, config_text: &str, env: &[(&str, &str)]) -> Relay {
+        Self::start_full(binary(), dir, config_text, env).await
+    }
+
+    async fn start_full(bin: &str, dir: &Path, config_text: &str, env: &[(&str, &str)]) -> Relay {
         let config_path: PathBuf = dir.join("hookrelay.toml");
         std::fs::write(&config_path, config_text).unwrap();
-        let mut child = Command::new(binary())
+        let mut child = Command::new(bin)
+            .envs(env.iter().copied())
             .args(["serve", "--log-format", "json", "--config"])
             .arg(&config_path)
             .env_remove("RUST_LOG")

@@ -1,0 +1,295 @@
+//! The deployment files, checked by the tools that own their formats: systemd-analyze
+//! (verify, security), kubernetes-validate, checkov, hadolint; and kept consistent with
+//! the binary (flags, config) and with each other (alert rules, grace periods).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} not found ({e}): scripts/test.sh installs it"))
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(ROOT).join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The unit, with `ExecStart` pointing at the binary under test (systemd-analyze
+/// verify checks that the command exists), in a temporary directory.
+fn unit_for_test(dir: &Path) -> PathBuf {
+    let unit = read("deploy/systemd/hookrelay.service")
+        .replace("/usr/local/bin/hookrelay", common::binary());
+    let path = dir.join("hookrelay.service");
+    std::fs::write(&path, unit).unwrap();
+    path
+}
+
+/// `--flags` of a command line, and the values of `--config`.
+fn flags(args: &[&str]) -> Vec<String> {
+    args.iter()
+        .filter(|a| a.starts_with("--"))
+        .map(|a| a.split('=').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Every flag must be one `hookrelay serve --help` documents.
+fn assert_serve_accepts(what: &str, args: &[&str]) {
+    assert_eq!(args.first(), Some(&"serve"), "{what}: {args:?}");
+    let help = run(common::binary(), &["serve", "--help"]);
+    let help = text(&help);
+    for flag in flags(args) {
+        assert!(help.contains(&flag), "{what}: `hookrelay serve --help` has no {flag}");
+    }
+}
+
+#[test]
+fn the_systemd_unit_verifies_and_scores_ok_on_security() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = unit_for_test(dir.path());
+    let unit = unit.to_str().unwrap();
+    let out = run("systemd-analyze", &["verify", unit]);
+    assert!(
+        out.status.success() && text(&out).trim().is_empty(),
+        "systemd-analyze verify: {}",
+        text(&out)
+    );
+
+    let out = run("systemd-analyze", &["security", "--offline=yes", "--no-pager", unit]);
+    let report = text(&out);
+    let line = report
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no score in:\n{report}"));
+    let score: f64 = line
+        .split(':')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("unreadable score: {line}"));
+    eprintln!("systemd-analyze security: {line}");
+    assert!(score <= 2.5, "exposure {score} > 2.5:\n{report}");
+}
+
+#[test]
+fn the_systemd_unit_runs_the_binary_as_documented() {
+    let unit = read("deploy/systemd/hookrelay.service");
+    let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
+    let args: Vec<&str> = exec.split_whitespace().skip(1).collect();
+    assert_serve_accepts("ExecStart", &args);
+    assert!(exec.contains("--config /etc/hookrelay/hookrelay.toml"), "{exec}");
+    for line in [
+        "Type=notify",
+        "DynamicUser=yes",
+        "StateDirectory=hookrelay",
+        "Restart=on-failure",
+        "EnvironmentFile=-/etc/hookrelay/hookrelay.env",
+        "CapabilityBoundingSet=",
+        "SystemCallFilter=@system-service",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "missing {line}");
+    }
+    // TimeoutStopSec above the default shutdown.grace (10s), so SIGTERM can drain.
+    let stop: u64 = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+        .and_then(|v| v.trim_end_matches('s').parse().ok())
+        .expect("TimeoutStopSec=Ns");
+    assert!(stop > 10, "TimeoutStopSec={stop}");
+}
+
+/// The Kubernetes manifests: every file of the base, and the examples.
+fn manifests() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("deploy/kubernetes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "yaml") && !p.ends_with("kustomization.yaml")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn the_kustomize_base_lists_every_manifest_and_only_existing_ones() {
+    let kustomization = read("deploy/kubernetes/kustomization.yaml");
+    let listed: Vec<&str> = kustomization
+        .lines()
+        .skip_while(|l| !l.starts_with("resources:"))
+        .skip(1)
+        .map_while(|l| l.trim().strip_prefix("- "))
+        .collect();
+    assert!(listed.len() >= 9, "{listed:?}");
+    for file in &listed {
+        assert!(
+            Path::new(ROOT).join("deploy/kubernetes").join(file).is_file(),
+            "{file} listed but missing"
+        );
+    }
+    for path in manifests() {
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(
+            listed.contains(&name) || name.contains(".example."),
+            "{name} is neither in the base nor an example"
+        );
+    }
+}
+
+#[test]
+fn every_manifest_is_valid_for_a_recent_kubernetes() {
+    let files = manifests();
+    let mut args = vec!["--strict", "--kubernetes-version", "1.33.0"];
+    let paths: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    args.extend(paths.iter().map(String::as_str));
+    let out = run("kubernetes-validate", &args);
+    let report = text(&out);
+    assert!(out.status.success(), "kubernetes-validate:\n{report}");
+    for path in &paths {
+        let name = Path::new(path).file_name().unwrap().to_str().unwrap();
+        if name.starts_with("servicemonitor") || name.starts_with("prometheusrule") {
+            continue; // CRDs: no schema in kubernetes-validate
+        }
+        assert!(
+            report.lines().any(|l| l.contains(path) && l.contains(" passed ")),
+            "{name} not validated:\n{report}"
+        );
+    }
+}
+
+#[test]
+fn the_statefulset_matches_the_daemon() {
+    let sts = read("deploy/kubernetes/statefulset.yaml");
+    let config_map = read("deploy/kubernetes/configmap.yaml");
+    // The container's arguments are flags `hookrelay serve` accepts.
+    let args_line = sts.lines().find_map(|l| l.trim().strip_prefix("args: ")).expect("args");
+    let args: Vec<String> = serde_json::from_str(args_line).unwrap();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_serve_accepts("StatefulSet args", &args);
+    // Probes on the admin port, the data dir on the volume.
+    assert!(sts.contains("path: /readyz") && sts.contains("path: /healthz"));
+    assert!(sts.contains("mountPath: /var/lib/hookrelay"));
+    // terminationGracePeriodSeconds above the configured grace.
+    let termination: u64 = sts
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds: "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    let grace: u64 = config_map
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("grace = \""))
+        .and_then(|v| v.trim_end_matches("s\"").parse().ok())
+        .unwrap();
+    assert!(termination > grace, "terminationGracePeriodSeconds {termination} <= grace {grace}s");
+
+    // The ConfigMap's config is valid, with the Secret example's values.
+    let toml: String = config_map
+        .lines()
+        .skip_while(|l| !l.contains("hookrelay.toml: |"))
+        .skip(1)
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    let secret = read("deploy/kubernetes/secret.example.yaml");
+    let env: Vec<(String, String)> = secret
+        .lines()
+        .skip_while(|l| !l.starts_with("stringData:"))
+        .skip(1)
+        .filter_map(|l| l.trim().split_once(": "))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    assert_eq!(env.len(), 3, "{env:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookrelay.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = Command::new(common::binary())
+        .args(["check-config", "--config", path.to_str().unwrap()])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ConfigMap config: {}", text(&out));
+    for (_, value) in &env {
+        assert!(!text(&out).contains(value.as_str()), "check-config printed a secret");
+    }
+}
+
+#[test]
+fn the_prometheus_rule_is_built_from_the_alerts_file() {
+    let alerts = read("deploy/prometheus/alerts.yml");
+    let rule = read("deploy/kubernetes/prometheusrule.yaml");
+    let spec = rule.split_once("\nspec:\n").expect("spec:").1;
+    let expected: String = alerts
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| if l.is_empty() { "\n".to_owned() } else { format!("  {l}\n") })
+        .collect();
+    assert_eq!(
+        spec, expected,
+        "deploy/kubernetes/prometheusrule.yaml is stale: run scripts/gen-prometheusrule.sh"
+    );
+}
+
+#[test]
+fn checkov_finds_nothing_left_unexplained() {
+    let out = run(
+        "checkov",
+        &[
+            "--config-file",
+            &format!("{ROOT}/deploy/.checkov.yaml"),
+            "--directory",
+            &format!("{ROOT}/deploy"),
+            "--file",
+            &format!("{ROOT}/Dockerfile"),
+            "--compact",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "checkov:\n{}", text(&out));
+    // The skips are explained where operators read them.
+    let config = read("deploy/.checkov.yaml");
+    let docs = read("docs/deploy.md");
+    let skipped =
+        config.lines().filter_map(|l| l.trim().strip_prefix("- ")).filter(|c| c.starts_with("CKV"));
+    for check in skipped.map(|c| c.split_whitespace().next().unwrap()) {
+        assert!(docs.contains(check), "{check} is skipped but docs/deploy.md does not say why");
+    }
+}
+
+#[test]
+fn the_dockerfile_passes_hadolint_and_runs_the_binary_as_documented() {
+    let out = run("hadolint", &[&format!("{ROOT}/Dockerfile")]);
+    assert!(out.status.success(), "hadolint:\n{}", text(&out));
+    let dockerfile = read("Dockerfile");
+    let json_array = |prefix: &str| -> Vec<String> {
+        let line = dockerfile
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix}"));
+        serde_json::from_str(line.trim()).unwrap()
+    };
+    assert_eq!(json_array("ENTRYPOINT "), ["/usr/local/bin/hookrelay"]);
+    let cmd = json_array("CMD ");
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    assert_serve_accepts("Dockerfile CMD", &cmd);
+    for needle in ["EXPOSE 8080 9090", "VOLUME [\"/var/lib/hookrelay\"]", "USER 65532:65532"] {
+        assert!(dockerfile.contains(needle), "Dockerfile lacks {needle}");
+    }
+    // The image's config, with the image's environment, is valid.
+    let out = Command::new(common::binary())
+        .args(["check-config", "--config", &format!("{ROOT}/config/hookrelay.toml")])
+        .env("HOOKRELAY__ADMIN__LISTEN", "0.0.0.0:9090")
+        .env("HOOKRELAY__STORAGE__DATA_DIR", "/var/lib/hookrelay")
+        .env("HOOKRELAY__LOG__FORMAT", "json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("/var/lib/hookrelay"));
+}
