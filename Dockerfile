@@ -2,7 +2,7 @@
 # a non-root user. Build: docker build -t hookrelay .
 # Run:   docker run -p 8080:8080 -p 9090:9090 -v hookrelay-data:/var/lib/hookrelay hookrelay
 
-FROM rust:1.85-slim-bookworm AS build
+FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so that a source change does not rebuild them.
 COPY Cargo.toml Cargo.lock ./
