@@ -3,15 +3,18 @@
 //! `client` talks to one account's `/api/rest/resthooks` (with `credentials`: static,
 //! file or OAuth2), `model` parses what it answers, `plan` decides what to change,
 //! `reconcile` applies it on a timer and on demand, `gap` reports the callbacks a
-//! Disabled hook lost, `missing` compares the upstream's counts with what arrived.
+//! Disabled hook lost, `gauges` keeps the metrics (with `missing`, which compares the
+//! upstream's counts with what arrived), `status` is what the admin API shows.
 
 mod client;
 mod credentials;
 mod gap;
+mod gauges;
 mod missing;
 mod model;
 mod plan;
 mod reconcile;
+mod status;
 
 use std::sync::Arc;
 

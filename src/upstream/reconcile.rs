@@ -8,16 +8,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use futures_util::StreamExt;
-use serde::Serialize;
 
 use super::client::AccountClient;
 use super::gap::{self, PendingGap};
-use super::missing::Tracker;
+use super::gauges::Gauges;
 use super::model::Hook;
 use super::plan::{self, Targets};
+use super::status::{AccountStatus, Change, HookView};
 use super::{AccountId, UpstreamError};
 use crate::config::{Secret, MASK};
-use crate::event_names;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::{Committer, SharedStore};
@@ -49,59 +48,19 @@ impl Account {
     }
 }
 
-/// A hook as the admin API shows it.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct HookView {
-    pub(crate) id: String,
-    pub(crate) event: String,
-    pub(crate) status: String,
-    pub(crate) triggered_count: u64,
-    pub(crate) last_triggered: Option<String>,
-    pub(crate) target: String,
-}
-
-/// A change the reconciler made.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Change {
-    /// `created`, `recreated` or `pruned`.
-    pub(crate) action: &'static str,
-    pub(crate) event: String,
-    pub(crate) hook_id: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) replaced: Vec<String>,
-}
-
-/// One account as of its last reconcile.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct AccountStatus {
-    pub(crate) source: String,
-    pub(crate) account: String,
-    pub(crate) ok: bool,
-    pub(crate) errors: Vec<String>,
-    pub(crate) last_reconcile: Option<String>,
-    pub(crate) events: Vec<String>,
-    pub(crate) hooks: Vec<HookView>,
-    /// Hooks of this account pointing elsewhere (never touched).
-    pub(crate) foreign_hooks: usize,
-    /// Changes made by the last reconcile.
-    pub(crate) changes: Vec<Change>,
-}
-
 /// Keeps every account's hooks as configured.
 pub(crate) struct Reconciler {
     accounts: Vec<Account>,
     committer: Committer,
     store: SharedStore,
-    metrics: Arc<Metrics>,
+    /// The hook lifecycle's metrics, and the missing-callbacks comparison behind one.
+    gauges: Gauges,
     max_concurrency: usize,
     /// One pass at a time (timer and `hooks sync` share it).
     pass: tokio::sync::Mutex<()>,
     status: Mutex<BTreeMap<AccountId, AccountStatus>>,
-    missing: Mutex<Tracker>,
     /// Disabled hooks already counted as a transition (a failed re-creation is retried).
     seen_disabled: Mutex<HashSet<String>>,
-    /// Label sets of `hookrelay_upstream_hooks` set by the last pass, per account.
-    shown_labels: Mutex<HashMap<AccountId, HashSet<(String, String)>>>,
 }
 
 /// Locks a mutex of plain data, recovering it after a panic elsewhere.
@@ -117,35 +76,17 @@ impl Reconciler {
         metrics: Arc<Metrics>,
         max_concurrency: usize,
     ) -> Self {
-        // Counters exist from the start at 0, so that `increase()` sees their first rise
-        // (a series born at 1 shows no increase at all).
-        for a in &accounts {
-            let (source, account) = (a.id().source.as_str(), a.id().account.as_str());
-            for outcome in ["success", "failure"] {
-                let labels = [source, account, outcome];
-                metrics.upstream.token_refreshes.with_label_values(&labels).inc_by(0);
-            }
-            for event in &a.events {
-                let event = event_names::metric_label(event);
-                for (from, to) in
-                    [("none", "Active"), ("Active", "Disabled"), ("Disabled", "Active")]
-                {
-                    let labels = [source, account, event, from, to];
-                    metrics.upstream.transitions.with_label_values(&labels).inc_by(0);
-                }
-            }
-        }
+        let ids: Vec<(AccountId, Vec<String>)> =
+            accounts.iter().map(|a| (a.id().clone(), a.events.clone())).collect();
         Self {
             accounts,
             committer,
             store,
-            metrics,
+            gauges: Gauges::new(metrics, &ids),
             max_concurrency: max_concurrency.max(1),
             pass: tokio::sync::Mutex::new(()),
             status: Mutex::new(BTreeMap::new()),
-            missing: Mutex::new(Tracker::default()),
             seen_disabled: Mutex::new(HashSet::new()),
-            shown_labels: Mutex::new(HashMap::new()),
         }
     }
 
@@ -209,12 +150,13 @@ impl Reconciler {
         }
         let ok = progress.errors.is_empty();
         let labels = [id.source.as_str(), id.account.as_str()];
-        self.metrics
+        self.gauges
+            .metrics
             .upstream
             .reconcile_duration
             .with_label_values(&labels)
             .observe(started.elapsed().as_secs_f64());
-        self.metrics.upstream.account_up.with_label_values(&labels).set(i64::from(ok));
+        self.gauges.metrics.upstream.account_up.with_label_values(&labels).set(i64::from(ok));
         if ok {
             tracing::debug!(source = %id.source, account = %id.account, hooks = progress.ours.len(), changes = progress.changes.len(), "account reconciled");
         } else {
@@ -222,7 +164,7 @@ impl Reconciler {
         }
         let previous = lock(&self.status).get(id).cloned();
         let hooks = if progress.listed {
-            progress.ours.iter().map(|h| view(account, h)).collect()
+            progress.ours.iter().map(|h| HookView::of(h, account.shown(&h.target_url))).collect()
         } else {
             previous.map(|p| p.hooks).unwrap_or_default()
         };
@@ -274,7 +216,7 @@ impl Reconciler {
         for hook in plan.prune {
             match account.client.delete(std::slice::from_ref(&hook.id)).await {
                 Ok(()) => {
-                    self.transition(account, &hook.event_name, &hook.status, "Deleted");
+                    self.gauges.transition(account.id(), &hook.event_name, &hook.status, "Deleted");
                     progress.ours.retain(|h| h.id != hook.id);
                     tracing::info!(source = %account.id().source, account = %account.id().account, event = %hook.event_name, hook = %hook.id, "hook pruned");
                     progress.changes.push(Change {
@@ -287,7 +229,7 @@ impl Reconciler {
                 Err(e) => progress.errors.push(format!("pruning hook {}: {e}", hook.id)),
             }
         }
-        self.update_metrics(account, &progress.ours);
+        self.gauges.update(account.id(), &account.events, &progress.ours);
         Ok(())
     }
 
@@ -303,7 +245,7 @@ impl Reconciler {
     ) -> Result<(), UpstreamError> {
         for hook in old {
             if hook.status == "Disabled" && lock(&self.seen_disabled).insert(hook.id.clone()) {
-                self.transition(account, event, "Active", "Disabled");
+                self.gauges.transition(account.id(), event, "Active", "Disabled");
             }
         }
         let gap = PendingGap::from_hooks(old, earlier, SystemTime::now());
@@ -312,10 +254,10 @@ impl Reconciler {
         account.client.delete(&ids).await?;
         progress.ours.retain(|h| !ids.contains(&h.id));
         let new = account.client.create(event, &account.target(event)).await?;
-        self.transition(account, event, "Disabled", "Active");
+        self.gauges.transition(account.id(), event, "Disabled", "Active");
         tracing::warn!(source = %account.id().source, account = %account.id().account, event, old = ?ids, new = %new.id,
             window_start = gap.window_start.as_deref().unwrap_or("unknown"), "disabled hook re-created; raising HookGap");
-        self.track_created(account, event, &new.id);
+        self.gauges.track_created(account.id(), event, &new.id);
         self.report_gap(account, event, &gap, &new.id).await?;
         progress.changes.push(Change {
             action: "recreated",
@@ -335,13 +277,13 @@ impl Reconciler {
         progress: &mut Progress,
     ) -> Result<(), UpstreamError> {
         let new = account.client.create(event, &account.target(event)).await?;
-        self.transition(account, event, "none", "Active");
+        self.gauges.transition(account.id(), event, "none", "Active");
         tracing::info!(source = %account.id().source, account = %account.id().account, event, hook = %new.id, "hook created");
-        self.track_created(account, event, &new.id);
+        self.gauges.track_created(account.id(), event, &new.id);
         let action = match gap {
             // The Disabled hook was deleted by an earlier pass whose create failed.
             Some(gap) => {
-                self.transition(account, event, "Disabled", "Active");
+                self.gauges.transition(account.id(), event, "Disabled", "Active");
                 self.report_gap(account, event, &gap, &new.id).await?;
                 "recreated"
             }
@@ -355,24 +297,6 @@ impl Reconciler {
         });
         progress.ours.push(new);
         Ok(())
-    }
-
-    fn transition(&self, account: &Account, event: &str, from: &str, to: &str) {
-        let id = account.id();
-        let labels =
-            [id.source.as_str(), id.account.as_str(), event_names::metric_label(event), from, to];
-        self.metrics.upstream.transitions.with_label_values(&labels).inc();
-    }
-
-    fn received(&self, source: &str, event: &str) -> u64 {
-        let labels = [source, event_names::metric_label(event)];
-        self.metrics.events_stored.with_label_values(&labels).get()
-    }
-
-    fn track_created(&self, account: &Account, event: &str, hook_id: &str) {
-        let id = account.id();
-        let received = self.received(&id.source, event);
-        lock(&self.missing).created(&id.source, event, &id.account, hook_id, received);
     }
 
     /// Stores the `HookGap` event, then forgets the pending gap.
@@ -430,82 +354,7 @@ impl Reconciler {
             })
             .collect()
     }
-
-    /// Gauges and counters from the account's hooks as they are after this pass.
-    fn update_metrics(&self, account: &Account, ours: &[Hook]) {
-        let id = account.id();
-        let m = &self.metrics.upstream;
-        let mut counts: HashMap<(String, String), i64> = HashMap::new();
-        for event in &account.events {
-            for status in ["Active", "Disabled"] {
-                counts.insert((event_names::metric_label(event).to_owned(), status.to_owned()), 0);
-            }
-        }
-        for h in ours {
-            let status = match h.status.as_str() {
-                s @ ("Active" | "Disabled" | "Deleted") => s,
-                _ => "other",
-            };
-            *counts
-                .entry((event_names::metric_label(&h.event_name).to_owned(), status.to_owned()))
-                .or_default() += 1;
-        }
-        {
-            let mut shown = lock(&self.shown_labels);
-            let previous = shown.entry(id.clone()).or_default();
-            for (event, status) in previous.iter() {
-                if !counts.contains_key(&(event.clone(), status.clone())) {
-                    let _ = m.hooks.remove_label_values(&[&id.source, &id.account, event, status]);
-                }
-            }
-            for ((event, status), n) in &counts {
-                m.hooks.with_label_values(&[&id.source, &id.account, event, status]).set(*n);
-            }
-            *previous = counts.keys().cloned().collect();
-        }
-
-        let mut by_event: HashMap<&str, EventTotals> = HashMap::new();
-        for h in ours {
-            let e = by_event.entry(h.event_name.as_str()).or_default();
-            e.0 += h.triggered_count;
-            e.1 = e.1.max(h.last_triggered);
-            e.2.push((h.id.clone(), h.triggered_count));
-        }
-        for event in &account.events {
-            by_event.entry(event.as_str()).or_default();
-        }
-        for (event, (triggered, last, hooks)) in by_event {
-            let label = event_names::metric_label(event);
-            let labels = [id.source.as_str(), id.account.as_str(), label];
-            let counter = m.triggered.with_label_values(&labels);
-            let current = counter.get();
-            if triggered >= current {
-                counter.inc_by(triggered - current);
-            } else {
-                // A re-created hook starts from 0: a counter reset, as Prometheus expects.
-                let _ = m.triggered.remove_label_values(&labels);
-                m.triggered.with_label_values(&labels).inc_by(triggered);
-            }
-            if let Some(last) = last {
-                let secs = last
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or(0.0);
-                m.last_triggered.with_label_values(&labels).set(secs);
-            }
-            if !event_names::KNOWN.contains(&event) {
-                continue; // not ours to compare: an unknown name in someone's hook
-            }
-            let received = self.received(&id.source, event);
-            let missing =
-                lock(&self.missing).observe(&id.source, event, &id.account, &hooks, received);
-            m.callbacks_missing.with_label_values(&[id.source.as_str(), label]).set(missing);
-        }
-    }
 }
-
-/// Per event: summed triggeredCount, latest trigger, and (hook id, triggeredCount).
-type EventTotals = (u64, Option<SystemTime>, Vec<(String, u64)>);
 
 /// What a pass found and did for one account, kept even when it fails half-way.
 #[derive(Default)]
@@ -515,15 +364,4 @@ struct Progress {
     foreign: usize,
     changes: Vec<Change>,
     errors: Vec<String>,
-}
-
-fn view(account: &Account, h: &Hook) -> HookView {
-    HookView {
-        id: h.id.clone(),
-        event: h.event_name.clone(),
-        status: h.status.clone(),
-        triggered_count: h.triggered_count,
-        last_triggered: h.last_triggered.map(format_utc),
-        target: account.shown(&h.target_url),
-    }
 }
