@@ -14,6 +14,7 @@ mod destinations;
 mod dispatch;
 mod event_names;
 mod ingress;
+mod lock;
 mod metrics;
 mod notify;
 mod retention;

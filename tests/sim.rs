@@ -13,29 +13,16 @@ use serde_json::{json, Value};
 const ALICE: &str = "alice-token";
 const BOB: &str = "bob-token";
 
-fn users() -> &'static str {
-    r#"
-callback_retries = 2
-callback_retry_backoff = "100ms"
-callback_timeout = "2s"
-[[users]]
-name = "alice"
-token = "alice-token"
-[[users]]
-name = "bob"
-token = "bob-token"
-[[users]]
-name = "carol"
-refresh_token = "carol-rt-1"
-[oauth]
-client_id = "relay"
-client_secret = "relay-secret"
-"#
+fn users() -> String {
+    format!(
+        "callback_retries = 2\ncallback_retry_backoff = \"100ms\"\ncallback_timeout = \"2s\"\n{}",
+        common::sim::USERS
+    )
 }
 
 fn start() -> (tempfile::TempDir, Sim) {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(dir.path(), users());
+    let sim = Sim::start(dir.path(), &users());
     (dir, sim)
 }
 

@@ -15,23 +15,8 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn sim_config() -> &'static str {
-    r#"
-callback_retries = 1
-callback_retry_backoff = "50ms"
-[[users]]
-name = "alice"
-token = "alice-token"
-[[users]]
-name = "bob"
-token = "bob-token"
-[[users]]
-name = "carol"
-refresh_token = "carol-rt-1"
-[oauth]
-client_id = "relay"
-client_secret = "relay-secret"
-"#
+fn sim_config() -> String {
+    format!("callback_retries = 1\ncallback_retry_backoff = \"50ms\"\n{}", common::sim::USERS)
 }
 
 /// The relay's config: `accounts` (TOML of `[[sources.accounts]]` tables) for the
@@ -390,7 +375,7 @@ async fn quirky_answers_paging_throttling_and_foreign_hooks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_401_triggers_one_refresh_and_the_rotated_token_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(dir.path(), sim_config());
+    let sim = Sim::start(dir.path(), &sim_config());
     let proxy = Proxy::start().await;
     let oauth = format!(
         "[[sources.accounts]]\nname = \"carol\"\n[sources.accounts.oauth]\ntoken_url = \"{}\"\nclient_id = \"relay\"\nclient_secret = \"relay-secret\"\nrefresh_token = \"carol-rt-1\"\n",
@@ -455,7 +440,7 @@ async fn a_401_triggers_one_refresh_and_the_rotated_token_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_file_is_re_read_when_the_upstream_refuses_the_old_token() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(dir.path(), sim_config());
+    let sim = Sim::start(dir.path(), &sim_config());
     let proxy = Proxy::start().await;
     let token_file = dir.path().join("bob.token");
     std::fs::write(&token_file, "bob-token").unwrap();

@@ -46,7 +46,7 @@ impl Circuit {
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         // A poisoned lock only means a panic elsewhere mid-update: the state is a
         // plain value and still usable.
-        let mut guard = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = crate::lock::lock(&self.state);
         f(&mut guard)
     }
 

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -182,11 +182,7 @@ impl SimState {
     }
 }
 
-/// Locks `m`, recovering the data if a handler panicked while holding it (the
-/// simulator's state is plain data, always consistent between statements).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use crate::lock::lock;
 
 #[cfg(test)]
 mod tests {

@@ -262,7 +262,7 @@ fn read_file(
         reason: e.kind().to_string(),
     };
     let mtime = std::fs::metadata(path).map_err(unreadable)?.modified().ok();
-    let mut cached = cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cached = crate::lock::lock(cached);
     if let Some((seen, token)) = cached.as_ref() {
         if !force && *seen == mtime && mtime.is_some() {
             return Ok(token.clone());

@@ -9,15 +9,11 @@ use super::missing::Tracker;
 use super::model::Hook;
 use super::AccountId;
 use crate::event_names;
+use crate::lock::lock;
 use crate::metrics::Metrics;
 
 /// Per event: summed triggeredCount, latest trigger, and (hook id, triggeredCount).
 type EventTotals = (u64, Option<SystemTime>, Vec<(String, u64)>);
-
-/// Locks a mutex of plain data, recovering it after a panic elsewhere.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 pub(super) struct Gauges {
     pub(super) metrics: Arc<Metrics>,

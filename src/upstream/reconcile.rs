@@ -17,6 +17,7 @@ use super::plan::{self, Targets};
 use super::status::{AccountStatus, Change, HookView};
 use super::{AccountId, UpstreamError};
 use crate::config::{Secret, MASK};
+use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::{Committer, SharedStore};
@@ -61,11 +62,6 @@ pub(crate) struct Reconciler {
     status: Mutex<BTreeMap<AccountId, AccountStatus>>,
     /// Disabled hooks already counted as a transition (a failed re-creation is retried).
     seen_disabled: Mutex<HashSet<String>>,
-}
-
-/// Locks a mutex of plain data, recovering it after a panic elsewhere.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Reconciler {

@@ -11,6 +11,23 @@ use serde_json::{json, Value};
 
 pub const JSON_API: &str = "application/vnd.api+json";
 
+/// The simulator's users for the tests: two with static tokens, one with an OAuth2
+/// refresh token, and the OAuth2 client.
+pub const USERS: &str = r#"
+[[users]]
+name = "alice"
+token = "alice-token"
+[[users]]
+name = "bob"
+token = "bob-token"
+[[users]]
+name = "carol"
+refresh_token = "carol-rt-1"
+[oauth]
+client_id = "relay"
+client_secret = "relay-secret"
+"#;
+
 /// A running simulator.
 pub struct Sim {
     child: Child,
