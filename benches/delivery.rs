@@ -1,12 +1,17 @@
 //! Delivery benchmark, release build, durable state, loopback:
 //!   - drain: N events stored while the destination is paused, then resumed; how fast
-//!     do deliveries reach a sink that answers 200 at once (deliveries/s)?
-//!   - end to end: callbacks at a fixed offered rate (1,000 and 5,000 events/s, open
-//!     loop); latency from sending the callback to the sink receiving the delivery.
+//!     do deliveries reach a sink that answers 200 at once (deliveries/s)? Measured
+//!     with the shipped default `max_concurrency` (8) and with 32, for this build and,
+//!     with `BENCH_BASELINE=path/to/older/hookrelay`, for that build too, all in
+//!     interleaved rounds (one relay per contender, each with its own destination).
+//!   - end to end (this build, default settings): callbacks at a fixed offered rate
+//!     (1,000 and 5,000 events/s, open loop); latency from sending the callback to the
+//!     sink receiving the delivery.
 //!
 //! Medians over rounds, because the 2-core machine is shared and noisy.
 //!
-//! Run: `cargo bench --bench delivery` (env: BENCH_ROUNDS, BENCH_SECS, BENCH_DRAIN).
+//! Run: `cargo bench --bench delivery` (env: BENCH_ROUNDS, BENCH_SECS, BENCH_DRAIN,
+//! BENCH_BASELINE).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -22,7 +27,9 @@ use tokio::sync::Semaphore;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONNECTIONS: usize = 64;
-const CONCURRENCY: usize = 32;
+/// The shipped default of `delivery.max_concurrency`, and a tuned value.
+const DEFAULT_CONCURRENCY: usize = 8;
+const TUNED_CONCURRENCY: usize = 32;
 
 type Arrivals = Arc<Mutex<HashMap<String, Instant>>>;
 
@@ -69,8 +76,14 @@ fn body(n: u64) -> String {
     .to_string()
 }
 
-/// Sends one callback; returns the relay's event id and when the request started.
-async fn send(client: &reqwest::Client, url: &str, n: u64) -> Option<(String, Instant)> {
+/// Sends one callback; returns the `webhook-id` of its delivery to `dest` and when the
+/// request started.
+async fn send(
+    client: &reqwest::Client,
+    url: &str,
+    dest: &str,
+    n: u64,
+) -> Option<(String, Instant)> {
     let t0 = Instant::now();
     let r = client
         .post(url)
@@ -80,7 +93,7 @@ async fn send(client: &reqwest::Client, url: &str, n: u64) -> Option<(String, In
         .await
         .ok()?;
     let v: serde_json::Value = r.json().await.ok()?;
-    Some((format!("evt_{}_sink", v["id"].as_str()?), t0))
+    Some((format!("evt_{}_{dest}", v["id"].as_str()?), t0))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -111,18 +124,51 @@ async fn wait_all(arrivals: &Arrivals, ids: &[String], timeout: Duration) -> boo
     }
 }
 
+/// A relay under test and the name of its one destination.
+struct Contender {
+    label: String,
+    dest: String,
+    relay: common::Relay,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts `bin` with one destination to the sink at `max_concurrency`.
+async fn contender(
+    label: &str,
+    bin: &str,
+    sink: std::net::SocketAddr,
+    concurrency: usize,
+    dest: &str,
+) -> Contender {
+    let dir = tempfile::tempdir().unwrap();
+    let concurrency = if concurrency == DEFAULT_CONCURRENCY {
+        String::new() // the shipped default, not set
+    } else {
+        format!("max_concurrency = {concurrency}\n")
+    };
+    let tail =
+        format!("\n[[destinations]]\nname = \"{dest}\"\nurl = \"http://{sink}/in\"\n{concurrency}");
+    let text = common::config_with(&dir.path().join("data"), "", &tail)
+        .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
+    let relay = common::Relay::start_binary(bin, dir.path(), &text).await;
+    Contender { label: label.to_owned(), dest: dest.to_owned(), relay, _dir: dir }
+}
+
 /// Stores `n` events with the destination paused, resumes it, times the drain.
-async fn drain(relay: &common::Relay, arrivals: &Arrivals, n: u64, base: u64) -> f64 {
-    assert_eq!(relay.admin_post("/admin/destinations/sink/pause", None).await.0, 200);
+async fn drain(c: &Contender, arrivals: &Arrivals, n: u64, base: u64) -> f64 {
+    let (relay, dest) = (&c.relay, c.dest.as_str());
+    let pause = format!("/admin/destinations/{dest}/pause");
+    assert_eq!(relay.admin_post(&pause, None).await.0, 200);
     let client = reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap();
     let url = relay.hook_url(Some("ActionUpdated"));
     let slots = Arc::new(Semaphore::new(CONNECTIONS));
     let mut tasks = Vec::new();
     for i in 0..n {
-        let (client, url, slots) = (client.clone(), url.clone(), slots.clone());
+        let (client, url, slots, dest) =
+            (client.clone(), url.clone(), slots.clone(), dest.to_owned());
         tasks.push(tokio::spawn(async move {
             let _s = slots.acquire_owned().await.unwrap();
-            send(&client, &url, base + i).await
+            send(&client, &url, &dest, base + i).await
         }));
     }
     let mut ids = Vec::new();
@@ -136,21 +182,22 @@ async fn drain(relay: &common::Relay, arrivals: &Arrivals, n: u64, base: u64) ->
         })
         .await;
     let started = Instant::now();
-    assert_eq!(relay.admin_post("/admin/destinations/sink/resume", None).await.0, 200);
+    let resume = format!("/admin/destinations/{dest}/resume");
+    assert_eq!(relay.admin_post(&resume, None).await.0, 200);
     assert!(wait_all(arrivals, &ids, Duration::from_secs(300)).await, "drain incomplete");
     n as f64 / started.elapsed().as_secs_f64()
 }
 
 /// Offers `rate` callbacks per second for `secs`; returns (p50, p99, delivered share).
 async fn end_to_end(
-    relay: &common::Relay,
+    c: &Contender,
     arrivals: &Arrivals,
     rate: u64,
     secs: u64,
     base: u64,
 ) -> (f64, f64, f64) {
     let client = reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap();
-    let url = relay.hook_url(Some("ActionUpdated"));
+    let url = c.relay.hook_url(Some("ActionUpdated"));
     let slots = Arc::new(Semaphore::new(CONNECTIONS));
     let interval = Duration::from_nanos(1_000_000_000 / rate);
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
@@ -158,10 +205,11 @@ async fn end_to_end(
     for i in 0..rate * secs {
         let due = start + interval * i as u32;
         tokio::time::sleep_until(due).await;
-        let (client, url, slots) = (client.clone(), url.clone(), slots.clone());
+        let (client, url, slots, dest) =
+            (client.clone(), url.clone(), slots.clone(), c.dest.clone());
         tasks.push(tokio::spawn(async move {
             let _s = slots.acquire_owned().await.unwrap();
-            let (id, _) = send(&client, &url, base + i).await?;
+            let (id, _) = send(&client, &url, &dest, base + i).await?;
             Some((id, due.into_std()))
         }));
     }
@@ -187,36 +235,48 @@ fn main() {
     let rounds: usize = env_or("BENCH_ROUNDS", 3);
     let secs: u64 = env_or("BENCH_SECS", 5);
     let drain_n: u64 = env_or("BENCH_DRAIN", 20_000);
+    let baseline = std::env::var("BENCH_BASELINE").ok();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let arrivals: Arrivals = Arc::default();
         let sink = start_sink(arrivals.clone());
-        let dir = tempfile::tempdir().unwrap();
-        let tail = format!(
-            "\n[[destinations]]\nname = \"sink\"\nurl = \"http://{sink}/in\"\nmax_concurrency = {CONCURRENCY}\n"
-        );
-        let text = common::config_with(&dir.path().join("data"), "", &tail)
-            .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
-        let relay = common::Relay::start(dir.path(), &text).await;
-        let (mut drains, mut e1k, mut e5k) = (Vec::new(), Vec::new(), Vec::new());
+        let mut contenders = vec![
+            contender("this build, max_concurrency 8 (default)", common::binary(), sink, DEFAULT_CONCURRENCY, "new8").await,
+            contender("this build, max_concurrency 32", common::binary(), sink, TUNED_CONCURRENCY, "new32").await,
+        ];
+        if let Some(bin) = &baseline {
+            contenders.push(contender("baseline, max_concurrency 8 (default)", bin, sink, DEFAULT_CONCURRENCY, "base8").await);
+            contenders.push(contender("baseline, max_concurrency 32", bin, sink, TUNED_CONCURRENCY, "base32").await);
+        }
+        let mut drains: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+        let (mut e1k, mut e5k) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let base = 10_000_000 * (round as u64 + 1);
             // Distinct records every run: identical bodies would be deduplicated.
-            let d = drain(&relay, &arrivals, drain_n, base + 9_000_000).await;
-            let a = end_to_end(&relay, &arrivals, 1_000, secs, base).await;
-            let b = end_to_end(&relay, &arrivals, 5_000, secs, base + 5_000_000).await;
+            for (i, c) in contenders.iter().enumerate() {
+                let d = drain(c, &arrivals, drain_n, base + 1_000_000 * (i as u64 + 1)).await;
+                eprintln!("round {}: {}: drain {d:.0} deliveries/s", round + 1, c.label);
+                drains[i].push(d);
+            }
+            let a = end_to_end(&contenders[0], &arrivals, 1_000, secs, base + 7_000_000).await;
+            let b = end_to_end(&contenders[0], &arrivals, 5_000, secs, base + 8_000_000).await;
             eprintln!(
-                "round {}: drain {d:.0} deliveries/s | 1,000/s: p50 {:.2} ms, p99 {:.2} ms, {:.1}% delivered | 5,000/s: p50 {:.2} ms, p99 {:.2} ms, {:.1}% delivered",
+                "round {}: 1,000/s: p50 {:.2} ms, p99 {:.2} ms, {:.1}% delivered | 5,000/s: p50 {:.2} ms, p99 {:.2} ms, {:.1}% delivered",
                 round + 1, a.0, a.1, a.2 * 100.0, b.0, b.1, b.2 * 100.0
             );
-            drains.push(d);
             e1k.push(a);
             e5k.push(b);
         }
-        println!("\nmedians of {rounds} rounds (drain of {drain_n} events; {secs}s at each rate; max_concurrency {CONCURRENCY}; durable):\n");
+        println!("\nmedians of {rounds} interleaved rounds (drain of {drain_n} events; durable; one destination answering 200 at once):\n");
+        println!("| relay | drain (deliveries/s) | per round |");
+        println!("|---|---:|---|");
+        for (c, d) in contenders.iter().zip(&drains) {
+            let per: Vec<String> = d.iter().map(|x| format!("{x:.0}")).collect();
+            println!("| {} | {:.0} | {} |", c.label, median(d.clone()), per.join(", "));
+        }
+        println!("\nthis build, default settings, {secs}s at each offered rate:\n");
         println!("| measurement | value |");
         println!("|---|---:|");
-        println!("| drain throughput (deliveries/s) | {:.0} |", median(drains));
         for (rate, r) in [("1,000", &e1k), ("5,000", &e5k)] {
             println!("| end-to-end p50 / p99 at {rate} events/s (ms) | {:.2} / {:.2} |",
                 median(r.iter().map(|x| x.0).collect()), median(r.iter().map(|x| x.1).collect()));

@@ -13,7 +13,8 @@ use crate::dispatch::Dispatcher;
 use crate::ingress::{self, IngressState};
 use crate::metrics::Metrics;
 use crate::shutdown::StopTrigger;
-use crate::store::{Committer, SharedStore, SledStore};
+use crate::store::{Committer, SharedStore};
+use crate::supervise::Supervisor;
 
 /// Runs the relay until SIGTERM or SIGINT, then drains: readiness goes false, the
 /// ingress finishes in-flight callbacks, the committer flushes, and the admin
@@ -29,56 +30,54 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 
     std::fs::create_dir_all(&storage.data_dir)
         .with_context(|| format!("creating storage.data_dir {}", storage.data_dir.display()))?;
-    let path = storage.data_dir.clone();
-    let (cache, flush_interval) = (storage.cache_capacity_bytes, storage.flush_interval);
-    let store: SharedStore = tokio::task::spawn_blocking(move || {
-        SledStore::open(&crate::store::SledOptions {
-            path: &path,
-            cache_capacity_bytes: cache,
-            flush_interval,
-        })
-    })
-    .await
-    .context("opening the store")?
-    .with_context(|| format!("opening the store in {}", storage.data_dir.display()))
-    .map(|s| Arc::new(s) as SharedStore)?;
+    let store: SharedStore = crate::store::open(storage)
+        .await
+        .with_context(|| format!("opening the store in {}", storage.data_dir.display()))?;
 
     let committed = Arc::new(Notify::new());
     let opts = crate::store::CommitterOptions {
-        durability: storage.durability,
         max_batch: storage.commit_max_batch,
         committed: Some(committed.clone()),
     };
-    let (committer, committer_thread) =
-        Committer::start(store.clone(), opts, metrics.clone()).context("starting the committer")?;
+    let (committer, committer_task) = Committer::start(store.clone(), opts, metrics.clone());
     tracing::info!(
         data_dir = %storage.data_dir.display(),
         durability = ?storage.durability,
-        inbox = store.inbox_len(),
+        inbox = store.inbox_len().await.unwrap_or(0),
         "store open"
     );
 
-    let destinations =
-        Arc::new(Destinations::new(&config, store.clone()).context("setting up destinations")?);
+    let destinations = Arc::new(
+        Destinations::new(&config, store.clone()).await.context("setting up destinations")?,
+    );
     let client = crate::destinations::client().context("building the HTTP client")?;
     let (stop_trigger, stop) = StopTrigger::new();
-    let delivery_tasks =
-        destinations.start(committer.clone(), metrics.clone(), client, stop.clone());
-    let dispatcher = Dispatcher::new(
-        &config,
-        store.clone(),
-        committer.clone(),
-        metrics.clone(),
-        destinations.clone(),
-        committed,
+    let supervisor =
+        Supervisor { readiness: readiness.clone(), metrics: metrics.clone(), stop: stop.clone() };
+    // This relay's name on its delivery claims.
+    let owner = format!("relay-{}-{:08x}", std::process::id(), fastrand::u32(..));
+    let delivery_tasks: Vec<_> = destinations
+        .start(&owner, metrics.clone(), client, stop.clone())
+        .into_iter()
+        .map(|(name, handle)| supervisor.watch("delivery", name, handle))
+        .collect();
+    let dispatcher =
+        Dispatcher::new(&config, store.clone(), metrics.clone(), destinations.clone(), committed);
+    let dispatch_task = supervisor.watch(
+        "dispatcher",
+        "dispatcher".into(),
+        tokio::spawn(dispatcher.run(stop.clone())),
     );
-    let dispatch_task = tokio::spawn(dispatcher.run(stop.clone()));
-    let retention_task = tokio::spawn(crate::retention::run(
-        store.clone(),
-        config.retention.clone(),
-        metrics.clone(),
-        stop.clone(),
-    ));
+    let retention_task = supervisor.watch(
+        "retention",
+        "retention".into(),
+        tokio::spawn(crate::retention::run(
+            store.clone(),
+            config.retention.clone(),
+            metrics.clone(),
+            stop.clone(),
+        )),
+    );
 
     let reconciler = Arc::new(
         crate::upstream::reconciler(&config, store.clone(), committer.clone(), metrics.clone())
@@ -123,8 +122,11 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(sources = config.sources.len(), "ready");
     crate::notify::notify("READY=1\nSTATUS=accepting callbacks");
     // Hooks point at the ingress: register them only once it listens.
-    let reconcile_task =
-        tokio::spawn(reconciler.run(config.upstream.reconcile_interval, stop.clone()));
+    let reconcile_task = supervisor.watch(
+        "reconciler",
+        "reconciler".into(),
+        tokio::spawn(reconciler.run(config.upstream.reconcile_interval, stop.clone())),
+    );
 
     let reason = tokio::select! {
         sig = crate::shutdown::signal() => sig.context("installing signal handlers")?.to_owned(),
@@ -154,14 +156,10 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         admin_handle.stop(false).await;
         committer.close().await;
     }
-    if tokio::task::spawn_blocking(move || committer_thread.join()).await.is_err() {
-        tracing::error!("the committer thread panicked");
+    if committer_task.await.is_err() {
+        tracing::error!("the committer task panicked");
     }
-    let flush_store = store.clone();
-    tokio::task::spawn_blocking(move || flush_store.flush())
-        .await
-        .context("final flush")?
-        .context("final flush")?;
+    store.close().await.context("final flush")?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -21,6 +21,7 @@ mod retention;
 mod shutdown;
 mod sim;
 mod store;
+mod supervise;
 mod telemetry;
 mod timefmt;
 mod upstream;

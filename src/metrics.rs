@@ -62,6 +62,8 @@ pub(crate) struct Metrics {
     pub(crate) circuit_open: IntGaugeVec,
     pub(crate) destination_paused: IntGaugeVec,
     pub(crate) events_pruned: IntCounter,
+    pub(crate) task_failures: IntCounterVec,
+    pub(crate) internal_errors: IntCounterVec,
     pub(crate) upstream: UpstreamMetrics,
     /// Name, help and label names of every metric registered.
     #[cfg_attr(not(test), allow(dead_code))]
@@ -225,6 +227,18 @@ impl Metrics {
                 "hookrelay_events_pruned_total",
                 "Finished events deleted by retention.",
             )?,
+            task_failures: counter_vec(
+                "hookrelay_task_failures_total",
+                "Background tasks (dispatcher, delivery workers, retention, reconciler) that \
+                 ended before shutdown; each one also turns readiness false.",
+                &["task"],
+            )?,
+            internal_errors: counter_vec(
+                "hookrelay_internal_errors_total",
+                "Errors a background task logged and went on from, by what failed \
+                 (reconciler_store, reconciler_gap_unreadable).",
+                &["kind"],
+            )?,
             destination_paused: gauge_vec(
                 "hookrelay_destination_paused",
                 "1 while a destination is paused.",
@@ -323,6 +337,15 @@ impl Metrics {
         self.events_stored.with_label_values(&[meta.source.as_str(), event]).inc();
     }
 
+    /// Counts a group commit and its duration.
+    fn commit_group(&self, size: usize, took: std::time::Duration, ok: bool) {
+        self.store_commit_duration.observe(took.as_secs_f64());
+        self.store_commit_batch_size.observe(size as f64);
+        if !ok {
+            self.store_commit_failures.inc();
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub(crate) fn render(&self) -> String {
         let mut out = Vec::new();
@@ -335,6 +358,16 @@ impl Metrics {
     #[cfg(test)]
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
+    }
+}
+
+/// The committer reports its groups here (the store imports nothing from metrics).
+impl crate::store::CommitObserver for Metrics {
+    fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
+        self.commit_group(size, took, ok);
+    }
+    fn stored(&self, meta: &EventMeta) {
+        self.event_stored(meta);
     }
 }
 
@@ -356,6 +389,8 @@ mod tests {
         ("from", "hook states"),
         ("to", "hook states"),
         ("version", "one per build"),
+        ("task", "the relay's background tasks (one per destination for delivery)"),
+        ("kind", "fixed per metric"),
     ];
 
     /// Words that say a metric measures time or size, and the base unit it must end in.
@@ -390,6 +425,8 @@ mod tests {
         m.circuit_open.with_label_values(&["crm"]).set(0);
         m.destination_paused.with_label_values(&["crm"]).set(0);
         m.events_pruned.inc();
+        m.task_failures.with_label_values(&["dispatcher"]).inc();
+        m.internal_errors.with_label_values(&["reconciler_store"]).inc();
         let u = &m.upstream;
         u.hooks.with_label_values(&["demo", "alice", "ActionCreated", "Active"]).set(1);
         u.triggered.with_label_values(&["demo", "alice", "ActionCreated"]).inc();

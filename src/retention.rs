@@ -22,9 +22,8 @@ pub(crate) async fn run(
     loop {
         let cutoff = SystemTime::now().checked_sub(config.delivered).map_or(0, unix_micros);
         loop {
-            let s = store.clone();
-            match tokio::task::spawn_blocking(move || s.prune(cutoff, CHUNK)).await {
-                Ok(Ok(n)) => {
+            match store.prune(cutoff, CHUNK).await {
+                Ok(n) => {
                     metrics.events_pruned.inc_by(n as u64);
                     if n > 0 {
                         tracing::info!(pruned = n, "finished events past retention deleted");
@@ -33,12 +32,8 @@ pub(crate) async fn run(
                         break;
                     }
                 }
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "pruning failed");
-                    break;
-                }
                 Err(e) => {
-                    tracing::error!(error = %e, "pruning task failed");
+                    tracing::error!(error = %e, "pruning failed");
                     break;
                 }
             }

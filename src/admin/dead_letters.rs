@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::events::store_error;
 use super::views::DeliveryView;
 use super::{error, AdminState};
-use crate::store::{unix_micros, DeadLetterFilter, EventId, StoreError};
+use crate::store::{unix_micros, DeadLetterFilter, EventId};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 1000;
@@ -60,15 +60,14 @@ pub(super) async fn list(
     };
     let limit = filter.limit;
     let store = state.store.clone();
-    match web::block(move || store.dead_letters(&filter)).await {
-        Ok(Ok(records)) => {
+    match store.dead_letters(filter).await {
+        Ok(records) => {
             let next_after =
                 (records.len() == limit).then(|| records.last().map(|r| r.event)).flatten();
             let views: Vec<DeliveryView<'_>> = records.iter().map(DeliveryView::from).collect();
             HttpResponse::Ok()
                 .json(serde_json::json!({ "dead_letters": views, "next_after": next_after }))
         }
-        Ok(Err(e)) => store_error(&e),
         Err(e) => store_error(&e),
     }
 }
@@ -90,33 +89,31 @@ async fn bulk(
 ) -> Result<Vec<String>, HttpResponse> {
     let mut filter =
         filter(query, MAX_LIMIT, MAX_LIMIT).map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
-    let store = state.store.clone();
-    let result = web::block(move || {
-        let mut handled = Vec::new();
-        loop {
-            let page = store.dead_letters(&filter)?;
-            if page.is_empty() {
-                return Ok::<_, StoreError>(handled);
-            }
-            let now = unix_micros(std::time::SystemTime::now());
-            for record in &page {
-                let (event, dest) = (record.event, &record.destination);
-                let done = match op {
-                    Bulk::Replay => store.replay(event, std::slice::from_ref(dest), now)? > 0,
-                    Bulk::Delete => store.discard(event, dest)?,
-                };
-                if done {
-                    handled.push(dest.clone());
-                }
-            }
-            filter.after = None;
+    let store = &state.store;
+    let mut handled = Vec::new();
+    loop {
+        let page = store.dead_letters(filter.clone()).await.map_err(|e| store_error(&e))?;
+        if page.is_empty() {
+            return Ok(handled);
         }
-    })
-    .await;
-    match result {
-        Ok(Ok(handled)) => Ok(handled),
-        Ok(Err(e)) => Err(store_error(&e)),
-        Err(e) => Err(store_error(&e)),
+        let now = unix_micros(std::time::SystemTime::now());
+        let before = handled.len();
+        for record in &page {
+            let (event, dest) = (record.event, &record.destination);
+            let done = match op {
+                Bulk::Replay => store.replay(event, vec![dest.clone()], now).await.map(|n| n > 0),
+                Bulk::Delete => store.discard(event, dest).await,
+            }
+            .map_err(|e| store_error(&e))?;
+            if done {
+                handled.push(dest.clone());
+            }
+        }
+        if handled.len() == before {
+            // Nothing on this page could be handled: stop rather than loop on it.
+            return Ok(handled);
+        }
+        filter.after = None;
     }
 }
 

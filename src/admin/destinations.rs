@@ -9,43 +9,31 @@ use super::{error, AdminState};
 
 /// Every destination with its state and queue.
 pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
-    let st = state.clone();
-    let result = web::block(move || {
-        st.destinations
-            .iter()
-            .map(|d| {
-                let q = st.store.queue_stats(&d.dest.name)?;
-                Ok(serde_json::json!({
-                    "name": d.dest.name,
-                    "url": d.dest.display_url(),
-                    "paused": d.is_paused(),
-                    "circuit": d.circuit.describe(),
-                    "in_flight": d.in_flight(),
-                    "queue": { "pending": q.pending, "held": q.held, "retrying": q.retrying, "dead": q.dead },
-                    "oldest_age_seconds": q.oldest.map(age_seconds),
-                }))
-            })
-            .collect::<Result<Vec<_>, crate::store::StoreError>>()
-    })
-    .await;
-    match result {
-        Ok(Ok(list)) => HttpResponse::Ok().json(serde_json::json!({ "destinations": list })),
-        Ok(Err(e)) => store_error(&e),
-        Err(e) => store_error(&e),
+    let mut list = Vec::new();
+    for d in state.destinations.iter() {
+        let q = match state.store.queue_stats(&d.dest.name).await {
+            Ok(q) => q,
+            Err(e) => return store_error(&e),
+        };
+        list.push(serde_json::json!({
+            "name": d.dest.name,
+            "url": d.dest.display_url(),
+            "paused": d.is_paused(),
+            "circuit": d.circuit.describe(),
+            "in_flight": d.in_flight(),
+            "queue": { "pending": q.pending, "held": q.held, "retrying": q.retrying, "dead": q.dead },
+            "oldest_age_seconds": q.oldest.map(age_seconds),
+        }));
     }
+    HttpResponse::Ok().json(serde_json::json!({ "destinations": list }))
 }
 
 /// Pauses (`pause = true`) or resumes a destination: its deliveries wait, nothing is
-/// dropped, and the pause survives restarts.
+/// dropped, and the pause survives restarts and reaches every relay on the store.
 async fn set_paused(state: web::Data<AdminState>, name: String, pause: bool) -> HttpResponse {
-    let st = state.clone();
-    let n = name.clone();
-    match web::block(move || st.destinations.set_paused(&n, pause)).await {
-        Ok(Ok(true)) => {
-            HttpResponse::Ok().json(serde_json::json!({ "name": name, "paused": pause }))
-        }
-        Ok(Ok(false)) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
-        Ok(Err(e)) => store_error(&e),
+    match state.destinations.set_paused(&name, pause).await {
+        Ok(true) => HttpResponse::Ok().json(serde_json::json!({ "name": name, "paused": pause })),
+        Ok(false) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
         Err(e) => store_error(&e),
     }
 }

@@ -48,16 +48,14 @@ pub(super) async fn list(
         after,
         limit,
     };
-    let store = state.store.clone();
-    match web::block(move || store.list_events(&filter)).await {
-        Ok(Ok(records)) => {
+    match state.store.list_events(filter).await {
+        Ok(records) => {
             let next_after =
                 (records.len() == limit).then(|| records.last().map(|r| r.id)).flatten();
             let events: Vec<EventView<'_>> = records.iter().map(EventView::from).collect();
             HttpResponse::Ok()
                 .json(serde_json::json!({ "events": events, "next_after": next_after }))
         }
-        Ok(Err(e)) => store_error(&e),
         Err(e) => store_error(&e),
     }
 }
@@ -68,15 +66,18 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
         Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("id: {e}")),
     };
-    let store = state.store.clone();
-    let found = web::block(move || {
-        Ok::<_, StoreError>((store.event(id)?, store.body(id)?, store.deliveries_of(id)?))
-    })
+    let store = &state.store;
+    let found = async {
+        Ok::<_, StoreError>((
+            store.event(id).await?,
+            store.body(id).await?,
+            store.deliveries_of(id).await?,
+        ))
+    }
     .await;
     let (record, body, deliveries) = match found {
-        Ok(Ok((Some(record), body, deliveries))) => (record, body, deliveries),
-        Ok(Ok((None, _, _))) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
-        Ok(Err(e)) => return store_error(&e),
+        Ok((Some(record), body, deliveries)) => (record, body, deliveries),
+        Ok((None, _, _)) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
         Err(e) => return store_error(&e),
     };
     let (body, encoding) = match body {
@@ -131,11 +132,9 @@ pub(super) async fn replay(
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("id: {e}")),
     };
     let requested = body.and_then(|b| b.into_inner().destinations);
-    let store = state.store.clone();
-    let record = match web::block(move || store.event(id)).await {
-        Ok(Ok(Some(record))) => record,
-        Ok(Ok(None)) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
-        Ok(Err(e)) => return store_error(&e),
+    let record = match state.store.event(id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
         Err(e) => return store_error(&e),
     };
     if matches!(record.meta.status, EventStatus::Received | EventStatus::Rejected) {
@@ -157,11 +156,9 @@ pub(super) async fn replay(
     if let Some(unknown) = targets.iter().find(|d| state.destinations.get(d).is_none()) {
         return error(StatusCode::BAD_REQUEST, format!("no destination named {unknown:?}"));
     }
-    let store = state.store.clone();
     let now = crate::store::unix_micros(std::time::SystemTime::now());
-    let names = targets.clone();
-    match web::block(move || store.replay(id, &names, now)).await {
-        Ok(Ok(n)) => {
+    match state.store.replay(id, targets.clone(), now).await {
+        Ok(n) => {
             for d in &targets {
                 state.destinations.wake(d);
             }
@@ -169,7 +166,6 @@ pub(super) async fn replay(
             HttpResponse::Ok()
                 .json(serde_json::json!({ "event": id, "replayed": n, "destinations": targets }))
         }
-        Ok(Err(e)) => store_error(&e),
         Err(e) => store_error(&e),
     }
 }

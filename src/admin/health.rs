@@ -7,17 +7,31 @@ use actix_web::{web, HttpResponse};
 use super::AdminState;
 
 /// Whether the relay should receive traffic: false until the store is open and
-/// recovery has finished, and again from the moment shutdown begins.
+/// recovery has finished, from the moment shutdown begins, and for good once a
+/// background task has died (with the reason, shown by `/readyz`).
 #[derive(Default)]
-pub(crate) struct Readiness(AtomicBool);
+pub(crate) struct Readiness {
+    ready: AtomicBool,
+    failure: std::sync::Mutex<Option<String>>,
+}
 
 impl Readiness {
     pub(crate) fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Marks the relay not ready until it restarts, for `reason`.
+    pub(crate) fn fail(&self, reason: String) {
+        crate::lock::lock(&self.failure).get_or_insert(reason);
     }
 
     pub(crate) fn get(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.ready.load(Ordering::SeqCst) && crate::lock::lock(&self.failure).is_none()
+    }
+
+    /// Why the relay is not ready, if a failure says so.
+    pub(crate) fn failure(&self) -> Option<String> {
+        crate::lock::lock(&self.failure).clone()
     }
 }
 
@@ -31,43 +45,43 @@ pub(super) async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
     if state.readiness.get() {
         HttpResponse::Ok().body("ready\n")
     } else {
-        HttpResponse::ServiceUnavailable().body("not ready\n")
+        let reason = state.readiness.failure().unwrap_or_else(|| "starting or stopping".into());
+        HttpResponse::ServiceUnavailable().body(format!("not ready: {reason}\n"))
     }
 }
 
 /// Prometheus text exposition; store gauges are refreshed on each scrape.
 pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
     let m = &state.metrics;
-    let store = state.store.clone();
-    if let Ok((size, inbox)) = web::block(move || (store.size_on_disk(), store.inbox_len())).await {
-        if let Ok(size) = size {
-            m.store_size.set(i64::try_from(size).unwrap_or(i64::MAX));
-        }
-        m.inbox_events.set(i64::try_from(inbox).unwrap_or(i64::MAX));
+    let store = &state.store;
+    match store.size_on_disk().await {
+        Ok(size) => m.store_size.set(i64::try_from(size).unwrap_or(i64::MAX)),
+        Err(e) => tracing::warn!(error = %e, "cannot read the store size for /metrics"),
+    }
+    match store.inbox_len().await {
+        Ok(n) => m.inbox_events.set(i64::try_from(n).unwrap_or(i64::MAX)),
+        Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
     }
     m.ready.set(i64::from(state.readiness.get()));
-    let st = state.clone();
-    let queues = web::block(move || {
-        st.destinations
-            .iter()
-            .map(|d| st.store.queue_stats(&d.dest.name).map(|q| (d.clone(), q)))
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await;
-    if let Ok(Ok(queues)) = queues {
-        for (d, q) in queues {
-            let name = d.dest.name.as_str();
-            let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-            m.queue_depth.with_label_values(&[name, "pending"]).set(depth(q.pending));
-            m.queue_depth.with_label_values(&[name, "held"]).set(depth(q.held));
-            m.queue_depth.with_label_values(&[name, "retrying"]).set(depth(q.retrying));
-            m.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
-            m.queue_oldest_age
-                .with_label_values(&[name])
-                .set(q.oldest.map_or(0.0, super::views::age_seconds));
-            m.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
-            m.circuit_open.with_label_values(&[name]).set(i64::from(d.circuit.is_open()));
+    for d in state.destinations.iter() {
+        let name = d.dest.name.as_str();
+        match store.queue_stats(name).await {
+            Ok(q) => {
+                let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                m.queue_depth.with_label_values(&[name, "pending"]).set(depth(q.pending));
+                m.queue_depth.with_label_values(&[name, "held"]).set(depth(q.held));
+                m.queue_depth.with_label_values(&[name, "retrying"]).set(depth(q.retrying));
+                m.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
+                m.queue_oldest_age
+                    .with_label_values(&[name])
+                    .set(q.oldest.map_or(0.0, super::views::age_seconds));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, destination = name, "cannot read a queue for /metrics")
+            }
         }
+        m.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
+        m.circuit_open.with_label_values(&[name]).set(i64::from(d.circuit.is_open()));
     }
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(m.render())
 }

@@ -139,10 +139,22 @@ pub(crate) enum Durability {
 
 config_enum!(Durability { "durable" => Durable, "buffered" => Buffered });
 
-/// The sled store.
+/// Which store backend holds the relay's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub(crate) enum StorageBackend {
+    /// sled, embedded, in `data_dir`: one relay per data directory.
+    Sled,
+}
+
+config_enum!(StorageBackend { "sled" => Sled });
+
+/// The store.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct StorageConfig {
+    /// The backend (`store::open` is the one factory).
+    pub(crate) backend: StorageBackend,
     /// Directory of the sled database; created if missing.
     pub(crate) data_dir: PathBuf,
     pub(crate) durability: Durability,
@@ -158,6 +170,7 @@ pub(crate) struct StorageConfig {
 impl Default for StorageConfig {
     fn default() -> Self {
         Self {
+            backend: StorageBackend::Sled,
             data_dir: PathBuf::from("./data"),
             durability: Durability::Durable,
             commit_max_batch: 512,

@@ -1,15 +1,13 @@
-//! Delivery: one worker per destination takes the due entries of its schedule, sends
-//! them (at most `max_concurrency` at once), and records each outcome together with
-//! the next schedule entry. Destinations never wait for each other.
+//! Delivery: one worker per destination claims the due deliveries of its schedule,
+//! sends them (at most `max_concurrency` requests at once), and has the store record
+//! each outcome. Destinations never wait for each other.
 
-mod backoff;
 mod circuit;
-mod verdict;
 mod worker;
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::{Notify, Semaphore};
 
@@ -17,16 +15,19 @@ use crate::config::Config;
 use crate::destinations::Destination;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{Committer, Scheduled, SharedStore, StoreError};
+use crate::store::{SharedStore, StoreError};
 
 /// A destination and its worker's live state, shared with dispatch and the admin API.
 pub(crate) struct DestinationState {
     pub(crate) dest: Destination,
     pub(crate) circuit: circuit::Circuit,
     wake: Notify,
+    /// The pause as last read from the store (which every relay shares).
     paused: AtomicBool,
-    /// Schedule entries being attempted right now (still in the store until done).
-    in_flight: Mutex<HashSet<Scheduled>>,
+    /// Attempts of this relay between their claim and their record.
+    in_flight: AtomicUsize,
+    /// Requests in flight to the destination: a permit is held from the send to the
+    /// answer, not while the store records it.
     permits: Arc<Semaphore>,
 }
 
@@ -35,12 +36,8 @@ impl DestinationState {
         self.paused.load(Ordering::SeqCst)
     }
 
-    fn is_in_flight(&self, entry: &Scheduled) -> bool {
-        self.in_flight.lock().is_ok_and(|s| s.contains(entry))
-    }
-
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.lock().map_or(0, |s| s.len())
+        self.in_flight.load(Ordering::SeqCst)
     }
 }
 
@@ -52,8 +49,8 @@ pub(crate) struct Destinations {
 
 impl Destinations {
     /// Builds the destinations of `config`; pauses persisted in the store are kept.
-    pub(crate) fn new(config: &Config, store: SharedStore) -> anyhow::Result<Self> {
-        let paused = store.paused()?;
+    pub(crate) async fn new(config: &Config, store: SharedStore) -> anyhow::Result<Self> {
+        let paused = store.paused().await?;
         let mut by_name = BTreeMap::new();
         for dc in &config.destinations {
             let dest = Destination::new(dc, &config.delivery)?;
@@ -65,7 +62,7 @@ impl Destinations {
                 permits: Arc::new(Semaphore::new(dest.max_concurrency)),
                 paused: AtomicBool::new(paused.contains(&dc.name)),
                 wake: Notify::new(),
-                in_flight: Mutex::new(HashSet::new()),
+                in_flight: AtomicUsize::new(0),
                 dest,
             };
             by_name.insert(dc.name.clone(), Arc::new(state));
@@ -73,26 +70,27 @@ impl Destinations {
         Ok(Self { by_name, store })
     }
 
-    /// Starts one worker per destination.
+    /// Starts one worker per destination; `owner` names this relay on its claims.
     pub(crate) fn start(
         &self,
-        committer: Committer,
+        owner: &str,
         metrics: Arc<Metrics>,
         client: reqwest::Client,
         stop: Stop,
-    ) -> Vec<tokio::task::JoinHandle<()>> {
+    ) -> Vec<(String, tokio::task::JoinHandle<()>)> {
         self.by_name
             .values()
             .map(|state| {
                 let worker = worker::Worker {
-                    committer: committer.clone(),
-                    next_slot: Mutex::new(std::time::Instant::now()),
+                    owner: owner.to_owned(),
+                    next_slot: std::sync::Mutex::new(std::time::Instant::now()),
+                    pause_read: std::sync::Mutex::new(None),
                     state: state.clone(),
                     store: self.store.clone(),
                     metrics: metrics.clone(),
                     client: client.clone(),
                 };
-                tokio::spawn(worker.run(stop.clone()))
+                (format!("delivery:{}", state.dest.name), tokio::spawn(worker.run(stop.clone())))
             })
             .collect()
     }
@@ -112,10 +110,11 @@ impl Destinations {
         self.by_name.values()
     }
 
-    /// Pauses or resumes a destination (persisted); `false` if there is no such one.
-    pub(crate) fn set_paused(&self, name: &str, paused: bool) -> Result<bool, StoreError> {
+    /// Pauses or resumes a destination in the store (so on every relay sharing it);
+    /// `false` if there is no such one.
+    pub(crate) async fn set_paused(&self, name: &str, paused: bool) -> Result<bool, StoreError> {
         let Some(state) = self.by_name.get(name) else { return Ok(false) };
-        self.store.set_paused(name, paused)?;
+        self.store.set_paused(name, paused).await?;
         state.paused.store(paused, Ordering::SeqCst);
         state.wake.notify_one();
         tracing::info!(

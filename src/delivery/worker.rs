@@ -1,33 +1,40 @@
-//! The worker of one destination.
+//! The worker of one destination: claim due deliveries, send, have the store record.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tracing::Instrument;
 
 use super::circuit::Gate;
-use super::verdict::{self, Verdict};
 use super::DestinationState;
 use crate::destinations::{Outcome, Request};
+use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{unix_micros, Committer, DeliveryState, Scheduled, SharedStore};
+use crate::store::lifecycle::{AttemptReport, Verdict};
+use crate::store::{unix_micros, Attempt, Claim, Recorded, SharedStore};
 
 /// Longest sleep between two looks at the schedule (new entries also wake it).
 const MAX_IDLE: Duration = Duration::from_secs(1);
+/// How old the pause state may be: a pause made through any relay stops this one
+/// within this long.
+const PAUSE_REFRESH: Duration = Duration::from_millis(500);
 
 pub(super) struct Worker {
-    /// Makes recorded attempts durable, sharing fsyncs with ingest.
-    pub(super) committer: Committer,
+    /// This relay's name on its claims.
+    pub(super) owner: String,
     pub(super) state: Arc<DestinationState>,
     /// Earliest start of the next request under `rate_limit`.
-    pub(super) next_slot: std::sync::Mutex<std::time::Instant>,
+    pub(super) next_slot: std::sync::Mutex<Instant>,
+    /// When the pause state was last read from the store.
+    pub(super) pause_read: std::sync::Mutex<Option<Instant>>,
     pub(super) store: SharedStore,
     pub(super) metrics: Arc<Metrics>,
     pub(super) client: reqwest::Client,
 }
 
 impl Worker {
-    /// Claims due entries while permits are free; sleeps until the next due time, a
+    /// Claims due deliveries while permits are free; sleeps until the next due time, a
     /// wake-up (new deliveries, a finished attempt, resume) or `stop`.
     pub(super) async fn run(self, mut stop: Stop) {
         let this = Arc::new(self);
@@ -52,28 +59,33 @@ impl Worker {
         }
     }
 
-    /// Starts attempts for due entries; returns how long to sleep at most.
+    /// How long a claim is held: the request's timeout plus room to record it. An
+    /// attempt outliving it (a stalled relay) may be made again by another.
+    fn lease(&self) -> Duration {
+        self.state.dest.timeout + Duration::from_secs(60)
+    }
+
+    /// Reads the shared pause state when the cached one is older than [`PAUSE_REFRESH`].
+    async fn refresh_pause(&self) -> anyhow::Result<()> {
+        let stale = lock(&self.pause_read).is_none_or(|t| t.elapsed() >= PAUSE_REFRESH);
+        if stale {
+            let paused = self.store.paused().await?.contains(&self.state.dest.name);
+            self.state.paused.store(paused, Ordering::SeqCst);
+            *lock(&self.pause_read) = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Starts attempts for due deliveries; returns how long to sleep at most.
     async fn claim_due(self: &Arc<Self>) -> anyhow::Result<Duration> {
         let state = &self.state;
+        self.refresh_pause().await?;
         if state.is_paused() {
-            return Ok(MAX_IDLE);
+            return Ok(PAUSE_REFRESH);
         }
         let mut free = state.permits.available_permits();
         if free == 0 {
             return Ok(MAX_IDLE);
-        }
-
-        let now = unix_micros(SystemTime::now());
-        let name = &state.dest.name;
-        let limit = free + state.in_flight();
-        // Direct store calls (here and below): sled answers these from memory in
-        // microseconds; the one slow operation, fsync, runs on the committer thread.
-        // A hop to the blocking pool per call cost more than the calls themselves.
-        let due = self.store.due(name, now, limit)?;
-        let next = self.store.next_due_after(name, now)?;
-        let mut claimable = due.into_iter().filter(|e| !state.is_in_flight(e)).peekable();
-        if claimable.peek().is_none() {
-            return Ok(next_sleep(next, now));
         }
         let probe = match state.circuit.gate() {
             Gate::Open => false,
@@ -83,85 +95,96 @@ impl Worker {
         if probe {
             free = 1;
         }
-        let (started, rate_wait) = self.start_attempts(claimable.take(free))?;
-        if probe && started == 0 {
-            // Nothing could start after all: hand the probe back.
-            state.circuit.cancel_probe();
+        let now = unix_micros(SystemTime::now());
+        let name = &state.dest.name;
+        let claims = self.store.claim_due(name, &self.owner, now, self.lease(), free).await?;
+        if claims.is_empty() {
+            if probe {
+                // Nothing to send after all: hand the probe back.
+                state.circuit.cancel_probe();
+            }
+            let next = self.store.next_due_after(name, now).await?;
+            return Ok(next_sleep(next, now));
         }
-        Ok(rate_wait.unwrap_or_else(|| next_sleep(next, now)))
+        let rate_wait = self.start_attempts(claims).await?;
+        Ok(rate_wait.unwrap_or(Duration::ZERO))
     }
 
-    /// Starts attempts for `entries` while permits and the rate limit allow; returns how
-    /// many started and, if the rate limit stopped it, how long until the next slot.
-    fn start_attempts(
+    /// Starts attempts for `claims` while permits and the rate limit allow, and gives
+    /// the rest back; returns how long until the next rate-limit slot, if it stopped.
+    async fn start_attempts(
         self: &Arc<Self>,
-        entries: impl Iterator<Item = Scheduled>,
-    ) -> anyhow::Result<(usize, Option<Duration>)> {
+        claims: Vec<Claim>,
+    ) -> anyhow::Result<Option<Duration>> {
         let state = &self.state;
         let interval = state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / r));
-        let mut started = 0;
-        for entry in entries {
+        let mut wait = None;
+        let mut claims = claims.into_iter();
+        for claim in claims.by_ref() {
             if let Some(interval) = interval {
                 // One request per interval, no burst: a rate limit is a promise to the
                 // consumer.
-                let now = std::time::Instant::now();
-                let mut slot =
-                    self.next_slot.lock().map_err(|_| anyhow::anyhow!("rate limiter poisoned"))?;
-                if *slot > now {
-                    return Ok((started, Some((*slot - now).min(MAX_IDLE))));
+                let now = Instant::now();
+                let busy_for = {
+                    let mut slot = lock(&self.next_slot);
+                    if *slot > now {
+                        Some(*slot - now)
+                    } else {
+                        *slot = now + interval;
+                        None
+                    }
+                };
+                if let Some(busy_for) = busy_for {
+                    wait = Some(busy_for.min(MAX_IDLE));
+                    self.store.release(&claim).await?;
+                    break;
                 }
-                *slot = now + interval;
             }
-            let Ok(permit) = state.permits.clone().try_acquire_owned() else { break };
-            if let Ok(mut s) = state.in_flight.lock() {
-                s.insert(entry);
-            }
-            started += 1;
+            let Ok(permit) = state.permits.clone().try_acquire_owned() else {
+                self.store.release(&claim).await?;
+                break;
+            };
+            state.in_flight.fetch_add(1, Ordering::SeqCst);
             let this = self.clone();
             tokio::spawn(async move {
-                this.attempt(entry).await;
-                if let Ok(mut s) = this.state.in_flight.lock() {
-                    s.remove(&entry);
-                }
-                drop(permit);
-                this.state.wake.notify_one();
+                this.attempt(claim, permit).await;
+                this.state.in_flight.fetch_sub(1, Ordering::SeqCst);
             });
         }
-        Ok((started, None))
+        for rest in claims {
+            self.store.release(&rest).await?;
+        }
+        Ok(wait)
     }
 
-    /// Makes one attempt for a schedule entry and records its outcome, in a span that
-    /// names the event (id, source, name) and the destination. A debug span, free at
-    /// info level; warnings name their event and destination themselves.
-    async fn attempt(&self, entry: Scheduled) {
-        let span = tracing::debug_span!("delivery", id = %entry.event, destination = %self.state.dest.name,
+    /// Makes one attempt for a claimed delivery and records its outcome, in a span
+    /// that names the event (id, source, name) and the destination. A debug span,
+    /// free at info level; warnings name their event and destination themselves.
+    async fn attempt(&self, claim: Claim, permit: tokio::sync::OwnedSemaphorePermit) {
+        let span = tracing::debug_span!("delivery", id = %claim.event, destination = %self.state.dest.name,
             source = tracing::field::Empty, event = tracing::field::Empty);
-        if let Err(e) = self.try_attempt(entry).instrument(span.clone()).await {
-            // Nothing was recorded: the entry stays due and is tried again.
-            span.in_scope(|| tracing::error!(id = %entry.event, destination = %self.state.dest.name, error = %e, "delivery attempt not recorded"));
-            tokio::time::sleep(MAX_IDLE).await;
+        if let Err(e) = self.try_attempt(&claim, permit).instrument(span.clone()).await {
+            // Nothing was recorded: the claim expires and the delivery is tried again.
+            span.in_scope(|| tracing::error!(id = %claim.event, destination = %self.state.dest.name, error = %e, "delivery attempt not recorded"));
         }
     }
 
-    async fn try_attempt(&self, entry: Scheduled) -> anyhow::Result<()> {
+    async fn try_attempt(
+        &self,
+        claim: &Claim,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> anyhow::Result<()> {
         let dest = &self.state.dest;
-        let record = self.store.delivery(entry.event, &dest.name)?;
-        let event = self.store.event(entry.event)?;
-        let body = self.store.body(entry.event)?;
-        let Some(mut record) = record else {
-            anyhow::bail!("schedule entry without a delivery record");
-        };
-        let attempted_us = unix_micros(SystemTime::now());
-        let current = record.state.is_scheduled() && record.next_attempt_us == Some(entry.due_us);
-        let verdict = match (current, event, body) {
-            // A stale entry (a replay moved the delivery): recording the unchanged
-            // record removes it.
-            (false, _, _) => None,
-            (true, Some(event), Some(body)) => {
+        let event = self.store.event(claim.event).await?;
+        let body = self.store.body(claim.event).await?;
+        let started_us = unix_micros(SystemTime::now());
+        let (report, meta) = match (event, body) {
+            (Some(event), Some(body)) => {
                 let span = tracing::Span::current();
                 span.record("source", event.meta.source.as_str());
                 span.record("event", event.meta.event.as_str());
-                let webhook_id = format!("evt_{}_{}", entry.event, dest.name);
+                // The same id on every attempt, by any relay: consumers dedup on it.
+                let webhook_id = format!("evt_{}_{}", claim.event, dest.name);
                 let answer = dest
                     .send(
                         &self.client,
@@ -171,63 +194,96 @@ impl Worker {
                             event: &event.meta.event,
                             content_type: event.meta.content_type.as_deref(),
                             body: body.into(),
-                            attempt: record.total_attempts + 1,
+                            attempt: claim.record.total_attempts + 1,
                         },
                     )
                     .await;
-                let m = &self.metrics;
-                m.delivery_attempt_duration
+                drop(permit);
+                self.state.wake.notify_one();
+                self.metrics
+                    .delivery_attempt_duration
                     .with_label_values(&[&dest.name])
                     .observe(answer.duration.as_secs_f64());
-                let verdict = verdict::apply(&mut record, &answer, &dest.retry, attempted_us);
-                let healthy = !matches!(answer.outcome, Outcome::Retry { .. });
-                if self.state.circuit.report(healthy) {
-                    let open = self.state.circuit.is_open();
-                    m.circuit_open.with_label_values(&[&dest.name]).set(i64::from(open));
-                    if open {
-                        tracing::warn!(destination = %dest.name, "circuit open: probing once per interval");
-                    } else {
-                        tracing::info!(destination = %dest.name, "circuit closed");
-                    }
-                }
-                if verdict == Verdict::Success {
-                    let lag = SystemTime::now()
-                        .duration_since(event.meta.received_at())
-                        .unwrap_or_default();
-                    m.delivery_lag.with_label_values(&[&dest.name]).observe(lag.as_secs_f64());
-                }
-                if answer.outcome == Outcome::Gone {
-                    tracing::warn!(destination = %dest.name, "destination answered 410 Gone: pausing it");
-                }
-                tracing::debug!(attempt = record.total_attempts, status = ?answer.status,
-                    error = ?answer.error, verdict = verdict.label(), "delivery attempt");
-                if matches!(verdict, Verdict::Dead | Verdict::Failed) {
-                    tracing::warn!(id = %entry.event, source = %event.meta.source, event = %event.meta.event,
-                        destination = %dest.name, status = ?answer.status, error = ?answer.error,
-                        "delivery is dead: see the dead letters");
-                }
-                Some((verdict, answer.outcome == Outcome::Gone))
+                self.report_to_circuit(!matches!(answer.outcome, Outcome::Retry { .. }));
+                let report = AttemptReport {
+                    attempt: Attempt {
+                        at_us: started_us,
+                        duration_us: u64::try_from(answer.duration.as_micros()).unwrap_or(u64::MAX),
+                        status: answer.status,
+                        error: answer.error.clone(),
+                    },
+                    outcome: answer.outcome,
+                    excerpt: answer.excerpt.clone(),
+                    jitter: fastrand::f64(),
+                };
+                (report, Some(event.meta))
             }
-            (true, _, _) => {
-                record.state = DeliveryState::Dead;
-                record.next_attempt_us = None;
-                record.last_response = Some("the event is no longer stored".into());
-                Some((Verdict::Dead, false))
+            _ => {
+                drop(permit);
+                let error = "the event is no longer stored".to_owned();
+                let report = AttemptReport {
+                    attempt: Attempt {
+                        at_us: started_us,
+                        duration_us: 0,
+                        status: None,
+                        error: Some(error.clone()),
+                    },
+                    outcome: Outcome::Permanent,
+                    excerpt: Some(error),
+                    jitter: 0.0,
+                };
+                (report, None)
             }
         };
-        self.store.record_attempt(entry, &record)?;
-        // Durable before it counts: a crash must not roll a retry's due time back.
-        if let Err(e) = self.committer.flush().await {
-            tracing::warn!(destination = %dest.name, error = %e, "attempt recorded but not flushed");
-        }
-        if let Some((verdict, gone)) = verdict {
-            self.metrics.deliveries.with_label_values(&[&dest.name, verdict.label()]).inc();
-            if gone {
-                self.store.set_paused(&dest.name, true)?;
-                self.state.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (status, error, outcome) =
+            (report.attempt.status, report.attempt.error.clone(), report.outcome);
+        let recorded = self.store.record_attempt(claim, report, &dest.retry).await?;
+        let verdict = match recorded {
+            Recorded::Done(v) => v,
+            Recorded::Stale | Recorded::ClaimLost => {
+                tracing::debug!(?recorded, "attempt not recorded: the delivery moved meanwhile");
+                return Ok(());
             }
+        };
+        let m = &self.metrics;
+        m.deliveries.with_label_values(&[&dest.name, verdict.label()]).inc();
+        if let (Verdict::Success, Some(meta)) = (verdict, &meta) {
+            let lag = SystemTime::now().duration_since(meta.received_at()).unwrap_or_default();
+            m.delivery_lag.with_label_values(&[&dest.name]).observe(lag.as_secs_f64());
+        }
+        tracing::debug!(
+            attempt = claim.record.total_attempts + 1,
+            ?status,
+            ?error,
+            verdict = verdict.label(),
+            "delivery attempt"
+        );
+        if matches!(verdict, Verdict::Dead | Verdict::Failed) {
+            let (source, event) =
+                meta.as_ref().map_or(("", ""), |m| (m.source.as_str(), m.event.as_str()));
+            tracing::warn!(id = %claim.event, source, event, destination = %dest.name, ?status, ?error,
+                "delivery is dead: see the dead letters");
+        }
+        if outcome == Outcome::Gone {
+            tracing::warn!(destination = %dest.name, "destination answered 410 Gone: pausing it");
+            self.store.set_paused(&dest.name, true).await?;
+            self.state.paused.store(true, Ordering::SeqCst);
         }
         Ok(())
+    }
+
+    /// Tells the circuit breaker how the destination answered.
+    fn report_to_circuit(&self, healthy: bool) {
+        let dest = &self.state.dest;
+        if self.state.circuit.report(healthy) {
+            let open = self.state.circuit.is_open();
+            self.metrics.circuit_open.with_label_values(&[&dest.name]).set(i64::from(open));
+            if open {
+                tracing::warn!(destination = %dest.name, "circuit open: probing once per interval");
+            } else {
+                tracing::info!(destination = %dest.name, "circuit closed");
+            }
+        }
     }
 }
 

@@ -21,18 +21,8 @@ pub(crate) struct Request<'a> {
     pub(crate) attempt: u32,
 }
 
-/// What an answer (or its absence) means for the delivery.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Outcome {
-    /// 2xx.
-    Success,
-    /// Try again later: 408, 429, configured 4xx, 5xx, timeouts, connection errors.
-    Retry { retry_after: Option<Duration> },
-    /// Any other answer: retrying will not help.
-    Permanent,
-    /// 410: the consumer is gone; the destination is paused.
-    Gone,
-}
+/// What an answer (or its absence) means for the delivery: the lifecycle's own type.
+pub(crate) use crate::store::lifecycle::Outcome;
 
 /// The result of one attempt.
 #[derive(Debug, Clone)]

@@ -17,7 +17,7 @@ use crate::delivery::Destinations;
 use crate::event_names;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{unix_micros, Committer, DedupKey, DispatchOutcome, DispatchPlan, SharedStore};
+use crate::store::{unix_micros, DedupKey, DispatchOutcome, DispatchPlan, SharedStore};
 
 use route::Router;
 
@@ -38,7 +38,6 @@ struct DedupRule {
 /// The dispatcher task's state.
 pub(crate) struct Dispatcher {
     store: SharedStore,
-    committer: Committer,
     router: Router,
     /// Destinations with `ordering = "per-resource"`.
     ordered: std::collections::HashSet<String>,
@@ -54,7 +53,6 @@ impl Dispatcher {
     pub(crate) fn new(
         config: &Config,
         store: SharedStore,
-        committer: Committer,
         metrics: Arc<Metrics>,
         destinations: Arc<Destinations>,
         wake: Arc<Notify>,
@@ -69,7 +67,6 @@ impl Dispatcher {
             .collect();
         Self {
             store,
-            committer,
             router: Router::new(&config.destinations),
             ordered: config
                 .destinations
@@ -112,9 +109,7 @@ impl Dispatcher {
 
     /// Dispatches one batch; returns how many events it took from the inbox.
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
-        // Direct store calls: see delivery/worker.rs. The flush goes through the
-        // committer, sharing its fsync with ingest and delivery.
-        let pending = self.store.pending(BATCH)?;
+        let pending = self.store.pending(BATCH).await?;
         if pending.is_empty() {
             return Ok(0);
         }
@@ -135,10 +130,8 @@ impl Dispatcher {
             })
             .collect();
         let now = unix_micros(SystemTime::now());
-        let outcomes = self.store.dispatch(&plans, now)?;
-        // Not required for correctness (an unflushed dispatch is redone after a crash),
-        // but it keeps the window for repeated deliveries small.
-        self.committer.flush().await?;
+        // Durable when it returns (as configured): the store's business.
+        let outcomes = self.store.dispatch(plans.clone(), now).await?;
 
         let m = &self.metrics;
         let mut woken = std::collections::HashSet::new();
@@ -174,14 +167,16 @@ impl Dispatcher {
 /// traffic of one dedup window.
 async fn purge_dedup(store: SharedStore, metrics: Arc<Metrics>, mut stop: Stop) {
     loop {
-        let s = store.clone();
         let now = unix_micros(SystemTime::now());
-        match tokio::task::spawn_blocking(move || s.purge_dedup(now)).await {
-            Ok(Ok(n)) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
-            Ok(Err(e)) => tracing::error!(error = %e, "dedup purge failed"),
-            _ => {}
+        match store.purge_dedup(now).await {
+            Ok(n) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "dedup purge failed"),
         }
-        metrics.dedup_keys.set(i64::try_from(store.dedup_len()).unwrap_or(i64::MAX));
+        match store.dedup_len().await {
+            Ok(n) => metrics.dedup_keys.set(i64::try_from(n).unwrap_or(i64::MAX)),
+            Err(e) => tracing::error!(error = %e, "cannot count dedup keys"),
+        }
         tokio::select! {
             _ = tokio::time::sleep(PURGE_INTERVAL) => {}
             _ = stop.wait() => return,

@@ -1,57 +1,23 @@
 //! The ingress against a store that fails: a real listener on loopback, a real client.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::config::{Durability, Secret};
-use crate::store::{
-    CommitterOptions, EventFilter, EventId, EventRecord, EventStore, NewEvent, StoreError,
-};
-
-/// A store whose writes always fail, as on a full disk.
-#[derive(Default)]
-struct FailingStore {
-    appends: AtomicUsize,
-}
-
-impl EventStore for FailingStore {
-    fn append(&self, _: &[(EventId, &NewEvent)]) -> Result<(), StoreError> {
-        self.appends.fetch_add(1, Ordering::SeqCst);
-        Err(StoreError::Injected("no space left on device"))
-    }
-    fn flush(&self) -> Result<(), StoreError> {
-        Err(StoreError::Injected("no space left on device"))
-    }
-    fn last_event_id(&self) -> Result<Option<EventId>, StoreError> {
-        Ok(None)
-    }
-    fn event(&self, _: EventId) -> Result<Option<EventRecord>, StoreError> {
-        Ok(None)
-    }
-    fn body(&self, _: EventId) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(None)
-    }
-    fn list_events(&self, _: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        Ok(Vec::new())
-    }
-    fn inbox_len(&self) -> usize {
-        0
-    }
-    fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(0)
-    }
-}
+use crate::config::Secret;
+use crate::store::memory::MemoryStore;
+use crate::store::CommitterOptions;
 
 const TOKEN: &str = "test-token-0123456789";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_failure_closes_the_connection_without_any_status() {
-    let store = Arc::new(FailingStore::default());
+    // A store whose writes fail, as on a full disk.
+    let store = MemoryStore::default();
+    store.fail_appends("no space left on device");
     let metrics = Arc::new(Metrics::new().unwrap());
-    let opts = CommitterOptions { durability: Durability::Durable, max_batch: 8, committed: None };
-    let (committer, _task) = Committer::start(store.clone(), opts, metrics.clone()).unwrap();
+    let opts = CommitterOptions { max_batch: 8, committed: None };
+    let (committer, _task) = Committer::start(Arc::new(store.clone()), opts, metrics.clone());
     let sources = [SourceConfig {
         name: "demo".into(),
         resolved_token: Some(Secret::new(TOKEN)),
@@ -68,7 +34,7 @@ async fn a_store_failure_closes_the_connection_without_any_status() {
     let result = client.post(&url).body("{\"data\":{}}").send().await;
     let err = result.expect_err("a store failure must not produce an HTTP answer");
     assert!(err.status().is_none(), "{err:?}");
-    assert_eq!(store.appends.load(Ordering::SeqCst), 1);
+    assert_eq!(store.failed_appends(), 1);
     let text = metrics.render();
     assert!(
         text.contains(

@@ -156,11 +156,48 @@ impl DeliveryRecord {
     }
 }
 
-/// A due entry of a destination's schedule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Scheduled {
-    pub(crate) due_us: u64,
+/// A delivery claimed for one attempt: by whom, until when, and the record as it was
+/// when claimed (what the attempt sends).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Claim {
     pub(crate) event: EventId,
+    pub(crate) destination: String,
+    /// The due time it was claimed at: recording checks the delivery is still there.
+    pub(crate) due_us: u64,
+    /// Who holds it (a relay's id).
+    pub(crate) owner: String,
+    /// Tells this claim from a later one on the same delivery.
+    pub(crate) token: u64,
+    pub(crate) expires_us: u64,
+    pub(crate) record: DeliveryRecord,
+}
+
+/// What became of a recorded attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// Written; the delivery moved on by this verdict.
+    Done(super::lifecycle::Verdict),
+    /// The delivery was replayed, moved or deleted meanwhile: nothing written.
+    Stale,
+    /// The claim's lease expired and someone else claimed it: nothing written.
+    ClaimLost,
+}
+
+/// Hex form of a resource key, as kept in delivery records.
+pub(crate) fn resource_hex(resource: &[u8; 16]) -> String {
+    resource.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parses [`resource_hex`] back.
+pub(crate) fn resource_from_hex(text: &str) -> Option<[u8; 16]> {
+    if text.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// A destination's queue, counted.

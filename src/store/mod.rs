@@ -1,50 +1,53 @@
-//! Durable storage of events and their deliveries.
+//! Durable storage of events and their deliveries: one contract, several backends.
 //!
-//! The rest of the relay sees only the traits here, one per concern: [`EventStore`]
-//! (ingest and reads), [`DispatchStore`] (inbox to deliveries), [`DeliveryStore`]
-//! (schedule, attempts, dead letters). `sled/` is the one backend; [`Committer`]
-//! groups concurrent appends so they share one fsync.
+//! [`Store`] is everything the relay asks of its storage. It is written so that a
+//! shared database can implement it for several relays at once:
+//! - the store allocates event ids (unique across processes, time-ordered);
+//! - deliveries are claimed with an owner and a lease, and recording an attempt
+//!   checks the claim ([`Claim`]);
+//! - shared state (pauses, counts) is read from the store, and every read can fail;
+//! - durability belongs to the backend: each write returns once it is as durable as
+//!   configured; no caller asks for an fsync;
+//! - every method is async: a backend with blocking I/O runs it on the blocking pool.
+//!
+//! The rules that move events and deliveries on live in [`lifecycle`], pure; a backend
+//! reads what a rule asks for, and applies the [`lifecycle::Changes`] it returns in one
+//! atomic write. Backends: `sled/` (the embedded default), `memory` (tests).
+//! [`Committer`] groups concurrent appends into one store write.
 
-mod codec;
+mod claims;
 mod commit;
+#[cfg(test)]
+mod conformance;
+mod counts;
 mod deliveries;
-pub(crate) mod keys;
+mod error;
+pub(crate) mod lifecycle;
+#[cfg(test)]
+pub(crate) mod memory;
 mod model;
 mod sled;
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
-pub(crate) use commit::{Committer, CommitterOptions};
+use async_trait::async_trait;
+
+pub(crate) use self::sled::{SledOptions, SledStore};
+pub(crate) use claims::ClaimTable;
+pub(crate) use commit::{CommitObserver, Committer, CommitterOptions};
+pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{
-    Attempt, DeadLetterFilter, DedupKey, DeliveryRecord, DeliveryState, DispatchOutcome,
-    DispatchPlan, PendingEvent, QueueStats, Scheduled,
+    resource_from_hex, resource_hex, Attempt, Claim, DeadLetterFilter, DedupKey, DeliveryRecord,
+    DeliveryState, DispatchOutcome, DispatchPlan, PendingEvent, QueueStats, Recorded,
 };
+pub(crate) use error::StoreError;
 pub(crate) use model::{
     unix_micros, EventFlag, EventId, EventMeta, EventNameOrigin, EventRecord, EventStatus, NewEvent,
 };
-pub(crate) use sled::{SledOptions, SledStore};
 
-/// Why a store operation failed. Messages never contain event bodies or secrets.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum StoreError {
-    #[error("sled: {0}")]
-    Sled(#[from] ::sled::Error),
-    #[error("record {key} in tree `{tree}` is unreadable: {reason}")]
-    Corrupt { tree: &'static str, key: String, reason: String },
-    #[error("cannot encode a record: {0}")]
-    Encode(#[from] serde_json::Error),
-    #[error(
-        "the data directory holds schema version {found}, this build understands {supported}: \
-         use a newer hookrelay or another storage.data_dir"
-    )]
-    Schema { found: String, supported: u32 },
-    #[error("cannot start the committer thread: {0}")]
-    Thread(String),
-    #[cfg(test)]
-    #[error("injected failure: {0}")]
-    Injected(&'static str),
-}
+use crate::config::{Durability, RetryPolicy, StorageBackend, StorageConfig};
 
 /// Which events to list, newest first.
 #[derive(Clone, Debug, Default)]
@@ -57,104 +60,127 @@ pub(crate) struct EventFilter {
     pub(crate) limit: usize,
 }
 
-/// Ingest and reading of events. Every method is blocking: async callers run them on
-/// the blocking pool.
-pub(crate) trait EventStore: Send + Sync + 'static {
-    /// Writes a group of events: each received event, body included, into the inbox,
-    /// each rejected one into the event records. Every event is written whole or not
-    /// at all. Durable only after [`EventStore::flush`].
-    fn append(&self, events: &[(EventId, &NewEvent)]) -> Result<(), StoreError>;
-    /// Makes everything written so far durable (fsync).
-    fn flush(&self) -> Result<(), StoreError>;
-    /// The highest event id ever stored, so that ids keep increasing across restarts.
-    fn last_event_id(&self) -> Result<Option<EventId>, StoreError>;
-    fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError>;
-    fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError>;
-    fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
-    /// Events waiting for dispatch.
-    fn inbox_len(&self) -> usize;
-    /// Bytes the store takes on disk.
-    fn size_on_disk(&self) -> Result<u64, StoreError>;
-}
+/// Everything the relay needs from its storage (see the module docs for the promises).
+#[async_trait]
+pub(crate) trait Store: Send + Sync + 'static {
+    // ---- ingest and reading events
 
-/// From the inbox to deliveries.
-pub(crate) trait DispatchStore: Send + Sync + 'static {
+    /// Stores a group of events atomically and returns their ids, in order, once the
+    /// group is as durable as configured. Received events go to the inbox (body
+    /// included), rejected ones straight to their final record. Ids are unique across
+    /// every process sharing the store, and increase with time.
+    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>, StoreError>;
+    async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError>;
+    async fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError>;
+    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventRecord>, StoreError>;
+    /// Events waiting for dispatch.
+    async fn inbox_len(&self) -> Result<u64, StoreError>;
+    /// Bytes the store takes on disk.
+    async fn size_on_disk(&self) -> Result<u64, StoreError>;
+
+    // ---- dispatch
+
     /// The oldest events waiting for dispatch, at most `limit`.
-    fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError>;
-    /// Applies the plans in one transaction: for each event, the dedup check and key,
-    /// its record and body, its deliveries and their schedule entries, and its removal
-    /// from the inbox. A crash can neither lose an event nor dispatch it twice.
-    fn dispatch(
+    async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError>;
+    /// Dispatches the events of `plans` by [`lifecycle::dispatch`] at `now_us`, in one
+    /// atomic write. An event no longer in the inbox is [`DispatchOutcome::Gone`]: a
+    /// crash, or another relay, can neither lose an event nor dispatch it twice.
+    async fn dispatch(
         &self,
-        plans: &[DispatchPlan],
+        plans: Vec<DispatchPlan>,
         now_us: u64,
     ) -> Result<Vec<DispatchOutcome>, StoreError>;
     /// Deletes dedup keys whose window ended before `now_us`; returns how many.
-    fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError>;
+    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError>;
     /// Dedup keys currently held.
-    fn dedup_len(&self) -> usize;
-}
+    async fn dedup_len(&self) -> Result<u64, StoreError>;
 
-/// Schedules, attempts and dead letters.
-pub(crate) trait DeliveryStore: Send + Sync + 'static {
-    /// A destination's schedule entries due at `now_us`, earliest first.
-    fn due(
+    // ---- delivery
+
+    /// Claims up to `limit` of `destination`'s deliveries due at `now_us`, earliest
+    /// first, for `owner` until `now_us + lease`. A delivery claimed by anyone whose
+    /// lease has not expired is skipped; an expired claim is taken over.
+    async fn claim_due(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claim>, StoreError>;
+    /// Gives a claim back without an attempt (it is due again at once).
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError>;
+    /// When the destination's next delivery after `now_us` is due.
+    async fn next_due_after(
         &self,
         destination: &str,
         now_us: u64,
-        limit: usize,
-    ) -> Result<Vec<Scheduled>, StoreError>;
-    /// When the destination's next entry after `now_us` is due.
-    fn next_due_after(&self, destination: &str, now_us: u64) -> Result<Option<u64>, StoreError>;
-    fn delivery(
+    ) -> Result<Option<u64>, StoreError>;
+    /// Records the attempt made under `claim` by [`lifecycle::record_attempt`], and
+    /// ends the claim. Nothing is written if the claim was lost (its lease expired and
+    /// someone else claimed the delivery) or the delivery moved meanwhile.
+    async fn record_attempt(
+        &self,
+        claim: &Claim,
+        report: lifecycle::AttemptReport,
+        policy: &RetryPolicy,
+    ) -> Result<Recorded, StoreError>;
+    async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
+    /// [`lifecycle::replay`] for each of `destinations`; returns how many were scheduled.
+    async fn replay(
         &self,
         event: EventId,
-        destination: &str,
-    ) -> Result<Option<DeliveryRecord>, StoreError>;
-    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
-    /// Stores the outcome of an attempt made for schedule entry `done`: the record,
-    /// and atomically with it the schedule entry (removed, or replaced by one at
-    /// `record.next_attempt_us`) and the dead letter (added when `record` is dead).
-    fn record_attempt(&self, done: Scheduled, record: &DeliveryRecord) -> Result<(), StoreError>;
-    /// Starts a new round for the event's deliveries to `destinations` (creating the
-    /// ones that do not exist), due now; returns how many were scheduled.
-    fn replay(
-        &self,
-        event: EventId,
-        destinations: &[String],
+        destinations: Vec<String>,
         now_us: u64,
     ) -> Result<usize, StoreError>;
-    /// Deletes a dead letter: the delivery becomes `discarded` (kept in the event's
-    /// history, never retried). Returns false if it was not dead.
-    fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError>;
+    /// [`lifecycle::discard`]: false if the delivery was not dead.
+    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError>;
     /// Dead deliveries, newest event first.
-    fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeliveryRecord>, StoreError>;
-    /// Counts of a destination's queue.
-    fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError>;
-    /// Paused destinations (persisted, so a pause survives a restart).
-    fn paused(&self) -> Result<HashSet<String>, StoreError>;
-    fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError>;
-    /// Deletes finished events received before `before_us`, at most `limit`: rejected,
-    /// duplicate and unrouted ones, and dispatched ones whose deliveries all
-    /// succeeded or were discarded (with those deliveries). Dead letters and anything still scheduled
-    /// stay. Returns how many events were deleted.
-    fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError>;
-}
+    async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> Result<Vec<DeliveryRecord>, StoreError>;
+    /// Counts of a destination's queue, kept current (no scan).
+    async fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError>;
+    /// Paused destinations, shared by every relay on the store.
+    async fn paused(&self) -> Result<HashSet<String>, StoreError>;
+    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError>;
+    /// Deletes up to `limit` events with ids below `before_us` (ids are the receive
+    /// time, bumped by a few µs when many arrive in one: those near the cutoff go in a
+    /// later pass) that [`lifecycle::prunable`] allows, deciding and deleting
+    /// atomically; returns how many.
+    async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError>;
 
-/// The hook lifecycle's small state (rotated OAuth2 refresh tokens, callback gaps not
-/// yet reported), keyed by text; each write is durable when it returns, because the
-/// upstream call that follows depends on it.
-pub(crate) trait UpstreamStore: Send + Sync + 'static {
-    fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
-    /// Sets `key` to `value`, or removes it with `None`, and flushes.
-    fn upstream_put(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError>;
+    // ---- the hook lifecycle's small state
+
+    /// Rotated OAuth2 refresh tokens and pending gaps, keyed by text.
+    async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Sets `key` to `value`, or removes it with `None`; durable when it returns.
+    async fn upstream_put(&self, key: &str, value: Option<Vec<u8>>) -> Result<(), StoreError>;
     /// Every entry whose key starts with `prefix`.
-    fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
-}
+    async fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 
-/// Everything the relay needs from its storage.
-pub(crate) trait Store: EventStore + DispatchStore + DeliveryStore + UpstreamStore {}
-impl<T: EventStore + DispatchStore + DeliveryStore + UpstreamStore> Store for T {}
+    /// Makes everything durable, whatever the durability setting (at shutdown).
+    async fn close(&self) -> Result<(), StoreError>;
+}
 
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;
+
+/// Opens the backend `config` names: the one factory of the relay.
+pub(crate) async fn open(config: &StorageConfig) -> Result<SharedStore, StoreError> {
+    match config.backend {
+        StorageBackend::Sled => {
+            let opts = SledOptions {
+                path: config.data_dir.clone(),
+                cache_capacity_bytes: config.cache_capacity_bytes,
+                flush_interval: config.flush_interval,
+                durable: config.durability == Durability::Durable,
+            };
+            let store = tokio::task::spawn_blocking(move || SledStore::open(&opts))
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))??;
+            Ok(Arc::new(store))
+        }
+    }
+}

@@ -229,9 +229,7 @@ impl Credentials {
     }
 
     async fn load_persisted(&self) -> Option<Persisted> {
-        let (store, key) = (self.store.clone(), self.store_key());
-        let raw = tokio::task::spawn_blocking(move || store.upstream_get(&key)).await.ok()?;
-        match raw {
+        match self.store.upstream_get(&self.store_key()).await {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes).ok(),
             Ok(None) => None,
             Err(e) => {
@@ -243,11 +241,7 @@ impl Credentials {
 
     async fn save_persisted(&self, p: &Persisted) -> Result<(), String> {
         let bytes = serde_json::to_vec(p).map_err(|e| e.to_string())?;
-        let (store, key) = (self.store.clone(), self.store_key());
-        tokio::task::spawn_blocking(move || store.upstream_put(&key, Some(&bytes)))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
+        self.store.upstream_put(&self.store_key(), Some(bytes)).await.map_err(|e| e.to_string())
     }
 }
 

@@ -89,6 +89,8 @@ impl Reconciler {
     /// Runs a pass now and every `interval` until `stop`.
     pub(crate) async fn run(self: Arc<Self>, interval: std::time::Duration, mut stop: Stop) {
         if self.accounts.is_empty() {
+            // Nothing to reconcile; a supervised task ends only at shutdown.
+            stop.wait().await;
             return;
         }
         loop {
@@ -324,29 +326,34 @@ impl Reconciler {
             .map(serde_json::to_vec)
             .transpose()
             .map_err(|e| UpstreamError::Store(e.to_string()))?;
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.upstream_put(&key, value.as_deref()))
-            .await
-            .map_err(|e| UpstreamError::Store(e.to_string()))?
-            .map_err(|e| UpstreamError::Store(e.to_string()))
+        self.store.upstream_put(&key, value).await.map_err(|e| UpstreamError::Store(e.to_string()))
     }
 
     async fn pending_gaps(&self, account: &Account) -> HashMap<String, PendingGap> {
-        let (store, prefix) = (self.store.clone(), PendingGap::prefix(account.id()));
-        let scan_prefix = prefix.clone();
-        let entries =
-            match tokio::task::spawn_blocking(move || store.upstream_scan(&scan_prefix)).await {
-                Ok(Ok(entries)) => entries,
-                other => {
-                    tracing::error!(result = ?other.err(), "cannot read pending hook gaps");
-                    return HashMap::new();
-                }
-            };
+        let prefix = PendingGap::prefix(account.id());
+        let errors = &self.gauges.metrics.internal_errors;
+        let entries = match self.store.upstream_scan(&prefix).await {
+            Ok(entries) => entries,
+            Err(e) => {
+                errors.with_label_values(&["reconciler_store"]).inc();
+                tracing::error!(error = %e, source = %account.id().source, account = %account.id().account,
+                    "cannot read pending hook gaps: their HookGap events wait for the next pass");
+                return HashMap::new();
+            }
+        };
         entries
             .into_iter()
             .filter_map(|(key, value)| {
                 let event = key.strip_prefix(&prefix)?.to_owned();
-                Some((event, serde_json::from_slice(&value).ok()?))
+                match serde_json::from_slice(&value) {
+                    Ok(gap) => Some((event, gap)),
+                    Err(e) => {
+                        errors.with_label_values(&["reconciler_gap_unreadable"]).inc();
+                        tracing::error!(key = %key, error = %e,
+                            "a stored hook gap is unreadable and is not reported; remove it with the store's tools");
+                        None
+                    }
+                }
             })
             .collect()
     }

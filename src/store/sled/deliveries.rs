@@ -1,57 +1,85 @@
-//! [`DeliveryStore`] on sled: per-destination schedules, delivery records, dead
-//! letters and the paused set.
+//! Deliveries on sled: claims, attempts, operator actions, retention, pauses, and the
+//! hook lifecycle's small state. Every change goes through the lifecycle rules under
+//! the lifecycle lock, then [`Inner::apply`].
 
 use std::collections::HashSet;
+use std::time::Duration;
 
-use sled::transaction::ConflictableTransactionError as Txe;
-use sled::Transactional;
-
-use super::super::{
-    keys, DeadLetterFilter, DeliveryRecord, DeliveryState, DeliveryStore, EventId, QueueStats,
-    Scheduled, StoreError,
+use super::{hex, keys, Inner, DELIVERIES, PAUSED_PREFIX};
+use crate::config::RetryPolicy;
+use crate::lock::lock;
+use crate::store::lifecycle::{self, AttemptReport, Staged, View};
+use crate::store::{
+    Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, Recorded, StoreError,
 };
-use super::dispatch::tx_error;
-use super::ordering::advance_queue;
-use super::{hex, SledStore, DELIVERIES, PAUSED_PREFIX, SCHEDULED_PENDING, SCHEDULED_RETRYING};
 
 pub(super) fn decode_record(key: &[u8], value: &[u8]) -> Result<DeliveryRecord, StoreError> {
     serde_json::from_slice(value).map_err(|e| StoreError::Corrupt {
-        tree: DELIVERIES,
+        table: DELIVERIES,
         key: hex(key),
         reason: e.to_string(),
     })
 }
 
-fn schedule_marker(state: DeliveryState) -> u8 {
-    if state == DeliveryState::Retrying {
-        SCHEDULED_RETRYING
-    } else {
-        SCHEDULED_PENDING
-    }
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-impl DeliveryStore for SledStore {
-    fn due(
+impl Inner {
+    pub(super) fn claim_due(
         &self,
-        destination: &str,
+        dest: &str,
+        owner: &str,
         now_us: u64,
+        lease: Duration,
         limit: usize,
-    ) -> Result<Vec<Scheduled>, StoreError> {
-        let prefix = keys::schedule_prefix(destination);
+    ) -> Result<Vec<Claim>, StoreError> {
+        let prefix = keys::schedule_prefix(dest);
         let mut end = prefix.clone();
         end.extend_from_slice(&now_us.saturating_add(1).to_be_bytes());
+        let expires_us = now_us.saturating_add(micros(lease));
         let mut out = Vec::new();
-        for item in self.schedule.range(prefix.clone()..end).take(limit) {
-            let (key, _) = item?;
-            if let Some((due_us, event)) = keys::split_schedule_tail(&key[prefix.len()..]) {
-                out.push(Scheduled { due_us, event });
+        for item in self.schedule.range(prefix.clone()..end) {
+            if out.len() >= limit {
+                break;
             }
+            let (key, _) = item?;
+            let Some((due_us, event)) = keys::split_schedule_tail(&key[prefix.len()..]) else {
+                continue;
+            };
+            if self.claims.is_claimed(dest, event, now_us) {
+                continue;
+            }
+            let Some(record) = View::delivery(self, event, dest)? else { continue };
+            if lifecycle::schedule_entry(&record) != Some(due_us) {
+                continue; // moved since the scan read its key
+            }
+            let Some(token) = self.claims.try_claim(dest, event, now_us, expires_us) else {
+                continue;
+            };
+            out.push(Claim {
+                event,
+                destination: dest.to_owned(),
+                due_us,
+                owner: owner.to_owned(),
+                token,
+                expires_us,
+                record,
+            });
         }
         Ok(out)
     }
 
-    fn next_due_after(&self, destination: &str, now_us: u64) -> Result<Option<u64>, StoreError> {
-        let prefix = keys::schedule_prefix(destination);
+    pub(super) fn release(&self, claim: &Claim) {
+        self.claims.release(&claim.destination, claim.event, claim.token);
+    }
+
+    pub(super) fn next_due_after(
+        &self,
+        dest: &str,
+        now_us: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let prefix = keys::schedule_prefix(dest);
         let mut start = prefix.clone();
         start.extend_from_slice(&now_us.saturating_add(1).to_be_bytes());
         match self.schedule.range(start..).next() {
@@ -66,16 +94,33 @@ impl DeliveryStore for SledStore {
         }
     }
 
-    fn delivery(
+    pub(super) fn record_attempt(
         &self,
-        event: EventId,
-        destination: &str,
-    ) -> Result<Option<DeliveryRecord>, StoreError> {
-        let key = keys::delivery(event, destination);
-        self.deliveries.get(&key)?.map(|v| decode_record(&key, &v)).transpose()
+        claim: &Claim,
+        report: &AttemptReport,
+        policy: &RetryPolicy,
+    ) -> Result<Recorded, StoreError> {
+        let guard = lock(&self.lifecycle);
+        if !self.claims.holds(&claim.destination, claim.event, claim.token) {
+            return Ok(Recorded::ClaimLost);
+        }
+        let mut st = Staged::new(self);
+        let verdict = lifecycle::record_attempt(
+            &mut st,
+            claim.event,
+            &claim.destination,
+            claim.due_us,
+            report,
+            policy,
+        )?;
+        self.apply(&st.into_changes())?;
+        self.release(claim);
+        drop(guard);
+        self.durable()?;
+        Ok(verdict.map_or(Recorded::Stale, Recorded::Done))
     }
 
-    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+    pub(super) fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
         self.deliveries
             .scan_prefix(event.to_key())
             .map(|item| {
@@ -85,102 +130,38 @@ impl DeliveryStore for SledStore {
             .collect()
     }
 
-    fn record_attempt(&self, done: Scheduled, record: &DeliveryRecord) -> Result<(), StoreError> {
-        let dest = record.destination.as_str();
-        let trees = (&self.deliveries, &self.schedule, &self.dead_letters, &self.ordering);
-        trees
-            .transaction(|(deliveries, schedule, dead, ordering)| {
-                let key = keys::delivery(record.event, dest);
-                let mut record = record.clone();
-                // Dispatch may have linked a later delivery of the same record while
-                // this attempt was in flight: the stored link wins.
-                if let Some(v) = deliveries.get(&key)? {
-                    record.next_in_order =
-                        decode_record(&key, &v).map_err(Txe::Abort)?.next_in_order;
-                }
-                schedule.remove(keys::schedule(dest, done.due_us, done.event))?;
-                if let (true, Some(next)) = (record.state.is_scheduled(), record.next_attempt_us) {
-                    schedule.insert(
-                        keys::schedule(dest, next, record.event),
-                        &[schedule_marker(record.state)],
-                    )?;
-                }
-                if record.state == DeliveryState::Dead {
-                    dead.insert(key.as_slice(), &[])?;
-                } else {
-                    dead.remove(key.as_slice())?;
-                }
-                let finished =
-                    matches!(record.state, DeliveryState::Delivered | DeliveryState::Dead);
-                if let (true, Some(resource)) =
-                    (finished, record.resource.as_deref().and_then(keys::resource_from_hex))
-                {
-                    advance_queue(deliveries, schedule, ordering, &record, &resource)?;
-                }
-                let value =
-                    serde_json::to_vec(&record).map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
-                deliveries.insert(key, value)?;
-                Ok::<(), Txe<StoreError>>(())
-            })
-            .map_err(tx_error)
-    }
-
-    fn replay(
+    pub(super) fn replay(
         &self,
         event: EventId,
         destinations: &[String],
         now_us: u64,
     ) -> Result<usize, StoreError> {
-        (&self.deliveries, &self.schedule, &self.dead_letters)
-            .transaction(|(deliveries, schedule, dead)| {
-                let mut replayed = 0;
-                for dest in destinations {
-                    let key = keys::delivery(event, dest);
-                    let mut record = match deliveries.get(&key)? {
-                        Some(v) => decode_record(&key, &v).map_err(Txe::Abort)?,
-                        None => DeliveryRecord::new(event, dest, now_us),
-                    };
-                    if record.state == DeliveryState::Held {
-                        // Already waiting for its turn: it is delivered then.
-                        continue;
-                    }
-                    if let (true, Some(due)) = (record.state.is_scheduled(), record.next_attempt_us)
-                    {
-                        schedule.remove(keys::schedule(dest, due, event))?;
-                    }
-                    record.restart(now_us);
-                    schedule.insert(keys::schedule(dest, now_us, event), &[SCHEDULED_PENDING])?;
-                    dead.remove(key.as_slice())?;
-                    let value = serde_json::to_vec(&record)
-                        .map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
-                    deliveries.insert(key, value)?;
-                    replayed += 1;
-                }
-                Ok(replayed)
-            })
-            .map_err(tx_error)
+        let guard = lock(&self.lifecycle);
+        let mut st = Staged::new(self);
+        let mut replayed = 0;
+        for dest in destinations {
+            replayed += usize::from(lifecycle::replay(&mut st, event, dest, now_us)?);
+        }
+        self.apply(&st.into_changes())?;
+        drop(guard);
+        self.durable()?;
+        Ok(replayed)
     }
 
-    fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
-        (&self.deliveries, &self.dead_letters)
-            .transaction(|(deliveries, dead)| {
-                let key = keys::delivery(event, destination);
-                if dead.remove(key.as_slice())?.is_none() {
-                    return Ok(false);
-                }
-                if let Some(v) = deliveries.get(&key)? {
-                    let mut record = decode_record(&key, &v).map_err(Txe::Abort)?;
-                    record.state = DeliveryState::Discarded;
-                    let value = serde_json::to_vec(&record)
-                        .map_err(|e| Txe::Abort(StoreError::Encode(e)))?;
-                    deliveries.insert(key, value)?;
-                }
-                Ok(true)
-            })
-            .map_err(tx_error)
+    pub(super) fn discard(&self, event: EventId, dest: &str) -> Result<bool, StoreError> {
+        let guard = lock(&self.lifecycle);
+        let mut st = Staged::new(self);
+        let discarded = lifecycle::discard(&mut st, event, dest)?;
+        self.apply(&st.into_changes())?;
+        drop(guard);
+        self.durable()?;
+        Ok(discarded)
     }
 
-    fn dead_letters(&self, filter: &DeadLetterFilter) -> Result<Vec<DeliveryRecord>, StoreError> {
+    pub(super) fn dead_letters(
+        &self,
+        filter: &DeadLetterFilter,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let iter = match filter.after {
             Some(after) => self.dead_letters.range(..after.to_key()),
             None => self.dead_letters.iter(),
@@ -196,84 +177,62 @@ impl DeliveryStore for SledStore {
                 continue;
             }
             if filter.source.is_some() || filter.event.is_some() {
-                let Some(meta) = super::super::EventStore::event(self, event)?.map(|r| r.meta)
-                else {
-                    continue;
-                };
+                let Some(meta) = self.event(event)?.map(|r| r.meta) else { continue };
                 if filter.source.as_ref().is_some_and(|s| *s != meta.source)
                     || filter.event.as_ref().is_some_and(|e| *e != meta.event)
                 {
                     continue;
                 }
             }
-            if let Some(record) = self.delivery(event, &dest)? {
+            if let Some(record) = View::delivery(self, event, &dest)? {
                 out.push(record);
             }
         }
         Ok(out)
     }
 
-    fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError> {
-        let prefix = keys::schedule_prefix(destination);
-        let mut stats = QueueStats::default();
-        for item in self.schedule.scan_prefix(&prefix) {
-            let (key, value) = item?;
-            if value.first() == Some(&SCHEDULED_RETRYING) {
-                stats.retrying += 1;
-            } else {
-                stats.pending += 1;
-            }
-            if let Some((_, event)) = keys::split_schedule_tail(&key[prefix.len()..]) {
-                stats.oldest = Some(stats.oldest.map_or(event, |o| o.min(event)));
-            }
-        }
-        for item in self.dead_letters.iter() {
-            let (key, _) = item?;
-            if keys::split_delivery(&key).is_some_and(|(_, d)| d == destination) {
-                stats.dead += 1;
-            }
-        }
-        for item in self.ordering.scan_prefix(&prefix) {
-            let (_, value) = item?;
-            if let Some((_, _, len)) = keys::decode_order(&value) {
-                stats.held += len.saturating_sub(1);
-            }
-        }
-        Ok(stats)
+    pub(super) fn queue_stats(&self, dest: &str) -> QueueStats {
+        lock(&self.counts).stats(dest)
     }
 
-    fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
+    /// Decides and deletes under the lifecycle lock, one event at a time, so a replay
+    /// can never slip between the decision and the delete.
+    pub(super) fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
         let mut pruned = 0;
-        for item in self.events.range(..EventId::new(before_us).to_key()) {
-            if pruned >= limit {
-                break;
+        let mut from = EventId::new(0);
+        let end = EventId::new(before_us).to_key();
+        while pruned < limit {
+            // A short read-only scan for candidates, then each one decided again
+            // under the lock.
+            let candidates: Vec<EventId> = self
+                .events
+                .range(from.to_key()..end)
+                .keys()
+                .take(256)
+                .filter_map(|k| k.ok().and_then(|k| EventId::from_key(&k)))
+                .collect();
+            let Some(last) = candidates.last().copied() else { break };
+            for id in candidates {
+                if pruned >= limit {
+                    break;
+                }
+                let guard = lock(&self.lifecycle);
+                let Some(meta) = View::event(self, id)? else { continue };
+                let deliveries = self.deliveries_of(id)?;
+                let mut st = Staged::new(self);
+                if lifecycle::prune(&mut st, id, &meta, &deliveries, before_us)? {
+                    self.apply(&st.into_changes())?;
+                    pruned += 1;
+                }
+                drop(guard);
             }
-            let (key, value) = item?;
-            let record = super::decode(super::Source::Events, &key, &value)?;
-            let deliveries = self.deliveries_of(record.id)?;
-            if record.meta.received_at_us >= before_us
-                || deliveries.iter().any(|d| {
-                    !matches!(d.state, DeliveryState::Delivered | DeliveryState::Discarded)
-                })
-            {
-                continue;
-            }
-            (&self.events, &self.bodies, &self.deliveries)
-                .transaction(|(events, bodies, dels)| {
-                    events.remove(key.as_ref())?;
-                    bodies.remove(key.as_ref())?;
-                    for d in &deliveries {
-                        dels.remove(keys::delivery(d.event, &d.destination))?;
-                    }
-                    Ok::<(), Txe<StoreError>>(())
-                })
-                .map_err(tx_error)?;
-            pruned += 1;
+            from = EventId::new(last.raw().saturating_add(1));
         }
+        self.durable()?;
         Ok(pruned)
     }
 
-    fn paused(&self) -> Result<HashSet<String>, StoreError> {
+    pub(super) fn paused(&self) -> Result<HashSet<String>, StoreError> {
         self.meta
             .scan_prefix(PAUSED_PREFIX)
             .map(|item| {
@@ -283,15 +242,50 @@ impl DeliveryStore for SledStore {
             .collect()
     }
 
-    fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
+    pub(super) fn set_paused(&self, dest: &str, paused: bool) -> Result<(), StoreError> {
         let mut key = PAUSED_PREFIX.to_vec();
-        key.extend_from_slice(destination.as_bytes());
+        key.extend_from_slice(dest.as_bytes());
         if paused {
             self.meta.insert(key, &[])?;
         } else {
             self.meta.remove(key)?;
         }
-        self.db.flush()?;
-        Ok(())
+        self.durable()
+    }
+
+    pub(super) fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.upstream.get(key.as_bytes())?.map(|v| v.to_vec()))
+    }
+
+    /// Always flushed, whatever the durability setting: the upstream call that follows
+    /// depends on it (a rotated refresh token, a gap recorded before a delete).
+    pub(super) fn upstream_put(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
+        match value {
+            Some(v) => self.upstream.insert(key.as_bytes(), v)?,
+            None => self.upstream.remove(key.as_bytes())?,
+        };
+        self.flusher
+            .flush(&self.db)
+            .map_err(|message| StoreError::Backend { backend: "sled", message })
+    }
+
+    pub(super) fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.upstream
+            .scan_prefix(prefix.as_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                Ok((String::from_utf8_lossy(&k).into_owned(), v.to_vec()))
+            })
+            .collect()
+    }
+
+    pub(super) fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+
+    pub(super) fn flush_now(&self) -> Result<(), StoreError> {
+        self.flusher
+            .flush(&self.db)
+            .map_err(|message| StoreError::Backend { backend: "sled", message })
     }
 }

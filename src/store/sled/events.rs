@@ -2,17 +2,25 @@
 
 use std::sync::atomic::Ordering;
 
-use super::super::codec::{decode_pending, encode_pending};
-use super::super::{
-    EventFilter, EventId, EventRecord, EventStatus, EventStore, NewEvent, StoreError,
-};
-use super::{decode, hex, SledStore, Source, INBOX};
+use super::codec::{decode_pending, encode_pending};
+use super::{decode, hex, Inner, Source, INBOX};
+use crate::lock::lock;
+use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError};
 
-impl EventStore for SledStore {
-    fn append(&self, batch: &[(EventId, &NewEvent)]) -> Result<(), StoreError> {
+impl Inner {
+    /// Assigns ids and writes the group: received events into `inbox`, rejected ones
+    /// into `events`, each in one atomic batch; then waits for durability.
+    pub(super) fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
         let (mut inbox, mut events) = (sled::Batch::default(), sled::Batch::default());
         let (mut to_inbox, mut to_events) = (0, 0);
-        for (id, ev) in batch {
+        let mut ids = Vec::with_capacity(batch.len());
+        // Held across the write: ids reach the trees in the order they were handed out.
+        let mut last = lock(&self.last_id);
+        for ev in batch {
+            // From the receive time, always increasing, even if the clock steps back.
+            *last = ev.meta.received_at_us.max(*last + 1);
+            let id = EventId::new(*last);
+            ids.push(id);
             let key = id.to_key();
             match ev.meta.status {
                 EventStatus::Received => {
@@ -35,26 +43,16 @@ impl EventStore for SledStore {
         if to_events > 0 {
             self.events.apply_batch(events)?;
         }
-        Ok(())
-    }
-
-    fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush()?;
-        Ok(())
-    }
-
-    fn last_event_id(&self) -> Result<Option<EventId>, StoreError> {
-        let last = |tree: &sled::Tree| -> Result<Option<EventId>, StoreError> {
-            Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)))
-        };
-        Ok(last(&self.events)?.max(last(&self.inbox)?))
+        drop(last);
+        self.durable()?;
+        Ok(ids)
     }
 
     // Readers look in `inbox` first, then in `events`/`bodies`: dispatch moves events
     // in that direction, so an event moved meanwhile is found in the second place.
     // (The other order can miss it in both.)
 
-    fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
+    pub(super) fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
         let key = id.to_key();
         if let Some(v) = self.inbox.get(key)? {
             return decode(Source::Inbox, &key, &v).map(Some);
@@ -62,17 +60,17 @@ impl EventStore for SledStore {
         self.events.get(key)?.map(|v| decode(Source::Events, &key, &v)).transpose()
     }
 
-    fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(super) fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError> {
         let key = id.to_key();
         if let Some(v) = self.inbox.get(key)? {
             return decode_pending(&v)
                 .map(|(_, body)| Some(body.to_vec()))
-                .map_err(|reason| StoreError::Corrupt { tree: INBOX, key: hex(&key), reason });
+                .map_err(|reason| StoreError::Corrupt { table: INBOX, key: hex(&key), reason });
         }
         Ok(self.bodies.get(key)?.map(|b| b.to_vec()))
     }
 
-    fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+    pub(super) fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
         // Two passes, inbox first (see above), each taking its newest `limit` matches;
         // an event moved between the passes shows up twice and is kept once.
         let mut out = self.scan_newest(&self.inbox, Source::Inbox, filter)?;
@@ -84,16 +82,6 @@ impl EventStore for SledStore {
         Ok(out)
     }
 
-    fn inbox_len(&self) -> usize {
-        self.inbox_count.load(Ordering::Relaxed)
-    }
-
-    fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(self.db.size_on_disk()?)
-    }
-}
-
-impl SledStore {
     /// The newest `filter.limit` records of one tree that match `filter`.
     fn scan_newest(
         &self,
@@ -122,58 +110,5 @@ impl SledStore {
             out.push(record);
         }
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::testutil::{event, open};
-    use super::*;
-
-    #[test]
-    fn append_list_get_and_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = event("demo", "ActionCreated", EventStatus::Received, Some("{\"a\":1}"));
-        let b = event("demo", "TaskCreated", EventStatus::Rejected, None);
-        let c = event("other", "ActionCreated", EventStatus::Received, Some(""));
-        {
-            let store = open(dir.path());
-            assert_eq!(store.last_event_id().unwrap(), None);
-            let ids = [EventId::new(10), EventId::new(11), EventId::new(12)];
-            store.append(&[(ids[0], &a), (ids[1], &b)]).unwrap();
-            store.append(&[(ids[2], &c)]).unwrap();
-            store.flush().unwrap();
-        }
-        let store = open(dir.path());
-        assert_eq!(store.last_event_id().unwrap(), Some(EventId::new(12)));
-        // Rejected events never enter the inbox.
-        assert_eq!(store.inbox_len(), 2);
-
-        let all = store.list_events(&EventFilter { limit: 10, ..Default::default() }).unwrap();
-        let ids: Vec<u64> = all.iter().map(|r| r.id.raw()).collect();
-        assert_eq!(ids, [12, 11, 10], "newest first");
-        assert_eq!(all[2].meta, a.meta);
-
-        let page = EventFilter { limit: 1, after: Some(EventId::new(12)), ..Default::default() };
-        assert_eq!(store.list_events(&page).unwrap()[0].id, EventId::new(11));
-
-        let demo_received = EventFilter {
-            source: Some("demo".into()),
-            status: Some(EventStatus::Received),
-            limit: 10,
-            ..Default::default()
-        };
-        let only = store.list_events(&demo_received).unwrap();
-        assert_eq!(only.len(), 1);
-        assert_eq!(only[0].id, EventId::new(10));
-        let by_event =
-            EventFilter { event: Some("TaskCreated".into()), limit: 10, ..Default::default() };
-        assert_eq!(store.list_events(&by_event).unwrap()[0].id, EventId::new(11));
-
-        assert_eq!(store.body(EventId::new(10)).unwrap().unwrap(), b"{\"a\":1}");
-        assert_eq!(store.body(EventId::new(11)).unwrap(), None);
-        assert_eq!(store.body(EventId::new(12)).unwrap().unwrap(), b"");
-        assert_eq!(store.event(EventId::new(99)).unwrap(), None);
-        assert!(store.size_on_disk().unwrap() > 0);
     }
 }

@@ -1,30 +1,47 @@
-//! The sled backend: one named tree per concept, big-endian keys (see ARCHITECTURE.md).
+//! The sled backend: the embedded default. One named tree per concept, big-endian
+//! keys (see ARCHITECTURE.md); one process owns the database (sled locks it).
+//!
+//! How it keeps the contract:
+//! - **Rules**: every decision is made by [`crate::store::lifecycle`] under the
+//!   backend's lifecycle lock (one process: a mutex makes read-decide-write atomic
+//!   against the other writers), and applied in one multi-tree transaction
+//!   (`apply.rs`), which also derives the schedule and dead-letter entries and the
+//!   queue counts from each delivery's state before and after.
+//! - **Ids** come from an in-process counter seeded from the highest stored id.
+//! - **Claims** live in memory ([`ClaimTable`]): a restart ends every attempt anyway.
+//! - **Durability**: in `durable` mode each write waits for a shared fsync
+//!   (`flush.rs`) before it returns; in `buffered` mode sled flushes every
+//!   `flush_interval`.
+//! - **Async**: every call runs on tokio's blocking pool (`store.rs`).
 //!
 //! A received event lives in `inbox` (meta and body in one value) until dispatch moves
 //! it to `events` and `bodies`; a rejected one goes straight to `events`. So an ack
 //! costs one sled insert per event: sled 0.34 spends several microseconds per insert
 //! whatever the value size, which makes the insert count the cost of the ack path.
 
+mod apply;
+pub(super) mod codec;
 mod deliveries;
-#[cfg(test)]
-mod delivery_tests;
 mod dispatch;
 mod events;
-mod ordering;
+mod flush;
+pub(super) mod keys;
+mod store;
+mod view;
 
-use std::path::Path;
-use std::sync::atomic::AtomicUsize;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::codec::decode_meta;
-use super::{EventId, EventMeta, EventRecord, StoreError};
+use self::codec::decode_meta;
+use super::{ClaimTable, EventId, EventMeta, EventRecord, QueueCounts, StoreError};
 
 /// Version of the on-disk layout; bumped on incompatible changes.
 const SCHEMA_VERSION: u32 = 1;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
-/// Tree names. Trees the current code does not write yet are opened anyway so the
-/// layout is fixed from the first version on.
+/// Tree names.
 const EVENTS: &str = "events";
 const BODIES: &str = "bodies";
 const INBOX: &str = "inbox";
@@ -35,15 +52,26 @@ const DEDUP: &str = "dedup";
 const DEAD_LETTERS: &str = "dead_letters";
 const ORDERING: &str = "ordering";
 const UPSTREAM: &str = "upstream";
-/// `schedule` values: what kind of entry it is, for queue counts without reading the
-/// delivery records.
+/// `schedule` values: what kind of entry it is.
 const SCHEDULED_PENDING: u8 = 0;
 const SCHEDULED_RETRYING: u8 = 1;
 /// Keys of `meta` holding a paused destination: `paused/{name}`.
 const PAUSED_PREFIX: &[u8] = b"paused/";
 
-/// sled-backed [`Store`].
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Backend { backend: "sled", message: e.to_string() }
+    }
+}
+
+/// sled-backed [`crate::store::Store`]; cheap to clone.
+#[derive(Clone)]
 pub(crate) struct SledStore {
+    inner: Arc<Inner>,
+}
+
+/// The backend's state; its methods are blocking.
+pub(super) struct Inner {
     db: sled::Db,
     events: sled::Tree,
     bodies: sled::Tree,
@@ -55,24 +83,35 @@ pub(crate) struct SledStore {
     ordering: sled::Tree,
     upstream: sled::Tree,
     meta: sled::Tree,
+    /// Held while a lifecycle rule reads, decides and writes.
+    lifecycle: Mutex<()>,
+    counts: Mutex<QueueCounts>,
+    claims: ClaimTable,
     /// Entries in `inbox` and `dedup`: sled's own `len()` walks the whole tree.
-    inbox_count: AtomicUsize,
-    dedup_count: AtomicUsize,
+    inbox_count: AtomicU64,
+    dedup_count: AtomicU64,
+    /// The last event id handed out.
+    last_id: Mutex<u64>,
+    flusher: flush::GroupFlush,
+    durable: bool,
 }
 
 /// How to open the store.
-pub(crate) struct SledOptions<'a> {
-    pub(crate) path: &'a Path,
+pub(crate) struct SledOptions {
+    pub(crate) path: PathBuf,
     pub(crate) cache_capacity_bytes: u64,
     pub(crate) flush_interval: Duration,
+    /// Whether each write waits for an fsync.
+    pub(crate) durable: bool,
 }
 
 impl SledStore {
-    /// Opens (or creates) the store at `path` and checks its schema version.
-    pub(crate) fn open(opts: &SledOptions<'_>) -> Result<Self, StoreError> {
+    /// Opens (or creates) the store at `path`, checks its schema version and rebuilds
+    /// the in-memory counts. Blocking.
+    pub(crate) fn open(opts: &SledOptions) -> Result<Self, StoreError> {
         let flush_ms = u64::try_from(opts.flush_interval.as_millis()).unwrap_or(u64::MAX).max(1);
         let db = sled::Config::new()
-            .path(opts.path)
+            .path(&opts.path)
             .cache_capacity(opts.cache_capacity_bytes)
             .flush_every_ms(Some(flush_ms))
             .mode(sled::Mode::HighThroughput)
@@ -93,7 +132,7 @@ impl SledStore {
         }
         let inbox = db.open_tree(INBOX)?;
         let dedup = db.open_tree(DEDUP)?;
-        Ok(Self {
+        let inner = Inner {
             events: db.open_tree(EVENTS)?,
             bodies: db.open_tree(BODIES)?,
             deliveries: db.open_tree(DELIVERIES)?,
@@ -101,38 +140,66 @@ impl SledStore {
             dead_letters: db.open_tree(DEAD_LETTERS)?,
             ordering: db.open_tree(ORDERING)?,
             upstream: db.open_tree(UPSTREAM)?,
-            inbox_count: AtomicUsize::new(inbox.len()),
-            dedup_count: AtomicUsize::new(dedup.len()),
+            inbox_count: AtomicU64::new(inbox.len() as u64),
+            dedup_count: AtomicU64::new(dedup.len() as u64),
             inbox,
             dedup,
             meta,
             db,
-        })
+            lifecycle: Mutex::new(()),
+            counts: Mutex::new(QueueCounts::default()),
+            claims: ClaimTable::default(),
+            last_id: Mutex::new(0),
+            flusher: flush::GroupFlush::default(),
+            durable: opts.durable,
+        };
+        inner.rebuild()?;
+        Ok(Self { inner: Arc::new(inner) })
     }
 }
 
-impl crate::store::UpstreamStore for SledStore {
-    fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.upstream.get(key.as_bytes())?.map(|v| v.to_vec()))
-    }
-
-    fn upstream_put(&self, key: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
-        match value {
-            Some(v) => self.upstream.insert(key.as_bytes(), v)?,
-            None => self.upstream.remove(key.as_bytes())?,
+impl Inner {
+    /// Seeds the id counter and the queue counts from what is stored.
+    fn rebuild(&self) -> Result<(), StoreError> {
+        let last = |tree: &sled::Tree| -> Result<u64, StoreError> {
+            Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)).map_or(0, EventId::raw))
         };
-        self.db.flush()?;
+        *crate::lock::lock(&self.last_id) = last(&self.events)?.max(last(&self.inbox)?);
+        // From the indexes (the live queue), not from every record kept for retention.
+        let mut counts = QueueCounts::default();
+        for item in self.schedule.iter() {
+            let (key, value) = item?;
+            if let Some((dest, _, event)) = keys::split_schedule(&key) {
+                let retrying = value.first() == Some(&SCHEDULED_RETRYING);
+                counts.restore(&dest, event, if retrying { "retrying" } else { "pending" });
+            }
+        }
+        for item in self.dead_letters.iter() {
+            let (key, _) = item?;
+            if let Some((event, dest)) = keys::split_delivery(&key) {
+                counts.restore(&dest, event, "dead");
+            }
+        }
+        for item in self.ordering.iter() {
+            let (key, value) = item?;
+            if let (Some(dest), Some(q)) = (keys::split_order(&key), keys::decode_order(&value)) {
+                for _ in 1..q.len {
+                    counts.restore(&dest, q.head, "held");
+                }
+            }
+        }
+        *crate::lock::lock(&self.counts) = counts;
         Ok(())
     }
 
-    fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        self.upstream
-            .scan_prefix(prefix.as_bytes())
-            .map(|item| {
-                let (k, v) = item?;
-                Ok((String::from_utf8_lossy(&k).into_owned(), v.to_vec()))
-            })
-            .collect()
+    /// Waits until everything written so far is durable, if the store is `durable`.
+    fn durable(&self) -> Result<(), StoreError> {
+        if self.durable {
+            self.flusher
+                .flush(&self.db)
+                .map_err(|message| StoreError::Backend { backend: "sled", message })?;
+        }
+        Ok(())
     }
 }
 
@@ -144,11 +211,11 @@ pub(super) enum Source {
 }
 
 pub(super) fn decode(source: Source, key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
-    let tree = match source {
+    let table = match source {
         Source::Events => EVENTS,
         Source::Inbox => INBOX,
     };
-    let corrupt = |reason: String| StoreError::Corrupt { tree, key: hex(key), reason };
+    let corrupt = |reason: String| StoreError::Corrupt { table, key: hex(key), reason };
     let id = EventId::from_key(key).ok_or_else(|| corrupt("key is not 8 bytes".into()))?;
     let meta: EventMeta = match source {
         Source::Events => serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?,
@@ -162,11 +229,10 @@ pub(super) fn hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-pub(super) mod testutil {
+pub(crate) mod testutil {
     use std::path::Path;
     use std::time::Duration;
 
-    use super::super::{unix_micros, EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
     use super::{SledOptions, SledStore};
 
     /// Opens the store in `dir`. A store dropped just before may still be held by
@@ -175,9 +241,10 @@ pub(super) mod testutil {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             match SledStore::open(&SledOptions {
-                path: dir,
+                path: dir.to_path_buf(),
                 cache_capacity_bytes: 1 << 20,
                 flush_interval: Duration::from_millis(500),
+                durable: true,
             }) {
                 Ok(store) => return store,
                 Err(e) if std::time::Instant::now() < deadline => {
@@ -186,32 +253,6 @@ pub(super) mod testutil {
                 }
                 Err(e) => panic!("cannot open the test store: {e}"),
             }
-        }
-    }
-
-    pub(crate) fn event(
-        source: &str,
-        name: &str,
-        status: EventStatus,
-        body: Option<&str>,
-    ) -> NewEvent {
-        NewEvent {
-            meta: EventMeta {
-                source: source.into(),
-                event: name.into(),
-                event_from: EventNameOrigin::Path,
-                received_at_us: unix_micros(std::time::SystemTime::now()),
-                size: body.map_or(0, |b| b.len() as u64),
-                content_type: Some("application/json".into()),
-                headers: vec![("user-agent".into(), "test".into())],
-                remote_addr: None,
-                status,
-                flags: if body.is_none() { vec![EventFlag::Oversized] } else { vec![] },
-                reason: None,
-                duplicate_of: None,
-                destinations: Vec::new(),
-            },
-            body: body.map(|b| bytes::Bytes::copy_from_slice(b.as_bytes())),
         }
     }
 }
@@ -229,9 +270,10 @@ mod tests {
             db.flush().unwrap();
         }
         let err = SledStore::open(&SledOptions {
-            path: dir.path(),
+            path: dir.path().to_path_buf(),
             cache_capacity_bytes: 1 << 20,
             flush_interval: Duration::from_millis(500),
+            durable: true,
         })
         .err()
         .unwrap();

@@ -1,5 +1,6 @@
 //! Retry delays: exponential with full jitter, the exponential ceiling computed by
 //! `backon` (its own jitter adds `[0, d)` on top of `d`, which is not full jitter).
+//! The random draw is a parameter, so the delay is a pure function of its inputs.
 
 use std::time::Duration;
 
@@ -21,16 +22,18 @@ pub(crate) fn ceiling(policy: &RetryPolicy, failures: u32) -> Duration {
         .unwrap_or(policy.max_backoff)
 }
 
-/// The delay before the next attempt: uniform in `(0, ceiling]` ("full jitter", which
-/// spreads a burst of failures instead of retrying it in lockstep), but never earlier
-/// than a `Retry-After` the destination asked for, itself capped at `max_backoff`.
+/// The delay before the next attempt: `(1 - jitter) × ceiling` with `jitter` drawn
+/// uniformly from `[0, 1)` ("full jitter", which spreads a burst of failures instead
+/// of retrying it in lockstep), at least 1 ms, but never earlier than a `Retry-After`
+/// the destination asked for, itself capped at `max_backoff`.
 pub(crate) fn next_delay(
     policy: &RetryPolicy,
     failures: u32,
     retry_after: Option<Duration>,
+    jitter: f64,
 ) -> Duration {
     let ceiling = ceiling(policy, failures);
-    let jittered = ceiling.mul_f64(1.0 - fastrand::f64()).max(Duration::from_millis(1));
+    let jittered = ceiling.mul_f64((1.0 - jitter).clamp(0.0, 1.0)).max(Duration::from_millis(1));
     match retry_after {
         Some(asked) => jittered.max(asked.min(policy.max_backoff)),
         None => jittered,
@@ -61,17 +64,23 @@ mod tests {
     #[test]
     fn delays_are_jittered_below_the_ceiling() {
         let p = policy();
-        let delays: Vec<Duration> = (0..200).map(|_| next_delay(&p, 4, None)).collect();
+        let delays: Vec<Duration> =
+            (0..200).map(|_| next_delay(&p, 4, None, fastrand::f64())).collect();
         assert!(delays.iter().all(|d| *d > Duration::ZERO && *d <= Duration::from_secs(8)));
         let distinct: std::collections::HashSet<_> = delays.iter().collect();
         assert!(distinct.len() > 100, "jitter spreads the delays");
         assert!(delays.iter().any(|d| *d < Duration::from_secs(2)), "full jitter reaches low");
+        assert_eq!(next_delay(&p, 4, None, 0.0), Duration::from_secs(8));
+        assert_eq!(next_delay(&p, 4, None, 1.0), Duration::from_millis(1));
     }
 
     #[test]
     fn retry_after_is_a_floor_capped_at_max_backoff() {
         let p = policy();
-        assert!(next_delay(&p, 1, Some(Duration::from_secs(30))) >= Duration::from_secs(30));
-        assert_eq!(next_delay(&p, 1, Some(Duration::from_secs(7200))), Duration::from_secs(600));
+        assert!(next_delay(&p, 1, Some(Duration::from_secs(30)), 0.5) >= Duration::from_secs(30));
+        assert_eq!(
+            next_delay(&p, 1, Some(Duration::from_secs(7200)), 0.5),
+            Duration::from_secs(600)
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! order is numeric order. Destination names never contain 0x00 (validated), which
 //! makes it a safe separator.
 
-use super::EventId;
+use crate::store::lifecycle::{DedupEntry, Queue};
+use crate::store::EventId;
 
 /// `deliveries`: `[event id: 8][destination name]` — all deliveries of an event are
 /// one prefix scan.
@@ -50,39 +51,52 @@ pub(crate) fn order(destination: &str, resource: &[u8; 16]) -> Vec<u8> {
     k
 }
 
+/// Splits a whole `schedule` key into destination, due time and event.
+pub(crate) fn split_schedule(key: &[u8]) -> Option<(String, u64, EventId)> {
+    let zero = key.iter().position(|b| *b == 0)?;
+    let dest = std::str::from_utf8(&key[..zero]).ok()?.to_owned();
+    let (due, event) = split_schedule_tail(&key[zero + 1..])?;
+    Some((dest, due, event))
+}
+
+/// The destination of an `ordering` key.
+pub(crate) fn split_order(key: &[u8]) -> Option<String> {
+    let zero = key.iter().position(|b| *b == 0)?;
+    std::str::from_utf8(&key[..zero]).ok().map(str::to_owned)
+}
+
 /// `ordering` value: `[head event: 8][tail event: 8][length: 8]`.
-pub(crate) fn encode_order(head: EventId, tail: EventId, len: u64) -> [u8; 24] {
+pub(crate) fn encode_order(q: &Queue) -> [u8; 24] {
     let mut v = [0u8; 24];
-    v[..8].copy_from_slice(&head.to_key());
-    v[8..16].copy_from_slice(&tail.to_key());
-    v[16..].copy_from_slice(&len.to_be_bytes());
+    v[..8].copy_from_slice(&q.head.to_key());
+    v[8..16].copy_from_slice(&q.tail.to_key());
+    v[16..].copy_from_slice(&q.len.to_be_bytes());
     v
 }
 
-pub(crate) fn decode_order(v: &[u8]) -> Option<(EventId, EventId, u64)> {
+pub(crate) fn decode_order(v: &[u8]) -> Option<Queue> {
     let v: &[u8; 24] = v.try_into().ok()?;
-    Some((
-        EventId::from_key(&v[..8])?,
-        EventId::from_key(&v[8..16])?,
-        u64::from_be_bytes(v[16..].try_into().ok()?),
-    ))
+    Some(Queue {
+        head: EventId::from_key(&v[..8])?,
+        tail: EventId::from_key(&v[8..16])?,
+        len: u64::from_be_bytes(v[16..].try_into().ok()?),
+    })
 }
 
-/// Hex form of a resource key, as kept in delivery records.
-pub(crate) fn resource_hex(resource: &[u8; 16]) -> String {
-    resource.iter().map(|b| format!("{b:02x}")).collect()
+/// `dedup` value: `[original event id: 8][window end µs: 8]`.
+pub(crate) fn encode_dedup(e: &DedupEntry) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&e.original.to_key());
+    v[8..].copy_from_slice(&e.until_us.to_be_bytes());
+    v
 }
 
-/// Parses [`resource_hex`] back.
-pub(crate) fn resource_from_hex(text: &str) -> Option<[u8; 16]> {
-    if text.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+pub(crate) fn decode_dedup(value: &[u8]) -> Option<DedupEntry> {
+    let (id, until) = value.split_first_chunk::<8>()?;
+    Some(DedupEntry {
+        original: EventId::from_key(id)?,
+        until_us: u64::from_be_bytes(until.try_into().ok()?),
+    })
 }
 
 #[cfg(test)]
@@ -102,13 +116,15 @@ mod tests {
     }
 
     #[test]
-    fn order_values_and_resources_round_trip() {
-        let v = encode_order(EventId::new(1), EventId::new(9), 3);
-        assert_eq!(decode_order(&v), Some((EventId::new(1), EventId::new(9), 3)));
-        assert_eq!(decode_order(&v[..23]), None);
-        let r = [0xab; 16];
-        assert_eq!(resource_from_hex(&resource_hex(&r)), Some(r));
-        assert_eq!(resource_from_hex("zz"), None);
+    fn order_and_dedup_values_round_trip() {
+        let q = Queue { head: EventId::new(1), tail: EventId::new(9), len: 3 };
+        assert_eq!(decode_order(&encode_order(&q)), Some(q));
+        assert_eq!(decode_order(&encode_order(&q)[..23]), None);
+        let d = DedupEntry { original: EventId::new(5), until_us: 77 };
+        assert_eq!(decode_dedup(&encode_dedup(&d)), Some(d));
+        let k = schedule("crm", 6, EventId::new(2));
+        assert_eq!(split_schedule(&k), Some(("crm".to_owned(), 6, EventId::new(2))));
+        assert_eq!(split_order(&order("crm", &[7; 16])).as_deref(), Some("crm"));
     }
 
     #[test]

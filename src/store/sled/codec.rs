@@ -3,13 +3,13 @@
 //! An inbox entry carries a whole received event, so that acknowledging a callback
 //! costs one sled insert: `[meta length: u32 BE][meta JSON][raw body]`.
 
-use super::{EventMeta, StoreError};
+use crate::store::{EventMeta, StoreError};
 
 /// Encodes a received event for the inbox.
 pub(crate) fn encode_pending(meta: &EventMeta, body: &[u8]) -> Result<Vec<u8>, StoreError> {
     let meta = serde_json::to_vec(meta)?;
     let len = u32::try_from(meta.len()).map_err(|_| StoreError::Corrupt {
-        tree: "inbox",
+        table: "inbox",
         key: String::new(),
         reason: "meta over 4 GiB".into(),
     })?;
@@ -39,8 +39,8 @@ pub(crate) fn decode_meta(value: &[u8]) -> Result<EventMeta, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{EventFlag, EventNameOrigin, EventStatus};
     use super::*;
+    use crate::store::{EventFlag, EventNameOrigin, EventStatus};
 
     #[test]
     fn round_trips_and_rejects_truncation() {

@@ -1,0 +1,865 @@
+//! The store contract, checked the same way on every backend: the scenarios below and
+//! a model-based test (random operation sequences against a small reference model, as
+//! vector checks its disk buffer) run against `memory` and `sled` alike. A new backend
+//! adds one [`Harness`] and one line per test at the bottom.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::lifecycle::{AttemptReport, Outcome, Verdict};
+use super::memory::MemoryStore;
+use super::{
+    Attempt, DeadLetterFilter, DedupKey, DeliveryState, DispatchOutcome, DispatchPlan, EventFilter,
+    EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent, QueueStats, Recorded, SharedStore,
+};
+use crate::config::RetryPolicy;
+
+const S: u64 = 1_000_000;
+const LEASE: Duration = Duration::from_secs(60);
+
+/// Opens a backend, and reopens it as after a restart of its process.
+#[async_trait]
+pub(crate) trait Harness: Send {
+    async fn open(&mut self) -> SharedStore;
+    /// The same data in a new process: the caller has dropped every handle.
+    async fn reopen(&mut self) -> SharedStore;
+}
+
+pub(crate) struct Memory(Option<MemoryStore>);
+
+#[async_trait]
+impl Harness for Memory {
+    async fn open(&mut self) -> SharedStore {
+        let store = MemoryStore::default();
+        self.0 = Some(store.clone());
+        Arc::new(store)
+    }
+    async fn reopen(&mut self) -> SharedStore {
+        Arc::new(self.0.as_ref().expect("opened").restart())
+    }
+}
+
+pub(crate) struct Sled(tempfile::TempDir);
+
+impl Sled {
+    fn new() -> Self {
+        Self(tempfile::tempdir().expect("temp dir"))
+    }
+}
+
+#[async_trait]
+impl Harness for Sled {
+    async fn open(&mut self) -> SharedStore {
+        let dir = self.0.path().to_path_buf();
+        Arc::new(
+            tokio::task::spawn_blocking(move || super::sled::testutil::open(&dir)).await.unwrap(),
+        )
+    }
+    async fn reopen(&mut self) -> SharedStore {
+        self.open().await
+    }
+}
+
+fn received(source: &str, name: &str, at_us: u64, body: &str) -> NewEvent {
+    NewEvent {
+        meta: EventMeta {
+            source: source.into(),
+            event: name.into(),
+            event_from: EventNameOrigin::Path,
+            received_at_us: at_us,
+            size: body.len() as u64,
+            content_type: Some("application/json".into()),
+            headers: vec![("user-agent".into(), "test".into())],
+            remote_addr: None,
+            status: EventStatus::Received,
+            flags: Vec::new(),
+            reason: None,
+            duplicate_of: None,
+            destinations: Vec::new(),
+        },
+        body: Some(bytes::Bytes::copy_from_slice(body.as_bytes())),
+    }
+}
+
+fn rejected(at_us: u64) -> NewEvent {
+    let mut e = received("demo", "TaskCreated", at_us, "");
+    e.meta.status = EventStatus::Rejected;
+    e.meta.reason = Some("too large".into());
+    e.body = None;
+    e
+}
+
+fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
+    DispatchPlan {
+        id,
+        dedup: Some(DedupKey { hash: [hash; 16], window_us: 600 * S }),
+        destinations: dests.iter().map(|d| (*d).to_owned()).collect(),
+        ordered: Vec::new(),
+        resource: None,
+    }
+}
+
+fn report(outcome: Outcome, at_us: u64) -> AttemptReport {
+    AttemptReport {
+        attempt: Attempt { at_us, duration_us: 1_000, status: Some(500), error: None },
+        outcome,
+        excerpt: Some("answer".into()),
+        jitter: 0.0,
+    }
+}
+
+/// One second between attempts, dead after the third of a round.
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        initial_backoff: Duration::from_secs(1),
+        max_backoff: Duration::from_secs(1),
+        max_attempts: 3,
+        ..RetryPolicy::default()
+    }
+}
+
+async fn states(store: &SharedStore, id: EventId) -> BTreeMap<String, DeliveryState> {
+    store.deliveries_of(id).await.unwrap().into_iter().map(|d| (d.destination, d.state)).collect()
+}
+
+// ---- scenarios
+
+async fn ids_listing_bodies_and_reopen(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = store
+        .append(vec![
+            received("demo", "ActionCreated", 5_000, "{\"a\":1}"),
+            rejected(4_000), // the clock stepped back: ids still increase
+            received("other", "ActionCreated", 6_000, ""),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert_eq!(ids[0], EventId::new(5_000), "ids start from the receive time");
+    assert_eq!(store.inbox_len().await.unwrap(), 2, "rejected events never enter the inbox");
+    let all = store.list_events(EventFilter { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(all.iter().map(|r| r.id).collect::<Vec<_>>(), [ids[2], ids[1], ids[0]]);
+    let page = EventFilter { limit: 1, after: Some(ids[2]), ..Default::default() };
+    assert_eq!(store.list_events(page).await.unwrap()[0].id, ids[1]);
+    let filter = EventFilter {
+        source: Some("demo".into()),
+        status: Some(EventStatus::Received),
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(
+        store.list_events(filter).await.unwrap().iter().map(|r| r.id).collect::<Vec<_>>(),
+        [ids[0]]
+    );
+    assert_eq!(store.body(ids[0]).await.unwrap().unwrap(), b"{\"a\":1}");
+    assert_eq!(store.body(ids[1]).await.unwrap(), None);
+    assert_eq!(store.body(ids[2]).await.unwrap().unwrap(), b"");
+    assert_eq!(store.event(EventId::new(1)).await.unwrap(), None);
+    let rej = store.event(ids[1]).await.unwrap().unwrap();
+    assert_eq!(
+        (rej.meta.status, rej.meta.reason.as_deref()),
+        (EventStatus::Rejected, Some("too large"))
+    );
+    drop(store);
+    let store = h.reopen().await;
+    assert_eq!(store.inbox_len().await.unwrap(), 2);
+    let next = store.append(vec![received("demo", "ActionCreated", 1, "{}")]).await.unwrap();
+    assert!(next[0] > ids[2], "ids keep increasing across a restart");
+}
+
+async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = store
+        .append(vec![
+            received("demo", "ActionCreated", 10 * S, "{}"),
+            received("demo", "ActionCreated", 11 * S, "{}"),
+            received("demo", "ActionCreated", 700 * S, "{}"),
+            received("demo", "ActionCreated", 701 * S, "{}"),
+            received("demo", "ActionCreated", 702 * S, "{}"),
+        ])
+        .await
+        .unwrap();
+    let pending = store.pending(10).await.unwrap();
+    assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
+    let outcomes = store
+        .dispatch(
+            vec![
+                plan(ids[0], 7, &["a", "b"]),
+                plan(ids[1], 7, &["a", "b"]), // same key, in the window: duplicate
+                plan(ids[2], 7, &["a"]),      // same key, window over: a new original
+                plan(ids[3], 8, &[]),         // nobody wants it
+                DispatchPlan { dedup: None, ..plan(ids[4], 7, &["b"]) }, // dedup off
+                plan(EventId::new(99), 9, &["a"]), // not in the inbox
+            ],
+            800 * S,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            DispatchOutcome::Dispatched(2),
+            DispatchOutcome::Duplicate { original: ids[0] },
+            DispatchOutcome::Dispatched(1),
+            DispatchOutcome::Unrouted,
+            DispatchOutcome::Dispatched(1),
+            DispatchOutcome::Gone,
+        ]
+    );
+    assert_eq!(store.inbox_len().await.unwrap(), 0);
+    assert_eq!(store.dedup_len().await.unwrap(), 2, "keys 7 and 8 (unrouted events hold theirs)");
+    let dup = store.event(ids[1]).await.unwrap().unwrap();
+    assert_eq!((dup.meta.status, dup.meta.duplicate_of), (EventStatus::Duplicate, Some(ids[0])));
+    assert_eq!(store.body(ids[1]).await.unwrap().unwrap(), b"{}", "duplicates keep their body");
+    assert_eq!(store.event(ids[3]).await.unwrap().unwrap().meta.status, EventStatus::Unrouted);
+    assert_eq!(store.event(ids[0]).await.unwrap().unwrap().meta.destinations, ["a", "b"]);
+    // Dispatching again finds nothing: a second relay or a retry after a crash.
+    let again = store.dispatch(vec![plan(ids[0], 7, &["a"])], 800 * S).await.unwrap();
+    assert_eq!(again, [DispatchOutcome::Gone]);
+    let q = store.queue_stats("a").await.unwrap();
+    assert_eq!(q, QueueStats { pending: 2, oldest: Some(ids[0]), ..QueueStats::default() });
+    let claims = store.claim_due("a", "r1", 800 * S, LEASE, 10).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[0], ids[2]]);
+    assert!(claims.iter().all(|c| c.record.state == DeliveryState::Pending && c.due_us == 800 * S));
+    assert_eq!(store.next_due_after("a", 799 * S).await.unwrap(), Some(800 * S));
+    assert_eq!(store.next_due_after("a", 800 * S).await.unwrap(), None);
+    // Key 7 (renewed by ids[2]) ends at 1,300 s, key 8 a second later.
+    assert_eq!(store.purge_dedup(1_300 * S).await.unwrap(), 1);
+    assert_eq!(store.dedup_len().await.unwrap(), 1);
+}
+
+async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let id = store.append(vec![received("demo", "ActionCreated", S, "{}")]).await.unwrap()[0];
+    store.dispatch(vec![plan(id, 1, &["a"])], 2 * S).await.unwrap();
+    let first = store.claim_due("a", "r1", 2 * S, LEASE, 5).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].owner, "r1");
+    assert!(
+        store.claim_due("a", "r2", 3 * S, LEASE, 5).await.unwrap().is_empty(),
+        "a delivery is never claimed twice within its lease"
+    );
+    // r1 stalls past its lease: r2 takes the delivery over, the same one (so the
+    // same webhook-id), and r1's late record is refused.
+    let later = 2 * S + 61 * S;
+    let second = store.claim_due("a", "r2", later, LEASE, 5).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!((second[0].event, second[0].destination.as_str()), (id, "a"));
+    assert_ne!(second[0].token, first[0].token);
+    let lost =
+        store.record_attempt(&first[0], report(Outcome::Success, later), &policy()).await.unwrap();
+    assert_eq!(lost, Recorded::ClaimLost);
+    assert_eq!(states(&store, id).await["a"], DeliveryState::Pending, "nothing written");
+    // Released: due again at once, for anyone.
+    store.release(&second[0]).await.unwrap();
+    let third = store.claim_due("a", "r3", later, LEASE, 5).await.unwrap();
+    assert_eq!(third.len(), 1);
+    let done =
+        store.record_attempt(&third[0], report(Outcome::Success, later), &policy()).await.unwrap();
+    assert_eq!(done, Recorded::Done(Verdict::Success));
+    assert_eq!(states(&store, id).await["a"], DeliveryState::Delivered);
+    assert!(store.claim_due("a", "r1", later + 100 * S, LEASE, 5).await.unwrap().is_empty());
+    assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
+}
+
+async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let id = store.append(vec![received("demo", "ActionCreated", S, "{}")]).await.unwrap()[0];
+    store.dispatch(vec![plan(id, 1, &["a", "b"])], S).await.unwrap();
+    let mut now = S;
+    for attempt in 1..=3 {
+        let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
+        assert_eq!(claims.len(), 1, "attempt {attempt}");
+        let r = store
+            .record_attempt(
+                &claims[0],
+                report(Outcome::Retry { retry_after: None }, now),
+                &policy(),
+            )
+            .await
+            .unwrap();
+        let q = store.queue_stats("a").await.unwrap();
+        if attempt < 3 {
+            assert_eq!(r, Recorded::Done(Verdict::Retry));
+            // The retry is persisted: not due before its time, due at it.
+            let next = now + 1_000 + S;
+            assert!(store.claim_due("a", "r1", next - 1, LEASE, 5).await.unwrap().is_empty());
+            assert_eq!(store.next_due_after("a", now).await.unwrap(), Some(next));
+            assert_eq!((q.pending, q.retrying, q.dead), (0, 1, 0));
+            now = next;
+        } else {
+            assert_eq!(r, Recorded::Done(Verdict::Dead));
+            assert_eq!((q.pending, q.retrying, q.dead), (0, 0, 1));
+        }
+    }
+    let dead =
+        store.dead_letters(DeadLetterFilter { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(
+        dead.iter().map(|d| (d.event, d.destination.as_str())).collect::<Vec<_>>(),
+        [(id, "a")]
+    );
+    assert_eq!(dead[0].total_attempts, 3);
+    assert_eq!(dead[0].last_response.as_deref(), Some("answer"));
+    let only_b =
+        DeadLetterFilter { destination: Some("b".into()), limit: 10, ..Default::default() };
+    assert!(store.dead_letters(only_b).await.unwrap().is_empty());
+    let wrong_source =
+        DeadLetterFilter { source: Some("other".into()), limit: 10, ..Default::default() };
+    assert!(store.dead_letters(wrong_source).await.unwrap().is_empty());
+    // Replayed: pending, due now, a new round; out of the dead letters.
+    now += 10 * S;
+    assert_eq!(store.replay(id, vec!["a".into()], now).await.unwrap(), 1);
+    let rec =
+        store.deliveries_of(id).await.unwrap().into_iter().find(|d| d.destination == "a").unwrap();
+    assert_eq!(
+        (rec.state, rec.next_attempt_us, rec.round_attempts, rec.total_attempts),
+        (DeliveryState::Pending, Some(now), 0, 3)
+    );
+    assert_eq!(store.queue_stats("a").await.unwrap().dead, 0);
+    // Dead again (permanent), then discarded: never retried, kept in the history.
+    let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
+    let r =
+        store.record_attempt(&claims[0], report(Outcome::Permanent, now), &policy()).await.unwrap();
+    assert_eq!(r, Recorded::Done(Verdict::Failed));
+    assert!(store.discard(id, "a").await.unwrap());
+    assert!(!store.discard(id, "a").await.unwrap(), "only a dead letter can be discarded");
+    assert_eq!(states(&store, id).await["a"], DeliveryState::Discarded);
+    assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
+    // Replay to a destination the event was never routed to creates the delivery.
+    assert_eq!(store.replay(id, vec!["c".into()], now).await.unwrap(), 1);
+    assert_eq!(states(&store, id).await["c"], DeliveryState::Pending);
+    // Nothing to replay for an unknown event.
+    assert_eq!(store.replay(EventId::new(3), vec!["a".into()], now).await.unwrap(), 0);
+    // A stale claim: replayed while in flight, the late answer is not recorded.
+    let claims = store.claim_due("c", "r1", now, LEASE, 5).await.unwrap();
+    store.replay(id, vec!["c".into()], now + 5).await.unwrap();
+    let r =
+        store.record_attempt(&claims[0], report(Outcome::Success, now), &policy()).await.unwrap();
+    assert_eq!(r, Recorded::Stale);
+    assert_eq!(states(&store, id).await["c"], DeliveryState::Pending);
+    // Counts survive a restart.
+    let before: Vec<QueueStats> =
+        futures_util::future::join_all(["a", "b", "c"].map(|d| store.queue_stats(d)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    drop(store);
+    let store = h.reopen().await;
+    let after: Vec<QueueStats> =
+        futures_util::future::join_all(["a", "b", "c"].map(|d| store.queue_stats(d)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    assert_eq!(before, after);
+}
+
+async fn per_resource_order(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let events: Vec<NewEvent> =
+        (1..=3).map(|i| received("demo", "ActionUpdated", i * S, "{}")).collect();
+    let ids = store.append(events).await.unwrap();
+    let plans = ids
+        .iter()
+        .map(|id| DispatchPlan {
+            ordered: vec!["o".into()],
+            resource: Some([4; 16]),
+            ..plan(*id, id.raw() as u8, &["o", "free"])
+        })
+        .collect();
+    store.dispatch(plans, 5 * S).await.unwrap();
+    let q = store.queue_stats("o").await.unwrap();
+    assert_eq!((q.pending, q.held), (1, 2));
+    assert_eq!(
+        store.queue_stats("free").await.unwrap().pending,
+        3,
+        "unordered destinations are not held"
+    );
+    let mut now = 5 * S;
+    for (i, id) in ids.iter().enumerate() {
+        let claims = store.claim_due("o", "r1", now, LEASE, 10).await.unwrap();
+        assert_eq!(
+            claims.iter().map(|c| c.event).collect::<Vec<_>>(),
+            [*id],
+            "only the head, in order"
+        );
+        // The head dies: the turn passes on all the same.
+        let outcome = if i == 1 { Outcome::Permanent } else { Outcome::Success };
+        store.record_attempt(&claims[0], report(outcome, now), &policy()).await.unwrap();
+        now += S;
+    }
+    let q = store.queue_stats("o").await.unwrap();
+    assert_eq!((q.pending, q.held, q.dead), (0, 0, 1));
+    // A replay of the dead one is delivered on its own (its turn has passed).
+    assert_eq!(store.replay(ids[1], vec!["o".into()], now).await.unwrap(), 1);
+    let claims = store.claim_due("o", "r1", now, LEASE, 10).await.unwrap();
+    assert_eq!(claims.len(), 1);
+    store.record_attempt(&claims[0], report(Outcome::Success, now), &policy()).await.unwrap();
+    // A new event of the same record starts a new queue.
+    let id = store.append(vec![received("demo", "ActionUpdated", now, "{}")]).await.unwrap()[0];
+    let p =
+        DispatchPlan { ordered: vec!["o".into()], resource: Some([4; 16]), ..plan(id, 99, &["o"]) };
+    store.dispatch(vec![p], now).await.unwrap();
+    assert_eq!(store.claim_due("o", "r1", now, LEASE, 10).await.unwrap().len(), 1);
+}
+
+async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = store
+        .append(vec![
+            received("demo", "A", S, "{}"),
+            received("demo", "A", S + 1, "{}"),
+            received("demo", "A", S + 2, "{}"),
+            rejected(S + 3),
+            received("demo", "A", S + 4, "{}"), // stays in the inbox
+        ])
+        .await
+        .unwrap();
+    store
+        .dispatch(
+            vec![plan(ids[0], 1, &["a"]), plan(ids[1], 2, &["a"]), plan(ids[2], 3, &[])],
+            2 * S,
+        )
+        .await
+        .unwrap();
+    // ids[0] delivered; ids[1] dead.
+    for (outcome, _) in [(Outcome::Success, ids[0]), (Outcome::Permanent, ids[1])] {
+        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 1).await.unwrap();
+        store.record_attempt(&claims[0], report(outcome, 2 * S), &policy()).await.unwrap();
+    }
+    assert_eq!(store.prune(S, 100).await.unwrap(), 0, "nothing received before the cutoff");
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 3, "delivered, unrouted, rejected");
+    assert_eq!(store.event(ids[0]).await.unwrap(), None);
+    assert_eq!(store.body(ids[0]).await.unwrap(), None);
+    assert!(store.deliveries_of(ids[0]).await.unwrap().is_empty(), "with its deliveries");
+    assert!(store.event(ids[1]).await.unwrap().is_some(), "a dead letter keeps its event");
+    assert!(store.event(ids[4]).await.unwrap().is_some(), "the inbox is never pruned");
+    // Replayed and delivered: then it goes, and the limit holds.
+    store.replay(ids[1], vec!["a".into()], 3 * S).await.unwrap();
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 0, "a scheduled delivery keeps its event");
+    let claims = store.claim_due("a", "r1", 3 * S, LEASE, 1).await.unwrap();
+    store.record_attempt(&claims[0], report(Outcome::Success, 3 * S), &policy()).await.unwrap();
+    assert_eq!(store.prune(10 * S, 0).await.unwrap(), 0);
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 1);
+    assert_eq!(
+        store.claim_due("a", "r1", 100 * S, LEASE, 10).await.unwrap().len(),
+        0,
+        "no orphan schedule entry"
+    );
+}
+
+async fn pauses_and_upstream_state_are_shared_and_durable(h: &mut dyn Harness) {
+    let store = h.open().await;
+    store.set_paused("a", true).await.unwrap();
+    store.set_paused("b", true).await.unwrap();
+    store.set_paused("b", false).await.unwrap();
+    store.upstream_put("oauth/demo/alice", Some(b"t1".to_vec())).await.unwrap();
+    store.upstream_put("gap/demo/alice/A", Some(b"g".to_vec())).await.unwrap();
+    store.upstream_put("gap/demo/alice/B", Some(b"h".to_vec())).await.unwrap();
+    store.upstream_put("gap/demo/alice/B", None).await.unwrap();
+    drop(store);
+    let store = h.reopen().await;
+    assert_eq!(store.paused().await.unwrap(), ["a".to_owned()].into());
+    assert_eq!(store.upstream_get("oauth/demo/alice").await.unwrap().as_deref(), Some(&b"t1"[..]));
+    assert_eq!(store.upstream_get("nope").await.unwrap(), None);
+    let gaps = store.upstream_scan("gap/demo/").await.unwrap();
+    assert_eq!(gaps, [("gap/demo/alice/A".to_owned(), b"g".to_vec())]);
+    store.close().await.unwrap();
+}
+
+macro_rules! conformance {
+    ($backend:ident, $make:expr) => {
+        mod $backend {
+            use super::*;
+
+            #[tokio::test]
+            async fn ids_listing_bodies_and_reopen() {
+                super::ids_listing_bodies_and_reopen(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn dispatch_dedups_routes_and_schedules() {
+                super::dispatch_dedups_routes_and_schedules(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn claims_are_leased_and_checked() {
+                super::claims_are_leased_and_checked(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn attempts_retry_die_replay_and_discard() {
+                super::attempts_retry_die_replay_and_discard(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn per_resource_order() {
+                super::per_resource_order(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn prune_keeps_what_is_not_finished() {
+                super::prune_keeps_what_is_not_finished(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn pauses_and_upstream_state_are_shared_and_durable() {
+                super::pauses_and_upstream_state_are_shared_and_durable(&mut $make).await;
+            }
+            #[test]
+            fn model() {
+                super::model::check(|| Box::new($make));
+            }
+        }
+    };
+}
+
+conformance!(memory, Memory(None));
+conformance!(sled, Sled::new());
+
+/// The model-based test: random operation sequences against a reference model.
+mod model {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const DESTS: [&str; 2] = ["a", "b"];
+
+    /// What the model knows of a delivery.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Delivery {
+        state: DeliveryState,
+        due: Option<u64>,
+        round: u32,
+    }
+
+    #[derive(Default, Debug)]
+    struct Model {
+        /// Event id → status, for every event the store should still hold.
+        events: BTreeMap<EventId, EventStatus>,
+        occurrence: BTreeMap<EventId, u8>,
+        /// Occurrence → the first event dispatched with it.
+        originals: BTreeMap<u8, EventId>,
+        deliveries: BTreeMap<(EventId, String), Delivery>,
+        paused: BTreeSet<String>,
+        now: u64,
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Append { n: usize, occurrence: u8, routed: u8 },
+        Dispatch,
+        Attempt { dest: usize, outcome: u8 },
+        Replay { pick: usize, dest: usize },
+        Discard { pick: usize },
+        Pause { dest: usize, on: bool },
+        Prune,
+        Reopen,
+        Tick(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (1usize..4, 0u8..4, 0u8..4).prop_map(|(n, occurrence, routed)| Op::Append { n, occurrence, routed }),
+            3 => Just(Op::Dispatch),
+            6 => (0usize..2, 0u8..3).prop_map(|(dest, outcome)| Op::Attempt { dest, outcome }),
+            1 => (any::<usize>(), 0usize..2).prop_map(|(pick, dest)| Op::Replay { pick, dest }),
+            1 => any::<usize>().prop_map(|pick| Op::Discard { pick }),
+            1 => (0usize..2, any::<bool>()).prop_map(|(dest, on)| Op::Pause { dest, on }),
+            1 => Just(Op::Prune),
+            1 => Just(Op::Reopen),
+            2 => (1u64..3_000_000).prop_map(Op::Tick),
+        ]
+    }
+
+    /// Which destinations want events with `routed` (bits for "a" and "b").
+    fn route(routed: u8) -> Vec<String> {
+        DESTS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| routed & (1 << i) != 0)
+            .map(|(_, d)| (*d).to_owned())
+            .collect()
+    }
+
+    pub(super) fn check(make: impl Fn() -> Box<dyn Harness>) {
+        let config =
+            ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() };
+        proptest!(config, |(ops in proptest::collection::vec(op(), 1..60))| {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(run(make(), ops));
+        });
+    }
+
+    async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
+        let mut store = h.open().await;
+        let mut m = Model { now: 1_000 * S, ..Model::default() };
+        let mut routes: BTreeMap<EventId, u8> = BTreeMap::new();
+        for op in ops {
+            match op {
+                Op::Append { n, occurrence, routed } => {
+                    let events = (0..n)
+                        .map(|_| received("demo", "ActionUpdated", m.now, "{\"data\":1}"))
+                        .collect();
+                    for id in store.append(events).await.unwrap() {
+                        assert!(
+                            m.events.keys().next_back().is_none_or(|last| *last < id),
+                            "ids increase"
+                        );
+                        m.events.insert(id, EventStatus::Received);
+                        m.occurrence.insert(id, occurrence);
+                        routes.insert(id, routed);
+                    }
+                }
+                Op::Dispatch => {
+                    let pending = store.pending(1000).await.unwrap();
+                    let expected: Vec<EventId> = m
+                        .events
+                        .iter()
+                        .filter(|(_, s)| **s == EventStatus::Received)
+                        .map(|(id, _)| *id)
+                        .collect();
+                    assert_eq!(
+                        pending.iter().map(|p| p.id).collect::<Vec<_>>(),
+                        expected,
+                        "the inbox in id order"
+                    );
+                    let plans: Vec<DispatchPlan> = pending
+                        .iter()
+                        .map(|p| DispatchPlan {
+                            id: p.id,
+                            // A window longer than any test: the first of an occurrence wins.
+                            dedup: Some(DedupKey {
+                                hash: [m.occurrence[&p.id]; 16],
+                                window_us: u64::MAX / 4,
+                            }),
+                            destinations: route(routes[&p.id]),
+                            ordered: Vec::new(),
+                            resource: None,
+                        })
+                        .collect();
+                    let outcomes = store.dispatch(plans.clone(), m.now).await.unwrap();
+                    for (plan, outcome) in plans.iter().zip(outcomes) {
+                        let occurrence = m.occurrence[&plan.id];
+                        let expected = match m.originals.get(&occurrence) {
+                            Some(original) => DispatchOutcome::Duplicate { original: *original },
+                            None => {
+                                m.originals.insert(occurrence, plan.id);
+                                if plan.destinations.is_empty() {
+                                    DispatchOutcome::Unrouted
+                                } else {
+                                    DispatchOutcome::Dispatched(plan.destinations.len())
+                                }
+                            }
+                        };
+                        assert_eq!(outcome, expected);
+                        let status = match expected {
+                            DispatchOutcome::Duplicate { .. } => EventStatus::Duplicate,
+                            DispatchOutcome::Unrouted => EventStatus::Unrouted,
+                            _ => {
+                                for d in &plan.destinations {
+                                    m.deliveries.insert(
+                                        (plan.id, d.clone()),
+                                        Delivery {
+                                            state: DeliveryState::Pending,
+                                            due: Some(m.now),
+                                            round: 0,
+                                        },
+                                    );
+                                }
+                                EventStatus::Dispatched
+                            }
+                        };
+                        m.events.insert(plan.id, status);
+                    }
+                }
+                Op::Attempt { dest, outcome } => {
+                    let dest = DESTS[dest];
+                    let claims = store.claim_due(dest, "model", m.now, LEASE, 1).await.unwrap();
+                    // The earliest due of the destination's scheduled deliveries.
+                    let expected = m
+                        .deliveries
+                        .iter()
+                        .filter(|((_, d), x)| d == dest && x.due.is_some_and(|due| due <= m.now))
+                        .min_by_key(|((id, _), x)| (x.due, *id))
+                        .map(|((id, _), x)| (*id, x.due.unwrap_or(0)));
+                    assert_eq!(
+                        claims.iter().map(|c| (c.event, c.due_us)).next(),
+                        expected,
+                        "claim_due"
+                    );
+                    let Some(claim) = claims.into_iter().next() else { continue };
+                    let outcome = match outcome {
+                        0 => Outcome::Success,
+                        1 => Outcome::Retry { retry_after: None },
+                        _ => Outcome::Permanent,
+                    };
+                    let r = store
+                        .record_attempt(&claim, report(outcome, m.now), &policy())
+                        .await
+                        .unwrap();
+                    let d = m.deliveries.get_mut(&(claim.event, dest.to_owned())).unwrap();
+                    d.round += 1;
+                    let ended = m.now + 1_000;
+                    let verdict = match outcome {
+                        Outcome::Success => {
+                            *d = Delivery {
+                                state: DeliveryState::Delivered,
+                                due: None,
+                                round: d.round,
+                            };
+                            Verdict::Success
+                        }
+                        Outcome::Permanent => {
+                            *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
+                            Verdict::Failed
+                        }
+                        _ if d.round >= 3 => {
+                            *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
+                            Verdict::Dead
+                        }
+                        _ => {
+                            *d = Delivery {
+                                state: DeliveryState::Retrying,
+                                due: Some(ended + S),
+                                round: d.round,
+                            };
+                            Verdict::Retry
+                        }
+                    };
+                    assert_eq!(r, Recorded::Done(verdict));
+                }
+                Op::Replay { pick, dest } => {
+                    let ids: Vec<EventId> = m.events.keys().copied().collect();
+                    if ids.is_empty() {
+                        continue;
+                    }
+                    let id = ids[pick % ids.len()];
+                    let dest = DESTS[dest];
+                    let n = store.replay(id, vec![dest.to_owned()], m.now).await.unwrap();
+                    let replayable = !matches!(m.events[&id], EventStatus::Received);
+                    assert_eq!(n, usize::from(replayable), "replay of {:?}", m.events[&id]);
+                    if replayable {
+                        m.deliveries.insert(
+                            (id, dest.to_owned()),
+                            Delivery { state: DeliveryState::Pending, due: Some(m.now), round: 0 },
+                        );
+                    }
+                }
+                Op::Discard { pick } => {
+                    let keys: Vec<(EventId, String)> = m.deliveries.keys().cloned().collect();
+                    if keys.is_empty() {
+                        continue;
+                    }
+                    let (id, dest) = keys[pick % keys.len()].clone();
+                    let done = store.discard(id, &dest).await.unwrap();
+                    let d = m.deliveries.get_mut(&(id, dest)).unwrap();
+                    assert_eq!(done, d.state == DeliveryState::Dead);
+                    if done {
+                        d.state = DeliveryState::Discarded;
+                    }
+                }
+                Op::Pause { dest, on } => {
+                    store.set_paused(DESTS[dest], on).await.unwrap();
+                    if on {
+                        m.paused.insert(DESTS[dest].to_owned());
+                    } else {
+                        m.paused.remove(DESTS[dest]);
+                    }
+                }
+                Op::Prune => {
+                    let before = m.now + 1;
+                    let n = store.prune(before, 10_000).await.unwrap();
+                    let gone: Vec<EventId> = m
+                        .events
+                        .iter()
+                        .filter(|(id, status)| {
+                            id.raw() < before
+                                && **status != EventStatus::Received
+                                && m.deliveries.iter().filter(|((e, _), _)| e == *id).all(
+                                    |(_, d)| {
+                                        matches!(
+                                            d.state,
+                                            DeliveryState::Delivered | DeliveryState::Discarded
+                                        )
+                                    },
+                                )
+                        })
+                        .map(|(id, _)| *id)
+                        .collect();
+                    assert_eq!(n, gone.len(), "pruned");
+                    for id in gone {
+                        m.events.remove(&id);
+                        m.deliveries.retain(|(e, _), _| *e != id);
+                    }
+                }
+                Op::Reopen => {
+                    drop(store);
+                    store = h.reopen().await;
+                }
+                Op::Tick(us) => m.now += us,
+            }
+            verify(&store, &m).await;
+        }
+    }
+
+    /// Everything the store shows matches the model.
+    async fn verify(store: &SharedStore, m: &Model) {
+        let inbox = m.events.values().filter(|s| **s == EventStatus::Received).count() as u64;
+        assert_eq!(store.inbox_len().await.unwrap(), inbox, "inbox_len");
+        let listed =
+            store.list_events(EventFilter { limit: 100_000, ..Default::default() }).await.unwrap();
+        let shown: BTreeMap<EventId, EventStatus> =
+            listed.iter().map(|r| (r.id, r.meta.status)).collect();
+        assert_eq!(shown, m.events, "events");
+        for id in m.events.keys() {
+            let got: BTreeMap<String, (DeliveryState, Option<u64>)> = store
+                .deliveries_of(*id)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.destination, (d.state, d.next_attempt_us)))
+                .collect();
+            let want: BTreeMap<String, (DeliveryState, Option<u64>)> = m
+                .deliveries
+                .iter()
+                .filter(|((e, _), _)| e == id)
+                .map(|((_, d), x)| (d.clone(), (x.state, x.due)))
+                .collect();
+            assert_eq!(got, want, "deliveries of {id}");
+        }
+        for dest in DESTS {
+            let count = |s: DeliveryState| {
+                m.deliveries.iter().filter(|((_, d), x)| d == dest && x.state == s).count() as u64
+            };
+            let oldest = m
+                .deliveries
+                .iter()
+                .filter(|((_, d), x)| d == dest && x.state.is_scheduled())
+                .map(|((id, _), _)| *id)
+                .min();
+            let want = QueueStats {
+                pending: count(DeliveryState::Pending),
+                held: 0,
+                retrying: count(DeliveryState::Retrying),
+                dead: count(DeliveryState::Dead),
+                oldest,
+            };
+            assert_eq!(store.queue_stats(dest).await.unwrap(), want, "queue of {dest}");
+        }
+        let dead: BTreeSet<(EventId, String)> = store
+            .dead_letters(DeadLetterFilter { limit: 100_000, ..Default::default() })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.event, d.destination))
+            .collect();
+        let want: BTreeSet<(EventId, String)> = m
+            .deliveries
+            .iter()
+            .filter(|(_, x)| x.state == DeliveryState::Dead)
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(dead, want, "dead letters");
+        assert_eq!(store.paused().await.unwrap(), m.paused.iter().cloned().collect(), "paused");
+    }
+}

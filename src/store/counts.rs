@@ -1,0 +1,81 @@
+//! Queue counts kept current from delivery changes, for a backend that one process
+//! owns: a scrape or an admin listing reads them instead of scanning the schedule and
+//! the dead letters. Rebuilt at open from the stored records.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::{DeliveryRecord, DeliveryState, EventId, QueueStats};
+
+#[derive(Default, Clone, Debug)]
+struct Counts {
+    pending: u64,
+    retrying: u64,
+    held: u64,
+    dead: u64,
+    /// Events with a delivery scheduled, for the oldest one.
+    scheduled: BTreeSet<EventId>,
+}
+
+/// Per destination.
+#[derive(Default, Debug)]
+pub(crate) struct QueueCounts {
+    by_dest: HashMap<String, Counts>,
+}
+
+impl QueueCounts {
+    /// Moves the counts from `before` to `after` (either absent).
+    pub(crate) fn apply(
+        &mut self,
+        before: Option<&DeliveryRecord>,
+        after: Option<&DeliveryRecord>,
+    ) {
+        if let Some(r) = before {
+            self.count(r, false);
+        }
+        if let Some(r) = after {
+            self.count(r, true);
+        }
+    }
+
+    fn count(&mut self, r: &DeliveryRecord, add: bool) {
+        let c = self.by_dest.entry(r.destination.clone()).or_default();
+        let n = match r.state {
+            DeliveryState::Pending => &mut c.pending,
+            DeliveryState::Retrying => &mut c.retrying,
+            DeliveryState::Held => &mut c.held,
+            DeliveryState::Dead => &mut c.dead,
+            DeliveryState::Delivered | DeliveryState::Discarded => return,
+        };
+        *n = if add { *n + 1 } else { n.saturating_sub(1) };
+        if r.state.is_scheduled() {
+            if add {
+                c.scheduled.insert(r.event);
+            } else {
+                c.scheduled.remove(&r.event);
+            }
+        }
+    }
+
+    /// Counts one delivery found in a backend's index at open: `pending`, `retrying`,
+    /// `held` or `dead`.
+    pub(crate) fn restore(&mut self, dest: &str, event: EventId, state: &str) {
+        let c = self.by_dest.entry(dest.to_owned()).or_default();
+        match state {
+            "pending" => c.pending += 1,
+            "retrying" => c.retrying += 1,
+            "held" => return c.held += 1,
+            _ => return c.dead += 1,
+        }
+        c.scheduled.insert(event);
+    }
+
+    pub(crate) fn stats(&self, dest: &str) -> QueueStats {
+        self.by_dest.get(dest).map_or_else(QueueStats::default, |c| QueueStats {
+            pending: c.pending,
+            held: c.held,
+            retrying: c.retrying,
+            dead: c.dead,
+            oldest: c.scheduled.first().copied(),
+        })
+    }
+}

@@ -1,0 +1,260 @@
+//! An attempt's answer moves a delivery on: delivered, retried later, or dead; a
+//! finished head of a per-resource queue hands the turn to the next delivery.
+
+use std::time::Duration;
+
+use super::{backoff, Staged, View};
+use crate::config::RetryPolicy;
+use crate::store::{
+    resource_from_hex, Attempt, DeliveryRecord, DeliveryState, EventId, StoreError,
+};
+
+/// How a destination answered, classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// 2xx.
+    Success,
+    /// Try again later: 408, 429, configured 4xx, 5xx, timeouts, connection errors.
+    Retry { retry_after: Option<Duration> },
+    /// Any other answer: retrying will not help.
+    Permanent,
+    /// 410: the consumer is gone; the destination is paused (retried once resumed).
+    Gone,
+}
+
+/// The decision, also the `outcome` label of `hookrelay_deliveries_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// 2xx.
+    Success,
+    /// Scheduled again.
+    Retry,
+    /// A permanent failure (non-retryable 4xx, 3xx): dead at once.
+    Failed,
+    /// Retries exhausted (`max_attempts` or `give_up_after`): dead.
+    Dead,
+}
+
+impl Verdict {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Retry => "retry",
+            Self::Failed => "failed",
+            Self::Dead => "dead",
+        }
+    }
+}
+
+/// What one attempt found, as the worker saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptReport {
+    /// When it started, how long it took, the status and error.
+    pub(crate) attempt: Attempt,
+    pub(crate) outcome: Outcome,
+    /// The start of the answer's body, for diagnosis.
+    pub(crate) excerpt: Option<String>,
+    /// The backoff's random draw, uniform in `[0, 1)`.
+    pub(crate) jitter: f64,
+}
+
+impl AttemptReport {
+    /// When the attempt ended: the clock of every decision it causes.
+    fn ended_us(&self) -> u64 {
+        self.attempt.at_us.saturating_add(self.attempt.duration_us)
+    }
+}
+
+/// Records the attempt made for the delivery of `event` to `dest` that was due at
+/// `due_us`, and moves the delivery on under `policy`. Returns `None`, changing
+/// nothing, if the delivery is no longer scheduled at `due_us` (a replay or another
+/// relay moved it while the attempt was in flight).
+pub(crate) fn record_attempt<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    event: EventId,
+    dest: &str,
+    due_us: u64,
+    report: &AttemptReport,
+    policy: &RetryPolicy,
+) -> Result<Option<Verdict>, StoreError> {
+    let Some(mut record) = st.delivery(event, dest)? else { return Ok(None) };
+    if super::schedule_entry(&record) != Some(due_us) {
+        return Ok(None);
+    }
+    let verdict = apply(&mut record, report, policy);
+    if matches!(record.state, DeliveryState::Delivered | DeliveryState::Dead) {
+        advance_queue(st, &record, report.ended_us())?;
+    }
+    st.put_delivery(record)?;
+    Ok(Some(verdict))
+}
+
+/// The state machine of one attempt on the record itself.
+fn apply(record: &mut DeliveryRecord, report: &AttemptReport, policy: &RetryPolicy) -> Verdict {
+    let now_us = report.ended_us();
+    record.push_attempt(report.attempt.clone());
+    if report.excerpt.is_some() || report.attempt.status.is_some() {
+        record.last_response.clone_from(&report.excerpt);
+    }
+    let retry_after = match report.outcome {
+        Outcome::Success => {
+            record.state = DeliveryState::Delivered;
+            record.delivered_us = Some(now_us);
+            record.next_attempt_us = None;
+            return Verdict::Success;
+        }
+        Outcome::Permanent => {
+            record.state = DeliveryState::Dead;
+            record.next_attempt_us = None;
+            return Verdict::Failed;
+        }
+        Outcome::Retry { retry_after } => retry_after,
+        Outcome::Gone => None,
+    };
+    let exhausted = record.round_attempts >= policy.max_attempts
+        || now_us.saturating_sub(record.round_started_us) >= micros(policy.give_up_after);
+    if exhausted && report.outcome != Outcome::Gone {
+        record.state = DeliveryState::Dead;
+        record.next_attempt_us = None;
+        return Verdict::Dead;
+    }
+    let delay = backoff::next_delay(policy, record.round_attempts, retry_after, report.jitter);
+    record.state = DeliveryState::Retrying;
+    record.next_attempt_us = Some(now_us.saturating_add(micros(delay)));
+    Verdict::Retry
+}
+
+/// A finished delivery at the head of its record's queue hands the turn to the next
+/// one (due at `now_us`), or removes the queue if it was the last. A finished delivery
+/// that is not the head (a replay whose turn had passed) changes nothing.
+fn advance_queue<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    done: &DeliveryRecord,
+    now_us: u64,
+) -> Result<(), StoreError> {
+    let Some(resource) = done.resource.as_deref().and_then(resource_from_hex) else {
+        return Ok(());
+    };
+    let dest = done.destination.as_str();
+    let Some(queue) = st.queue(dest, &resource)? else { return Ok(()) };
+    if queue.head != done.event {
+        return Ok(());
+    }
+    let key = (dest.to_owned(), resource);
+    let next = st.delivery(done.event, dest)?.and_then(|r| r.next_in_order).or(done.next_in_order);
+    let Some(next) = next else {
+        st.changes.queues.insert(key, None);
+        return Ok(());
+    };
+    let len = queue.len.saturating_sub(1);
+    st.changes.queues.insert(key, Some(super::Queue { head: next, tail: queue.tail, len }));
+    if let Some(mut rec) = st.delivery(next, dest)? {
+        rec.state = DeliveryState::Pending;
+        rec.next_attempt_us = Some(now_us);
+        rec.round_started_us = now_us;
+        st.put_delivery(rec)?;
+    }
+    Ok(())
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_the_pre_created_outcomes() {
+        for v in [Verdict::Success, Verdict::Retry, Verdict::Failed, Verdict::Dead] {
+            assert!(crate::metrics::DELIVERY_OUTCOMES.contains(&v.label()), "{v:?}");
+        }
+    }
+
+    fn report(outcome: Outcome, status: Option<u16>, at_us: u64) -> AttemptReport {
+        AttemptReport {
+            attempt: Attempt { at_us, duration_us: 5_000, status, error: None },
+            outcome,
+            excerpt: Some("nope".into()),
+            jitter: 0.5,
+        }
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 3,
+            give_up_after: Duration::from_secs(3600),
+            ..RetryPolicy::default()
+        }
+    }
+
+    #[test]
+    fn success_delivers() {
+        let mut r = DeliveryRecord::new(EventId::new(1), "d", 1_000);
+        assert_eq!(
+            apply(&mut r, &report(Outcome::Success, Some(200), 2_000), &policy()),
+            Verdict::Success
+        );
+        assert_eq!(r.state, DeliveryState::Delivered);
+        assert_eq!(r.next_attempt_us, None);
+        assert_eq!(r.delivered_us, Some(7_000));
+        assert_eq!(r.attempts.len(), 1);
+    }
+
+    #[test]
+    fn retries_until_max_attempts_then_dead() {
+        let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
+        let fail = |at| report(Outcome::Retry { retry_after: None }, Some(503), at);
+        assert_eq!(apply(&mut r, &fail(10), &policy()), Verdict::Retry);
+        assert_eq!(r.state, DeliveryState::Retrying);
+        // Half of the first ceiling (1 s), after the attempt's end.
+        assert_eq!(r.next_attempt_us, Some(10 + 5_000 + 500_000));
+        assert_eq!(apply(&mut r, &fail(20), &policy()), Verdict::Retry);
+        assert_eq!(apply(&mut r, &fail(30), &policy()), Verdict::Dead);
+        assert_eq!(r.state, DeliveryState::Dead);
+        assert_eq!(r.last_response.as_deref(), Some("nope"));
+        // A replay starts a new round.
+        r.restart(40);
+        assert_eq!(apply(&mut r, &fail(50), &policy()), Verdict::Retry);
+        assert_eq!(r.total_attempts, 4);
+    }
+
+    #[test]
+    fn gives_up_after_the_time_budget() {
+        let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
+        let p = RetryPolicy {
+            max_attempts: 50,
+            give_up_after: Duration::from_secs(10),
+            ..RetryPolicy::default()
+        };
+        let fail = |at| report(Outcome::Retry { retry_after: None }, None, at);
+        assert_eq!(apply(&mut r, &fail(9_000_000), &p), Verdict::Retry);
+        assert_eq!(apply(&mut r, &fail(10_000_000), &p), Verdict::Dead);
+    }
+
+    #[test]
+    fn permanent_failures_die_at_once_and_gone_keeps_retrying() {
+        let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
+        assert_eq!(
+            apply(&mut r, &report(Outcome::Permanent, Some(400), 1), &policy()),
+            Verdict::Failed
+        );
+        assert_eq!(r.state, DeliveryState::Dead);
+        let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
+        for t in 1..10 {
+            assert_eq!(
+                apply(&mut r, &report(Outcome::Gone, Some(410), t), &policy()),
+                Verdict::Retry
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_sets_the_next_attempt() {
+        let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
+        let a = report(Outcome::Retry { retry_after: Some(Duration::from_secs(30)) }, Some(429), 0);
+        apply(&mut r, &a, &policy());
+        assert!(r.next_attempt_us.unwrap() >= 30_000_000);
+    }
+}

@@ -1,0 +1,81 @@
+//! What operators and retention may do: replay, discard, prune.
+
+use super::{Staged, View};
+use crate::store::{DeliveryRecord, DeliveryState, EventId, EventMeta, StoreError};
+
+/// Starts a new round for the delivery of `event` to `dest` (creating it if the event
+/// was never routed there), due at `now_us`; dead, delivered or discarded deliveries
+/// become pending. Returns false, changing nothing, when the event has no final record
+/// (still in the inbox, or pruned) or was rejected (no body) or the delivery is `held` (it is delivered in its
+/// turn anyway).
+pub(crate) fn replay<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    event: EventId,
+    dest: &str,
+    now_us: u64,
+) -> Result<bool, StoreError> {
+    let replayable = st.event(event)?.is_some_and(|m| {
+        !matches!(
+            m.status,
+            crate::store::EventStatus::Received | crate::store::EventStatus::Rejected
+        )
+    });
+    if !replayable {
+        return Ok(false);
+    }
+    let mut record = match st.delivery(event, dest)? {
+        Some(r) if r.state == DeliveryState::Held => return Ok(false),
+        Some(r) => r,
+        None => DeliveryRecord::new(event, dest, now_us),
+    };
+    record.restart(now_us);
+    st.put_delivery(record)?;
+    Ok(true)
+}
+
+/// Deletes a dead letter: the delivery becomes `discarded` (kept in the event's history,
+/// never retried, prunable). Returns false if it was not dead.
+pub(crate) fn discard<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    event: EventId,
+    dest: &str,
+) -> Result<bool, StoreError> {
+    match st.delivery(event, dest)? {
+        Some(mut r) if r.state == DeliveryState::Dead => {
+            r.state = DeliveryState::Discarded;
+            st.put_delivery(r)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+/// Whether retention may delete an event received before `before_us`: it left the
+/// inbox, and every delivery of it succeeded or was discarded (or it had none). Dead
+/// letters and anything scheduled or held keep their event.
+pub(crate) fn prunable(meta: &EventMeta, deliveries: &[DeliveryRecord], before_us: u64) -> bool {
+    meta.status != crate::store::EventStatus::Received
+        && meta.received_at_us < before_us
+        && deliveries
+            .iter()
+            .all(|d| matches!(d.state, DeliveryState::Delivered | DeliveryState::Discarded))
+}
+
+/// Stages the deletion of `id` with its body and `deliveries` (all of them, read
+/// together with `meta` under the backend's lock) if [`prunable`]; returns whether.
+pub(crate) fn prune<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    id: EventId,
+    meta: &EventMeta,
+    deliveries: &[DeliveryRecord],
+    before_us: u64,
+) -> Result<bool, StoreError> {
+    if !prunable(meta, deliveries, before_us) {
+        return Ok(false);
+    }
+    for d in deliveries {
+        st.set_delivery(id, &d.destination, None)?;
+    }
+    st.changes.pruned.push(id);
+    Ok(true)
+}

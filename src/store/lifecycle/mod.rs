@@ -1,0 +1,162 @@
+//! The life of events and deliveries, as pure code: the one place its rules are written.
+//!
+//! Every rule that moves an event or a delivery on — the dedup verdict, fan-out and
+//! per-resource ordering at dispatch, an attempt's answer to the next state, replay,
+//! discard, what retention may delete — is a function here. Each takes the clock as a
+//! parameter, reads the current state through [`View`] (the backend answers from its
+//! own tables, inside whatever makes its decision atomic), and writes only into a
+//! [`Staged`] set of [`Changes`]. The backend then applies those changes in one atomic
+//! write. No function here does I/O, reads a clock or draws a random number, so a
+//! reader holds each state machine in one view and the property tests in `tests.rs`
+//! check its invariants without any backend.
+//!
+//! Indexes (schedule, dead letters, queue counts) are not written here: each backend
+//! derives them from a delivery's state before and after (see [`DeliveryChange`]),
+//! so an index entry without its record cannot be written by any rule.
+
+mod attempt;
+mod backoff;
+mod dispatch;
+mod manage;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+pub(crate) use attempt::{record_attempt, AttemptReport, Outcome, Verdict};
+pub(crate) use dispatch::dispatch;
+pub(crate) use manage::{discard, prune, replay};
+
+use super::{DeliveryRecord, EventId, EventMeta, StoreError};
+
+/// A dedup key's holder: the first event of an occurrence and the end of its window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DedupEntry {
+    pub(crate) original: EventId,
+    pub(crate) until_us: u64,
+}
+
+/// The queue of one record's deliveries to one ordered destination: only `head` is
+/// scheduled; the others are `held` and linked by `next_in_order`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Queue {
+    pub(crate) head: EventId,
+    pub(crate) tail: EventId,
+    pub(crate) len: u64,
+}
+
+/// The reads the rules need. A backend answers them from the state the changes will
+/// be applied to, and keeps that state from moving until they are (a lock, a
+/// transaction with row locks).
+pub(crate) trait View {
+    fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError>;
+    fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError>;
+    fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError>;
+    /// The final record of an event (not one still in the inbox).
+    fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError>;
+}
+
+/// A delivery record before and after the change (`None`: absent). The backend
+/// removes `before`'s schedule entry and dead letter and adds `after`'s.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct DeliveryChange {
+    pub(crate) before: Option<DeliveryRecord>,
+    pub(crate) after: Option<DeliveryRecord>,
+}
+
+/// Everything one decision writes; applied atomically by the backend.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Changes {
+    /// Events leaving the inbox with their final record; the body moves with them.
+    pub(crate) dispatched: BTreeMap<EventId, EventMeta>,
+    /// Dedup keys to set.
+    pub(crate) dedup: BTreeMap<[u8; 16], DedupEntry>,
+    /// Delivery records to write (`after: Some`) or delete (`after: None`).
+    pub(crate) deliveries: BTreeMap<(EventId, String), DeliveryChange>,
+    /// Ordering queues to set or remove.
+    pub(crate) queues: BTreeMap<(String, [u8; 16]), Option<Queue>>,
+    /// Events to delete, with their bodies (their deliveries are in `deliveries`).
+    pub(crate) pruned: Vec<EventId>,
+}
+
+impl Changes {
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A [`View`] with the changes staged so far laid over it: a batch of decisions sees
+/// its own earlier writes (two copies of one occurrence in one dispatch batch).
+pub(crate) struct Staged<'a, V: View + ?Sized> {
+    base: &'a V,
+    pub(crate) changes: Changes,
+}
+
+impl<'a, V: View + ?Sized> Staged<'a, V> {
+    pub(crate) fn new(base: &'a V) -> Self {
+        Self { base, changes: Changes::default() }
+    }
+
+    /// The staged changes, to apply.
+    pub(crate) fn into_changes(self) -> Changes {
+        self.changes
+    }
+
+    fn put_delivery(&mut self, record: DeliveryRecord) -> Result<(), StoreError> {
+        self.set_delivery(record.event, &record.destination.clone(), Some(record))
+    }
+
+    fn set_delivery(
+        &mut self,
+        event: EventId,
+        dest: &str,
+        after: Option<DeliveryRecord>,
+    ) -> Result<(), StoreError> {
+        let key = (event, dest.to_owned());
+        if let Some(change) = self.changes.deliveries.get_mut(&key) {
+            change.after = after;
+            return Ok(());
+        }
+        let before = self.base.delivery(event, dest)?;
+        self.changes.deliveries.insert(key, DeliveryChange { before, after });
+        Ok(())
+    }
+}
+
+impl<V: View + ?Sized> View for Staged<'_, V> {
+    fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
+        match self.changes.dedup.get(hash) {
+            Some(e) => Ok(Some(*e)),
+            None => self.base.dedup(hash),
+        }
+    }
+
+    fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        match self.changes.deliveries.get(&(event, dest.to_owned())) {
+            Some(change) => Ok(change.after.clone()),
+            None => self.base.delivery(event, dest),
+        }
+    }
+
+    fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError> {
+        match self.changes.queues.get(&(dest.to_owned(), *resource)) {
+            Some(q) => Ok(*q),
+            None => self.base.queue(dest, resource),
+        }
+    }
+
+    fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
+        if self.changes.pruned.contains(&id) {
+            return Ok(None);
+        }
+        match self.changes.dispatched.get(&id) {
+            Some(meta) => Ok(Some(meta.clone())),
+            None => self.base.event(id),
+        }
+    }
+}
+
+/// Whether a delivery in this state has a schedule entry (at `next_attempt_us`).
+pub(crate) fn schedule_entry(record: &DeliveryRecord) -> Option<u64> {
+    record.next_attempt_us.filter(|_| record.state.is_scheduled())
+}

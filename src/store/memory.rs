@@ -1,0 +1,436 @@
+//! The in-memory backend, for tests: every rule through the same lifecycle module as
+//! the real backends, state in ordered maps under one mutex. Nothing survives the
+//! process; [`MemoryStore::restart`] stands for a restart (claims are forgotten, the
+//! data kept) so the conformance suite can run its reopen steps here too.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::lifecycle::{self, AttemptReport, Changes, DedupEntry, Queue, Staged, View};
+use super::{
+    Claim, ClaimTable, DeadLetterFilter, DeliveryRecord, DeliveryState, DispatchOutcome,
+    DispatchPlan, EventFilter, EventId, EventMeta, EventRecord, EventStatus, NewEvent,
+    PendingEvent, QueueCounts, QueueStats, Recorded, Store, StoreError,
+};
+use crate::config::RetryPolicy;
+use crate::lock::lock;
+
+/// Everything stored.
+#[derive(Default)]
+struct Data {
+    inbox: BTreeMap<EventId, (EventMeta, bytes::Bytes)>,
+    events: BTreeMap<EventId, EventMeta>,
+    bodies: BTreeMap<EventId, bytes::Bytes>,
+    dedup: BTreeMap<[u8; 16], DedupEntry>,
+    deliveries: BTreeMap<(EventId, String), DeliveryRecord>,
+    /// (destination, due, event): derived from the records, as in every backend.
+    schedule: BTreeSet<(String, u64, EventId)>,
+    dead: BTreeSet<(EventId, String)>,
+    queues: BTreeMap<(String, [u8; 16]), Queue>,
+    paused: BTreeSet<String>,
+    upstream: BTreeMap<String, Vec<u8>>,
+    counts: QueueCounts,
+    last_id: u64,
+}
+
+impl View for Data {
+    fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
+        Ok(self.dedup.get(hash).copied())
+    }
+    fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        Ok(self.deliveries.get(&(event, dest.to_owned())).cloned())
+    }
+    fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError> {
+        Ok(self.queues.get(&(dest.to_owned(), *resource)).copied())
+    }
+    fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
+        Ok(self.events.get(&id).cloned())
+    }
+}
+
+impl Data {
+    fn apply(&mut self, changes: Changes) {
+        for (id, meta) in changes.dispatched {
+            if let Some((_, body)) = self.inbox.remove(&id) {
+                self.events.insert(id, meta);
+                self.bodies.insert(id, body);
+            }
+        }
+        self.dedup.extend(changes.dedup);
+        for ((event, dest), change) in changes.deliveries {
+            if let Some(due) = change.before.as_ref().and_then(lifecycle::schedule_entry) {
+                self.schedule.remove(&(dest.clone(), due, event));
+            }
+            self.dead.remove(&(event, dest.clone()));
+            self.counts.apply(change.before.as_ref(), change.after.as_ref());
+            match change.after {
+                Some(after) => {
+                    if let Some(due) = lifecycle::schedule_entry(&after) {
+                        self.schedule.insert((dest.clone(), due, event));
+                    }
+                    if after.state == DeliveryState::Dead {
+                        self.dead.insert((event, dest.clone()));
+                    }
+                    self.deliveries.insert((event, dest), after);
+                }
+                None => {
+                    self.deliveries.remove(&(event, dest));
+                }
+            }
+        }
+        for (key, queue) in changes.queues {
+            match queue {
+                Some(q) => self.queues.insert(key, q),
+                None => self.queues.remove(&key),
+            };
+        }
+        for id in changes.pruned {
+            self.events.remove(&id);
+            self.bodies.remove(&id);
+        }
+    }
+}
+
+/// See the module docs; cheap to clone (clones share the data).
+#[derive(Clone, Default)]
+pub(crate) struct MemoryStore {
+    data: Arc<Mutex<Data>>,
+    claims: Arc<ClaimTable>,
+    /// When set, every append fails with this message (a full disk), counted.
+    fail_appends: Arc<Mutex<Option<&'static str>>>,
+    failed_appends: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl MemoryStore {
+    /// Makes every later append fail with `message`.
+    pub(crate) fn fail_appends(&self, message: &'static str) {
+        *lock(&self.fail_appends) = Some(message);
+    }
+
+    /// How many appends failed so.
+    pub(crate) fn failed_appends(&self) -> usize {
+        self.failed_appends.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The same data as after a restart of its process: claims forgotten.
+    pub(crate) fn restart(&self) -> Self {
+        self.claims.clear();
+        self.clone()
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>, StoreError> {
+        if let Some(message) = *lock(&self.fail_appends) {
+            self.failed_appends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(StoreError::Injected(message));
+        }
+        let mut d = lock(&self.data);
+        let mut ids = Vec::with_capacity(events.len());
+        for ev in events {
+            d.last_id = ev.meta.received_at_us.max(d.last_id + 1);
+            let id = EventId::new(d.last_id);
+            ids.push(id);
+            if ev.meta.status == EventStatus::Received {
+                d.inbox.insert(id, (ev.meta, ev.body.unwrap_or_default()));
+            } else {
+                d.events.insert(id, ev.meta);
+            }
+        }
+        Ok(ids)
+    }
+
+    async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
+        let d = lock(&self.data);
+        let meta = d.inbox.get(&id).map(|(m, _)| m).or_else(|| d.events.get(&id));
+        Ok(meta.map(|m| EventRecord { id, meta: m.clone() }))
+    }
+
+    async fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        let d = lock(&self.data);
+        let body = d.inbox.get(&id).map(|(_, b)| b).or_else(|| d.bodies.get(&id));
+        Ok(body.map(|b| b.to_vec()))
+    }
+
+    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        let d = lock(&self.data);
+        let all = d
+            .inbox
+            .iter()
+            .map(|(id, (m, _))| (*id, m))
+            .chain(d.events.iter().map(|(id, m)| (*id, m)))
+            .collect::<BTreeMap<_, _>>();
+        Ok(all
+            .into_iter()
+            .rev()
+            .filter(|(id, m)| {
+                filter.after.is_none_or(|a| *id < a)
+                    && filter.source.as_ref().is_none_or(|s| *s == m.source)
+                    && filter.event.as_ref().is_none_or(|e| *e == m.event)
+                    && filter.status.is_none_or(|s| s == m.status)
+            })
+            .take(filter.limit)
+            .map(|(id, m)| EventRecord { id, meta: m.clone() })
+            .collect())
+    }
+
+    async fn inbox_len(&self) -> Result<u64, StoreError> {
+        Ok(lock(&self.data).inbox.len() as u64)
+    }
+
+    async fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
+        let d = lock(&self.data);
+        Ok(d.inbox
+            .iter()
+            .take(limit)
+            .map(|(id, (meta, body))| PendingEvent {
+                id: *id,
+                meta: meta.clone(),
+                body: body.clone(),
+            })
+            .collect())
+    }
+
+    async fn dispatch(
+        &self,
+        plans: Vec<DispatchPlan>,
+        now_us: u64,
+    ) -> Result<Vec<DispatchOutcome>, StoreError> {
+        let mut d = lock(&self.data);
+        let mut st = Staged::new(&*d);
+        let mut outcomes = Vec::with_capacity(plans.len());
+        for plan in &plans {
+            let Some((meta, _)) = d.inbox.get(&plan.id) else {
+                outcomes.push(DispatchOutcome::Gone);
+                continue;
+            };
+            outcomes.push(lifecycle::dispatch(&mut st, meta.clone(), plan, now_us)?);
+        }
+        let changes = st.into_changes();
+        d.apply(changes);
+        Ok(outcomes)
+    }
+
+    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
+        let mut d = lock(&self.data);
+        let before = d.dedup.len();
+        d.dedup.retain(|_, e| e.until_us > now_us);
+        Ok(before - d.dedup.len())
+    }
+
+    async fn dedup_len(&self) -> Result<u64, StoreError> {
+        Ok(lock(&self.data).dedup.len() as u64)
+    }
+
+    async fn claim_due(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let d = lock(&self.data);
+        let expires_us = now_us.saturating_add(micros(lease));
+        let from = (destination.to_owned(), 0, EventId::new(0));
+        let mut out = Vec::new();
+        for (dest, due_us, event) in d.schedule.range(from..) {
+            if dest != destination || *due_us > now_us || out.len() >= limit {
+                break;
+            }
+            let Some(record) = d.deliveries.get(&(*event, dest.clone())).cloned() else {
+                continue;
+            };
+            let Some(token) = self.claims.try_claim(dest, *event, now_us, expires_us) else {
+                continue;
+            };
+            out.push(Claim {
+                event: *event,
+                destination: dest.clone(),
+                due_us: *due_us,
+                owner: owner.to_owned(),
+                token,
+                expires_us,
+                record,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.claims.release(&claim.destination, claim.event, claim.token);
+        Ok(())
+    }
+
+    async fn next_due_after(
+        &self,
+        destination: &str,
+        now_us: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let d = lock(&self.data);
+        let from = (destination.to_owned(), now_us.saturating_add(1), EventId::new(0));
+        Ok(d.schedule.range(from..).next().filter(|(dest, _, _)| dest == destination).map(|e| e.1))
+    }
+
+    async fn record_attempt(
+        &self,
+        claim: &Claim,
+        report: AttemptReport,
+        policy: &RetryPolicy,
+    ) -> Result<Recorded, StoreError> {
+        let mut d = lock(&self.data);
+        if !self.claims.holds(&claim.destination, claim.event, claim.token) {
+            return Ok(Recorded::ClaimLost);
+        }
+        let mut st = Staged::new(&*d);
+        let verdict = lifecycle::record_attempt(
+            &mut st,
+            claim.event,
+            &claim.destination,
+            claim.due_us,
+            &report,
+            policy,
+        )?;
+        let changes = st.into_changes();
+        d.apply(changes);
+        self.claims.release(&claim.destination, claim.event, claim.token);
+        Ok(verdict.map_or(Recorded::Stale, Recorded::Done))
+    }
+
+    async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let d = lock(&self.data);
+        Ok(d.deliveries
+            .range((event, String::new())..)
+            .take_while(|((e, _), _)| *e == event)
+            .map(|(_, r)| r.clone())
+            .collect())
+    }
+
+    async fn replay(
+        &self,
+        event: EventId,
+        destinations: Vec<String>,
+        now_us: u64,
+    ) -> Result<usize, StoreError> {
+        let mut d = lock(&self.data);
+        let mut st = Staged::new(&*d);
+        let mut n = 0;
+        for dest in &destinations {
+            n += usize::from(lifecycle::replay(&mut st, event, dest, now_us)?);
+        }
+        let changes = st.into_changes();
+        d.apply(changes);
+        Ok(n)
+    }
+
+    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
+        let mut d = lock(&self.data);
+        let mut st = Staged::new(&*d);
+        let done = lifecycle::discard(&mut st, event, destination)?;
+        let changes = st.into_changes();
+        d.apply(changes);
+        Ok(done)
+    }
+
+    async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let d = lock(&self.data);
+        Ok(d.dead
+            .iter()
+            .rev()
+            .filter(|(event, dest)| {
+                let meta = d.events.get(event);
+                filter.after.is_none_or(|a| *event < a)
+                    && filter.destination.as_ref().is_none_or(|x| x == dest)
+                    && filter.source.as_ref().is_none_or(|s| meta.is_some_and(|m| m.source == *s))
+                    && filter.event.as_ref().is_none_or(|e| meta.is_some_and(|m| m.event == *e))
+            })
+            .take(filter.limit)
+            .filter_map(|k| d.deliveries.get(&(k.0, k.1.clone())).cloned())
+            .collect())
+    }
+
+    async fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError> {
+        Ok(lock(&self.data).counts.stats(destination))
+    }
+
+    async fn paused(&self) -> Result<HashSet<String>, StoreError> {
+        Ok(lock(&self.data).paused.iter().cloned().collect())
+    }
+
+    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
+        let mut d = lock(&self.data);
+        if paused {
+            d.paused.insert(destination.to_owned());
+        } else {
+            d.paused.remove(destination);
+        }
+        Ok(())
+    }
+
+    async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
+        let mut d = lock(&self.data);
+        let candidates: Vec<EventId> =
+            d.events.range(..EventId::new(before_us)).map(|(id, _)| *id).collect();
+        let mut pruned = 0;
+        for id in candidates {
+            if pruned >= limit {
+                break;
+            }
+            let meta = d.events[&id].clone();
+            let deliveries: Vec<DeliveryRecord> = d
+                .deliveries
+                .range((id, String::new())..)
+                .take_while(|((e, _), _)| *e == id)
+                .map(|(_, r)| r.clone())
+                .collect();
+            let mut st = Staged::new(&*d);
+            if lifecycle::prune(&mut st, id, &meta, &deliveries, before_us)? {
+                let changes = st.into_changes();
+                d.apply(changes);
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
+    }
+
+    async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(lock(&self.data).upstream.get(key).cloned())
+    }
+
+    async fn upstream_put(&self, key: &str, value: Option<Vec<u8>>) -> Result<(), StoreError> {
+        let mut d = lock(&self.data);
+        match value {
+            Some(v) => d.upstream.insert(key.to_owned(), v),
+            None => d.upstream.remove(key),
+        };
+        Ok(())
+    }
+
+    async fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let d = lock(&self.data);
+        Ok(d.upstream
+            .range(prefix.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,117 @@
+//! Applies a rule's [`Changes`] in one sled transaction over every tree they touch,
+//! deriving the index entries from each delivery's state before and after: a
+//! scheduled delivery has exactly one `schedule` entry, a dead one one `dead_letters`
+//! entry, and nothing else has either.
+
+use std::sync::atomic::Ordering;
+
+use sled::transaction::{ConflictableTransactionError as Txe, TransactionError};
+use sled::Transactional;
+
+use super::codec::decode_pending;
+use super::{hex, keys, Inner, INBOX, SCHEDULED_PENDING, SCHEDULED_RETRYING};
+use crate::store::lifecycle::{schedule_entry, Changes};
+use crate::store::{DeliveryRecord, DeliveryState, StoreError};
+
+fn tx_error(e: TransactionError<StoreError>) -> StoreError {
+    match e {
+        TransactionError::Abort(e) => e,
+        TransactionError::Storage(e) => e.into(),
+    }
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Txe<StoreError>> {
+    serde_json::to_vec(value).map_err(|e| Txe::Abort(StoreError::Encode(e)))
+}
+
+fn marker(r: &DeliveryRecord) -> u8 {
+    if r.state == DeliveryState::Retrying {
+        SCHEDULED_RETRYING
+    } else {
+        SCHEDULED_PENDING
+    }
+}
+
+impl Inner {
+    /// Writes `changes` atomically, then updates the in-memory counts. The caller
+    /// holds the lifecycle lock; durability is the caller's next step.
+    pub(super) fn apply(&self, changes: &Changes) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let trees = (
+            &self.inbox,
+            &self.events,
+            &self.bodies,
+            &self.dedup,
+            &self.deliveries,
+            &self.schedule,
+            &self.dead_letters,
+            &self.ordering,
+        );
+        let (moved, new_keys) = trees
+            .transaction(|(inbox, events, bodies, dedup, deliveries, schedule, dead, ordering)| {
+                let (mut moved, mut new_keys) = (0u64, 0u64);
+                for (id, meta) in &changes.dispatched {
+                    let key = id.to_key();
+                    let Some(raw) = inbox.remove(&key)? else { continue };
+                    let (_, body) = decode_pending(&raw).map_err(|reason| {
+                        Txe::Abort(StoreError::Corrupt { table: INBOX, key: hex(&key), reason })
+                    })?;
+                    events.insert(&key, encode(meta)?)?;
+                    bodies.insert(&key, body)?;
+                    moved += 1;
+                }
+                for (hash, entry) in &changes.dedup {
+                    if dedup.insert(hash, &keys::encode_dedup(entry))?.is_none() {
+                        new_keys += 1;
+                    }
+                }
+                for ((event, dest), change) in &changes.deliveries {
+                    let key = keys::delivery(*event, dest);
+                    if let Some(due) = change.before.as_ref().and_then(schedule_entry) {
+                        schedule.remove(keys::schedule(dest, due, *event))?;
+                    }
+                    match &change.after {
+                        Some(after) => {
+                            if let Some(due) = schedule_entry(after) {
+                                schedule
+                                    .insert(keys::schedule(dest, due, *event), &[marker(after)])?;
+                            }
+                            if after.state == DeliveryState::Dead {
+                                dead.insert(key.as_slice(), &[])?;
+                            } else {
+                                dead.remove(key.as_slice())?;
+                            }
+                            deliveries.insert(key, encode(after)?)?;
+                        }
+                        None => {
+                            dead.remove(key.as_slice())?;
+                            deliveries.remove(key)?;
+                        }
+                    }
+                }
+                for ((dest, resource), queue) in &changes.queues {
+                    let key = keys::order(dest, resource);
+                    match queue {
+                        Some(q) => ordering.insert(key, &keys::encode_order(q))?,
+                        None => ordering.remove(key)?,
+                    };
+                }
+                for id in &changes.pruned {
+                    events.remove(&id.to_key())?;
+                    bodies.remove(&id.to_key())?;
+                }
+                Ok((moved, new_keys))
+            })
+            .map_err(tx_error)?;
+        self.inbox_count
+            .fetch_sub(moved.min(self.inbox_count.load(Ordering::Relaxed)), Ordering::Relaxed);
+        self.dedup_count.fetch_add(new_keys, Ordering::Relaxed);
+        let mut counts = crate::lock::lock(&self.counts);
+        for change in changes.deliveries.values() {
+            counts.apply(change.before.as_ref(), change.after.as_ref());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! The async [`Store`] contract over the blocking [`Inner`]: every call runs on
+//! tokio's blocking pool, so a slow disk (an fsync, a full device) never stalls a
+//! runtime thread. See BENCHMARKS.md for what the hop costs.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Inner, SledStore};
+use crate::config::RetryPolicy;
+use crate::store::lifecycle::AttemptReport;
+use crate::store::{
+    Claim, DeadLetterFilter, DeliveryRecord, DispatchOutcome, DispatchPlan, EventFilter, EventId,
+    EventRecord, NewEvent, PendingEvent, QueueStats, Recorded, Store, StoreError,
+};
+
+impl SledStore {
+    /// Runs `f` on the blocking pool.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+}
+
+#[async_trait]
+impl Store for SledStore {
+    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>, StoreError> {
+        self.run(move |s| s.append(&events)).await
+    }
+
+    async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
+        self.run(move |s| s.event(id)).await
+    }
+
+    async fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(move |s| s.body(id)).await
+    }
+
+    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        self.run(move |s| s.list_events(&filter)).await
+    }
+
+    async fn inbox_len(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.inbox_count.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    async fn size_on_disk(&self) -> Result<u64, StoreError> {
+        self.run(Inner::size_on_disk).await
+    }
+
+    async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
+        self.run(move |s| s.pending(limit)).await
+    }
+
+    async fn dispatch(
+        &self,
+        plans: Vec<DispatchPlan>,
+        now_us: u64,
+    ) -> Result<Vec<DispatchOutcome>, StoreError> {
+        self.run(move |s| s.dispatch(&plans, now_us)).await
+    }
+
+    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
+        self.run(move |s| s.purge_dedup(now_us)).await
+    }
+
+    async fn dedup_len(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.dedup_count.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    async fn claim_due(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let (dest, owner) = (destination.to_owned(), owner.to_owned());
+        self.run(move |s| s.claim_due(&dest, &owner, now_us, lease, limit)).await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.inner.release(claim);
+        Ok(())
+    }
+
+    async fn next_due_after(
+        &self,
+        destination: &str,
+        now_us: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let dest = destination.to_owned();
+        self.run(move |s| s.next_due_after(&dest, now_us)).await
+    }
+
+    async fn record_attempt(
+        &self,
+        claim: &Claim,
+        report: AttemptReport,
+        policy: &RetryPolicy,
+    ) -> Result<Recorded, StoreError> {
+        let (claim, policy) = (claim.clone(), policy.clone());
+        self.run(move |s| s.record_attempt(&claim, &report, &policy)).await
+    }
+
+    async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.run(move |s| s.deliveries_of(event)).await
+    }
+
+    async fn replay(
+        &self,
+        event: EventId,
+        destinations: Vec<String>,
+        now_us: u64,
+    ) -> Result<usize, StoreError> {
+        self.run(move |s| s.replay(event, &destinations, now_us)).await
+    }
+
+    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
+        let dest = destination.to_owned();
+        self.run(move |s| s.discard(event, &dest)).await
+    }
+
+    async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        self.run(move |s| s.dead_letters(&filter)).await
+    }
+
+    async fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError> {
+        Ok(self.inner.queue_stats(destination))
+    }
+
+    async fn paused(&self) -> Result<HashSet<String>, StoreError> {
+        self.run(Inner::paused).await
+    }
+
+    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
+        let dest = destination.to_owned();
+        self.run(move |s| s.set_paused(&dest, paused)).await
+    }
+
+    async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
+        self.run(move |s| s.prune(before_us, limit)).await
+    }
+
+    async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_owned();
+        self.run(move |s| s.upstream_get(&key)).await
+    }
+
+    async fn upstream_put(&self, key: &str, value: Option<Vec<u8>>) -> Result<(), StoreError> {
+        let key = key.to_owned();
+        self.run(move |s| s.upstream_put(&key, value.as_deref())).await
+    }
+
+    async fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let prefix = prefix.to_owned();
+        self.run(move |s| s.upstream_scan(&prefix)).await
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        self.run(Inner::flush_now).await
+    }
+}

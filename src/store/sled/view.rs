@@ -1,0 +1,31 @@
+//! The reads the lifecycle rules ask for, answered from the trees (under the
+//! lifecycle lock, so nothing moves between the read and the write).
+
+use super::{decode, deliveries::decode_record, keys, Inner, Source};
+use crate::store::lifecycle::{DedupEntry, Queue, View};
+use crate::store::{DeliveryRecord, EventId, EventMeta, StoreError};
+
+impl View for Inner {
+    fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
+        Ok(self.dedup.get(hash)?.and_then(|v| keys::decode_dedup(&v)))
+    }
+
+    fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        let key = keys::delivery(event, dest);
+        self.deliveries.get(&key)?.map(|v| decode_record(&key, &v)).transpose()
+    }
+
+    fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError> {
+        Ok(self.ordering.get(keys::order(dest, resource))?.and_then(|v| keys::decode_order(&v)))
+    }
+
+    fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
+        let key = id.to_key();
+        Ok(self
+            .events
+            .get(key)?
+            .map(|v| decode(Source::Events, &key, &v))
+            .transpose()?
+            .map(|r| r.meta))
+    }
+}
