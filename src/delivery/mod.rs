@@ -3,6 +3,7 @@
 //! each outcome. Destinations never wait for each other.
 
 mod circuit;
+mod recorder;
 mod worker;
 
 use std::collections::BTreeMap;
@@ -82,6 +83,11 @@ impl Destinations {
             .values()
             .map(|state| {
                 let worker = worker::Worker {
+                    recorder: recorder::Recorder::start(
+                        self.store.clone(),
+                        state.dest.retry.clone(),
+                    ),
+                    ready: std::sync::Mutex::new(std::collections::VecDeque::new()),
                     owner: owner.to_owned(),
                     next_slot: std::sync::Mutex::new(std::time::Instant::now()),
                     pause_read: std::sync::Mutex::new(None),

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::Instrument;
 
+use std::collections::VecDeque;
+
 use super::circuit::Gate;
+use super::recorder::Recorder;
 use super::DestinationState;
 use crate::destinations::{Outcome, Request};
 use crate::lock::lock;
@@ -23,6 +26,11 @@ const PAUSE_REFRESH: Duration = Duration::from_millis(500);
 pub(super) struct Worker {
     /// This relay's name on its claims.
     pub(super) owner: String,
+    /// Claimed deliveries waiting for a permit: claimed a few at a time, ahead of the
+    /// permits, so that a claim costs a fraction of a store call.
+    pub(super) ready: std::sync::Mutex<VecDeque<Claim>>,
+    /// Records finished attempts in groups.
+    pub(super) recorder: Recorder,
     pub(super) state: Arc<DestinationState>,
     /// Earliest start of the next request under `rate_limit`.
     pub(super) next_slot: std::sync::Mutex<Instant>,
@@ -52,8 +60,10 @@ impl Worker {
                 _ = stop.wait() => {}
             }
         }
-        // Let attempts in flight finish and be recorded (the daemon bounds this by
-        // its grace period; one cut short stays scheduled and is made again).
+        // Give back what was claimed but not started, and let attempts in flight
+        // finish and be recorded (the daemon bounds this by its grace period; one cut
+        // short stays scheduled and is made again).
+        this.release_ready().await;
         while this.state.in_flight() > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -76,11 +86,22 @@ impl Worker {
         Ok(())
     }
 
+    /// Gives every claim waiting in [`Worker::ready`] back to the store.
+    async fn release_ready(&self) {
+        let waiting: Vec<Claim> = lock(&self.ready).drain(..).collect();
+        for claim in waiting {
+            if let Err(e) = self.store.release(&claim).await {
+                tracing::warn!(destination = %self.state.dest.name, error = %e, "cannot release a claim; it expires with its lease");
+            }
+        }
+    }
+
     /// Starts attempts for due deliveries; returns how long to sleep at most.
     async fn claim_due(self: &Arc<Self>) -> anyhow::Result<Duration> {
         let state = &self.state;
         self.refresh_pause().await?;
         if state.is_paused() {
+            self.release_ready().await;
             return Ok(PAUSE_REFRESH);
         }
         let mut free = state.permits.available_permits();
@@ -97,8 +118,15 @@ impl Worker {
         }
         let now = unix_micros(SystemTime::now());
         let name = &state.dest.name;
-        let claims = self.store.claim_due(name, &self.owner, now, self.lease(), free).await?;
-        if claims.is_empty() {
+        let queued = lock(&self.ready).len();
+        if queued < free {
+            // Claim ahead: up to twice the permits, so the next free permits find a
+            // claim waiting.
+            let want = 2 * state.dest.max_concurrency - queued;
+            let claims = self.store.claim_due(name, &self.owner, now, self.lease(), want).await?;
+            lock(&self.ready).extend(claims);
+        }
+        if lock(&self.ready).is_empty() {
             if probe {
                 // Nothing to send after all: hand the probe back.
                 state.circuit.cancel_probe();
@@ -106,42 +134,40 @@ impl Worker {
             let next = self.store.next_due_after(name, now).await?;
             return Ok(next_sleep(next, now));
         }
-        let rate_wait = self.start_attempts(claims).await?;
+        let rate_wait = self.start_attempts(free, now).await?;
         Ok(rate_wait.unwrap_or(Duration::ZERO))
     }
 
-    /// Starts attempts for `claims` while permits and the rate limit allow, and gives
-    /// the rest back; returns how long until the next rate-limit slot, if it stopped.
+    /// Starts up to `n` waiting claims while permits and the rate limit allow; returns
+    /// how long until the next rate-limit slot, if it stopped there.
     async fn start_attempts(
         self: &Arc<Self>,
-        claims: Vec<Claim>,
+        n: usize,
+        now_us: u64,
     ) -> anyhow::Result<Option<Duration>> {
         let state = &self.state;
         let interval = state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / r));
-        let mut wait = None;
-        let mut claims = claims.into_iter();
-        for claim in claims.by_ref() {
+        // A claim whose lease would end during its request is given back and claimed
+        // afresh: an attempt never outlives its claim.
+        let must_last = u64::try_from(state.dest.timeout.as_micros()).unwrap_or(u64::MAX);
+        for _ in 0..n {
             if let Some(interval) = interval {
                 // One request per interval, no burst: a rate limit is a promise to the
                 // consumer.
                 let now = Instant::now();
-                let busy_for = {
-                    let mut slot = lock(&self.next_slot);
-                    if *slot > now {
-                        Some(*slot - now)
-                    } else {
-                        *slot = now + interval;
-                        None
-                    }
-                };
-                if let Some(busy_for) = busy_for {
-                    wait = Some(busy_for.min(MAX_IDLE));
-                    self.store.release(&claim).await?;
-                    break;
+                let mut slot = lock(&self.next_slot);
+                if *slot > now {
+                    return Ok(Some((*slot - now).min(MAX_IDLE)));
                 }
+                *slot = now + interval;
+            }
+            let Some(claim) = lock(&self.ready).pop_front() else { break };
+            if claim.expires_us.saturating_sub(now_us) <= must_last {
+                self.store.release(&claim).await?;
+                continue;
             }
             let Ok(permit) = state.permits.clone().try_acquire_owned() else {
-                self.store.release(&claim).await?;
+                lock(&self.ready).push_front(claim);
                 break;
             };
             state.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -151,10 +177,7 @@ impl Worker {
                 this.state.in_flight.fetch_sub(1, Ordering::SeqCst);
             });
         }
-        for rest in claims {
-            self.store.release(&rest).await?;
-        }
-        Ok(wait)
+        Ok(None)
     }
 
     /// Makes one attempt for a claimed delivery and records its outcome, in a span
@@ -175,14 +198,12 @@ impl Worker {
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> anyhow::Result<()> {
         let dest = &self.state.dest;
-        let event = self.store.event(claim.event).await?;
-        let body = self.store.body(claim.event).await?;
         let started_us = unix_micros(SystemTime::now());
-        let (report, meta) = match (event, body) {
-            (Some(event), Some(body)) => {
+        let (report, meta) = match (&claim.meta, &claim.body) {
+            (Some(meta), Some(body)) => {
                 let span = tracing::Span::current();
-                span.record("source", event.meta.source.as_str());
-                span.record("event", event.meta.event.as_str());
+                span.record("source", meta.source.as_str());
+                span.record("event", meta.event.as_str());
                 // The same id on every attempt, by any relay: consumers dedup on it.
                 let webhook_id = format!("evt_{}_{}", claim.event, dest.name);
                 let answer = dest
@@ -190,10 +211,10 @@ impl Worker {
                         &self.client,
                         Request {
                             webhook_id: &webhook_id,
-                            source: &event.meta.source,
-                            event: &event.meta.event,
-                            content_type: event.meta.content_type.as_deref(),
-                            body: body.into(),
+                            source: &meta.source,
+                            event: &meta.event,
+                            content_type: meta.content_type.as_deref(),
+                            body: body.clone(),
                             attempt: claim.record.total_attempts + 1,
                         },
                     )
@@ -216,7 +237,7 @@ impl Worker {
                     excerpt: answer.excerpt.clone(),
                     jitter: fastrand::f64(),
                 };
-                (report, Some(event.meta))
+                (report, Some(meta))
             }
             _ => {
                 drop(permit);
@@ -237,7 +258,7 @@ impl Worker {
         };
         let (status, error, outcome) =
             (report.attempt.status, report.attempt.error.clone(), report.outcome);
-        let recorded = self.store.record_attempt(claim, report, &dest.retry).await?;
+        let recorded = self.recorder.record(claim.clone(), report).await?;
         let verdict = match recorded {
             Recorded::Done(v) => v,
             Recorded::Stale | Recorded::ClaimLost => {

@@ -121,6 +121,13 @@ fn policy() -> RetryPolicy {
     }
 }
 
+/// Records one attempt.
+async fn record(store: &SharedStore, claim: &super::Claim, report: AttemptReport) -> Recorded {
+    let mut r = store.record_attempts(vec![(claim.clone(), report)], &policy()).await.unwrap();
+    assert_eq!(r.len(), 1);
+    r.remove(0)
+}
+
 async fn states(store: &SharedStore, id: EventId) -> BTreeMap<String, DeliveryState> {
     store.deliveries_of(id).await.unwrap().into_iter().map(|d| (d.destination, d.state)).collect()
 }
@@ -239,6 +246,9 @@ async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
     let first = store.claim_due("a", "r1", 2 * S, LEASE, 5).await.unwrap();
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].owner, "r1");
+    // What the attempt sends comes with the claim.
+    assert_eq!(first[0].meta.as_ref().map(|m| m.event.as_str()), Some("ActionCreated"));
+    assert_eq!(first[0].body.as_deref(), Some(&b"{}"[..]));
     assert!(
         store.claim_due("a", "r2", 3 * S, LEASE, 5).await.unwrap().is_empty(),
         "a delivery is never claimed twice within its lease"
@@ -250,20 +260,57 @@ async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
     assert_eq!(second.len(), 1);
     assert_eq!((second[0].event, second[0].destination.as_str()), (id, "a"));
     assert_ne!(second[0].token, first[0].token);
-    let lost =
-        store.record_attempt(&first[0], report(Outcome::Success, later), &policy()).await.unwrap();
+    let lost = record(&store, &first[0], report(Outcome::Success, later)).await;
     assert_eq!(lost, Recorded::ClaimLost);
     assert_eq!(states(&store, id).await["a"], DeliveryState::Pending, "nothing written");
     // Released: due again at once, for anyone.
     store.release(&second[0]).await.unwrap();
     let third = store.claim_due("a", "r3", later, LEASE, 5).await.unwrap();
     assert_eq!(third.len(), 1);
-    let done =
-        store.record_attempt(&third[0], report(Outcome::Success, later), &policy()).await.unwrap();
+    let done = record(&store, &third[0], report(Outcome::Success, later)).await;
     assert_eq!(done, Recorded::Done(Verdict::Success));
     assert_eq!(states(&store, id).await["a"], DeliveryState::Delivered);
     assert!(store.claim_due("a", "r1", later + 100 * S, LEASE, 5).await.unwrap().is_empty());
     assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
+}
+
+async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let events = (1..=4).map(|i| received("demo", "ActionUpdated", i * S, "{}")).collect();
+    let ids = store.append(events).await.unwrap();
+    let plans = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| DispatchPlan {
+            // ids[0] and ids[1] are one record, in order; ids[2] and ids[3] free.
+            ordered: vec!["a".into()],
+            resource: (i < 2).then_some([3; 16]),
+            ..plan(*id, i as u8, &["a"])
+        })
+        .collect();
+    store.dispatch(plans, 5 * S).await.unwrap();
+    let claims = store.claim_due("a", "r1", 5 * S, LEASE, 10).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[0], ids[2], ids[3]]);
+    // ids[3]'s claim is lost to r2 before the batch is recorded.
+    store.release(&claims[2]).await.unwrap();
+    let taken = store.claim_due("a", "r2", 5 * S, LEASE, 10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    let batch = vec![
+        (claims[0].clone(), report(Outcome::Success, 6 * S)),
+        (claims[1].clone(), report(Outcome::Retry { retry_after: None }, 6 * S)),
+        (claims[2].clone(), report(Outcome::Success, 6 * S)),
+    ];
+    let out = store.record_attempts(batch, &policy()).await.unwrap();
+    assert_eq!(
+        out,
+        [Recorded::Done(Verdict::Success), Recorded::Done(Verdict::Retry), Recorded::ClaimLost]
+    );
+    // The head's success handed the turn to ids[1] in the same write.
+    let next = store.claim_due("a", "r1", 6 * S + 1_000, LEASE, 10).await.unwrap();
+    assert_eq!(next.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[1]]);
+    let q = store.queue_stats("a").await.unwrap();
+    assert_eq!((q.pending, q.retrying, q.held), (2, 1, 0));
+    assert!(store.record_attempts(Vec::new(), &policy()).await.unwrap().is_empty());
 }
 
 async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
@@ -274,14 +321,7 @@ async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     for attempt in 1..=3 {
         let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
         assert_eq!(claims.len(), 1, "attempt {attempt}");
-        let r = store
-            .record_attempt(
-                &claims[0],
-                report(Outcome::Retry { retry_after: None }, now),
-                &policy(),
-            )
-            .await
-            .unwrap();
+        let r = record(&store, &claims[0], report(Outcome::Retry { retry_after: None }, now)).await;
         let q = store.queue_stats("a").await.unwrap();
         if attempt < 3 {
             assert_eq!(r, Recorded::Done(Verdict::Retry));
@@ -322,8 +362,7 @@ async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     assert_eq!(store.queue_stats("a").await.unwrap().dead, 0);
     // Dead again (permanent), then discarded: never retried, kept in the history.
     let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
-    let r =
-        store.record_attempt(&claims[0], report(Outcome::Permanent, now), &policy()).await.unwrap();
+    let r = record(&store, &claims[0], report(Outcome::Permanent, now)).await;
     assert_eq!(r, Recorded::Done(Verdict::Failed));
     assert!(store.discard(id, "a").await.unwrap());
     assert!(!store.discard(id, "a").await.unwrap(), "only a dead letter can be discarded");
@@ -337,8 +376,7 @@ async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     // A stale claim: replayed while in flight, the late answer is not recorded.
     let claims = store.claim_due("c", "r1", now, LEASE, 5).await.unwrap();
     store.replay(id, vec!["c".into()], now + 5).await.unwrap();
-    let r =
-        store.record_attempt(&claims[0], report(Outcome::Success, now), &policy()).await.unwrap();
+    let r = record(&store, &claims[0], report(Outcome::Success, now)).await;
     assert_eq!(r, Recorded::Stale);
     assert_eq!(states(&store, id).await["c"], DeliveryState::Pending);
     // Counts survive a restart.
@@ -390,7 +428,7 @@ async fn per_resource_order(h: &mut dyn Harness) {
         );
         // The head dies: the turn passes on all the same.
         let outcome = if i == 1 { Outcome::Permanent } else { Outcome::Success };
-        store.record_attempt(&claims[0], report(outcome, now), &policy()).await.unwrap();
+        record(&store, &claims[0], report(outcome, now)).await;
         now += S;
     }
     let q = store.queue_stats("o").await.unwrap();
@@ -399,7 +437,7 @@ async fn per_resource_order(h: &mut dyn Harness) {
     assert_eq!(store.replay(ids[1], vec!["o".into()], now).await.unwrap(), 1);
     let claims = store.claim_due("o", "r1", now, LEASE, 10).await.unwrap();
     assert_eq!(claims.len(), 1);
-    store.record_attempt(&claims[0], report(Outcome::Success, now), &policy()).await.unwrap();
+    record(&store, &claims[0], report(Outcome::Success, now)).await;
     // A new event of the same record starts a new queue.
     let id = store.append(vec![received("demo", "ActionUpdated", now, "{}")]).await.unwrap()[0];
     let p =
@@ -430,7 +468,7 @@ async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     // ids[0] delivered; ids[1] dead.
     for (outcome, _) in [(Outcome::Success, ids[0]), (Outcome::Permanent, ids[1])] {
         let claims = store.claim_due("a", "r1", 2 * S, LEASE, 1).await.unwrap();
-        store.record_attempt(&claims[0], report(outcome, 2 * S), &policy()).await.unwrap();
+        record(&store, &claims[0], report(outcome, 2 * S)).await;
     }
     assert_eq!(store.prune(S, 100).await.unwrap(), 0, "nothing received before the cutoff");
     assert_eq!(store.prune(10 * S, 100).await.unwrap(), 3, "delivered, unrouted, rejected");
@@ -443,7 +481,7 @@ async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     store.replay(ids[1], vec!["a".into()], 3 * S).await.unwrap();
     assert_eq!(store.prune(10 * S, 100).await.unwrap(), 0, "a scheduled delivery keeps its event");
     let claims = store.claim_due("a", "r1", 3 * S, LEASE, 1).await.unwrap();
-    store.record_attempt(&claims[0], report(Outcome::Success, 3 * S), &policy()).await.unwrap();
+    record(&store, &claims[0], report(Outcome::Success, 3 * S)).await;
     assert_eq!(store.prune(10 * S, 0).await.unwrap(), 0);
     assert_eq!(store.prune(10 * S, 100).await.unwrap(), 1);
     assert_eq!(
@@ -488,6 +526,10 @@ macro_rules! conformance {
             #[tokio::test]
             async fn claims_are_leased_and_checked() {
                 super::claims_are_leased_and_checked(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn attempts_are_recorded_in_batches() {
+                super::attempts_are_recorded_in_batches(&mut $make).await;
             }
             #[tokio::test]
             async fn attempts_retry_die_replay_and_discard() {
@@ -693,10 +735,7 @@ mod model {
                         1 => Outcome::Retry { retry_after: None },
                         _ => Outcome::Permanent,
                     };
-                    let r = store
-                        .record_attempt(&claim, report(outcome, m.now), &policy())
-                        .await
-                        .unwrap();
+                    let r = record(&store, &claim, report(outcome, m.now)).await;
                     let d = m.deliveries.get_mut(&(claim.event, dest.to_owned())).unwrap();
                     d.round += 1;
                     let ended = m.now + 1_000;

@@ -170,6 +170,10 @@ pub(crate) struct Claim {
     pub(crate) token: u64,
     pub(crate) expires_us: u64,
     pub(crate) record: DeliveryRecord,
+    /// The event and its body as stored (`None` if no longer stored): what the attempt
+    /// sends, read with the claim so that an attempt costs one store call before it.
+    pub(crate) meta: Option<EventMeta>,
+    pub(crate) body: Option<bytes::Bytes>,
 }
 
 /// What became of a recorded attempt.

@@ -264,6 +264,8 @@ impl Store for MemoryStore {
                 token,
                 expires_us,
                 record,
+                meta: d.events.get(event).cloned(),
+                body: d.bodies.get(event).cloned(),
             });
         }
         Ok(out)
@@ -284,29 +286,35 @@ impl Store for MemoryStore {
         Ok(d.schedule.range(from..).next().filter(|(dest, _, _)| dest == destination).map(|e| e.1))
     }
 
-    async fn record_attempt(
+    async fn record_attempts(
         &self,
-        claim: &Claim,
-        report: AttemptReport,
+        attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
-    ) -> Result<Recorded, StoreError> {
+    ) -> Result<Vec<Recorded>, StoreError> {
         let mut d = lock(&self.data);
-        if !self.claims.holds(&claim.destination, claim.event, claim.token) {
-            return Ok(Recorded::ClaimLost);
-        }
         let mut st = Staged::new(&*d);
-        let verdict = lifecycle::record_attempt(
-            &mut st,
-            claim.event,
-            &claim.destination,
-            claim.due_us,
-            &report,
-            policy,
-        )?;
+        let mut out = Vec::with_capacity(attempts.len());
+        for (claim, report) in &attempts {
+            if !self.claims.holds(&claim.destination, claim.event, claim.token) {
+                out.push(Recorded::ClaimLost);
+                continue;
+            }
+            let verdict = lifecycle::record_attempt(
+                &mut st,
+                claim.event,
+                &claim.destination,
+                claim.due_us,
+                report,
+                policy,
+            )?;
+            out.push(verdict.map_or(Recorded::Stale, Recorded::Done));
+        }
         let changes = st.into_changes();
         d.apply(changes);
-        self.claims.release(&claim.destination, claim.event, claim.token);
-        Ok(verdict.map_or(Recorded::Stale, Recorded::Done))
+        for (claim, _) in &attempts {
+            self.claims.release(&claim.destination, claim.event, claim.token);
+        }
+        Ok(out)
     }
 
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {

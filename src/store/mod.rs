@@ -116,15 +116,16 @@ pub(crate) trait Store: Send + Sync + 'static {
         destination: &str,
         now_us: u64,
     ) -> Result<Option<u64>, StoreError>;
-    /// Records the attempt made under `claim` by [`lifecycle::record_attempt`], and
-    /// ends the claim. Nothing is written if the claim was lost (its lease expired and
-    /// someone else claimed the delivery) or the delivery moved meanwhile.
-    async fn record_attempt(
+    /// Records attempts, each made under its claim, by [`lifecycle::record_attempt`],
+    /// in one atomic write, and ends the claims; returns what became of each, in order.
+    /// Nothing is written for an attempt whose claim was lost (its lease expired and
+    /// someone else claimed the delivery) or whose delivery moved meanwhile. Workers
+    /// group the attempts that finish together, as the committer groups callbacks.
+    async fn record_attempts(
         &self,
-        claim: &Claim,
-        report: lifecycle::AttemptReport,
+        attempts: Vec<(Claim, lifecycle::AttemptReport)>,
         policy: &RetryPolicy,
-    ) -> Result<Recorded, StoreError>;
+    ) -> Result<Vec<Recorded>, StoreError>;
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
     /// [`lifecycle::replay`] for each of `destinations`; returns how many were scheduled.
     async fn replay(

@@ -57,6 +57,8 @@ impl Inner {
             let Some(token) = self.claims.try_claim(dest, event, now_us, expires_us) else {
                 continue;
             };
+            let meta = View::event(self, event)?;
+            let body = self.bodies.get(event.to_key())?.map(|b| bytes::Bytes::copy_from_slice(&b));
             out.push(Claim {
                 event,
                 destination: dest.to_owned(),
@@ -65,6 +67,8 @@ impl Inner {
                 token,
                 expires_us,
                 record,
+                meta,
+                body,
             });
         }
         Ok(out)
@@ -94,30 +98,36 @@ impl Inner {
         }
     }
 
-    pub(super) fn record_attempt(
+    pub(super) fn record_attempts(
         &self,
-        claim: &Claim,
-        report: &AttemptReport,
+        attempts: &[(Claim, AttemptReport)],
         policy: &RetryPolicy,
-    ) -> Result<Recorded, StoreError> {
+    ) -> Result<Vec<Recorded>, StoreError> {
         let guard = lock(&self.lifecycle);
-        if !self.claims.holds(&claim.destination, claim.event, claim.token) {
-            return Ok(Recorded::ClaimLost);
-        }
         let mut st = Staged::new(self);
-        let verdict = lifecycle::record_attempt(
-            &mut st,
-            claim.event,
-            &claim.destination,
-            claim.due_us,
-            report,
-            policy,
-        )?;
+        let mut out = Vec::with_capacity(attempts.len());
+        for (claim, report) in attempts {
+            if !self.claims.holds(&claim.destination, claim.event, claim.token) {
+                out.push(Recorded::ClaimLost);
+                continue;
+            }
+            let verdict = lifecycle::record_attempt(
+                &mut st,
+                claim.event,
+                &claim.destination,
+                claim.due_us,
+                report,
+                policy,
+            )?;
+            out.push(verdict.map_or(Recorded::Stale, Recorded::Done));
+        }
         self.apply(&st.into_changes())?;
-        self.release(claim);
+        for (claim, _) in attempts {
+            self.release(claim);
+        }
         drop(guard);
         self.durable()?;
-        Ok(verdict.map_or(Recorded::Stale, Recorded::Done))
+        Ok(out)
     }
 
     pub(super) fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {

@@ -100,14 +100,13 @@ impl Store for SledStore {
         self.run(move |s| s.next_due_after(&dest, now_us)).await
     }
 
-    async fn record_attempt(
+    async fn record_attempts(
         &self,
-        claim: &Claim,
-        report: AttemptReport,
+        attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
-    ) -> Result<Recorded, StoreError> {
-        let (claim, policy) = (claim.clone(), policy.clone());
-        self.run(move |s| s.record_attempt(&claim, &report, &policy)).await
+    ) -> Result<Vec<Recorded>, StoreError> {
+        let policy = policy.clone();
+        self.run(move |s| s.record_attempts(&attempts, &policy)).await
     }
 
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
