@@ -66,6 +66,8 @@ fn bare_server() {
 struct Target {
     name: &'static str,
     url: String,
+    /// The relay, for its metrics (none for the bare server).
+    relay: Option<std::sync::Arc<common::Relay>>,
     _guard: Box<dyn std::any::Any>,
 }
 
@@ -89,6 +91,7 @@ async fn start_bare() -> Target {
     Target {
         name: "bare actix-web (no store)",
         url: format!("http://{addr}/hooks/demo/x/ActionUpdated"),
+        relay: None,
         _guard: Box::new(Kill(child)),
     }
 }
@@ -102,8 +105,13 @@ async fn start_relay_binary(name: &'static str, bin: &str, durability: &str) -> 
     let text = common::config(&dir.path().join("data"), "")
         .replace("[storage]", &format!("[storage]\ndurability = \"{durability}\""))
         .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
-    let relay = common::Relay::start_binary(bin, dir.path(), &text).await;
-    Target { name, url: relay.hook_url(Some("ActionUpdated")), _guard: Box::new((relay, dir)) }
+    let relay = std::sync::Arc::new(common::Relay::start_binary(bin, dir.path(), &text).await);
+    Target {
+        name,
+        url: relay.hook_url(Some("ActionUpdated")),
+        relay: Some(relay.clone()),
+        _guard: Box::new((relay, dir)),
+    }
 }
 
 /// A realistic callback body of about 1 KiB.
@@ -281,6 +289,26 @@ async fn run(rounds: usize, secs: Duration) {
             median(r.iter().map(|(_, f)| f.p50_ms).collect()),
             median(r.iter().map(|(_, f)| f.p99_ms).collect()),
             r.iter().map(|(c, f)| c.errors + f.errors).sum::<usize>(),
+        );
+    }
+    // How each relay grouped its commits: the mean group size and store time per group
+    // (from its own histograms), which explain most differences in throughput.
+    println!(
+        "\n| relay | commit groups | mean callbacks per group | mean store time per group (ms) |"
+    );
+    println!("|---|---:|---:|---:|");
+    for t in &targets {
+        let Some(relay) = &t.relay else { continue };
+        let text = relay.metrics().await;
+        let get = |name: &str| common::metric(&text, name, &[]).unwrap_or(f64::NAN);
+        let groups = get("hookrelay_store_commit_batch_size_count");
+        println!(
+            "| {} | {:.0} | {:.1} | {:.2} |",
+            t.name,
+            groups,
+            get("hookrelay_store_commit_batch_size_sum") / groups,
+            1000.0 * get("hookrelay_store_commit_duration_seconds_sum")
+                / get("hookrelay_store_commit_duration_seconds_count"),
         );
     }
 }

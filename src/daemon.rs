@@ -13,11 +13,11 @@ use crate::dispatch::Dispatcher;
 use crate::ingress::{self, IngressState};
 use crate::metrics::Metrics;
 use crate::shutdown::StopTrigger;
-use crate::store::{Committer, SharedStore};
+use crate::store::{CommitObserver, SharedStore};
 use crate::supervise::Supervisor;
 
 /// Runs the relay until SIGTERM or SIGINT, then drains: readiness goes false, the
-/// ingress finishes in-flight callbacks, the committer flushes, and the admin
+/// ingress finishes in-flight callbacks, the store commits and flushes, and the admin
 /// listener stops last. Returns once everything is on disk.
 pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new().context("setting up metrics")?);
@@ -30,16 +30,11 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 
     std::fs::create_dir_all(&storage.data_dir)
         .with_context(|| format!("creating storage.data_dir {}", storage.data_dir.display()))?;
-    let store: SharedStore = crate::store::open(storage)
+    let committed = Arc::new(Notify::new());
+    let commits = Arc::new(Commits { metrics: metrics.clone(), wake: committed.clone() });
+    let store: SharedStore = crate::store::open(storage, commits)
         .await
         .with_context(|| format!("opening the store in {}", storage.data_dir.display()))?;
-
-    let committed = Arc::new(Notify::new());
-    let opts = crate::store::CommitterOptions {
-        max_batch: storage.commit_max_batch,
-        committed: Some(committed.clone()),
-    };
-    let (committer, committer_task) = Committer::start(store.clone(), opts, metrics.clone());
     tracing::info!(
         data_dir = %storage.data_dir.display(),
         durability = ?storage.durability,
@@ -80,7 +75,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     );
 
     let reconciler = Arc::new(
-        crate::upstream::reconciler(&config, store.clone(), committer.clone(), metrics.clone())
+        crate::upstream::reconciler(&config, store.clone(), metrics.clone())
             .context("setting up the upstream accounts")?,
     );
 
@@ -97,7 +92,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding admin.listen {}", config.admin.listen))?;
     let ingress_state = IngressState::new(
         &config.sources,
-        committer.clone(),
+        store.clone(),
         metrics.clone(),
         config.ingress.max_body_bytes,
     );
@@ -147,19 +142,34 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         for task in delivery_tasks {
             let _ = task.await;
         }
-        committer.close().await;
         admin_handle.stop(true).await;
     };
     if tokio::time::timeout(grace, drain).await.is_err() {
         tracing::warn!("shutdown grace period exceeded; cutting remaining connections");
         ingress_handle.stop(false).await;
         admin_handle.stop(false).await;
-        committer.close().await;
     }
-    if committer_task.await.is_err() {
-        tracing::error!("the committer task panicked");
-    }
+    // Commits what is queued, then makes everything durable.
     store.close().await.context("final flush")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Where group commits are reported: counted in the metrics, and each stored group
+/// wakes the dispatcher, so dispatch follows ingest without a polling delay.
+struct Commits {
+    metrics: Arc<Metrics>,
+    wake: Arc<Notify>,
+}
+
+impl CommitObserver for Commits {
+    fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
+        self.metrics.group(size, took, ok);
+        if ok {
+            self.wake.notify_one();
+        }
+    }
+    fn stored(&self, meta: &crate::store::EventMeta) {
+        self.metrics.stored(meta);
+    }
 }

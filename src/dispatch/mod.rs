@@ -87,7 +87,11 @@ impl Dispatcher {
             tokio::spawn(purge_dedup(self.store.clone(), self.metrics.clone(), stop.clone()));
         while !stop.is_stopped() {
             match self.dispatch_batch().await {
-                Ok(0) => {
+                // The inbox is drained (a part-full batch took all there was): the
+                // next commit brings a whole group. Looping at once would dispatch
+                // it in slivers, each a transaction that holds sled's write lock
+                // against the committer.
+                Ok(n) if n < BATCH => {
                     tokio::select! {
                         _ = self.wake.notified() => {}
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}

@@ -110,7 +110,7 @@ async fn store(
     let status = event.meta.status;
     let event_name = event.meta.event.clone();
     tracing::Span::current().record("event", event_name.as_str());
-    match state.committer.submit(event).await {
+    match state.store.append(event).await {
         Ok(id) => {
             tracing::Span::current().record("id", tracing::field::display(id));
             let label =

@@ -17,14 +17,15 @@ use actix_web::{web, App, HttpResponse, HttpServer};
 
 use crate::config::SourceConfig;
 use crate::metrics::Metrics;
-use crate::store::Committer;
+use crate::store::SharedStore;
 
 pub(crate) use auth::{Sources, UNKNOWN_SOURCE};
 
 /// What every ingress worker shares.
 pub(crate) struct IngressState {
     pub(crate) sources: Sources,
-    pub(crate) committer: Committer,
+    /// Appends are grouped by the store (group commit).
+    pub(crate) store: SharedStore,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_body_bytes: u64,
 }
@@ -32,11 +33,11 @@ pub(crate) struct IngressState {
 impl IngressState {
     pub(crate) fn new(
         sources: &[SourceConfig],
-        committer: Committer,
+        store: SharedStore,
         metrics: Arc<Metrics>,
         max_body_bytes: u64,
     ) -> Self {
-        Self { sources: Sources::from_config(sources), committer, metrics, max_body_bytes }
+        Self { sources: Sources::from_config(sources), store, metrics, max_body_bytes }
     }
 }
 

@@ -6,24 +6,21 @@ use std::time::Duration;
 use super::*;
 use crate::config::Secret;
 use crate::store::memory::MemoryStore;
-use crate::store::CommitterOptions;
 
 const TOKEN: &str = "test-token-0123456789";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_failure_closes_the_connection_without_any_status() {
     // A store whose writes fail, as on a full disk.
-    let store = MemoryStore::default();
-    store.fail_appends("no space left on device");
     let metrics = Arc::new(Metrics::new().unwrap());
-    let opts = CommitterOptions { max_batch: 8, committed: None };
-    let (committer, _task) = Committer::start(Arc::new(store.clone()), opts, metrics.clone());
+    let store = MemoryStore::with_observer(metrics.clone());
+    store.fail_appends("no space left on device");
     let sources = [SourceConfig {
         name: "demo".into(),
         resolved_token: Some(Secret::new(TOKEN)),
         ..Default::default()
     }];
-    let state = IngressState::new(&sources, committer, metrics.clone(), 1024);
+    let state = IngressState::new(&sources, Arc::new(store.clone()), metrics.clone(), 1024);
     let listen = "127.0.0.1:0".parse().unwrap();
     let (server, addrs) = server(listen, 1, Duration::from_secs(1), state).unwrap();
     let handle = server.handle();

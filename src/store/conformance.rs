@@ -121,6 +121,15 @@ fn policy() -> RetryPolicy {
     }
 }
 
+/// Appends `events` one after the other; returns their ids.
+async fn append_all(store: &SharedStore, events: Vec<NewEvent>) -> Vec<EventId> {
+    let mut ids = Vec::new();
+    for e in events {
+        ids.push(store.append(e).await.unwrap());
+    }
+    ids
+}
+
 /// Records one attempt.
 async fn record(store: &SharedStore, claim: &super::Claim, report: AttemptReport) -> Recorded {
     let mut r = store.record_attempts(vec![(claim.clone(), report)], &policy()).await.unwrap();
@@ -136,14 +145,15 @@ async fn states(store: &SharedStore, id: EventId) -> BTreeMap<String, DeliverySt
 
 async fn ids_listing_bodies_and_reopen(h: &mut dyn Harness) {
     let store = h.open().await;
-    let ids = store
-        .append(vec![
+    let ids = append_all(
+        &store,
+        vec![
             received("demo", "ActionCreated", 5_000, "{\"a\":1}"),
             rejected(4_000), // the clock stepped back: ids still increase
             received("other", "ActionCreated", 6_000, ""),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     assert_eq!(ids.len(), 3);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     assert_eq!(ids[0], EventId::new(5_000), "ids start from the receive time");
@@ -174,22 +184,42 @@ async fn ids_listing_bodies_and_reopen(h: &mut dyn Harness) {
     drop(store);
     let store = h.reopen().await;
     assert_eq!(store.inbox_len().await.unwrap(), 2);
-    let next = store.append(vec![received("demo", "ActionCreated", 1, "{}")]).await.unwrap();
+    let next = append_all(&store, vec![received("demo", "ActionCreated", 1, "{}")]).await;
     assert!(next[0] > ids[2], "ids keep increasing across a restart");
+}
+
+async fn concurrent_appends_get_unique_ids(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.append(received("demo", "A", 7, "{}")).await })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap().unwrap());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 64, "every append got its own id");
+    assert_eq!(store.inbox_len().await.unwrap(), 64, "and every acknowledged one is stored");
+    store.close().await.unwrap();
 }
 
 async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
     let store = h.open().await;
-    let ids = store
-        .append(vec![
+    let ids = append_all(
+        &store,
+        vec![
             received("demo", "ActionCreated", 10 * S, "{}"),
             received("demo", "ActionCreated", 11 * S, "{}"),
             received("demo", "ActionCreated", 700 * S, "{}"),
             received("demo", "ActionCreated", 701 * S, "{}"),
             received("demo", "ActionCreated", 702 * S, "{}"),
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let pending = store.pending(10).await.unwrap();
     assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
     let outcomes = store
@@ -241,7 +271,7 @@ async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
 
 async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
     let store = h.open().await;
-    let id = store.append(vec![received("demo", "ActionCreated", S, "{}")]).await.unwrap()[0];
+    let id = append_all(&store, vec![received("demo", "ActionCreated", S, "{}")]).await[0];
     store.dispatch(vec![plan(id, 1, &["a"])], 2 * S).await.unwrap();
     let first = store.claim_due("a", "r1", 2 * S, LEASE, 5).await.unwrap();
     assert_eq!(first.len(), 1);
@@ -276,8 +306,9 @@ async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
 
 async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
     let store = h.open().await;
-    let events = (1..=4).map(|i| received("demo", "ActionUpdated", i * S, "{}")).collect();
-    let ids = store.append(events).await.unwrap();
+    let events: Vec<NewEvent> =
+        (1..=4).map(|i| received("demo", "ActionUpdated", i * S, "{}")).collect();
+    let ids = append_all(&store, events).await;
     let plans = ids
         .iter()
         .enumerate()
@@ -315,7 +346,7 @@ async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
 
 async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     let store = h.open().await;
-    let id = store.append(vec![received("demo", "ActionCreated", S, "{}")]).await.unwrap()[0];
+    let id = append_all(&store, vec![received("demo", "ActionCreated", S, "{}")]).await[0];
     store.dispatch(vec![plan(id, 1, &["a", "b"])], S).await.unwrap();
     let mut now = S;
     for attempt in 1..=3 {
@@ -401,7 +432,7 @@ async fn per_resource_order(h: &mut dyn Harness) {
     let store = h.open().await;
     let events: Vec<NewEvent> =
         (1..=3).map(|i| received("demo", "ActionUpdated", i * S, "{}")).collect();
-    let ids = store.append(events).await.unwrap();
+    let ids = append_all(&store, events).await;
     let plans = ids
         .iter()
         .map(|id| DispatchPlan {
@@ -439,7 +470,7 @@ async fn per_resource_order(h: &mut dyn Harness) {
     assert_eq!(claims.len(), 1);
     record(&store, &claims[0], report(Outcome::Success, now)).await;
     // A new event of the same record starts a new queue.
-    let id = store.append(vec![received("demo", "ActionUpdated", now, "{}")]).await.unwrap()[0];
+    let id = append_all(&store, vec![received("demo", "ActionUpdated", now, "{}")]).await[0];
     let p =
         DispatchPlan { ordered: vec!["o".into()], resource: Some([4; 16]), ..plan(id, 99, &["o"]) };
     store.dispatch(vec![p], now).await.unwrap();
@@ -448,16 +479,17 @@ async fn per_resource_order(h: &mut dyn Harness) {
 
 async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     let store = h.open().await;
-    let ids = store
-        .append(vec![
+    let ids = append_all(
+        &store,
+        vec![
             received("demo", "A", S, "{}"),
             received("demo", "A", S + 1, "{}"),
             received("demo", "A", S + 2, "{}"),
             rejected(S + 3),
             received("demo", "A", S + 4, "{}"), // stays in the inbox
-        ])
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     store
         .dispatch(
             vec![plan(ids[0], 1, &["a"]), plan(ids[1], 2, &["a"]), plan(ids[2], 3, &[])],
@@ -518,6 +550,10 @@ macro_rules! conformance {
             #[tokio::test]
             async fn ids_listing_bodies_and_reopen() {
                 super::ids_listing_bodies_and_reopen(&mut $make).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_appends_get_unique_ids() {
+                super::concurrent_appends_get_unique_ids(&mut $make).await;
             }
             #[tokio::test]
             async fn dispatch_dedups_routes_and_schedules() {
@@ -639,10 +675,10 @@ mod model {
         for op in ops {
             match op {
                 Op::Append { n, occurrence, routed } => {
-                    let events = (0..n)
+                    let events: Vec<NewEvent> = (0..n)
                         .map(|_| received("demo", "ActionUpdated", m.now, "{\"data\":1}"))
                         .collect();
-                    for id in store.append(events).await.unwrap() {
+                    for id in append_all(&store, events).await {
                         assert!(
                             m.events.keys().next_back().is_none_or(|last| *last < id),
                             "ids increase"

@@ -102,9 +102,16 @@ pub(crate) struct MemoryStore {
     /// When set, every append fails with this message (a full disk), counted.
     fail_appends: Arc<Mutex<Option<&'static str>>>,
     failed_appends: Arc<std::sync::atomic::AtomicUsize>,
+    /// Hears of every append (a group of one: nothing here is worth grouping).
+    observer: Option<Arc<dyn super::CommitObserver>>,
 }
 
 impl MemoryStore {
+    /// A store whose appends are reported to `observer`.
+    pub(crate) fn with_observer(observer: Arc<dyn super::CommitObserver>) -> Self {
+        Self { observer: Some(observer), ..Self::default() }
+    }
+
     /// Makes every later append fail with `message`.
     pub(crate) fn fail_appends(&self, message: &'static str) {
         *lock(&self.fail_appends) = Some(message);
@@ -128,24 +135,28 @@ fn micros(d: Duration) -> u64 {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>, StoreError> {
-        if let Some(message) = *lock(&self.fail_appends) {
+    async fn append(&self, event: NewEvent) -> Result<EventId, StoreError> {
+        let started = std::time::Instant::now();
+        let failure = *lock(&self.fail_appends);
+        if let Some(observer) = &self.observer {
+            observer.group(1, started.elapsed(), failure.is_none());
+        }
+        if let Some(message) = failure {
             self.failed_appends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             return Err(StoreError::Injected(message));
         }
         let mut d = lock(&self.data);
-        let mut ids = Vec::with_capacity(events.len());
-        for ev in events {
-            d.last_id = ev.meta.received_at_us.max(d.last_id + 1);
-            let id = EventId::new(d.last_id);
-            ids.push(id);
-            if ev.meta.status == EventStatus::Received {
-                d.inbox.insert(id, (ev.meta, ev.body.unwrap_or_default()));
-            } else {
-                d.events.insert(id, ev.meta);
-            }
+        d.last_id = event.meta.received_at_us.max(d.last_id + 1);
+        let id = EventId::new(d.last_id);
+        if let Some(observer) = &self.observer {
+            observer.stored(&event.meta);
         }
-        Ok(ids)
+        if event.meta.status == EventStatus::Received {
+            d.inbox.insert(id, (event.meta, event.body.unwrap_or_default()));
+        } else {
+            d.events.insert(id, event.meta);
+        }
+        Ok(id)
     }
 
     async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {

@@ -7,13 +7,18 @@
 //!   checks the claim ([`Claim`]);
 //! - shared state (pauses, counts) is read from the store, and every read can fail;
 //! - durability belongs to the backend: each write returns once it is as durable as
-//!   configured; no caller asks for an fsync;
+//!   configured; no caller asks for an fsync. Three writes whose loss a crash only
+//!   makes the relay do again are exempt, so that they never hold up an
+//!   acknowledgement behind their own fsync: `dispatch` (redone from the durable
+//!   inbox), `purge_dedup` and `prune` (redone on the next pass). Each of them is
+//!   durable with the next durable write, since every later write is ordered after it;
 //! - every method is async: a backend with blocking I/O runs it on the blocking pool.
 //!
 //! The rules that move events and deliveries on live in [`lifecycle`], pure; a backend
 //! reads what a rule asks for, and applies the [`lifecycle::Changes`] it returns in one
-//! atomic write. Backends: `sled/` (the embedded default), `memory` (tests).
-//! [`Committer`] groups concurrent appends into one store write.
+//! atomic write. Backends: `sled/` (the embedded default), `memory` (tests). Each
+//! backend groups concurrent appends into one write ([`Committer`] for a backend with
+//! blocking writes).
 
 mod claims;
 mod commit;
@@ -36,7 +41,9 @@ use async_trait::async_trait;
 
 pub(crate) use self::sled::{SledOptions, SledStore};
 pub(crate) use claims::ClaimTable;
-pub(crate) use commit::{CommitObserver, Committer, CommitterOptions};
+#[cfg(test)]
+pub(crate) use commit::NoObserver;
+pub(crate) use commit::{CommitObserver, Committer};
 pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{
     resource_from_hex, resource_hex, Attempt, Claim, DeadLetterFilter, DedupKey, DeliveryRecord,
@@ -65,11 +72,12 @@ pub(crate) struct EventFilter {
 pub(crate) trait Store: Send + Sync + 'static {
     // ---- ingest and reading events
 
-    /// Stores a group of events atomically and returns their ids, in order, once the
-    /// group is as durable as configured. Received events go to the inbox (body
-    /// included), rejected ones straight to their final record. Ids are unique across
-    /// every process sharing the store, and increase with time.
-    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>, StoreError>;
+    /// Stores an event and returns its id once it is as durable as configured. A
+    /// received event goes to the inbox (body included), a rejected one straight to its
+    /// final record. Ids are unique across every process sharing the store, and
+    /// increase with time. Concurrent appends are grouped by the backend into one
+    /// write (group commit), reported to the [`CommitObserver`] it was opened with.
+    async fn append(&self, event: NewEvent) -> Result<EventId, StoreError>;
     async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError>;
     async fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError>;
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventRecord>, StoreError>;
@@ -84,7 +92,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError>;
     /// Dispatches the events of `plans` by [`lifecycle::dispatch`] at `now_us`, in one
     /// atomic write. An event no longer in the inbox is [`DispatchOutcome::Gone`]: a
-    /// crash, or another relay, can neither lose an event nor dispatch it twice.
+    /// crash, or another relay, can neither lose an event nor dispatch it twice. Need
+    /// not be durable on return: a dispatch lost in a crash is redone from the inbox,
+    /// and an attempt's durable record makes the dispatch before it durable too.
     async fn dispatch(
         &self,
         plans: Vec<DispatchPlan>,
@@ -168,8 +178,12 @@ pub(crate) trait Store: Send + Sync + 'static {
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;
 
-/// Opens the backend `config` names: the one factory of the relay.
-pub(crate) async fn open(config: &StorageConfig) -> Result<SharedStore, StoreError> {
+/// Opens the backend `config` names: the one factory of the relay. `observer` hears
+/// of every group commit.
+pub(crate) async fn open(
+    config: &StorageConfig,
+    observer: Arc<dyn CommitObserver>,
+) -> Result<SharedStore, StoreError> {
     match config.backend {
         StorageBackend::Sled => {
             let opts = SledOptions {
@@ -177,6 +191,8 @@ pub(crate) async fn open(config: &StorageConfig) -> Result<SharedStore, StoreErr
                 cache_capacity_bytes: config.cache_capacity_bytes,
                 flush_interval: config.flush_interval,
                 durable: config.durability == Durability::Durable,
+                commit_max_batch: config.commit_max_batch,
+                observer,
             };
             let store = tokio::task::spawn_blocking(move || SledStore::open(&opts))
                 .await

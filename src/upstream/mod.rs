@@ -22,7 +22,7 @@ use anyhow::Context;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::{Committer, SharedStore};
+use crate::store::SharedStore;
 
 pub(crate) use reconcile::Reconciler;
 
@@ -52,7 +52,6 @@ pub(crate) enum UpstreamError {
 pub(crate) fn reconciler(
     config: &Config,
     store: SharedStore,
-    committer: Committer,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Reconciler> {
     let upstream = &config.upstream;
@@ -95,5 +94,5 @@ pub(crate) fn reconciler(
             });
         }
     }
-    Ok(Reconciler::new(accounts, committer, store, metrics, upstream.max_concurrency))
+    Ok(Reconciler::new(accounts, store, metrics, upstream.max_concurrency))
 }

@@ -20,7 +20,7 @@ use crate::config::{Secret, MASK};
 use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{Committer, SharedStore};
+use crate::store::SharedStore;
 use crate::timefmt::format_utc;
 
 /// One account the relay keeps hooks for.
@@ -52,7 +52,6 @@ impl Account {
 /// Keeps every account's hooks as configured.
 pub(crate) struct Reconciler {
     accounts: Vec<Account>,
-    committer: Committer,
     store: SharedStore,
     /// The hook lifecycle's metrics, and the missing-callbacks comparison behind one.
     gauges: Gauges,
@@ -67,7 +66,6 @@ pub(crate) struct Reconciler {
 impl Reconciler {
     pub(crate) fn new(
         accounts: Vec<Account>,
-        committer: Committer,
         store: SharedStore,
         metrics: Arc<Metrics>,
         max_concurrency: usize,
@@ -76,7 +74,6 @@ impl Reconciler {
             accounts.iter().map(|a| (a.id().clone(), a.events.clone())).collect();
         Self {
             accounts,
-            committer,
             store,
             gauges: Gauges::new(metrics, &ids),
             max_concurrency: max_concurrency.max(1),
@@ -306,11 +303,8 @@ impl Reconciler {
         new_id: &str,
     ) -> Result<(), UpstreamError> {
         let new_event = gap::event(account.id(), event, gap, new_id, SystemTime::now());
-        let stored = self
-            .committer
-            .submit(new_event)
-            .await
-            .map_err(|e| UpstreamError::Store(e.to_string()))?;
+        let stored =
+            self.store.append(new_event).await.map_err(|e| UpstreamError::Store(e.to_string()))?;
         tracing::info!(id = %stored, source = %account.id().source, account = %account.id().account, event, "HookGap event stored");
         self.save_gap(account, event, None).await
     }

@@ -5,10 +5,10 @@
 
 use std::sync::atomic::Ordering;
 
-use sled::transaction::{ConflictableTransactionError as Txe, TransactionError};
+use sled::transaction::{ConflictableTransactionError as Txe, TransactionError, TransactionalTree};
 use sled::Transactional;
 
-use super::codec::decode_pending;
+use super::codec::body_of;
 use super::{hex, keys, Inner, INBOX, SCHEDULED_PENDING, SCHEDULED_RETRYING};
 use crate::store::lifecycle::{schedule_entry, Changes};
 use crate::store::{DeliveryRecord, DeliveryState, StoreError};
@@ -32,6 +32,77 @@ fn marker(r: &DeliveryRecord) -> u8 {
     }
 }
 
+fn is_dead(r: &Option<DeliveryRecord>) -> bool {
+    r.as_ref().is_some_and(|r| r.state == DeliveryState::Dead)
+}
+
+/// The trees every change may write, in this order: inbox, events, bodies, dedup,
+/// deliveries, schedule, ordering.
+type Trees<'a> = [&'a TransactionalTree; 7];
+
+/// The writes of `changes` inside a transaction over [`Trees`] and, when a delivery
+/// enters or leaves `dead`, `dead_letters`. Returns (events moved out of the inbox,
+/// new dedup keys).
+fn write(
+    changes: &Changes,
+    [inbox, events, bodies, dedup, deliveries, schedule, ordering]: Trees<'_>,
+    dead: Option<&TransactionalTree>,
+) -> Result<(u64, u64), Txe<StoreError>> {
+    let (mut moved, mut new_keys) = (0u64, 0u64);
+    for (id, meta) in &changes.dispatched {
+        let key = id.to_key();
+        let Some(raw) = inbox.remove(&key)? else { continue };
+        let body = body_of(&raw).map_err(|reason| {
+            Txe::Abort(StoreError::Corrupt { table: INBOX, key: hex(&key), reason })
+        })?;
+        events.insert(&key, encode(meta)?)?;
+        bodies.insert(&key, body)?;
+        moved += 1;
+    }
+    for (hash, entry) in &changes.dedup {
+        if dedup.insert(hash, &keys::encode_dedup(entry))?.is_none() {
+            new_keys += 1;
+        }
+    }
+    for ((event, dest), change) in &changes.deliveries {
+        let key = keys::delivery(*event, dest);
+        if let Some(due) = change.before.as_ref().and_then(schedule_entry) {
+            schedule.remove(keys::schedule(dest, due, *event))?;
+        }
+        let (was, is) = (is_dead(&change.before), is_dead(&change.after));
+        if let (Some(dead), true) = (dead, was != is) {
+            if is {
+                dead.insert(key.as_slice(), &[])?;
+            } else {
+                dead.remove(key.as_slice())?;
+            }
+        }
+        match &change.after {
+            Some(after) => {
+                if let Some(due) = schedule_entry(after) {
+                    schedule.insert(keys::schedule(dest, due, *event), &[marker(after)])?;
+                }
+                deliveries.insert(key, encode(after)?)?;
+            }
+            None => {
+                deliveries.remove(key)?;
+            }
+        }
+    }
+    for ((dest, resource), queue) in &changes.queues {
+        let key = keys::order(dest, resource);
+        match queue {
+            Some(q) => ordering.insert(key, &keys::encode_order(q))?,
+            None => ordering.remove(key)?,
+        };
+    }
+    for id in &changes.pruned {
+        events.remove(&id.to_key())?;
+        bodies.remove(&id.to_key())?;
+    }
+    Ok((moved, new_keys))
+}
+
 impl Inner {
     /// Writes `changes` atomically, then updates the in-memory counts. The caller
     /// holds the lifecycle lock; durability is the caller's next step.
@@ -39,72 +110,29 @@ impl Inner {
         if changes.is_empty() {
             return Ok(());
         }
-        let trees = (
+        // A sled transaction costs more for every tree it spans: `dead_letters` joins
+        // only when a delivery enters or leaves `dead` (never at dispatch).
+        let dead_letters =
+            changes.deliveries.values().any(|c| is_dead(&c.before) != is_dead(&c.after));
+        let t = (
             &self.inbox,
             &self.events,
             &self.bodies,
             &self.dedup,
             &self.deliveries,
             &self.schedule,
-            &self.dead_letters,
             &self.ordering,
         );
-        let (moved, new_keys) = trees
-            .transaction(|(inbox, events, bodies, dedup, deliveries, schedule, dead, ordering)| {
-                let (mut moved, mut new_keys) = (0u64, 0u64);
-                for (id, meta) in &changes.dispatched {
-                    let key = id.to_key();
-                    let Some(raw) = inbox.remove(&key)? else { continue };
-                    let (_, body) = decode_pending(&raw).map_err(|reason| {
-                        Txe::Abort(StoreError::Corrupt { table: INBOX, key: hex(&key), reason })
-                    })?;
-                    events.insert(&key, encode(meta)?)?;
-                    bodies.insert(&key, body)?;
-                    moved += 1;
-                }
-                for (hash, entry) in &changes.dedup {
-                    if dedup.insert(hash, &keys::encode_dedup(entry))?.is_none() {
-                        new_keys += 1;
-                    }
-                }
-                for ((event, dest), change) in &changes.deliveries {
-                    let key = keys::delivery(*event, dest);
-                    if let Some(due) = change.before.as_ref().and_then(schedule_entry) {
-                        schedule.remove(keys::schedule(dest, due, *event))?;
-                    }
-                    match &change.after {
-                        Some(after) => {
-                            if let Some(due) = schedule_entry(after) {
-                                schedule
-                                    .insert(keys::schedule(dest, due, *event), &[marker(after)])?;
-                            }
-                            if after.state == DeliveryState::Dead {
-                                dead.insert(key.as_slice(), &[])?;
-                            } else {
-                                dead.remove(key.as_slice())?;
-                            }
-                            deliveries.insert(key, encode(after)?)?;
-                        }
-                        None => {
-                            dead.remove(key.as_slice())?;
-                            deliveries.remove(key)?;
-                        }
-                    }
-                }
-                for ((dest, resource), queue) in &changes.queues {
-                    let key = keys::order(dest, resource);
-                    match queue {
-                        Some(q) => ordering.insert(key, &keys::encode_order(q))?,
-                        None => ordering.remove(key)?,
-                    };
-                }
-                for id in &changes.pruned {
-                    events.remove(&id.to_key())?;
-                    bodies.remove(&id.to_key())?;
-                }
-                Ok((moved, new_keys))
-            })
-            .map_err(tx_error)?;
+        let (moved, new_keys) = if dead_letters {
+            (t.0, t.1, t.2, t.3, t.4, t.5, t.6, &self.dead_letters)
+                .transaction(|(a, b, c, d, e, f, g, dead)| {
+                    write(changes, [a, b, c, d, e, f, g], Some(dead))
+                })
+                .map_err(tx_error)?
+        } else {
+            t.transaction(|(a, b, c, d, e, f, g)| write(changes, [a, b, c, d, e, f, g], None))
+                .map_err(tx_error)?
+        };
         self.inbox_count
             .fetch_sub(moved.min(self.inbox_count.load(Ordering::Relaxed)), Ordering::Relaxed);
         self.dedup_count.fetch_add(new_keys, Ordering::Relaxed);

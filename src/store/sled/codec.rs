@@ -32,6 +32,13 @@ pub(crate) fn decode_pending(value: &[u8]) -> Result<(EventMeta, &[u8]), String>
     Ok((meta, body))
 }
 
+/// The body of an inbox entry, without parsing its meta.
+pub(crate) fn body_of(value: &[u8]) -> Result<&[u8], String> {
+    let (len, rest) = value.split_first_chunk::<4>().ok_or("entry shorter than its header")?;
+    let len = u32::from_be_bytes(*len) as usize;
+    rest.get(len..).ok_or_else(|| format!("meta length {len} exceeds the entry"))
+}
+
 /// Parses the meta part of an inbox entry without touching the body.
 pub(crate) fn decode_meta(value: &[u8]) -> Result<EventMeta, String> {
     decode_pending(value).map(|(meta, _)| meta)
@@ -64,6 +71,8 @@ mod tests {
         assert_eq!((back, body), (meta.clone(), &b"a\0b"[..]));
         let empty = encode_pending(&meta, b"").unwrap();
         assert_eq!(decode_pending(&empty).unwrap().1, b"");
+        assert_eq!(body_of(&bytes).unwrap(), b"a\0b");
+        assert!(body_of(&bytes[..10]).is_err());
         assert!(decode_pending(&bytes[..3]).is_err());
         assert!(decode_pending(&bytes[..10]).is_err());
     }

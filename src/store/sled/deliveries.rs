@@ -238,7 +238,6 @@ impl Inner {
             }
             from = EventId::new(last.raw().saturating_add(1));
         }
-        self.durable()?;
         Ok(pruned)
     }
 

@@ -42,7 +42,7 @@ impl Inner {
         }
         self.apply(&st.into_changes())?;
         drop(guard);
-        self.durable()?;
+        // Not flushed here (see `Store::dispatch`): the next durable write covers it.
         Ok(outcomes)
     }
 

@@ -12,7 +12,8 @@
 //! - **Durability**: in `durable` mode each write waits for a shared fsync
 //!   (`flush.rs`) before it returns; in `buffered` mode sled flushes every
 //!   `flush_interval`.
-//! - **Async**: every call runs on tokio's blocking pool (`store.rs`).
+//! - **Async**: every call runs on tokio's blocking pool (`store.rs`), but appends,
+//!   which go to the group committer's own thread ([`Committer`]).
 //!
 //! A received event lives in `inbox` (meta and body in one value) until dispatch moves
 //! it to `events` and `bodies`; a rejected one goes straight to `events`. So an ack
@@ -35,7 +36,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::codec::decode_meta;
-use super::{ClaimTable, EventId, EventMeta, EventRecord, QueueCounts, StoreError};
+use super::{
+    ClaimTable, CommitObserver, Committer, EventId, EventMeta, EventRecord, QueueCounts, StoreError,
+};
 
 /// Version of the on-disk layout; bumped on incompatible changes.
 const SCHEMA_VERSION: u32 = 1;
@@ -68,6 +71,9 @@ impl From<sled::Error> for StoreError {
 #[derive(Clone)]
 pub(crate) struct SledStore {
     inner: Arc<Inner>,
+    /// Appends go through group commit on its own thread.
+    committer: Committer,
+    committer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// The backend's state; its methods are blocking.
@@ -103,6 +109,9 @@ pub(crate) struct SledOptions {
     pub(crate) flush_interval: Duration,
     /// Whether each write waits for an fsync.
     pub(crate) durable: bool,
+    /// Most callbacks one group commit takes.
+    pub(crate) commit_max_batch: usize,
+    pub(crate) observer: Arc<dyn CommitObserver>,
 }
 
 impl SledStore {
@@ -154,7 +163,15 @@ impl SledStore {
             durable: opts.durable,
         };
         inner.rebuild()?;
-        Ok(Self { inner: Arc::new(inner) })
+        let inner = Arc::new(inner);
+        let writer = inner.clone();
+        let (committer, thread) = Committer::start(
+            "sled",
+            Box::new(move |events| writer.append(events)),
+            opts.commit_max_batch,
+            opts.observer.clone(),
+        )?;
+        Ok(Self { inner, committer, committer_thread: Arc::new(Mutex::new(Some(thread))) })
     }
 }
 
@@ -231,6 +248,7 @@ pub(super) fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 pub(crate) mod testutil {
     use std::path::Path;
+    use std::sync::Arc;
     use std::time::Duration;
 
     use super::{SledOptions, SledStore};
@@ -245,6 +263,8 @@ pub(crate) mod testutil {
                 cache_capacity_bytes: 1 << 20,
                 flush_interval: Duration::from_millis(500),
                 durable: true,
+                commit_max_batch: 64,
+                observer: Arc::new(crate::store::NoObserver),
             }) {
                 Ok(store) => return store,
                 Err(e) if std::time::Instant::now() < deadline => {
@@ -274,6 +294,8 @@ mod tests {
             cache_capacity_bytes: 1 << 20,
             flush_interval: Duration::from_millis(500),
             durable: true,
+            commit_max_batch: 64,
+            observer: Arc::new(crate::store::NoObserver),
         })
         .err()
         .unwrap();

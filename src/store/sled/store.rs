@@ -30,8 +30,8 @@ impl SledStore {
 
 #[async_trait]
 impl Store for SledStore {
-    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>, StoreError> {
-        self.run(move |s| s.append(&events)).await
+    async fn append(&self, event: NewEvent) -> Result<EventId, StoreError> {
+        self.committer.submit(event).await
     }
 
     async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
@@ -167,6 +167,15 @@ impl Store for SledStore {
     }
 
     async fn close(&self) -> Result<(), StoreError> {
+        // What is queued is committed first; later appends fail.
+        self.committer.close().await;
+        let thread = crate::lock::lock(&self.committer_thread).take();
+        if let Some(thread) = thread {
+            let joined = tokio::task::spawn_blocking(move || thread.join()).await;
+            if !matches!(joined, Ok(Ok(()))) {
+                tracing::error!("the committer thread panicked");
+            }
+        }
         self.run(Inner::flush_now).await
     }
 }
