@@ -30,6 +30,15 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 
     std::fs::create_dir_all(&storage.data_dir)
         .with_context(|| format!("creating storage.data_dir {}", storage.data_dir.display()))?;
+    // Measured before the store opens, and before the relay says it is ready.
+    let space = Arc::new(crate::space::Space::new(
+        &storage.data_dir,
+        storage.min_free_bytes,
+        storage.min_free_percent,
+    ));
+    space.check().with_context(|| {
+        format!("measuring free space of storage.data_dir {}", storage.data_dir.display())
+    })?;
     let committed = Arc::new(Notify::new());
     let commits = Arc::new(Commits { metrics: metrics.clone(), wake: committed.clone() });
     let store: SharedStore = crate::store::open(storage, commits)
@@ -63,6 +72,11 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         "dispatcher".into(),
         tokio::spawn(dispatcher.run(stop.clone())),
     );
+    let space_task = supervisor.watch(
+        "space",
+        "free-space watch".into(),
+        tokio::spawn(crate::space::watch(space.clone(), metrics.clone(), stop.clone())),
+    );
     let retention_task = supervisor.watch(
         "retention",
         "retention".into(),
@@ -85,6 +99,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         store: store.clone(),
         metrics: metrics.clone(),
         readiness: readiness.clone(),
+        space: space.clone(),
         token: config.admin.resolved_token.clone(),
         upstream: reconciler.clone(),
     };
@@ -95,6 +110,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         store.clone(),
         metrics.clone(),
         config.ingress.max_body_bytes,
+        space.clone(),
     );
     let (ingress_server, ingress_addrs) =
         ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
@@ -138,6 +154,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         stop_trigger.stop();
         let _ = dispatch_task.await;
         let _ = retention_task.await;
+        let _ = space_task.await;
         let _ = reconcile_task.await;
         for task in delivery_tasks {
             let _ = task.await;

@@ -20,6 +20,7 @@ mod notify;
 mod retention;
 mod shutdown;
 mod sim;
+mod space;
 mod store;
 mod supervise;
 mod telemetry;

@@ -32,7 +32,10 @@ pub(crate) mod outcome {
     pub(crate) const STORE_FAILED: &str = "store_failed";
     /// The client went away before its body was complete: nothing stored.
     pub(crate) const INCOMPLETE: &str = "incomplete";
-    pub(crate) const ALL: [&str; 5] = [ACCEPTED, REJECTED, UNAUTHORIZED, STORE_FAILED, INCOMPLETE];
+    /// Free space below the floor: connection closed without an answer, nothing stored.
+    pub(crate) const NO_SPACE: &str = "no_space";
+    pub(crate) const ALL: [&str; 6] =
+        [ACCEPTED, REJECTED, UNAUTHORIZED, STORE_FAILED, INCOMPLETE, NO_SPACE];
 }
 
 /// Delivery attempt outcomes, the values of `hookrelay_deliveries_total{outcome}`.
@@ -48,6 +51,8 @@ pub(crate) struct Metrics {
     pub(crate) store_commit_failures: IntCounter,
     pub(crate) events_stored: IntCounterVec,
     pub(crate) store_size: IntGauge,
+    pub(crate) storage_free: IntGauge,
+    pub(crate) storage_floor: IntGauge,
     pub(crate) inbox_events: IntGauge,
     pub(crate) ready: IntGauge,
     pub(crate) events_dispatched: IntCounterVec,
@@ -140,7 +145,7 @@ impl Metrics {
             ingress_requests: counter_vec(
                 "hookrelay_ingress_requests_total",
                 "Callbacks received, by source (`unknown` if not configured) and outcome \
-                 (accepted, rejected, unauthorized, store_failed, incomplete).",
+                 (accepted, rejected, unauthorized, store_failed, incomplete, no_space).",
                 &["source", "outcome"],
             )?,
             ingress_duration: histogram(
@@ -168,6 +173,16 @@ impl Metrics {
                 &["source", "event"],
             )?,
             store_size: gauge("hookrelay_store_size_bytes", "Size of the sled store on disk.")?,
+            storage_free: gauge(
+                "hookrelay_storage_free_bytes",
+                "Free space on the data directory's filesystem (as an unprivileged process \
+                 sees it), measured every second.",
+            )?,
+            storage_floor: gauge(
+                "hookrelay_storage_floor_bytes",
+                "The free-space floor (storage.min_free_bytes / min_free_percent): below it, \
+                 callbacks are refused.",
+            )?,
             inbox_events: gauge(
                 "hookrelay_inbox_events",
                 "Stored events waiting to be dispatched.",
@@ -411,6 +426,8 @@ mod tests {
         m.store_commit_failures.inc();
         m.events_stored.with_label_values(&["demo", "ActionCreated"]).inc();
         m.store_size.set(1);
+        m.storage_free.set(1);
+        m.storage_floor.set(1);
         m.inbox_events.set(1);
         m.ready.set(1);
         for v in [&m.events_dispatched, &m.events_deduplicated, &m.events_unrouted] {
@@ -442,6 +459,14 @@ mod tests {
     }
 
     #[test]
+    fn verdict_labels_are_the_pre_created_outcomes() {
+        use crate::store::lifecycle::Verdict;
+        for v in [Verdict::Success, Verdict::Retry, Verdict::Failed, Verdict::Dead] {
+            assert!(DELIVERY_OUTCOMES.contains(&v.label()), "{v:?}");
+        }
+    }
+
+    #[test]
     fn every_metric_has_help_base_units_and_bounded_labels() {
         let m = Metrics::new().unwrap();
         assert!(m.descs.len() >= 30, "{} metrics registered", m.descs.len());
@@ -449,8 +474,10 @@ mod tests {
             let name = d.fq_name.as_str();
             assert!(name.starts_with("hookrelay_"), "{name}");
             assert!(d.help.len() >= 10 && d.help.ends_with('.'), "{name}: HELP {:?}", d.help);
+            // Whole `_`-separated words ("storage" is not an "age"); `size_bytes` spans two.
+            let padded = format!("_{name}_");
             for (word, unit) in UNITS {
-                if name.contains(word) {
+                if padded.contains(&format!("_{word}_")) {
                     let base = name.trim_end_matches("_total");
                     assert!(base.ends_with(unit), "{name} measures {word}: must end in {unit}");
                 }

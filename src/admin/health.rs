@@ -42,7 +42,9 @@ pub(super) async fn healthz() -> HttpResponse {
 
 /// 200 once ready, 503 before that and while shutting down.
 pub(super) async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
-    if state.readiness.get() {
+    if state.space.below_floor() {
+        HttpResponse::ServiceUnavailable().body(format!("not ready: {}\n", state.space.describe()))
+    } else if state.readiness.get() {
         HttpResponse::Ok().body("ready\n")
     } else {
         let reason = state.readiness.failure().unwrap_or_else(|| "starting or stopping".into());
@@ -62,7 +64,7 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
         Ok(n) => m.inbox_events.set(i64::try_from(n).unwrap_or(i64::MAX)),
         Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
     }
-    m.ready.set(i64::from(state.readiness.get()));
+    m.ready.set(i64::from(state.readiness.get() && !state.space.below_floor()));
     for d in state.destinations.iter() {
         let name = d.dest.name.as_str();
         match store.queue_stats(name).await {

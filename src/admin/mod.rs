@@ -30,6 +30,8 @@ pub(crate) struct AdminState {
     pub(crate) store: SharedStore,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) readiness: Arc<Readiness>,
+    /// Below the free-space floor, the relay is not ready.
+    pub(crate) space: Arc<crate::space::Space>,
     pub(crate) token: Option<Secret>,
     pub(crate) upstream: Arc<crate::upstream::Reconciler>,
 }

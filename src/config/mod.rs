@@ -165,6 +165,10 @@ pub(crate) struct StorageConfig {
     pub(crate) flush_interval: Duration,
     /// sled page cache size.
     pub(crate) cache_capacity_bytes: u64,
+    /// Callbacks are refused (connection closed) while the data directory's filesystem
+    /// has less free space than the larger of these two.
+    pub(crate) min_free_bytes: u64,
+    pub(crate) min_free_percent: f64,
 }
 
 impl Default for StorageConfig {
@@ -176,6 +180,8 @@ impl Default for StorageConfig {
             commit_max_batch: 512,
             flush_interval: Duration::from_millis(500),
             cache_capacity_bytes: 64 * 1024 * 1024,
+            min_free_bytes: 256 * 1024 * 1024,
+            min_free_percent: 2.0,
         }
     }
 }

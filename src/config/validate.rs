@@ -49,6 +49,9 @@ impl Config {
         if !(1..=10_000).contains(&self.storage.commit_max_batch) {
             problems.push("storage.commit_max_batch: must be between 1 and 10000".into());
         }
+        if !(0.0..=50.0).contains(&self.storage.min_free_percent) {
+            problems.push("storage.min_free_percent: must be between 0 and 50".into());
+        }
         if self.storage.flush_interval.is_zero() {
             problems.push("storage.flush_interval: must be greater than 0".into());
         }

@@ -65,6 +65,15 @@ pub(super) async fn callback(
         }
     };
 
+    if state.space.below_floor() {
+        // Refused before the store sees a full disk: the upstream retries a closed
+        // connection (the crossing of the floor is logged once, not per callback).
+        m.ingress(source, outcome::NO_SPACE);
+        m.ingress_duration.observe(started.elapsed().as_secs_f64());
+        abort::close_without_answer(&req);
+        return HttpResponse::ServiceUnavailable().finish();
+    }
+
     // Everything from here on is about one event of a known source: one span, so its
     // lines can be found by event id, source or event name.
     let span = tracing::info_span!(

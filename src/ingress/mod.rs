@@ -28,6 +28,8 @@ pub(crate) struct IngressState {
     pub(crate) store: SharedStore,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_body_bytes: u64,
+    /// Free-space admission.
+    pub(crate) space: Arc<crate::space::Space>,
 }
 
 impl IngressState {
@@ -36,8 +38,9 @@ impl IngressState {
         store: SharedStore,
         metrics: Arc<Metrics>,
         max_body_bytes: u64,
+        space: Arc<crate::space::Space>,
     ) -> Self {
-        Self { sources: Sources::from_config(sources), store, metrics, max_body_bytes }
+        Self { sources: Sources::from_config(sources), store, metrics, max_body_bytes, space }
     }
 }
 

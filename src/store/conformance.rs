@@ -523,6 +523,72 @@ async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     );
 }
 
+/// The retention race: a replay committed between retention's decision and its delete
+/// left a schedule entry without a delivery record, retried every second forever.
+/// Prune and replay run concurrently here; afterwards every event is either gone
+/// whole or has its replayed delivery, and every due entry has its record.
+async fn prune_and_replay_race_leaves_no_orphan(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let n = 200u64;
+    let events: Vec<NewEvent> = (0..n).map(|i| received("demo", "A", S + i, "{}")).collect();
+    let ids = append_all(&store, events).await;
+    let plans = ids
+        .iter()
+        .map(|id| plan(*id, (id.raw() % 250) as u8, &["a"]))
+        .map(|p| DispatchPlan { dedup: None, ..p })
+        .collect();
+    store.dispatch(plans, 2 * S).await.unwrap();
+    loop {
+        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 64).await.unwrap();
+        if claims.is_empty() {
+            break;
+        }
+        let batch = claims.into_iter().map(|c| (c, report(Outcome::Success, 2 * S))).collect();
+        store.record_attempts(batch, &policy()).await.unwrap();
+    }
+    let pruner = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut pruned = 0;
+            for _ in 0..50 {
+                pruned += store.prune(10 * S + n, 5).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            pruned
+        })
+    };
+    let replayer = {
+        let (store, ids) = (store.clone(), ids.clone());
+        tokio::spawn(async move {
+            let mut replayed = 0;
+            for id in ids.iter().rev() {
+                replayed += store.replay(*id, vec!["a".into()], 3 * S).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            replayed
+        })
+    };
+    let (pruned, replayed) = (pruner.await.unwrap(), replayer.await.unwrap());
+    assert_eq!(pruned + replayed, n as usize, "each event was pruned or replayed, not both");
+    let mut pending = 0;
+    for id in &ids {
+        let event = store.event(*id).await.unwrap();
+        let deliveries = store.deliveries_of(*id).await.unwrap();
+        match event {
+            None => assert!(deliveries.is_empty(), "a pruned event took its deliveries"),
+            Some(_) => {
+                assert_eq!(deliveries.len(), 1);
+                assert_eq!(deliveries[0].state, DeliveryState::Pending);
+                pending += 1;
+            }
+        }
+    }
+    assert_eq!(pending, replayed);
+    assert_eq!(store.queue_stats("a").await.unwrap().pending, replayed as u64);
+    let due = store.claim_due("a", "r1", 4 * S, LEASE, 10_000).await.unwrap();
+    assert_eq!(due.len(), replayed, "every due entry has its record, and no entry is orphaned");
+}
+
 async fn pauses_and_upstream_state_are_shared_and_durable(h: &mut dyn Harness) {
     let store = h.open().await;
     store.set_paused("a", true).await.unwrap();
@@ -578,6 +644,10 @@ macro_rules! conformance {
             #[tokio::test]
             async fn prune_keeps_what_is_not_finished() {
                 super::prune_keeps_what_is_not_finished(&mut $make).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn prune_and_replay_race_leaves_no_orphan() {
+                super::prune_and_replay_race_leaves_no_orphan(&mut $make).await;
             }
             #[tokio::test]
             async fn pauses_and_upstream_state_are_shared_and_durable() {

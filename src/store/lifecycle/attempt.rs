@@ -165,13 +165,6 @@ fn micros(d: Duration) -> u64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn labels_are_the_pre_created_outcomes() {
-        for v in [Verdict::Success, Verdict::Retry, Verdict::Failed, Verdict::Dead] {
-            assert!(crate::metrics::DELIVERY_OUTCOMES.contains(&v.label()), "{v:?}");
-        }
-    }
-
     fn report(outcome: Outcome, status: Option<u16>, at_us: u64) -> AttemptReport {
         AttemptReport {
             attempt: Attempt { at_us, duration_us: 5_000, status, error: None },

@@ -1,0 +1,154 @@
+//! Free-space admission: the relay stops taking callbacks while the data directory's
+//! filesystem has less free space than the configured floor, before the store ever
+//! sees ENOSPC. A write that fails half-way on a full disk is where stores lose or
+//! wedge data (sled does both); refusing new callbacks early keeps the room that
+//! dispatch, delivery and retention need to drain and free space, while the upstream
+//! retries the refused callbacks (their connections are closed, never answered).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::metrics::Metrics;
+use crate::shutdown::Stop;
+
+/// How often free space is measured.
+const INTERVAL: Duration = Duration::from_secs(1);
+
+/// The floor and the last measurement.
+pub(crate) struct Space {
+    path: PathBuf,
+    min_free_bytes: u64,
+    min_free_percent: f64,
+    free: AtomicU64,
+    total: AtomicU64,
+    below: AtomicBool,
+}
+
+/// Free and total bytes of the filesystem holding `path`, as an unprivileged process
+/// sees them (`f_bavail`: root's reserve does not count).
+fn statvfs(path: &Path) -> std::io::Result<(u64, u64)> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+}
+
+/// Bytes as MiB with one decimal, for messages.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+impl Space {
+    pub(crate) fn new(path: &Path, min_free_bytes: u64, min_free_percent: f64) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            min_free_bytes,
+            min_free_percent,
+            free: AtomicU64::new(u64::MAX),
+            total: AtomicU64::new(0),
+            below: AtomicBool::new(false),
+        }
+    }
+
+    /// The floor: the larger of `min_free_bytes` and `min_free_percent` of the size.
+    pub(crate) fn floor(&self) -> u64 {
+        let total = self.total.load(Ordering::Relaxed);
+        let percent = (total as f64 * self.min_free_percent / 100.0) as u64;
+        self.min_free_bytes.max(percent)
+    }
+
+    /// Measures again; logs when the relay crosses the floor either way.
+    pub(crate) fn check(&self) -> std::io::Result<()> {
+        let (free, total) = statvfs(&self.path)?;
+        self.free.store(free, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+        let below = free < self.floor();
+        if self.below.swap(below, Ordering::SeqCst) != below {
+            if below {
+                tracing::error!(free = free, floor = self.floor(), data_dir = %self.path.display(),
+                    "free space below storage.min_free_bytes / min_free_percent: refusing callbacks (connections closed, the upstream retries) until space is freed");
+            } else {
+                tracing::info!(
+                    free = free,
+                    floor = self.floor(),
+                    "free space back above the floor: taking callbacks again"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether new callbacks are refused.
+    pub(crate) fn below_floor(&self) -> bool {
+        self.below.load(Ordering::SeqCst)
+    }
+
+    /// What `/readyz` says while below the floor.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "free space on the data directory's filesystem ({} of {}) is below the floor of {} \
+             (storage.min_free_bytes / storage.min_free_percent): callbacks are refused until space is freed",
+            mib(self.free.load(Ordering::Relaxed)),
+            mib(self.total.load(Ordering::Relaxed)),
+            mib(self.floor()),
+        )
+    }
+
+    fn report(&self, metrics: &Metrics) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        metrics.storage_free.set(gauge(self.free.load(Ordering::Relaxed)));
+        metrics.storage_floor.set(gauge(self.floor()));
+    }
+}
+
+/// Measures every second until `stop` (on the blocking pool: `statvfs` can block on a
+/// sick filesystem).
+pub(crate) async fn watch(space: Arc<Space>, metrics: Arc<Metrics>, mut stop: Stop) {
+    loop {
+        let s = space.clone();
+        match tokio::task::spawn_blocking(move || s.check()).await {
+            Ok(Ok(())) => space.report(&metrics),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot measure free space of the data directory")
+            }
+            Err(e) => tracing::warn!(error = %e, "free-space check failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(INTERVAL) => {}
+            _ = stop.wait() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_is_the_larger_of_bytes_and_percent_and_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (free, total) = statvfs(dir.path()).unwrap();
+        assert!(total > 0 && free <= total);
+        let space = Space::new(dir.path(), 1, 0.0);
+        space.check().unwrap();
+        assert!(!space.below_floor());
+        assert_eq!(space.floor(), 1);
+        let percent = Space::new(dir.path(), 1, 50.0);
+        percent.check().unwrap();
+        assert_eq!(percent.floor(), total / 2);
+        let full = Space::new(dir.path(), u64::MAX, 0.0);
+        full.check().unwrap();
+        assert!(full.below_floor());
+        assert!(full.describe().contains("below the floor"), "{}", full.describe());
+        assert!(statvfs(Path::new("/no/such/dir")).is_err());
+    }
+}
