@@ -42,14 +42,22 @@ pub(super) async fn healthz() -> HttpResponse {
 
 /// 200 once ready, 503 before that and while shutting down.
 pub(super) async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
-    if state.space.below_floor() {
-        HttpResponse::ServiceUnavailable().body(format!("not ready: {}\n", state.space.describe()))
-    } else if state.readiness.get() {
-        HttpResponse::Ok().body("ready\n")
-    } else {
-        let reason = state.readiness.failure().unwrap_or_else(|| "starting or stopping".into());
-        HttpResponse::ServiceUnavailable().body(format!("not ready: {reason}\n"))
+    match not_ready(&state) {
+        None => HttpResponse::Ok().body("ready\n"),
+        Some(reason) => HttpResponse::ServiceUnavailable().body(format!("not ready: {reason}\n")),
     }
+}
+
+/// Why the relay should get no traffic now, if it should not: the one verdict behind
+/// `/readyz` and `hookrelay_ready`.
+fn not_ready(state: &AdminState) -> Option<String> {
+    if state.space.below_floor() {
+        return Some(state.space.describe());
+    }
+    if state.readiness.get() {
+        return None;
+    }
+    Some(state.readiness.failure().unwrap_or_else(|| "starting or stopping".into()))
 }
 
 /// Prometheus text exposition; store gauges are refreshed on each scrape.
@@ -64,7 +72,7 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
         Ok(n) => m.inbox_events.set(i64::try_from(n).unwrap_or(i64::MAX)),
         Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
     }
-    m.ready.set(i64::from(state.readiness.get() && !state.space.below_floor()));
+    m.ready.set(i64::from(not_ready(&state).is_none()));
     for d in state.destinations.iter() {
         let name = d.dest.name.as_str();
         match store.queue_stats(name).await {

@@ -56,17 +56,19 @@ impl QueueCounts {
         }
     }
 
-    /// Counts one delivery found in a backend's index at open: `pending`, `retrying`,
-    /// `held` or `dead`.
-    pub(crate) fn restore(&mut self, dest: &str, event: EventId, state: &str) {
+    /// Counts one delivery a backend found in its index at open (without its record).
+    pub(crate) fn restore(&mut self, dest: &str, event: EventId, state: DeliveryState) {
         let c = self.by_dest.entry(dest.to_owned()).or_default();
         match state {
-            "pending" => c.pending += 1,
-            "retrying" => c.retrying += 1,
-            "held" => return c.held += 1,
-            _ => return c.dead += 1,
+            DeliveryState::Pending => c.pending += 1,
+            DeliveryState::Retrying => c.retrying += 1,
+            DeliveryState::Held => c.held += 1,
+            DeliveryState::Dead => c.dead += 1,
+            DeliveryState::Delivered | DeliveryState::Discarded => {}
         }
-        c.scheduled.insert(event);
+        if state.is_scheduled() {
+            c.scheduled.insert(event);
+        }
     }
 
     pub(crate) fn stats(&self, dest: &str) -> QueueStats {

@@ -304,22 +304,9 @@ impl Store for MemoryStore {
     ) -> Result<Vec<Recorded>, StoreError> {
         let mut d = lock(&self.data);
         let mut st = Staged::new(&*d);
-        let mut out = Vec::with_capacity(attempts.len());
-        for (claim, report) in &attempts {
-            if !self.claims.holds(&claim.destination, claim.event, claim.token) {
-                out.push(Recorded::ClaimLost);
-                continue;
-            }
-            let verdict = lifecycle::record_attempt(
-                &mut st,
-                claim.event,
-                &claim.destination,
-                claim.due_us,
-                report,
-                policy,
-            )?;
-            out.push(verdict.map_or(Recorded::Stale, Recorded::Done));
-        }
+        let out = lifecycle::record_attempts(&mut st, &attempts, policy, |c| {
+            self.claims.holds(&c.destination, c.event, c.token)
+        })?;
         let changes = st.into_changes();
         d.apply(changes);
         for (claim, _) in &attempts {

@@ -126,7 +126,7 @@ pub(crate) trait Store: Send + Sync + 'static {
         destination: &str,
         now_us: u64,
     ) -> Result<Option<u64>, StoreError>;
-    /// Records attempts, each made under its claim, by [`lifecycle::record_attempt`],
+    /// Records attempts, each made under its claim, by [`lifecycle::record_attempts`],
     /// in one atomic write, and ends the claims; returns what became of each, in order.
     /// Nothing is written for an attempt whose claim was lost (its lease expired and
     /// someone else claimed the delivery) or whose delivery moved meanwhile. Workers

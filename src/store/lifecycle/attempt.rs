@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{backoff, Staged, View};
 use crate::config::RetryPolicy;
 use crate::store::{
-    resource_from_hex, Attempt, DeliveryRecord, DeliveryState, EventId, StoreError,
+    resource_from_hex, Attempt, Claim, DeliveryRecord, DeliveryState, EventId, Recorded, StoreError,
 };
 
 /// How a destination answered, classified.
@@ -89,6 +89,27 @@ pub(crate) fn record_attempt<V: View + ?Sized>(
     Ok(Some(verdict))
 }
 
+/// Records a group of attempts, each made under its claim: [`record_attempt`] for each
+/// whose claim `holds` still, [`Recorded::ClaimLost`] for the others.
+pub(crate) fn record_attempts<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    attempts: &[(Claim, AttemptReport)],
+    policy: &RetryPolicy,
+    holds: impl Fn(&Claim) -> bool,
+) -> Result<Vec<Recorded>, StoreError> {
+    attempts
+        .iter()
+        .map(|(claim, report)| {
+            if !holds(claim) {
+                return Ok(Recorded::ClaimLost);
+            }
+            let verdict =
+                record_attempt(st, claim.event, &claim.destination, claim.due_us, report, policy)?;
+            Ok(verdict.map_or(Recorded::Stale, Recorded::Done))
+        })
+        .collect()
+}
+
 /// The state machine of one attempt on the record itself.
 fn apply(record: &mut DeliveryRecord, report: &AttemptReport, policy: &RetryPolicy) -> Verdict {
     let now_us = report.ended_us();
@@ -141,8 +162,8 @@ fn advance_queue<V: View + ?Sized>(
         return Ok(());
     }
     let key = (dest.to_owned(), resource);
-    let next = st.delivery(done.event, dest)?.and_then(|r| r.next_in_order).or(done.next_in_order);
-    let Some(next) = next else {
+    // `done` was read through `st`: its link is the current one.
+    let Some(next) = done.next_in_order else {
         st.changes.queues.insert(key, None);
         return Ok(());
     };

@@ -23,7 +23,9 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-pub(crate) use attempt::{record_attempt, AttemptReport, Outcome, Verdict};
+#[cfg(test)]
+pub(crate) use attempt::record_attempt;
+pub(crate) use attempt::{record_attempts, AttemptReport, Outcome, Verdict};
 pub(crate) use dispatch::dispatch;
 pub(crate) use manage::{discard, prune, replay};
 

@@ -105,22 +105,9 @@ impl Inner {
     ) -> Result<Vec<Recorded>, StoreError> {
         let guard = lock(&self.lifecycle);
         let mut st = Staged::new(self);
-        let mut out = Vec::with_capacity(attempts.len());
-        for (claim, report) in attempts {
-            if !self.claims.holds(&claim.destination, claim.event, claim.token) {
-                out.push(Recorded::ClaimLost);
-                continue;
-            }
-            let verdict = lifecycle::record_attempt(
-                &mut st,
-                claim.event,
-                &claim.destination,
-                claim.due_us,
-                report,
-                policy,
-            )?;
-            out.push(verdict.map_or(Recorded::Stale, Recorded::Done));
-        }
+        let out = lifecycle::record_attempts(&mut st, attempts, policy, |c| {
+            self.claims.holds(&c.destination, c.event, c.token)
+        })?;
         self.apply(&st.into_changes())?;
         for (claim, _) in attempts {
             self.release(claim);
@@ -273,9 +260,7 @@ impl Inner {
             Some(v) => self.upstream.insert(key.as_bytes(), v)?,
             None => self.upstream.remove(key.as_bytes())?,
         };
-        self.flusher
-            .flush(&self.db)
-            .map_err(|message| StoreError::Backend { backend: "sled", message })
+        self.flush_now()
     }
 
     pub(super) fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
@@ -292,6 +277,8 @@ impl Inner {
         Ok(self.db.size_on_disk()?)
     }
 
+    /// Waits for a shared fsync that starts after this call, whatever the durability
+    /// setting.
     pub(super) fn flush_now(&self) -> Result<(), StoreError> {
         self.flusher
             .flush(&self.db)

@@ -37,7 +37,8 @@ use std::time::Duration;
 
 use self::codec::decode_meta;
 use super::{
-    ClaimTable, CommitObserver, Committer, EventId, EventMeta, EventRecord, QueueCounts, StoreError,
+    ClaimTable, CommitObserver, Committer, DeliveryState, EventId, EventMeta, EventRecord,
+    QueueCounts, StoreError,
 };
 
 /// Version of the on-disk layout; bumped on incompatible changes.
@@ -188,20 +189,21 @@ impl Inner {
             let (key, value) = item?;
             if let Some((dest, _, event)) = keys::split_schedule(&key) {
                 let retrying = value.first() == Some(&SCHEDULED_RETRYING);
-                counts.restore(&dest, event, if retrying { "retrying" } else { "pending" });
+                let state = if retrying { DeliveryState::Retrying } else { DeliveryState::Pending };
+                counts.restore(&dest, event, state);
             }
         }
         for item in self.dead_letters.iter() {
             let (key, _) = item?;
             if let Some((event, dest)) = keys::split_delivery(&key) {
-                counts.restore(&dest, event, "dead");
+                counts.restore(&dest, event, DeliveryState::Dead);
             }
         }
         for item in self.ordering.iter() {
             let (key, value) = item?;
             if let (Some(dest), Some(q)) = (keys::split_order(&key), keys::decode_order(&value)) {
                 for _ in 1..q.len {
-                    counts.restore(&dest, q.head, "held");
+                    counts.restore(&dest, q.head, DeliveryState::Held);
                 }
             }
         }
@@ -212,9 +214,7 @@ impl Inner {
     /// Waits until everything written so far is durable, if the store is `durable`.
     fn durable(&self) -> Result<(), StoreError> {
         if self.durable {
-            self.flusher
-                .flush(&self.db)
-                .map_err(|message| StoreError::Backend { backend: "sled", message })?;
+            self.flush_now()?;
         }
         Ok(())
     }

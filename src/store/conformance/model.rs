@@ -1,0 +1,340 @@
+//! The model-based test: random sequences of append, dispatch, claim + record,
+//! replay, discard, pause, prune and reopen, checked after every step against a small
+//! reference model (as vector checks its disk buffer).
+
+use proptest::prelude::*;
+
+use super::*;
+
+const DESTS: [&str; 2] = ["a", "b"];
+
+/// What the model knows of a delivery.
+#[derive(Clone, Debug, PartialEq)]
+struct Delivery {
+    state: DeliveryState,
+    due: Option<u64>,
+    round: u32,
+}
+
+#[derive(Default, Debug)]
+struct Model {
+    /// Event id → status, for every event the store should still hold.
+    events: BTreeMap<EventId, EventStatus>,
+    occurrence: BTreeMap<EventId, u8>,
+    /// Occurrence → the first event dispatched with it.
+    originals: BTreeMap<u8, EventId>,
+    deliveries: BTreeMap<(EventId, String), Delivery>,
+    paused: BTreeSet<String>,
+    now: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Append { n: usize, occurrence: u8, routed: u8 },
+    Dispatch,
+    Attempt { dest: usize, outcome: u8 },
+    Replay { pick: usize, dest: usize },
+    Discard { pick: usize },
+    Pause { dest: usize, on: bool },
+    Prune,
+    Reopen,
+    Tick(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1usize..4, 0u8..4, 0u8..4).prop_map(|(n, occurrence, routed)| Op::Append { n, occurrence, routed }),
+        3 => Just(Op::Dispatch),
+        6 => (0usize..2, 0u8..3).prop_map(|(dest, outcome)| Op::Attempt { dest, outcome }),
+        1 => (any::<usize>(), 0usize..2).prop_map(|(pick, dest)| Op::Replay { pick, dest }),
+        1 => any::<usize>().prop_map(|pick| Op::Discard { pick }),
+        1 => (0usize..2, any::<bool>()).prop_map(|(dest, on)| Op::Pause { dest, on }),
+        1 => Just(Op::Prune),
+        1 => Just(Op::Reopen),
+        2 => (1u64..3_000_000).prop_map(Op::Tick),
+    ]
+}
+
+/// Which destinations want events with `routed` (bits for "a" and "b").
+fn route(routed: u8) -> Vec<String> {
+    DESTS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| routed & (1 << i) != 0)
+        .map(|(_, d)| (*d).to_owned())
+        .collect()
+}
+
+pub(super) fn check(make: impl Fn() -> Box<dyn Harness>) {
+    let config =
+        ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() };
+    proptest!(config, |(ops in proptest::collection::vec(op(), 1..60))| {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(run(make(), ops));
+    });
+}
+
+async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
+    let mut store = h.open().await;
+    let mut m = Model { now: 1_000 * S, ..Model::default() };
+    let mut routes: BTreeMap<EventId, u8> = BTreeMap::new();
+    for op in ops {
+        match op {
+            Op::Append { n, occurrence, routed } => {
+                let events: Vec<NewEvent> = (0..n)
+                    .map(|_| received("demo", "ActionUpdated", m.now, "{\"data\":1}"))
+                    .collect();
+                for id in append_all(&store, events).await {
+                    assert!(
+                        m.events.keys().next_back().is_none_or(|last| *last < id),
+                        "ids increase"
+                    );
+                    m.events.insert(id, EventStatus::Received);
+                    m.occurrence.insert(id, occurrence);
+                    routes.insert(id, routed);
+                }
+            }
+            Op::Dispatch => {
+                let pending = store.pending(1000).await.unwrap();
+                let expected: Vec<EventId> = m
+                    .events
+                    .iter()
+                    .filter(|(_, s)| **s == EventStatus::Received)
+                    .map(|(id, _)| *id)
+                    .collect();
+                assert_eq!(
+                    pending.iter().map(|p| p.id).collect::<Vec<_>>(),
+                    expected,
+                    "the inbox in id order"
+                );
+                let plans: Vec<DispatchPlan> = pending
+                    .iter()
+                    .map(|p| DispatchPlan {
+                        id: p.id,
+                        // A window longer than any test: the first of an occurrence wins.
+                        dedup: Some(DedupKey {
+                            hash: [m.occurrence[&p.id]; 16],
+                            window_us: u64::MAX / 4,
+                        }),
+                        destinations: route(routes[&p.id]),
+                        ordered: Vec::new(),
+                        resource: None,
+                    })
+                    .collect();
+                let outcomes = store.dispatch(plans.clone(), m.now).await.unwrap();
+                for (plan, outcome) in plans.iter().zip(outcomes) {
+                    let occurrence = m.occurrence[&plan.id];
+                    let expected = match m.originals.get(&occurrence) {
+                        Some(original) => DispatchOutcome::Duplicate { original: *original },
+                        None => {
+                            m.originals.insert(occurrence, plan.id);
+                            if plan.destinations.is_empty() {
+                                DispatchOutcome::Unrouted
+                            } else {
+                                DispatchOutcome::Dispatched(plan.destinations.len())
+                            }
+                        }
+                    };
+                    assert_eq!(outcome, expected);
+                    let status = match expected {
+                        DispatchOutcome::Duplicate { .. } => EventStatus::Duplicate,
+                        DispatchOutcome::Unrouted => EventStatus::Unrouted,
+                        _ => {
+                            for d in &plan.destinations {
+                                m.deliveries.insert(
+                                    (plan.id, d.clone()),
+                                    Delivery {
+                                        state: DeliveryState::Pending,
+                                        due: Some(m.now),
+                                        round: 0,
+                                    },
+                                );
+                            }
+                            EventStatus::Dispatched
+                        }
+                    };
+                    m.events.insert(plan.id, status);
+                }
+            }
+            Op::Attempt { dest, outcome } => {
+                let dest = DESTS[dest];
+                let claims = store.claim_due(dest, "model", m.now, LEASE, 1).await.unwrap();
+                // The earliest due of the destination's scheduled deliveries.
+                let expected = m
+                    .deliveries
+                    .iter()
+                    .filter(|((_, d), x)| d == dest && x.due.is_some_and(|due| due <= m.now))
+                    .min_by_key(|((id, _), x)| (x.due, *id))
+                    .map(|((id, _), x)| (*id, x.due.unwrap_or(0)));
+                assert_eq!(
+                    claims.iter().map(|c| (c.event, c.due_us)).next(),
+                    expected,
+                    "claim_due"
+                );
+                let Some(claim) = claims.into_iter().next() else { continue };
+                let outcome = match outcome {
+                    0 => Outcome::Success,
+                    1 => Outcome::Retry { retry_after: None },
+                    _ => Outcome::Permanent,
+                };
+                let r = record(&store, &claim, report(outcome, m.now)).await;
+                let d = m.deliveries.get_mut(&(claim.event, dest.to_owned())).unwrap();
+                d.round += 1;
+                let ended = m.now + 1_000;
+                let verdict = match outcome {
+                    Outcome::Success => {
+                        *d =
+                            Delivery { state: DeliveryState::Delivered, due: None, round: d.round };
+                        Verdict::Success
+                    }
+                    Outcome::Permanent => {
+                        *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
+                        Verdict::Failed
+                    }
+                    _ if d.round >= 3 => {
+                        *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
+                        Verdict::Dead
+                    }
+                    _ => {
+                        *d = Delivery {
+                            state: DeliveryState::Retrying,
+                            due: Some(ended + S),
+                            round: d.round,
+                        };
+                        Verdict::Retry
+                    }
+                };
+                assert_eq!(r, Recorded::Done(verdict));
+            }
+            Op::Replay { pick, dest } => {
+                let ids: Vec<EventId> = m.events.keys().copied().collect();
+                if ids.is_empty() {
+                    continue;
+                }
+                let id = ids[pick % ids.len()];
+                let dest = DESTS[dest];
+                let n = store.replay(id, vec![dest.to_owned()], m.now).await.unwrap();
+                let replayable = !matches!(m.events[&id], EventStatus::Received);
+                assert_eq!(n, usize::from(replayable), "replay of {:?}", m.events[&id]);
+                if replayable {
+                    m.deliveries.insert(
+                        (id, dest.to_owned()),
+                        Delivery { state: DeliveryState::Pending, due: Some(m.now), round: 0 },
+                    );
+                }
+            }
+            Op::Discard { pick } => {
+                let keys: Vec<(EventId, String)> = m.deliveries.keys().cloned().collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let (id, dest) = keys[pick % keys.len()].clone();
+                let done = store.discard(id, &dest).await.unwrap();
+                let d = m.deliveries.get_mut(&(id, dest)).unwrap();
+                assert_eq!(done, d.state == DeliveryState::Dead);
+                if done {
+                    d.state = DeliveryState::Discarded;
+                }
+            }
+            Op::Pause { dest, on } => {
+                store.set_paused(DESTS[dest], on).await.unwrap();
+                if on {
+                    m.paused.insert(DESTS[dest].to_owned());
+                } else {
+                    m.paused.remove(DESTS[dest]);
+                }
+            }
+            Op::Prune => {
+                let before = m.now + 1;
+                let n = store.prune(before, 10_000).await.unwrap();
+                let gone: Vec<EventId> = m
+                    .events
+                    .iter()
+                    .filter(|(id, status)| {
+                        id.raw() < before
+                            && **status != EventStatus::Received
+                            && m.deliveries.iter().filter(|((e, _), _)| e == *id).all(|(_, d)| {
+                                matches!(
+                                    d.state,
+                                    DeliveryState::Delivered | DeliveryState::Discarded
+                                )
+                            })
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
+                assert_eq!(n, gone.len(), "pruned");
+                for id in gone {
+                    m.events.remove(&id);
+                    m.deliveries.retain(|(e, _), _| *e != id);
+                }
+            }
+            Op::Reopen => {
+                drop(store);
+                store = h.reopen().await;
+            }
+            Op::Tick(us) => m.now += us,
+        }
+        verify(&store, &m).await;
+    }
+}
+
+/// Everything the store shows matches the model.
+async fn verify(store: &SharedStore, m: &Model) {
+    let inbox = m.events.values().filter(|s| **s == EventStatus::Received).count() as u64;
+    assert_eq!(store.inbox_len().await.unwrap(), inbox, "inbox_len");
+    let listed =
+        store.list_events(EventFilter { limit: 100_000, ..Default::default() }).await.unwrap();
+    let shown: BTreeMap<EventId, EventStatus> =
+        listed.iter().map(|r| (r.id, r.meta.status)).collect();
+    assert_eq!(shown, m.events, "events");
+    for id in m.events.keys() {
+        let got: BTreeMap<String, (DeliveryState, Option<u64>)> = store
+            .deliveries_of(*id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.destination, (d.state, d.next_attempt_us)))
+            .collect();
+        let want: BTreeMap<String, (DeliveryState, Option<u64>)> = m
+            .deliveries
+            .iter()
+            .filter(|((e, _), _)| e == id)
+            .map(|((_, d), x)| (d.clone(), (x.state, x.due)))
+            .collect();
+        assert_eq!(got, want, "deliveries of {id}");
+    }
+    for dest in DESTS {
+        let count = |s: DeliveryState| {
+            m.deliveries.iter().filter(|((_, d), x)| d == dest && x.state == s).count() as u64
+        };
+        let oldest = m
+            .deliveries
+            .iter()
+            .filter(|((_, d), x)| d == dest && x.state.is_scheduled())
+            .map(|((id, _), _)| *id)
+            .min();
+        let want = QueueStats {
+            pending: count(DeliveryState::Pending),
+            held: 0,
+            retrying: count(DeliveryState::Retrying),
+            dead: count(DeliveryState::Dead),
+            oldest,
+        };
+        assert_eq!(store.queue_stats(dest).await.unwrap(), want, "queue of {dest}");
+    }
+    let dead: BTreeSet<(EventId, String)> = store
+        .dead_letters(DeadLetterFilter { limit: 100_000, ..Default::default() })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.event, d.destination))
+        .collect();
+    let want: BTreeSet<(EventId, String)> = m
+        .deliveries
+        .iter()
+        .filter(|(_, x)| x.state == DeliveryState::Dead)
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(dead, want, "dead letters");
+    assert_eq!(store.paused().await.unwrap(), m.paused.iter().cloned().collect(), "paused");
+}
