@@ -13,7 +13,7 @@ use crate::dispatch::Dispatcher;
 use crate::ingress::{self, IngressState};
 use crate::metrics::Metrics;
 use crate::shutdown::StopTrigger;
-use crate::store::{CommitObserver, SharedStore};
+use crate::store::{SharedStore, StoreObserver};
 use crate::supervise::Supervisor;
 
 /// Runs the relay until SIGTERM or SIGINT, then drains: readiness goes false, the
@@ -40,7 +40,13 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         format!("measuring free space of storage.data_dir {}", storage.data_dir.display())
     })?;
     let committed = Arc::new(Notify::new());
-    let commits = Arc::new(Commits { metrics: metrics.clone(), wake: committed.clone() });
+    let (failed_tx, mut store_failed) = tokio::sync::watch::channel(None);
+    let commits = Arc::new(Commits {
+        metrics: metrics.clone(),
+        wake: committed.clone(),
+        readiness: readiness.clone(),
+        failed: failed_tx,
+    });
     let store: SharedStore = crate::store::open(storage, commits)
         .await
         .with_context(|| format!("opening the store in {}", storage.data_dir.display()))?;
@@ -139,10 +145,16 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         tokio::spawn(reconciler.run(config.upstream.reconcile_interval, stop.clone())),
     );
 
+    let mut failure = None;
     let reason = tokio::select! {
         sig = crate::shutdown::signal() => sig.context("installing signal handlers")?.to_owned(),
         r = &mut ingress_task => format!("ingress listener ended: {r:?}"),
         r = &mut admin_task => format!("admin listener ended: {r:?}"),
+        f = store_failed.wait_for(Option::is_some) => {
+            let why = f.ok().and_then(|f| f.clone()).unwrap_or_default();
+            failure = Some(why.clone());
+            format!("the store failed: {why}")
+        }
     };
     tracing::info!(%reason, grace = ?grace, "shutting down");
     crate::notify::notify("STOPPING=1\nSTATUS=draining");
@@ -166,20 +178,48 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         ingress_handle.stop(false).await;
         admin_handle.stop(false).await;
     }
-    // Commits what is queued, then makes everything durable.
-    store.close().await.context("final flush")?;
+    if let Some(why) = failure {
+        // Fail-stop: the service manager restarts the relay on a freshly opened store,
+        // which holds every acknowledged callback (each was durable before its 200).
+        anyhow::bail!(
+            "the store failed ({why}); exiting so that systemd or Kubernetes restarts the \
+             relay. Every acknowledged callback is on disk; free space on storage.data_dir \
+             if it is full"
+        );
+    }
+    // Commits what is queued, then makes everything durable: bounded, since a disk that
+    // fills now can stall the flush (the store's watchdog then fails it).
+    let durable = storage.durability == crate::config::Durability::Durable;
+    store.close().await.with_context(|| {
+        if durable {
+            "final flush (every acknowledged callback was already durable before its answer: \
+             what the flush missed is dispatch progress, redone after the restart)"
+        } else {
+            "final flush (storage.durability = \"buffered\": callbacks acknowledged since \
+             the last background flush may be lost)"
+        }
+    })?;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Where group commits are reported: counted in the metrics, and each stored group
-/// wakes the dispatcher, so dispatch follows ingest without a polling delay.
+/// Where the store reports: group commits are counted in the metrics, and each stored
+/// group wakes the dispatcher, so dispatch follows ingest without a polling delay; a
+/// failed store turns the relay unready at once and stops it.
 struct Commits {
     metrics: Arc<Metrics>,
     wake: Arc<Notify>,
+    readiness: Arc<Readiness>,
+    failed: tokio::sync::watch::Sender<Option<String>>,
 }
 
-impl CommitObserver for Commits {
+impl StoreObserver for Commits {
+    fn failed(&self, reason: &str) {
+        self.readiness.fail(format!("the store failed: {reason}"));
+        self.metrics.ready.set(0);
+        self.metrics.store_failed.set(1);
+        self.failed.send_replace(Some(reason.to_owned()));
+    }
     fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
         self.metrics.group(size, took, ok);
         if ok {

@@ -53,6 +53,7 @@ pub(crate) struct Metrics {
     pub(crate) store_size: IntGauge,
     pub(crate) storage_free: IntGauge,
     pub(crate) storage_floor: IntGauge,
+    pub(crate) store_failed: IntGauge,
     pub(crate) inbox_events: IntGauge,
     pub(crate) ready: IntGauge,
     pub(crate) events_dispatched: IntCounterVec,
@@ -182,6 +183,11 @@ impl Metrics {
                 "hookrelay_storage_floor_bytes",
                 "The free-space floor (storage.min_free_bytes / min_free_percent): below it, \
                  callbacks are refused.",
+            )?,
+            store_failed: gauge(
+                "hookrelay_store_failed",
+                "1 once the store failed (a write error, or a write that did not return within \
+                 storage.write_timeout); the relay then exits to be restarted.",
             )?,
             inbox_events: gauge(
                 "hookrelay_inbox_events",
@@ -377,12 +383,15 @@ impl Metrics {
 }
 
 /// The committer reports its groups here (the store imports nothing from metrics).
-impl crate::store::CommitObserver for Metrics {
+impl crate::store::StoreObserver for Metrics {
     fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
         self.commit_group(size, took, ok);
     }
     fn stored(&self, meta: &EventMeta) {
         self.event_stored(meta);
+    }
+    fn failed(&self, _reason: &str) {
+        self.store_failed.set(1);
     }
 }
 
@@ -428,6 +437,7 @@ mod tests {
         m.store_size.set(1);
         m.storage_free.set(1);
         m.storage_floor.set(1);
+        m.store_failed.set(1);
         m.inbox_events.set(1);
         m.ready.set(1);
         for v in [&m.events_dispatched, &m.events_deduplicated, &m.events_unrouted] {

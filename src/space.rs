@@ -15,8 +15,11 @@ use std::time::Duration;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 
-/// How often free space is measured.
+/// How often free space is measured...
 const INTERVAL: Duration = Duration::from_secs(1);
+/// ...and how often once it is within twice the floor, where a burst of callbacks
+/// could cross it between two looks.
+const CLOSE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The floor and the last measurement.
 pub(crate) struct Space {
@@ -60,10 +63,23 @@ impl Space {
     }
 
     /// The floor: the larger of `min_free_bytes` and `min_free_percent` of the size.
+    /// `min_free_bytes` counts for at most a quarter of the filesystem, so that the
+    /// default floor (256 MiB) still leaves a small volume usable instead of refusing
+    /// every callback.
     pub(crate) fn floor(&self) -> u64 {
         let total = self.total.load(Ordering::Relaxed);
         let percent = (total as f64 * self.min_free_percent / 100.0) as u64;
-        self.min_free_bytes.max(percent)
+        self.min_free_bytes.min(total / 4).max(percent)
+    }
+
+    /// How long until the next look: sooner when free space is near the floor.
+    fn next_look(&self) -> Duration {
+        let free = self.free.load(Ordering::Relaxed);
+        if free < self.floor().saturating_mul(2) {
+            CLOSE_INTERVAL
+        } else {
+            INTERVAL
+        }
     }
 
     /// Measures again; logs when the relay crosses the floor either way.
@@ -110,8 +126,8 @@ impl Space {
     }
 }
 
-/// Measures every second until `stop` (on the blocking pool: `statvfs` can block on a
-/// sick filesystem).
+/// Measures every second (every 100 ms near the floor) until `stop`, on the blocking
+/// pool: `statvfs` can block on a sick filesystem.
 pub(crate) async fn watch(space: Arc<Space>, metrics: Arc<Metrics>, mut stop: Stop) {
     loop {
         let s = space.clone();
@@ -123,7 +139,7 @@ pub(crate) async fn watch(space: Arc<Space>, metrics: Arc<Metrics>, mut stop: St
             Err(e) => tracing::warn!(error = %e, "free-space check failed"),
         }
         tokio::select! {
-            _ = tokio::time::sleep(INTERVAL) => {}
+            _ = tokio::time::sleep(space.next_look()) => {}
             _ = stop.wait() => return,
         }
     }
@@ -145,9 +161,16 @@ mod tests {
         let percent = Space::new(dir.path(), 1, 50.0);
         percent.check().unwrap();
         assert_eq!(percent.floor(), total / 2);
-        let full = Space::new(dir.path(), u64::MAX, 0.0);
+        // A byte floor above the filesystem's size counts as a quarter of it.
+        let capped = Space::new(dir.path(), u64::MAX, 0.0);
+        capped.check().unwrap();
+        assert_eq!(capped.floor(), total / 4);
+        assert_eq!(capped.below_floor(), free < total / 4);
+        let full = Space::new(dir.path(), 0, 100.0);
         full.check().unwrap();
         assert!(full.below_floor());
+        assert_eq!(full.next_look(), CLOSE_INTERVAL);
+        assert_eq!(Space::new(dir.path(), 1, 0.0).next_look(), INTERVAL);
         assert!(full.describe().contains("below the floor"), "{}", full.describe());
         assert!(statvfs(Path::new("/no/such/dir")).is_err());
     }

@@ -6,28 +6,56 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{metric, Relay};
 
-/// A tmpfs mounted at a temporary directory; always unmounted when dropped.
-struct Tmpfs {
+/// A small filesystem mounted for a test: a tmpfs, or an ext4 image on a loop device.
+/// Always unmounted (and the image removed) when dropped.
+struct Scratch {
     dir: tempfile::TempDir,
+    image: Option<tempfile::NamedTempFile>,
 }
 
-impl Tmpfs {
-    /// `None` (with the reason printed) where this process cannot mount.
-    fn mount(size: &str) -> Option<Self> {
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Tmpfs,
+    Ext4,
+}
+
+impl Scratch {
+    /// `None` (with the reason printed) only where this process cannot mount.
+    fn mount(kind: Kind, mib: u64) -> Option<Self> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
+        let mut image = None;
+        let out = match kind {
+            Kind::Tmpfs => Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+                .arg(dir.path())
+                .output(),
+            Kind::Ext4 => {
+                let file = tempfile::NamedTempFile::new().expect("image file");
+                file.as_file().set_len(mib << 20).expect("size the image");
+                let mkfs = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(file.path()).output();
+                match mkfs {
+                    Ok(o) if o.status.success() => {}
+                    other => panic!("mkfs.ext4 failed (is e2fsprogs installed?): {other:?}"),
+                }
+                let out = Command::new("mount")
+                    .args(["-o", "loop"])
+                    .arg(file.path())
+                    .arg(dir.path())
+                    .output();
+                image = Some(file);
+                out
+            }
+        };
         match out {
-            Ok(o) if o.status.success() => Some(Self { dir }),
+            Ok(o) if o.status.success() => Some(Self { dir, image }),
             Ok(o) => {
                 eprintln!(
-                    "SKIPPED: cannot mount a tmpfs here (needs root): {}",
+                    "SKIPPED: cannot mount a {kind:?} here (needs root and loop devices): {}",
                     String::from_utf8_lossy(&o.stderr).trim()
                 );
                 None
@@ -44,10 +72,11 @@ impl Tmpfs {
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for Scratch {
     fn drop(&mut self) {
         // Lazy, so a file still open somewhere cannot keep the mount.
         let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = self.image.take();
     }
 }
 
@@ -66,7 +95,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_the_floor_callbacks_are_refused_and_come_back_when_space_is_freed() {
-    let Some(fs) = Tmpfs::mount("48m") else { return };
+    let Some(fs) = Scratch::mount(Kind::Tmpfs, 64) else { return };
     let data = fs.path().join("data");
     let text = common::config(&data, "")
         .replace("[storage]", "[storage]\nmin_free_bytes = 16777216\nmin_free_percent = 0.0");
@@ -78,7 +107,7 @@ async fn below_the_floor_callbacks_are_refused_and_come_back_when_space_is_freed
 
     // Leave well under 16 MiB free.
     let filler = fs.path().join("filler");
-    fill(&filler, 38);
+    fill(&filler, 54);
     let deadline = Instant::now() + WAIT;
     let reason = loop {
         let r = reqwest::get(format!("http://{}/readyz", relay.admin)).await.unwrap();
@@ -125,4 +154,202 @@ async fn below_the_floor_callbacks_are_refused_and_come_back_when_space_is_freed
     let (status, _) = relay.admin_get(&format!("/admin/events/{id}")).await;
     assert_eq!(status, 200, "stored");
     drop(relay);
+}
+
+/// Acknowledged callbacks: id and body.
+type Acked = Arc<Mutex<Vec<(String, String)>>>;
+
+/// Posts callbacks from 8 clients until `stop`, keeping every acknowledged one.
+fn load(
+    relay: &common::Relay,
+    cycle: usize,
+    acked: &Acked,
+) -> (tokio::sync::watch::Sender<bool>, Vec<tokio::task::JoinHandle<()>>) {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+    let tasks = (0..8)
+        .map(|k| {
+            let (client, url, acked, stopped) = (
+                client.clone(),
+                relay.hook_url(Some("ActionCreated")),
+                acked.clone(),
+                stopped.clone(),
+            );
+            tokio::spawn(async move {
+                let pad = "x".repeat(700);
+                for n in 0.. {
+                    if *stopped.borrow() {
+                        return;
+                    }
+                    let body = format!(r#"{{"cycle":{cycle},"client":{k},"n":{n},"pad":"{pad}"}}"#);
+                    let sent = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(r) => {
+                            // Any answer but 200 to a valid callback breaks the contract.
+                            assert_eq!(r.status(), 200, "a valid callback got {}", r.status());
+                            let v: serde_json::Value = r.json().await.expect("ack body");
+                            let id = v["id"].as_str().expect("ack id").to_owned();
+                            acked.lock().unwrap().push((id, body));
+                        }
+                        // Refused: the connection was closed, the upstream would retry.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    (stop, tasks)
+}
+
+/// Every acknowledged callback is stored with its exact body.
+async fn check_acked(relay: &common::Relay, acked: &[(String, String)]) {
+    use futures_util::StreamExt;
+    let bad: Vec<String> = futures_util::stream::iter(acked.iter().cloned())
+        .map(|(id, body)| async move {
+            let (status, v) = relay.admin_get(&format!("/admin/events/{id}")).await;
+            let sent: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let stored = v["body"].as_str().and_then(|b| serde_json::from_str(b).ok());
+            if status == 200 && stored.as_ref() == Some(&sent) {
+                None
+            } else {
+                Some(format!("{id}: status {status}, body {}", v["body"]))
+            }
+        })
+        .buffer_unordered(8)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await;
+    assert!(
+        bad.is_empty(),
+        "{} of {} acknowledged callbacks lost or damaged, e.g. {:?}",
+        bad.len(),
+        acked.len(),
+        &bad[..bad.len().min(5)]
+    );
+}
+
+/// Fills the disk (no free-space floor, so the store really meets ENOSPC) from 8
+/// clients, five times: each time the relay must stop by itself with a non-zero exit
+/// (fail-stop: never wedge, never keep answering on a failed store); after space is
+/// freed it must start again, hold every callback it ever acknowledged with its exact
+/// body, and take callbacks again.
+async fn fill_and_restart(kind: Kind) {
+    let Some(fs) = Scratch::mount(kind, 48) else { return };
+    const CYCLES: usize = 5;
+    // Room handed back after each fill.
+    let fillers: Vec<PathBuf> = (0..CYCLES).map(|i| fs.path().join(format!("filler{i}"))).collect();
+    for f in &fillers {
+        fill(f, 6);
+    }
+    let data = fs.path().join("data");
+    let tail = "\n[[destinations]]\nname = \"down\"\nurl = \"http://127.0.0.1:9/\"\n";
+    let text = common::config_with(&data, "", tail).replace(
+        "[storage]",
+        "[storage]\nmin_free_bytes = 0\nmin_free_percent = 0.0\nwrite_timeout = \"5s\"",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let acked: Acked = Arc::default();
+    for (cycle, filler) in fillers.iter().enumerate() {
+        let mut relay = common::Relay::start(work.path(), &text).await;
+        let so_far = acked.lock().unwrap().clone();
+        check_acked(&relay, &so_far).await;
+
+        let (stop, clients) = load(&relay, cycle, &acked);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = relay.exited() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{kind:?} cycle {cycle}: the relay neither filled the disk nor stopped; logs:\n{}",
+                relay.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        stop.send_replace(true);
+        for c in clients {
+            c.await.expect("a client saw a non-200 answer");
+        }
+        let logs = relay.logs();
+        assert!(!status.success(), "{kind:?} cycle {cycle}: a failed store must exit non-zero");
+        assert!(logs.contains("the store failed"), "{kind:?} cycle {cycle}: {logs}");
+        let total = acked.lock().unwrap().len();
+        assert!(
+            total > so_far.len(),
+            "{kind:?} cycle {cycle}: nothing acknowledged before the disk filled"
+        );
+        eprintln!(
+            "{kind:?} cycle {cycle}: {} acknowledged, relay exited {status}",
+            total - so_far.len()
+        );
+        std::fs::remove_file(filler).unwrap();
+    }
+    let relay = common::Relay::start(work.path(), &text).await;
+    let all = acked.lock().unwrap().clone();
+    check_acked(&relay, &all).await;
+    let again = relay.callback(Some("ActionCreated"), "application/json", "{\"data\":1}").await;
+    assert_eq!(again.status(), 200, "callbacks taken again once space was freed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_callbacks_survive_repeated_full_disks_on_tmpfs() {
+    fill_and_restart(Kind::Tmpfs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_callbacks_survive_repeated_full_disks_on_ext4() {
+    fill_and_restart(Kind::Ext4).await;
+}
+
+/// Writes zeros to `path` until the filesystem is full.
+fn fill_up(path: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("filler");
+    let chunk = vec![0u8; 64 << 10];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+/// SIGTERM with the disk completely full (filled by another process, past the floor)
+/// stops the relay within its grace period, and nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_on_a_full_disk_ends_within_the_grace_period() {
+    let Some(fs) = Scratch::mount(Kind::Tmpfs, 64) else { return };
+    let data = fs.path().join("data");
+    let work = tempfile::tempdir().unwrap();
+    let text = common::config(&data, "");
+    let mut relay = common::Relay::start(work.path(), &text).await;
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let r = relay
+            .callback(Some("ActionCreated"), "application/json", format!("{{\"n\":{n}}}"))
+            .await;
+        assert_eq!(r.status(), 200);
+        ids.push(r.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    let filler = fs.path().join("filler");
+    fill_up(&filler);
+    // A callback now is refused (floor, or the store failing), never answered non-200.
+    if let Ok(r) = relay.client.post(relay.hook_url(Some("ActionCreated"))).body("{}").send().await
+    {
+        assert_eq!(r.status(), 200, "a valid callback got {}", r.status());
+    }
+    let stopping = Instant::now();
+    relay.signal(libc::SIGTERM);
+    // shutdown.grace is 5 s in the test config; a little more for the process to go.
+    relay.wait_exit(Duration::from_secs(9));
+    eprintln!("stopped in {:?}", stopping.elapsed());
+
+    std::fs::remove_file(&filler).unwrap();
+    let relay = common::Relay::start(work.path(), &text).await;
+    for id in ids {
+        let (status, _) = relay.admin_get(&format!("/admin/events/{id}")).await;
+        assert_eq!(status, 200, "acknowledged {id} lost");
+    }
 }

@@ -128,19 +128,21 @@ fn substitute(expr: &str, instance: &str) -> String {
 }
 
 /// An alert expression without its threshold, for each side of an `or`: what must
-/// return data even while the alert is not firing.
+/// return data even while the alert is not firing. A comparison of two series
+/// (`free < floor`) gives both.
 fn alert_operands(expr: &str) -> Vec<String> {
     expr.split(" or ")
-        .map(|side| {
+        .flat_map(|side| {
             let side = side.trim();
             for op in [" == ", " != ", " >= ", " <= ", " > ", " < "] {
                 if let Some((lhs, rhs)) = side.rsplit_once(op) {
                     if rhs.trim().parse::<f64>().is_ok() {
-                        return lhs.trim().to_owned();
+                        return vec![lhs.trim().to_owned()];
                     }
+                    return vec![lhs.trim().to_owned(), rhs.trim().to_owned()];
                 }
             }
-            side.to_owned()
+            vec![side.to_owned()]
         })
         .collect()
 }
@@ -153,6 +155,10 @@ fn alert_operands_drop_thresholds() {
         ["increase(a[5m])", "increase(b[5m])"]
     );
     assert_eq!(alert_operands("hookrelay_ready"), ["hookrelay_ready"]);
+    assert_eq!(
+        alert_operands("predict_linear(free[1h], 6 * 3600) < floor"),
+        ["predict_linear(free[1h], 6 * 3600)", "floor"]
+    );
 }
 
 /// A relay with two accounts, three destinations (one refusing connections, one for

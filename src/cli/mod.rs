@@ -157,7 +157,10 @@ fn block_on(
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(task) {
+    let result = runtime.block_on(task);
+    // A blocking call stuck in a failed disk must not keep the process alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "{name} stopped on an error");

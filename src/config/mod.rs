@@ -169,6 +169,11 @@ pub(crate) struct StorageConfig {
     /// has less free space than the larger of these two.
     pub(crate) min_free_bytes: u64,
     pub(crate) min_free_percent: f64,
+    /// A store write that has not returned after this fails the store: callbacks
+    /// waiting on it are closed, the relay turns unready and exits non-zero so that its
+    /// service manager restarts it.
+    #[serde(with = "duration")]
+    pub(crate) write_timeout: Duration,
 }
 
 impl Default for StorageConfig {
@@ -182,6 +187,7 @@ impl Default for StorageConfig {
             cache_capacity_bytes: 64 * 1024 * 1024,
             min_free_bytes: 256 * 1024 * 1024,
             min_free_percent: 2.0,
+            write_timeout: Duration::from_secs(10),
         }
     }
 }

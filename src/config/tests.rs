@@ -122,6 +122,8 @@ token_env = "B"
 data_dir = ""
 commit_max_batch = 0
 flush_interval = "0s"
+min_free_percent = 60.0
+write_timeout = "0s"
 [shutdown]
 grace = "0s"
 [log]
@@ -148,6 +150,8 @@ token_file = "/nonexistent/hookrelay-token"
         "admin.token: give only one of `token`, `token_file`, `token_env`",
         "storage.data_dir: must not be empty",
         "storage.commit_max_batch: must be between 1 and 10000",
+        "storage.min_free_percent: must be between 0 and 50",
+        "storage.write_timeout: must be between 1s and 10m",
         "storage.flush_interval: must be greater than 0",
         "shutdown.grace: must be greater than 0",
         "log.level:",

@@ -2,6 +2,7 @@
 //! of them are reported at once.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use base64::Engine;
 
@@ -51,6 +52,11 @@ impl Config {
         }
         if !(0.0..=50.0).contains(&self.storage.min_free_percent) {
             problems.push("storage.min_free_percent: must be between 0 and 50".into());
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(600))
+            .contains(&self.storage.write_timeout)
+        {
+            problems.push("storage.write_timeout: must be between 1s and 10m".into());
         }
         if self.storage.flush_interval.is_zero() {
             problems.push("storage.flush_interval: must be greater than 0".into());

@@ -11,32 +11,13 @@
 //! (BENCHMARKS.md).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{EventId, EventMeta, NewEvent, StoreError};
+use super::{EventId, Health, NewEvent, StoreError, StoreObserver};
 
-/// What group commit reports upward (metrics, the dispatcher's wake-up), so that the
-/// store depends on nothing above it.
-pub(crate) trait CommitObserver: Send + Sync + 'static {
-    /// A group was written (`ok`) or failed, after `took`.
-    fn group(&self, size: usize, took: Duration, ok: bool);
-    /// One event of a written group.
-    fn stored(&self, meta: &EventMeta);
-}
-
-/// An observer that reports nowhere (tests).
-#[cfg(test)]
-pub(crate) struct NoObserver;
-
-#[cfg(test)]
-impl CommitObserver for NoObserver {
-    fn group(&self, _: usize, _: Duration, _: bool) {}
-    fn stored(&self, _: &EventMeta) {}
-}
-
-type Reply = oneshot::Sender<Result<EventId, String>>;
+type Reply = oneshot::Sender<Result<EventId, StoreError>>;
 
 // `Close` is sent once per process; boxing `Append` would cost an allocation per callback.
 #[allow(clippy::large_enum_variant)]
@@ -51,6 +32,8 @@ enum Command {
 pub(crate) struct Committer {
     tx: mpsc::Sender<Command>,
     backend: &'static str,
+    /// Callers stop waiting as soon as the store fails (a group that never returns).
+    health: Arc<Health>,
 }
 
 /// Writes one group, returning the ids in order.
@@ -63,7 +46,8 @@ impl Committer {
         backend: &'static str,
         write: WriteGroup,
         max_batch: usize,
-        observer: Arc<dyn CommitObserver>,
+        observer: Arc<dyn StoreObserver>,
+        health: Arc<Health>,
     ) -> Result<(Self, std::thread::JoinHandle<()>), StoreError> {
         // Enough room for every worker's connections without unbounded growth.
         let (tx, rx) = mpsc::channel(max_batch.max(1) * 8);
@@ -72,20 +56,22 @@ impl Committer {
             .name("hookrelay-committer".into())
             .spawn(move || task.run())
             .map_err(|e| StoreError::Task(format!("cannot start the committer thread: {e}")))?;
-        Ok((Self { tx, backend }, thread))
+        Ok((Self { tx, backend, health }, thread))
     }
 
     /// Stores `event` (with whatever arrives meanwhile) and returns its id once the
-    /// group is written as durably as the write makes it.
+    /// group is written as durably as the write makes it. Fails at once if the store
+    /// has failed, and as soon as it fails while this waits.
     pub(crate) async fn submit(&self, event: NewEvent) -> Result<EventId, StoreError> {
         let stopped =
             || StoreError::Backend { backend: self.backend, message: "the store is closed".into() };
-        let (reply, answer) = oneshot::channel();
-        self.tx.send(Command::Append(event, reply)).await.map_err(|_| stopped())?;
-        answer
+        self.health
+            .or_failed(async {
+                let (reply, answer) = oneshot::channel();
+                self.tx.send(Command::Append(event, reply)).await.map_err(|_| stopped())?;
+                answer.await.map_err(|_| stopped())?
+            })
             .await
-            .map_err(|_| stopped())?
-            .map_err(|message| StoreError::Backend { backend: self.backend, message })
     }
 
     /// Commits what is queued and stops the thread.
@@ -100,7 +86,7 @@ impl Committer {
 struct Task {
     write: WriteGroup,
     max_batch: usize,
-    observer: Arc<dyn CommitObserver>,
+    observer: Arc<dyn StoreObserver>,
     rx: mpsc::Receiver<Command>,
 }
 
@@ -153,10 +139,9 @@ impl Task {
             }
             Err(e) => {
                 tracing::error!(error = %e, events = events.len(), "group commit failed");
-                let message = e.to_string();
                 events.clear();
                 for reply in waiters.drain(..) {
-                    let _ = reply.send(Err(message.clone()));
+                    let _ = reply.send(Err(e.duplicate()));
                 }
             }
         }
@@ -167,9 +152,10 @@ impl Task {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use super::*;
-    use crate::store::{EventNameOrigin, EventStatus};
+    use crate::store::{EventMeta, EventNameOrigin, EventStatus};
 
     /// Counts groups and stored events.
     #[derive(Default)]
@@ -178,13 +164,18 @@ mod tests {
         stored: AtomicUsize,
     }
 
-    impl CommitObserver for Seen {
+    impl StoreObserver for Seen {
         fn group(&self, size: usize, _took: Duration, ok: bool) {
             self.groups.lock().unwrap().push((size, ok));
         }
         fn stored(&self, _meta: &EventMeta) {
             self.stored.fetch_add(1, Ordering::SeqCst);
         }
+        fn failed(&self, _reason: &str) {}
+    }
+
+    fn healthy() -> Arc<Health> {
+        Health::new("test", Duration::from_secs(60), Arc::new(crate::store::NoObserver))
     }
 
     fn event() -> NewEvent {
@@ -222,7 +213,8 @@ mod tests {
         let written = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Seen::default());
         let (committer, _thread) =
-            Committer::start("test", slow_write(written.clone()), 512, seen.clone()).unwrap();
+            Committer::start("test", slow_write(written.clone()), 512, seen.clone(), healthy())
+                .unwrap();
         let submits: Vec<_> = (0..64)
             .map(|_| {
                 let c = committer.clone();
@@ -247,10 +239,36 @@ mod tests {
     async fn a_failed_write_fails_every_waiter_of_its_group() {
         let seen = Arc::new(Seen::default());
         let write: WriteGroup = Box::new(|_: &[NewEvent]| Err(StoreError::Injected("disk full")));
-        let (committer, _thread) = Committer::start("test", write, 8, seen.clone()).unwrap();
+        let (committer, _thread) =
+            Committer::start("test", write, 8, seen.clone(), healthy()).unwrap();
         let err = committer.submit(event()).await.unwrap_err();
         assert!(err.to_string().contains("disk full"), "{err}");
         assert_eq!(*seen.groups.lock().unwrap(), [(1, false)]);
         assert_eq!(seen.stored.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_group_that_never_returns_fails_its_callers_within_the_bound() {
+        let health =
+            Health::new("test", Duration::from_millis(300), Arc::new(crate::store::NoObserver));
+        Health::start_watchdog(&health).unwrap();
+        let guard = health.clone();
+        // Blocks like sled's flush on a full tmpfs did: for ever.
+        let write: WriteGroup = Box::new(move |_: &[NewEvent]| {
+            guard.write(StoreError::is_engine_failure, || {
+                std::thread::park();
+                Ok(Vec::new())
+            })
+        });
+        let (committer, _thread) =
+            Committer::start("test", write, 8, Arc::new(Seen::default()), health.clone()).unwrap();
+        let started = std::time::Instant::now();
+        let err = committer.submit(event()).await.unwrap_err();
+        assert!(matches!(err, StoreError::Failed(_)), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        // Later callers are refused at once, without queueing behind the stuck group.
+        let started = std::time::Instant::now();
+        assert!(matches!(committer.submit(event()).await, Err(StoreError::Failed(_))));
+        assert!(started.elapsed() < Duration::from_millis(100));
     }
 }

@@ -15,10 +15,51 @@ pub(crate) enum StoreError {
          use a newer hookrelay or another storage location"
     )]
     Schema { found: String, supported: u32 },
+    /// The store failed for good in this process (a write error, or a write that did
+    /// not return in time: see `store/health.rs`); the relay restarts to reopen it.
+    #[error("the store has failed and takes no more writes until the relay restarts: {0}")]
+    Failed(String),
     /// A blocking store task did not finish (panicked or was cancelled).
     #[error("store task failed: {0}")]
     Task(String),
     #[cfg(test)]
     #[error("injected failure: {0}")]
     Injected(&'static str),
+}
+
+impl StoreError {
+    /// The same error again, for each caller of a shared write (group commit): the
+    /// error type holds a `serde_json::Error`, which cannot be cloned.
+    pub(crate) fn duplicate(&self) -> StoreError {
+        match self {
+            StoreError::Backend { backend, message } => {
+                StoreError::Backend { backend, message: message.clone() }
+            }
+            StoreError::Corrupt { table, key, reason } => {
+                StoreError::Corrupt { table, key: key.clone(), reason: reason.clone() }
+            }
+            StoreError::Encode(e) => {
+                StoreError::Encode(<serde_json::Error as serde::de::Error>::custom(e))
+            }
+            StoreError::Schema { found, supported } => {
+                StoreError::Schema { found: found.clone(), supported: *supported }
+            }
+            StoreError::Failed(reason) => StoreError::Failed(reason.clone()),
+            StoreError::Task(message) => StoreError::Task(message.clone()),
+            #[cfg(test)]
+            StoreError::Injected(what) => StoreError::Injected(what),
+        }
+    }
+
+    /// Whether this error from a write means the engine itself failed (I/O, a full
+    /// disk) rather than one record being unusable: such a write fails the store
+    /// (see `health.rs`).
+    pub(crate) fn is_engine_failure(&self) -> bool {
+        match self {
+            StoreError::Backend { .. } | StoreError::Task(_) => true,
+            #[cfg(test)]
+            StoreError::Injected(_) => true,
+            _ => false,
+        }
+    }
 }

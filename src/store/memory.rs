@@ -103,12 +103,12 @@ pub(crate) struct MemoryStore {
     fail_appends: Arc<Mutex<Option<&'static str>>>,
     failed_appends: Arc<std::sync::atomic::AtomicUsize>,
     /// Hears of every append (a group of one: nothing here is worth grouping).
-    observer: Option<Arc<dyn super::CommitObserver>>,
+    observer: Option<Arc<dyn super::StoreObserver>>,
 }
 
 impl MemoryStore {
     /// A store whose appends are reported to `observer`.
-    pub(crate) fn with_observer(observer: Arc<dyn super::CommitObserver>) -> Self {
+    pub(crate) fn with_observer(observer: Arc<dyn super::StoreObserver>) -> Self {
         Self { observer: Some(observer), ..Self::default() }
     }
 

@@ -27,10 +27,12 @@ mod conformance;
 mod counts;
 mod deliveries;
 mod error;
+mod health;
 pub(crate) mod lifecycle;
 #[cfg(test)]
 pub(crate) mod memory;
 mod model;
+mod observer;
 mod sled;
 
 use std::collections::HashSet;
@@ -41,18 +43,20 @@ use async_trait::async_trait;
 
 pub(crate) use self::sled::{SledOptions, SledStore};
 pub(crate) use claims::ClaimTable;
-#[cfg(test)]
-pub(crate) use commit::NoObserver;
-pub(crate) use commit::{CommitObserver, Committer};
+pub(crate) use commit::Committer;
 pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{
     resource_from_hex, resource_hex, Attempt, Claim, DeadLetterFilter, DedupKey, DeliveryRecord,
     DeliveryState, DispatchOutcome, DispatchPlan, PendingEvent, QueueStats, Recorded,
 };
 pub(crate) use error::StoreError;
+pub(crate) use health::Health;
 pub(crate) use model::{
     unix_micros, EventFlag, EventId, EventMeta, EventNameOrigin, EventRecord, EventStatus, NewEvent,
 };
+#[cfg(test)]
+pub(crate) use observer::NoObserver;
+pub(crate) use observer::StoreObserver;
 
 use crate::config::{Durability, RetryPolicy, StorageBackend, StorageConfig};
 
@@ -76,7 +80,7 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// received event goes to the inbox (body included), a rejected one straight to its
     /// final record. Ids are unique across every process sharing the store, and
     /// increase with time. Concurrent appends are grouped by the backend into one
-    /// write (group commit), reported to the [`CommitObserver`] it was opened with.
+    /// write (group commit), reported to the [`StoreObserver`] it was opened with.
     async fn append(&self, event: NewEvent) -> Result<EventId, StoreError>;
     async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError>;
     async fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError>;
@@ -182,7 +186,7 @@ pub(crate) type SharedStore = Arc<dyn Store>;
 /// of every group commit.
 pub(crate) async fn open(
     config: &StorageConfig,
-    observer: Arc<dyn CommitObserver>,
+    observer: Arc<dyn StoreObserver>,
 ) -> Result<SharedStore, StoreError> {
     match config.backend {
         StorageBackend::Sled => {
@@ -192,6 +196,7 @@ pub(crate) async fn open(
                 flush_interval: config.flush_interval,
                 durable: config.durability == Durability::Durable,
                 commit_max_batch: config.commit_max_batch,
+                write_timeout: config.write_timeout,
                 observer,
             };
             let store = tokio::task::spawn_blocking(move || SledStore::open(&opts))

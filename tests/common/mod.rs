@@ -283,6 +283,11 @@ impl Relay {
         }
     }
 
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -37,8 +37,8 @@ use std::time::Duration;
 
 use self::codec::decode_meta;
 use super::{
-    ClaimTable, CommitObserver, Committer, DeliveryState, EventId, EventMeta, EventRecord,
-    QueueCounts, StoreError,
+    ClaimTable, Committer, DeliveryState, EventId, EventMeta, EventRecord, Health, QueueCounts,
+    StoreError, StoreObserver,
 };
 
 /// Version of the on-disk layout; bumped on incompatible changes.
@@ -101,6 +101,9 @@ pub(super) struct Inner {
     last_id: Mutex<u64>,
     flusher: flush::GroupFlush,
     durable: bool,
+    /// Fail-stop: after a sled write error (sled's error is sticky) or a write that
+    /// does not return, no more writes.
+    health: Arc<Health>,
 }
 
 /// How to open the store.
@@ -112,7 +115,9 @@ pub(crate) struct SledOptions {
     pub(crate) durable: bool,
     /// Most callbacks one group commit takes.
     pub(crate) commit_max_batch: usize,
-    pub(crate) observer: Arc<dyn CommitObserver>,
+    /// A write that has not returned after this fails the store.
+    pub(crate) write_timeout: Duration,
+    pub(crate) observer: Arc<dyn StoreObserver>,
 }
 
 impl SledStore {
@@ -162,15 +167,20 @@ impl SledStore {
             last_id: Mutex::new(0),
             flusher: flush::GroupFlush::default(),
             durable: opts.durable,
+            health: Health::new("sled", opts.write_timeout, opts.observer.clone()),
         };
+        Health::start_watchdog(&inner.health)?;
         inner.rebuild()?;
         let inner = Arc::new(inner);
         let writer = inner.clone();
         let (committer, thread) = Committer::start(
             "sled",
-            Box::new(move |events| writer.append(events)),
+            Box::new(move |events| {
+                writer.health.write(StoreError::is_engine_failure, || writer.append(events))
+            }),
             opts.commit_max_batch,
             opts.observer.clone(),
+            inner.health.clone(),
         )?;
         Ok(Self { inner, committer, committer_thread: Arc::new(Mutex::new(Some(thread))) })
     }
@@ -264,6 +274,7 @@ pub(crate) mod testutil {
                 flush_interval: Duration::from_millis(500),
                 durable: true,
                 commit_max_batch: 64,
+                write_timeout: Duration::from_secs(30),
                 observer: Arc::new(crate::store::NoObserver),
             }) {
                 Ok(store) => return store,
@@ -295,6 +306,7 @@ mod tests {
             flush_interval: Duration::from_millis(500),
             durable: true,
             commit_max_batch: 64,
+            write_timeout: Duration::from_secs(30),
             observer: Arc::new(crate::store::NoObserver),
         })
         .err()

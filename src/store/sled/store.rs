@@ -16,7 +16,7 @@ use crate::store::{
 };
 
 impl SledStore {
-    /// Runs `f` on the blocking pool.
+    /// Runs the read `f` on the blocking pool.
     async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
@@ -25,6 +25,28 @@ impl SledStore {
         tokio::task::spawn_blocking(move || f(&inner))
             .await
             .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// Runs the write `f` on the blocking pool under the store's [`Health`]: refused
+    /// once the store failed, watched while it runs, failing the store if sled fails,
+    /// and given up on (the caller gets an error) as soon as the store fails.
+    ///
+    /// [`Health`]: crate::store::Health
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = self.inner.clone();
+        let health = &self.inner.health;
+        health
+            .or_failed(async move {
+                tokio::task::spawn_blocking(move || {
+                    inner.health.write(StoreError::is_engine_failure, || f(&inner))
+                })
+                .await
+                .map_err(|e| StoreError::Task(e.to_string()))?
+            })
+            .await
     }
 }
 
@@ -63,11 +85,11 @@ impl Store for SledStore {
         plans: Vec<DispatchPlan>,
         now_us: u64,
     ) -> Result<Vec<DispatchOutcome>, StoreError> {
-        self.run(move |s| s.dispatch(&plans, now_us)).await
+        self.write(move |s| s.dispatch(&plans, now_us)).await
     }
 
     async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
-        self.run(move |s| s.purge_dedup(now_us)).await
+        self.write(move |s| s.purge_dedup(now_us)).await
     }
 
     async fn dedup_len(&self) -> Result<u64, StoreError> {
@@ -106,7 +128,7 @@ impl Store for SledStore {
         policy: &RetryPolicy,
     ) -> Result<Vec<Recorded>, StoreError> {
         let policy = policy.clone();
-        self.run(move |s| s.record_attempts(&attempts, &policy)).await
+        self.write(move |s| s.record_attempts(&attempts, &policy)).await
     }
 
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
@@ -119,12 +141,12 @@ impl Store for SledStore {
         destinations: Vec<String>,
         now_us: u64,
     ) -> Result<usize, StoreError> {
-        self.run(move |s| s.replay(event, &destinations, now_us)).await
+        self.write(move |s| s.replay(event, &destinations, now_us)).await
     }
 
     async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
         let dest = destination.to_owned();
-        self.run(move |s| s.discard(event, &dest)).await
+        self.write(move |s| s.discard(event, &dest)).await
     }
 
     async fn dead_letters(
@@ -144,11 +166,11 @@ impl Store for SledStore {
 
     async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
         let dest = destination.to_owned();
-        self.run(move |s| s.set_paused(&dest, paused)).await
+        self.write(move |s| s.set_paused(&dest, paused)).await
     }
 
     async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
-        self.run(move |s| s.prune(before_us, limit)).await
+        self.write(move |s| s.prune(before_us, limit)).await
     }
 
     async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -158,7 +180,7 @@ impl Store for SledStore {
 
     async fn upstream_put(&self, key: &str, value: Option<Vec<u8>>) -> Result<(), StoreError> {
         let key = key.to_owned();
-        self.run(move |s| s.upstream_put(&key, value.as_deref())).await
+        self.write(move |s| s.upstream_put(&key, value.as_deref())).await
     }
 
     async fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
@@ -167,15 +189,24 @@ impl Store for SledStore {
     }
 
     async fn close(&self) -> Result<(), StoreError> {
+        let health = &self.inner.health;
+        // A failed store is left as it is: a write may be stuck inside sled, and what
+        // was acknowledged is durable already.
+        health.check()?;
         // What is queued is committed first; later appends fail.
-        self.committer.close().await;
-        let thread = crate::lock::lock(&self.committer_thread).take();
-        if let Some(thread) = thread {
-            let joined = tokio::task::spawn_blocking(move || thread.join()).await;
-            if !matches!(joined, Ok(Ok(()))) {
-                tracing::error!("the committer thread panicked");
-            }
-        }
-        self.run(Inner::flush_now).await
+        health
+            .or_failed(async {
+                self.committer.close().await;
+                let thread = crate::lock::lock(&self.committer_thread).take();
+                if let Some(thread) = thread {
+                    let joined = tokio::task::spawn_blocking(move || thread.join()).await;
+                    if !matches!(joined, Ok(Ok(()))) {
+                        tracing::error!("the committer thread panicked");
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        self.write(Inner::flush_now).await
     }
 }

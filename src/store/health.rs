@@ -1,0 +1,270 @@
+//! Fail-stop for a store whose writes fail or stop returning.
+//!
+//! A write error from an embedded engine (ENOSPC, EIO) leaves it in a state no later
+//! write should build on: sled, for one, keeps a sticky global error after a failed
+//! log write, and a write can also block for ever inside its flush (seen on a full
+//! tmpfs). Either way the store is [failed](Health::fail) at once:
+//! - every later write, and every caller still waiting on one, gets
+//!   [`StoreError::Failed`] (the ingress closes those callbacks' connections; nothing
+//!   unacknowledged is answered 200);
+//! - the [`StoreObserver`] hears of it, and the daemon turns unready and exits non-zero
+//!   so that systemd or Kubernetes restarts the relay on a freshly opened store.
+//!
+//! Reopening in-process is not attempted: a write blocked in the engine cannot be
+//! cancelled, and what an engine recovers at open is exactly what was durable.
+//!
+//! "Stops returning" is the watchdog's job: every write registers its start; a thread
+//! looks every [`TICK`] and fails the store once the oldest write is older than the
+//! configured bound (`storage.write_timeout`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::{StoreError, StoreObserver};
+use crate::lock::lock;
+
+/// How often the watchdog looks at the writes in flight.
+const TICK: Duration = Duration::from_millis(250);
+
+/// See the module docs; shared by a backend's write paths.
+pub(crate) struct Health {
+    backend: &'static str,
+    failed: OnceLock<String>,
+    /// Wakes async callers waiting on a write that will never answer.
+    failed_tx: watch::Sender<bool>,
+    /// Start of each write in flight, by ticket.
+    inflight: Mutex<BTreeMap<u64, Instant>>,
+    next_ticket: AtomicU64,
+    timeout: Duration,
+    observer: Arc<dyn StoreObserver>,
+}
+
+/// A write in flight; dropping it ends it.
+pub(crate) struct Ticket<'a> {
+    health: &'a Health,
+    id: u64,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        lock(&self.health.inflight).remove(&self.id);
+    }
+}
+
+impl Health {
+    /// A healthy store whose writes may take up to `timeout`.
+    pub(crate) fn new(
+        backend: &'static str,
+        timeout: Duration,
+        observer: Arc<dyn StoreObserver>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            backend,
+            failed: OnceLock::new(),
+            failed_tx: watch::channel(false).0,
+            inflight: Mutex::new(BTreeMap::new()),
+            next_ticket: AtomicU64::new(0),
+            timeout,
+            observer,
+        })
+    }
+
+    /// Starts the watchdog thread; it ends with the last handle to `health`.
+    pub(crate) fn start_watchdog(health: &Arc<Self>) -> Result<(), StoreError> {
+        let weak: Weak<Self> = Arc::downgrade(health);
+        std::thread::Builder::new()
+            .name("hookrelay-store-watchdog".into())
+            .spawn(move || loop {
+                std::thread::sleep(TICK);
+                let Some(health) = weak.upgrade() else { return };
+                if health.failed.get().is_some() {
+                    return;
+                }
+                health.check_overdue(Instant::now());
+            })
+            .map(|_| ())
+            .map_err(|e| StoreError::Task(format!("cannot start the store watchdog: {e}")))
+    }
+
+    /// Fails the store if a write in flight started more than the bound before `now`.
+    fn check_overdue(&self, now: Instant) {
+        let oldest = lock(&self.inflight).values().min().copied();
+        if let Some(started) = oldest {
+            let waited = now.saturating_duration_since(started);
+            if waited > self.timeout {
+                self.fail(format!(
+                    "a {} write has not returned for {:.1} s (storage.write_timeout is {:?}): \
+                     the disk is full, failing or hung",
+                    self.backend,
+                    waited.as_secs_f64(),
+                    self.timeout
+                ));
+            }
+        }
+    }
+
+    /// Marks the store failed for good, for `reason`; only the first call counts.
+    pub(crate) fn fail(&self, reason: String) {
+        let mut first = false;
+        let reason = self.failed.get_or_init(|| {
+            first = true;
+            reason
+        });
+        if first {
+            tracing::error!(backend = self.backend, reason = %reason,
+                "the store failed: it takes no more writes; the relay stops so that it is restarted on a freshly opened store");
+            self.failed_tx.send_replace(true);
+            self.observer.failed(reason);
+        }
+    }
+
+    /// Why the store failed, if it has.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.failed.get().map(String::as_str)
+    }
+
+    /// `Err` once the store has failed.
+    pub(crate) fn check(&self) -> Result<(), StoreError> {
+        match self.failed.get() {
+            Some(reason) => Err(StoreError::Failed(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Registers a write in flight for the watchdog.
+    pub(crate) fn begin(&self) -> Ticket<'_> {
+        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inflight).insert(id, Instant::now());
+        Ticket { health: self, id }
+    }
+
+    /// Runs the blocking write `f` under the watchdog. A failed write fails the store
+    /// when `fatal` says the error is the backend's own (not a record we could not
+    /// encode, say).
+    pub(crate) fn write<T>(
+        &self,
+        fatal: impl Fn(&StoreError) -> bool,
+        f: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.check()?;
+        let ticket = self.begin();
+        let result = f();
+        drop(ticket);
+        if let Err(e) = &result {
+            if fatal(e) {
+                self.fail(format!("a {} write failed: {e}", self.backend));
+            }
+        }
+        // A write that returned after the store failed (the watchdog gave up on it)
+        // does not count: its callers were already told it failed.
+        self.check()?;
+        result
+    }
+
+    /// Waits for `work`, or returns [`StoreError::Failed`] as soon as the store fails:
+    /// a caller never waits on a write the watchdog gave up on.
+    pub(crate) async fn or_failed<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.check()?;
+        let mut failed = self.failed_tx.subscribe();
+        tokio::select! {
+            biased;
+            result = work => result,
+            _ = failed.wait_for(|f| *f) => Err(StoreError::Failed(
+                self.failure().unwrap_or("the store failed").to_owned(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::store::EventMeta;
+
+    #[derive(Default)]
+    struct Seen(AtomicUsize, Mutex<String>);
+
+    impl StoreObserver for Seen {
+        fn group(&self, _: usize, _: Duration, _: bool) {}
+        fn stored(&self, _: &EventMeta) {}
+        fn failed(&self, reason: &str) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            *lock(&self.1) = reason.to_owned();
+        }
+    }
+
+    #[test]
+    fn a_fatal_error_fails_the_store_once_and_later_writes_refuse() {
+        let seen = Arc::new(Seen::default());
+        let health = Health::new("test", Duration::from_secs(10), seen.clone());
+        assert_eq!(health.write(|_| true, || Ok(1)).unwrap(), 1);
+        // Not fatal: an encoding problem of one record.
+        let not_fatal = health.write(|_| false, || Err::<(), _>(StoreError::Injected("bad")));
+        assert!(not_fatal.is_err());
+        assert!(health.failure().is_none());
+        let fatal = health.write(|_| true, || Err::<(), _>(StoreError::Injected("ENOSPC")));
+        assert!(fatal.unwrap_err().to_string().contains("ENOSPC"));
+        assert!(health.failure().unwrap().contains("ENOSPC"));
+        let mut ran = false;
+        let later = health.write(
+            |_| true,
+            || {
+                ran = true;
+                Ok(())
+            },
+        );
+        assert!(!ran, "no write after the store failed");
+        assert!(matches!(later, Err(StoreError::Failed(_))));
+        health.fail("again".into());
+        assert_eq!(seen.0.load(Ordering::SeqCst), 1, "reported once");
+        assert!(lock(&seen.1).contains("ENOSPC"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watchdog_fails_a_hung_write_and_frees_its_waiters() {
+        let seen = Arc::new(Seen::default());
+        let health = Health::new("test", Duration::from_millis(300), seen.clone());
+        Health::start_watchdog(&health).unwrap();
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let writer = health.clone();
+        // A write that blocks until released, like sled's flush on a full tmpfs.
+        let hung = tokio::task::spawn_blocking(move || {
+            writer.write(
+                |_| true,
+                || {
+                    let _ = blocked.recv();
+                    Ok(())
+                },
+            )
+        });
+        let started = Instant::now();
+        let waited = health
+            .or_failed(async { hung.await.map_err(|e| StoreError::Task(e.to_string()))? })
+            .await;
+        assert!(matches!(waited, Err(StoreError::Failed(_))), "{waited:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(health.failure().unwrap().contains("has not returned"));
+        assert_eq!(seen.0.load(Ordering::SeqCst), 1);
+        // Released late, the write still reports the failure, not its own success.
+        let _ = release.send(());
+    }
+
+    #[test]
+    fn a_write_within_the_bound_is_not_overdue() {
+        let health = Health::new("test", Duration::from_secs(60), Arc::new(Seen::default()));
+        let _ticket = health.begin();
+        health.check_overdue(Instant::now());
+        assert!(health.failure().is_none());
+        health.check_overdue(Instant::now() + Duration::from_secs(61));
+        assert!(health.failure().is_some());
+    }
+}
