@@ -2,8 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script):
 # formatting, lints, then unit and integration tests (real sockets, real child
 # processes, real sled files, real third-party tools). Needs the Rust toolchain
-# (cargo, rustfmt, clippy), python3 with pip, and apt (Debian) for promtool; installs
-# the rest itself.
+# (cargo, rustfmt, clippy), python3 with pip, and apt (Debian) for promtool and
+# PostgreSQL; installs the rest itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +36,17 @@ command -v systemd-analyze >/dev/null 2>&1 || {
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
 }
+# Debian's PostgreSQL server for the postgres backend's tests (the harness runs its
+# own initdb + pg_ctl as the unprivileged `postgres` user); e2fsprogs for the ext4
+# full-disk test. A missing one fails the tests, never skips them.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1; then
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  install_pg() {
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql e2fsprogs >/dev/null
+  }
+  install_pg || { $sudo apt-get update -qq && install_pg; }
+fi
+echo "postgresql $(ls -d /usr/lib/postgresql/*/bin | head -n 1), mkfs.ext4: ok"
 echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze: ok"
 
 echo "== cargo fmt --check"

@@ -28,17 +28,27 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let readiness = Arc::new(Readiness::default());
     let storage = &config.storage;
 
-    std::fs::create_dir_all(&storage.data_dir)
-        .with_context(|| format!("creating storage.data_dir {}", storage.data_dir.display()))?;
-    // Measured before the store opens, and before the relay says it is ready.
-    let space = Arc::new(crate::space::Space::new(
-        &storage.data_dir,
-        storage.min_free_bytes,
-        storage.min_free_percent,
-    ));
-    space.check().with_context(|| {
-        format!("measuring free space of storage.data_dir {}", storage.data_dir.display())
-    })?;
+    let embedded = storage.backend == crate::config::StorageBackend::Sled;
+    // Where the store lives, for messages (never the database URL).
+    let location = if embedded {
+        format!("storage.data_dir {}", storage.data_dir.display())
+    } else {
+        format!("PostgreSQL schema {:?}", storage.postgres.schema)
+    };
+    let space = if embedded {
+        std::fs::create_dir_all(&storage.data_dir)
+            .with_context(|| format!("creating {location}"))?;
+        // Measured before the store opens, and before the relay says it is ready.
+        let space = crate::space::Space::new(
+            &storage.data_dir,
+            storage.min_free_bytes,
+            storage.min_free_percent,
+        );
+        space.check().with_context(|| format!("measuring free space of {location}"))?;
+        Arc::new(space)
+    } else {
+        Arc::new(crate::space::Space::remote())
+    };
     let committed = Arc::new(Notify::new());
     let (failed_tx, mut store_failed) = tokio::sync::watch::channel(None);
     let commits = Arc::new(Commits {
@@ -49,9 +59,10 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     });
     let store: SharedStore = crate::store::open(storage, commits)
         .await
-        .with_context(|| format!("opening the store in {}", storage.data_dir.display()))?;
+        .with_context(|| format!("opening the store ({location})"))?;
     tracing::info!(
-        data_dir = %storage.data_dir.display(),
+        backend = ?storage.backend,
+        store = %location,
         durability = ?storage.durability,
         inbox = store.inbox_len().await.unwrap_or(0),
         "store open"
@@ -78,11 +89,26 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         "dispatcher".into(),
         tokio::spawn(dispatcher.run(stop.clone())),
     );
-    let space_task = supervisor.watch(
-        "space",
-        "free-space watch".into(),
-        tokio::spawn(crate::space::watch(space.clone(), metrics.clone(), stop.clone())),
-    );
+    let space_task = space.is_local().then(|| {
+        supervisor.watch(
+            "space",
+            "free-space watch".into(),
+            tokio::spawn(crate::space::watch(space.clone(), metrics.clone(), stop.clone())),
+        )
+    });
+    metrics.store_reachable.set(1);
+    let reachability_task = (!embedded).then(|| {
+        supervisor.watch(
+            "reachability",
+            "database probe".into(),
+            tokio::spawn(crate::reachability::watch(
+                store.clone(),
+                readiness.clone(),
+                metrics.clone(),
+                stop.clone(),
+            )),
+        )
+    });
     let retention_task = supervisor.watch(
         "retention",
         "retention".into(),
@@ -166,7 +192,9 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         stop_trigger.stop();
         let _ = dispatch_task.await;
         let _ = retention_task.await;
-        let _ = space_task.await;
+        for task in [space_task, reachability_task].into_iter().flatten() {
+            let _ = task.await;
+        }
         let _ = reconcile_task.await;
         for task in delivery_tasks {
             let _ = task.await;

@@ -17,6 +17,7 @@ mod ingress;
 mod lock;
 mod metrics;
 mod notify;
+mod reachability;
 mod retention;
 mod shutdown;
 mod sim;

@@ -54,6 +54,8 @@ pub(crate) struct Metrics {
     pub(crate) storage_free: IntGauge,
     pub(crate) storage_floor: IntGauge,
     pub(crate) store_failed: IntGauge,
+    pub(crate) store_reachable: IntGauge,
+    pub(crate) store_probe_failures: IntCounter,
     pub(crate) inbox_events: IntGauge,
     pub(crate) ready: IntGauge,
     pub(crate) events_dispatched: IntCounterVec,
@@ -188,6 +190,15 @@ impl Metrics {
                 "hookrelay_store_failed",
                 "1 once the store failed (a write error, or a write that did not return within \
                  storage.write_timeout); the relay then exits to be restarted.",
+            )?,
+            store_reachable: gauge(
+                "hookrelay_store_reachable",
+                "1 while the database answers (PostgreSQL; probed every second), 0 while it \
+                 does not. Always 1 for sled.",
+            )?,
+            store_probe_failures: counter(
+                "hookrelay_store_probe_failures_total",
+                "Probes of the database that failed or took over 3 s.",
             )?,
             inbox_events: gauge(
                 "hookrelay_inbox_events",
@@ -438,6 +449,8 @@ mod tests {
         m.storage_free.set(1);
         m.storage_floor.set(1);
         m.store_failed.set(1);
+        m.store_reachable.set(1);
+        m.store_probe_failures.inc();
         m.inbox_events.set(1);
         m.ready.set(1);
         for v in [&m.events_dispatched, &m.events_deduplicated, &m.events_unrouted] {

@@ -29,6 +29,8 @@ pub(crate) struct Space {
     free: AtomicU64,
     total: AtomicU64,
     below: AtomicBool,
+    /// False for a store on another machine (PostgreSQL): nothing to measure here.
+    local: bool,
 }
 
 /// Free and total bytes of the filesystem holding `path`, as an unprivileged process
@@ -59,7 +61,19 @@ impl Space {
             free: AtomicU64::new(u64::MAX),
             total: AtomicU64::new(0),
             below: AtomicBool::new(false),
+            local: true,
         }
+    }
+
+    /// No admission: the store is not on this machine's disks (its server guards its
+    /// own space).
+    pub(crate) fn remote() -> Self {
+        Self { local: false, ..Self::new(Path::new("."), 0, 0.0) }
+    }
+
+    /// Whether there is a local filesystem to watch.
+    pub(crate) fn is_local(&self) -> bool {
+        self.local
     }
 
     /// The floor: the larger of `min_free_bytes` and `min_free_percent` of the size.
@@ -84,6 +98,9 @@ impl Space {
 
     /// Measures again; logs when the relay crosses the floor either way.
     pub(crate) fn check(&self) -> std::io::Result<()> {
+        if !self.local {
+            return Ok(());
+        }
         let (free, total) = statvfs(&self.path)?;
         self.free.store(free, Ordering::Relaxed);
         self.total.store(total, Ordering::Relaxed);

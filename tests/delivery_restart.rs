@@ -42,6 +42,21 @@ async fn pending_retries_keep_their_due_time_across_sigkill() {
         .await["deliveries"][0]
         .clone();
     let due = before["next_attempt_at"].as_str().unwrap().to_owned();
+    // The admin API shows the record as soon as it is applied; the attempt is counted
+    // once its write is durable (the fsync after it): only then does the crash test
+    // the promise rather than race the flush.
+    let deadline = std::time::Instant::now() + WAIT;
+    while common::metric(
+        &relay.metrics().await,
+        "hookrelay_deliveries_total",
+        &[("destination", "a"), ("outcome", "retry")],
+    )
+    .unwrap_or(0.0)
+        < 1.0
+    {
+        assert!(std::time::Instant::now() < deadline, "the attempt was never counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     relay.signal(libc::SIGKILL);
     drop(relay);
     a.set_mode(Mode::Ok);

@@ -13,6 +13,9 @@ use super::AdminState;
 pub(crate) struct Readiness {
     ready: AtomicBool,
     failure: std::sync::Mutex<Option<String>>,
+    /// A passing reason not to take traffic (the database is unreachable), cleared
+    /// when it passes.
+    degraded: std::sync::Mutex<Option<String>>,
 }
 
 impl Readiness {
@@ -25,13 +28,22 @@ impl Readiness {
         crate::lock::lock(&self.failure).get_or_insert(reason);
     }
 
-    pub(crate) fn get(&self) -> bool {
-        self.ready.load(Ordering::SeqCst) && crate::lock::lock(&self.failure).is_none()
+    /// Marks the relay not ready for `reason` until called again with `None`.
+    pub(crate) fn set_degraded(&self, reason: Option<String>) {
+        *crate::lock::lock(&self.degraded) = reason;
     }
 
-    /// Why the relay is not ready, if a failure says so.
+    pub(crate) fn get(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+            && crate::lock::lock(&self.failure).is_none()
+            && crate::lock::lock(&self.degraded).is_none()
+    }
+
+    /// Why the relay is not ready, if a failure or a passing condition says so.
     pub(crate) fn failure(&self) -> Option<String> {
-        crate::lock::lock(&self.failure).clone()
+        crate::lock::lock(&self.failure)
+            .clone()
+            .or_else(|| crate::lock::lock(&self.degraded).clone())
     }
 }
 

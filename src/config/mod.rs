@@ -145,9 +145,45 @@ config_enum!(Durability { "durable" => Durable, "buffered" => Buffered });
 pub(crate) enum StorageBackend {
     /// sled, embedded, in `data_dir`: one relay per data directory.
     Sled,
+    /// PostgreSQL (`[storage.postgres]`): any number of relays on one database.
+    Postgres,
 }
 
-config_enum!(StorageBackend { "sled" => Sled });
+config_enum!(StorageBackend { "sled" => Sled, "postgres" => Postgres });
+
+/// `[storage.postgres]`: the shared database of a fleet of relays.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct PostgresConfig {
+    /// `postgres://user:password@host:port/database`: a secret (or `url_file`,
+    /// `url_env`), never logged or printed.
+    pub(crate) url: Option<Secret>,
+    pub(crate) url_file: Option<PathBuf>,
+    pub(crate) url_env: Option<String>,
+    #[serde(skip)]
+    pub(crate) resolved_url: Option<Secret>,
+    /// Connections this relay keeps to the database.
+    pub(crate) pool_size: usize,
+    /// The schema holding hookrelay's tables (created and migrated at start).
+    pub(crate) schema: String,
+    /// The server cancels any statement running longer than this.
+    #[serde(with = "duration")]
+    pub(crate) statement_timeout: Duration,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            url_file: None,
+            url_env: None,
+            resolved_url: None,
+            pool_size: 16,
+            schema: "hookrelay".into(),
+            statement_timeout: Duration::from_secs(5),
+        }
+    }
+}
 
 /// The store.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -165,6 +201,10 @@ pub(crate) struct StorageConfig {
     pub(crate) flush_interval: Duration,
     /// sled page cache size.
     pub(crate) cache_capacity_bytes: u64,
+    /// zstd compression of sled's log: about a third of the bytes on disk, for about
+    /// half the ingest throughput (BENCHMARKS.md, footprint). A new data directory only:
+    /// sled keeps the setting a directory was created with.
+    pub(crate) compression: bool,
     /// Callbacks are refused (connection closed) while the data directory's filesystem
     /// has less free space than the larger of these two.
     pub(crate) min_free_bytes: u64,
@@ -174,6 +214,8 @@ pub(crate) struct StorageConfig {
     /// service manager restarts it.
     #[serde(with = "duration")]
     pub(crate) write_timeout: Duration,
+    /// The database, when `backend = "postgres"`.
+    pub(crate) postgres: PostgresConfig,
 }
 
 impl Default for StorageConfig {
@@ -185,9 +227,11 @@ impl Default for StorageConfig {
             commit_max_batch: 512,
             flush_interval: Duration::from_millis(500),
             cache_capacity_bytes: 64 * 1024 * 1024,
+            compression: false,
             min_free_bytes: 256 * 1024 * 1024,
             min_free_percent: 2.0,
             write_timeout: Duration::from_secs(10),
+            postgres: PostgresConfig::default(),
         }
     }
 }

@@ -44,6 +44,46 @@ impl Config {
             Err(e) => problems.push(e),
         }
 
+        let pg = &self.storage.postgres;
+        let spec = SecretSpec {
+            inline: pg.url.as_ref(),
+            file: pg.url_file.as_deref(),
+            env: pg.url_env.as_deref(),
+        };
+        match spec.resolve("storage.postgres.url", env) {
+            Ok(url) => self.storage.postgres.resolved_url = url,
+            Err(e) => problems.push(e),
+        }
+        let pg = &self.storage.postgres;
+        if self.storage.backend == super::StorageBackend::Postgres {
+            match &pg.resolved_url {
+                None => problems.push(
+                    "storage.postgres.url: missing (backend = \"postgres\" needs `url`, \
+                     `url_file` or `url_env`: postgres://user:password@host:port/database)"
+                        .into(),
+                ),
+                Some(url) if url.expose().parse::<tokio_postgres::Config>().is_err() => problems
+                    .push(
+                        "storage.postgres.url: not a PostgreSQL URL \
+                         (postgres://user:password@host:port/database)"
+                            .into(),
+                    ),
+                Some(_) => {}
+            }
+        }
+        if !(1..=1000).contains(&pg.pool_size) {
+            problems.push("storage.postgres.pool_size: must be between 1 and 1000".into());
+        }
+        if !valid_schema(&pg.schema) {
+            problems.push(format!(
+                "storage.postgres.schema: {:?} must be 1 to 63 characters of a-z 0-9 _, \
+                 starting with a letter",
+                pg.schema
+            ));
+        }
+        if pg.statement_timeout < Duration::from_millis(100) {
+            problems.push("storage.postgres.statement_timeout: must be at least 100ms".into());
+        }
         if self.storage.data_dir.as_os_str().is_empty() {
             problems.push("storage.data_dir: must not be empty".into());
         }
@@ -283,4 +323,11 @@ fn check_signing_secret(secret: &str) -> Result<(), String> {
         Ok(_) => Err("key too short: at least 16 bytes after base64 decoding".into()),
         Err(_) => Err("the part after `whsec_` is not valid base64".into()),
     }
+}
+
+/// A PostgreSQL schema name that needs no quoting anywhere.
+fn valid_schema(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }

@@ -81,6 +81,29 @@ impl Committer {
             let _ = done.await;
         }
     }
+
+    /// At a backend's `close`: commits what is queued, stops the thread and joins it
+    /// (taken from `thread`), unless the store fails meanwhile (a group stuck in the
+    /// engine must not hold the shutdown).
+    pub(crate) async fn close_and_join(
+        &self,
+        thread: &std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    ) -> Result<(), StoreError> {
+        self.health.check()?;
+        self.health
+            .or_failed(async {
+                self.close().await;
+                let thread = crate::lock::lock(thread).take();
+                if let Some(thread) = thread {
+                    let joined = tokio::task::spawn_blocking(move || thread.join()).await;
+                    if !matches!(joined, Ok(Ok(()))) {
+                        tracing::error!("the committer thread panicked");
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
 }
 
 struct Task {

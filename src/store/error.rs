@@ -19,6 +19,10 @@ pub(crate) enum StoreError {
     /// not return in time: see `store/health.rs`); the relay restarts to reopen it.
     #[error("the store has failed and takes no more writes until the relay restarts: {0}")]
     Failed(String),
+    /// Another relay's transaction touched the same rows at the same time (a deadlock,
+    /// a serialization failure, or both inserting one key): the work is redone.
+    #[error("concurrent update: {0}")]
+    Conflict(String),
     /// A blocking store task did not finish (panicked or was cancelled).
     #[error("store task failed: {0}")]
     Task(String),
@@ -45,6 +49,7 @@ impl StoreError {
                 StoreError::Schema { found: found.clone(), supported: *supported }
             }
             StoreError::Failed(reason) => StoreError::Failed(reason.clone()),
+            StoreError::Conflict(message) => StoreError::Conflict(message.clone()),
             StoreError::Task(message) => StoreError::Task(message.clone()),
             #[cfg(test)]
             StoreError::Injected(what) => StoreError::Injected(what),

@@ -16,7 +16,7 @@
 //!
 //! The rules that move events and deliveries on live in [`lifecycle`], pure; a backend
 //! reads what a rule asks for, and applies the [`lifecycle::Changes`] it returns in one
-//! atomic write. Backends: `sled/` (the embedded default), `memory` (tests). Each
+//! atomic write. Backends: `sled/` (the embedded default), `postgres/` (several relays on one database), `memory` (tests). Each
 //! backend groups concurrent appends into one write ([`Committer`] for a backend with
 //! blocking writes).
 
@@ -33,6 +33,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod memory;
 mod model;
 mod observer;
+pub(crate) mod postgres;
 mod sled;
 
 use std::collections::HashSet;
@@ -175,6 +176,12 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Every entry whose key starts with `prefix`.
     async fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 
+    /// Whether the store answers now (a round trip to a database server). An embedded
+    /// store is always there.
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Makes everything durable, whatever the durability setting (at shutdown).
     async fn close(&self) -> Result<(), StoreError>;
 }
@@ -193,6 +200,7 @@ pub(crate) async fn open(
             let opts = SledOptions {
                 path: config.data_dir.clone(),
                 cache_capacity_bytes: config.cache_capacity_bytes,
+                compression: config.compression,
                 flush_interval: config.flush_interval,
                 durable: config.durability == Durability::Durable,
                 commit_max_batch: config.commit_max_batch,
@@ -202,6 +210,24 @@ pub(crate) async fn open(
             let store = tokio::task::spawn_blocking(move || SledStore::open(&opts))
                 .await
                 .map_err(|e| StoreError::Task(e.to_string()))??;
+            Ok(Arc::new(store))
+        }
+        StorageBackend::Postgres => {
+            let pg = &config.postgres;
+            let url = pg.resolved_url.as_ref().ok_or_else(|| StoreError::Backend {
+                backend: "postgres",
+                message: "storage.postgres.url is not set".into(),
+            })?;
+            let store = postgres::PostgresStore::open(postgres::PostgresOptions {
+                url: url.expose().to_owned(),
+                pool_size: pg.pool_size,
+                schema: pg.schema.clone(),
+                statement_timeout: pg.statement_timeout,
+                commit_max_batch: config.commit_max_batch,
+                write_timeout: config.write_timeout,
+                observer,
+            })
+            .await?;
             Ok(Arc::new(store))
         }
     }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+#[path = "../../src/store/postgres/test_server.rs"]
+pub mod pg;
 pub mod proxy;
 pub mod sim;
 pub mod sink;
@@ -112,7 +114,13 @@ impl Relay {
         Self::start_full(binary(), dir, config_text, env).await
     }
 
-    async fn start_full(bin: &str, dir: &Path, config_text: &str, env: &[(&str, &str)]) -> Relay {
+    /// Like [`Relay::start_binary`], with extra environment variables.
+    pub async fn start_full(
+        bin: &str,
+        dir: &Path,
+        config_text: &str,
+        env: &[(&str, &str)],
+    ) -> Relay {
         let config_path: PathBuf = dir.join("hookrelay.toml");
         std::fs::write(&config_path, config_text).unwrap();
         let mut child = Command::new(bin)

@@ -1,6 +1,6 @@
 //! The store contract, checked the same way on every backend: the scenarios below and
 //! a model-based test (random operation sequences against a small reference model, as
-//! vector checks its disk buffer) run against `memory` and `sled` alike. A new backend
+//! vector checks its disk buffer) run against `memory`, `sled` and `postgres` alike. A new backend
 //! adds one [`Harness`] and one line per test at the bottom.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,6 +60,48 @@ impl Harness for Sled {
     }
     async fn reopen(&mut self) -> SharedStore {
         self.open().await
+    }
+}
+
+/// A fresh database on the test process's PostgreSQL server; reopening connects a new
+/// store (a new relay process) to the same database.
+pub(crate) struct Postgres(Option<String>);
+
+impl Postgres {
+    fn new() -> Self {
+        Self(None)
+    }
+
+    pub(crate) async fn connect(url: &str) -> super::postgres::PostgresStore {
+        super::postgres::PostgresStore::open(super::postgres::PostgresOptions {
+            url: url.to_owned(),
+            pool_size: 4,
+            schema: "hookrelay".into(),
+            statement_timeout: Duration::from_secs(30),
+            commit_max_batch: 64,
+            write_timeout: Duration::from_secs(60),
+            observer: Arc::new(super::NoObserver),
+        })
+        .await
+        .expect("open the PostgreSQL store")
+    }
+}
+
+#[async_trait]
+impl Harness for Postgres {
+    async fn open(&mut self) -> SharedStore {
+        let url = tokio::task::spawn_blocking(|| {
+            let server = super::postgres::test_server::shared();
+            server.database(&super::postgres::test_server::unique_database("conformance"))
+        })
+        .await
+        .expect("PostgreSQL test server");
+        self.0 = Some(url.clone());
+        Arc::new(Self::connect(&url).await)
+    }
+    async fn reopen(&mut self) -> SharedStore {
+        let url = self.0.clone().expect("opened");
+        Arc::new(Self::connect(&url).await)
     }
 }
 
@@ -663,5 +705,6 @@ macro_rules! conformance {
 
 conformance!(memory, Memory(None));
 conformance!(sled, Sled::new());
+conformance!(postgres, Postgres::new());
 
 mod model;

@@ -110,6 +110,8 @@ pub(super) struct Inner {
 pub(crate) struct SledOptions {
     pub(crate) path: PathBuf,
     pub(crate) cache_capacity_bytes: u64,
+    /// zstd-compress a new database (an existing one keeps what it was created with).
+    pub(crate) compression: bool,
     pub(crate) flush_interval: Duration,
     /// Whether each write waits for an fsync.
     pub(crate) durable: bool,
@@ -130,6 +132,8 @@ impl SledStore {
             .cache_capacity(opts.cache_capacity_bytes)
             .flush_every_ms(Some(flush_ms))
             .mode(sled::Mode::HighThroughput)
+            .use_compression(compression_of(&opts.path, opts.compression))
+            .compression_factor(COMPRESSION_LEVEL)
             .open()?;
         let meta = db.open_tree(META)?;
         match meta.get(SCHEMA_KEY)? {
@@ -183,6 +187,37 @@ impl SledStore {
             inner.health.clone(),
         )?;
         Ok(Self { inner, committer, committer_thread: Arc::new(Mutex::new(Some(thread))) })
+    }
+}
+
+/// zstd level of sled's log: the fastest; JSON bodies and records already shrink
+/// about 3x at it (BENCHMARKS.md, footprint).
+const COMPRESSION_LEVEL: i32 = 1;
+
+/// Whether to open the database at `path` compressed. sled refuses to open a database
+/// with another setting than it was created with, and says so in its `conf` file
+/// (`use_compression: true`): an existing database keeps its own, with a note when it
+/// differs from the configuration; a new one follows `wanted`.
+fn compression_of(path: &std::path::Path, wanted: bool) -> bool {
+    let Ok(conf) = std::fs::read(path.join("conf")) else { return wanted };
+    let conf = String::from_utf8_lossy(&conf);
+    let existing = conf
+        .lines()
+        .find_map(|line| line.strip_prefix("use_compression: "))
+        .map(|v| v.trim() == "true");
+    match existing {
+        Some(existing) if existing != wanted => {
+            tracing::warn!(
+                data_dir = %path.display(),
+                compressed = existing,
+                "storage.compression differs from what this data directory was created with; \
+                 sled keeps its original setting (to change it, start the relay on a new \
+                 storage.data_dir once this one is drained)"
+            );
+            existing
+        }
+        Some(existing) => existing,
+        None => wanted,
     }
 }
 
@@ -271,6 +306,7 @@ pub(crate) mod testutil {
             match SledStore::open(&SledOptions {
                 path: dir.to_path_buf(),
                 cache_capacity_bytes: 1 << 20,
+                compression: true,
                 flush_interval: Duration::from_millis(500),
                 durable: true,
                 commit_max_batch: 64,
@@ -303,6 +339,7 @@ mod tests {
         let err = SledStore::open(&SledOptions {
             path: dir.path().to_path_buf(),
             cache_capacity_bytes: 1 << 20,
+            compression: true,
             flush_interval: Duration::from_millis(500),
             durable: true,
             commit_max_batch: 64,

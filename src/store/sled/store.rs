@@ -189,24 +189,10 @@ impl Store for SledStore {
     }
 
     async fn close(&self) -> Result<(), StoreError> {
-        let health = &self.inner.health;
         // A failed store is left as it is: a write may be stuck inside sled, and what
-        // was acknowledged is durable already.
-        health.check()?;
-        // What is queued is committed first; later appends fail.
-        health
-            .or_failed(async {
-                self.committer.close().await;
-                let thread = crate::lock::lock(&self.committer_thread).take();
-                if let Some(thread) = thread {
-                    let joined = tokio::task::spawn_blocking(move || thread.join()).await;
-                    if !matches!(joined, Ok(Ok(()))) {
-                        tracing::error!("the committer thread panicked");
-                    }
-                }
-                Ok(())
-            })
-            .await?;
+        // was acknowledged is durable already. What is queued is committed first;
+        // later appends fail.
+        self.committer.close_and_join(&self.committer_thread).await?;
         self.write(Inner::flush_now).await
     }
 }

@@ -1,0 +1,246 @@
+//! The PostgreSQL backend: several relays on one database (issue 12, first step).
+//!
+//! How it keeps the contract:
+//! - **Rules**: every decision is made by [`crate::store::lifecycle`] inside one
+//!   transaction. The rules read through a synchronous [`View`](crate::store::lifecycle::View);
+//!   the backend answers it from rows fetched `FOR UPDATE` beforehand ([`view::Prefetch`]):
+//!   a rule is run, the rows it asked for and did not have are fetched and locked, and
+//!   it is run again, until it asks for nothing new (two or three passes). The rules
+//!   are pure, so a pass on incomplete rows costs nothing but CPU. Then the changes
+//!   are applied in the same transaction (`apply.rs`), and the locks make the decision
+//!   atomic against every other relay. A row that does not exist cannot be locked: two
+//!   relays inserting the same dedup key or delivery collide on its primary key, one
+//!   transaction fails, and its work is done again later.
+//! - **Ids** are the receive time in µs, made unique per relay by a local counter and
+//!   across relays by the primary key (`ON CONFLICT DO NOTHING`, then the next id).
+//! - **Claims** live in the `deliveries` row (owner, token from a sequence, lease
+//!   expiry): claimed with `FOR UPDATE SKIP LOCKED`, checked when recording.
+//! - **Durability** is PostgreSQL's: a write returns after its commit.
+//! - **Async**: tokio-postgres through a deadpool pool; appends are grouped by the
+//!   [`Committer`] thread into one multi-row insert and one commit.
+
+mod apply;
+pub(super) mod schema;
+mod store;
+#[cfg(test)]
+pub(crate) mod test_server;
+mod view;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+use super::{Committer, EventId, EventStatus, Health, NewEvent, StoreError, StoreObserver};
+
+/// The client types, under one name.
+pub(super) mod pg {
+    pub(crate) use deadpool_postgres::{Client, Transaction};
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        use tokio_postgres::error::SqlState;
+        // tokio-postgres' messages name no password: they are safe to show.
+        let message = match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        };
+        let conflict = [
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::UNIQUE_VIOLATION,
+        ];
+        match e.code() {
+            Some(code) if conflict.contains(code) => StoreError::Conflict(message),
+            _ => StoreError::Backend { backend: "postgres", message },
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        StoreError::Backend { backend: "postgres", message: format!("connection pool: {e}") }
+    }
+}
+
+/// Longest wait for a pooled connection, a new one, or a health check of one.
+const POOL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to open the store.
+pub(crate) struct PostgresOptions {
+    /// `postgres://user:password@host:port/db`: a secret, never logged.
+    pub(crate) url: String,
+    pub(crate) pool_size: usize,
+    /// The schema holding hookrelay's tables.
+    pub(crate) schema: String,
+    /// Every statement is cancelled by the server after this.
+    pub(crate) statement_timeout: Duration,
+    /// Most callbacks one group commit takes.
+    pub(crate) commit_max_batch: usize,
+    /// A write that has not returned after this fails the store.
+    pub(crate) write_timeout: Duration,
+    pub(crate) observer: Arc<dyn StoreObserver>,
+}
+
+/// PostgreSQL-backed [`crate::store::Store`]; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct PostgresStore {
+    inner: Arc<Inner>,
+    committer: Committer,
+    committer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+pub(super) struct Inner {
+    pool: Pool,
+    /// The last id this relay handed out.
+    last_id: AtomicU64,
+    health: Arc<Health>,
+}
+
+impl PostgresStore {
+    /// Connects, migrates the schema (or refuses a newer one), and starts group commit.
+    pub(crate) async fn open(opts: PostgresOptions) -> Result<Self, StoreError> {
+        let mut config: tokio_postgres::Config = opts.url.parse().map_err(|_| {
+            // The parser's message may quote the URL: say what is wrong without it.
+            StoreError::Backend {
+                backend: "postgres",
+                message: "storage.postgres.url is not a valid PostgreSQL URL \
+                          (postgres://user:password@host:port/database)"
+                    .into(),
+            }
+        })?;
+        let timeout_ms = opts.statement_timeout.as_millis();
+        config.options(format!(
+            "-c search_path={} -c statement_timeout={timeout_ms}",
+            schema::quote_ident(&opts.schema)
+        ));
+        config.application_name("hookrelay");
+        config.connect_timeout(Duration::from_secs(10));
+        let manager = Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(opts.pool_size.max(2))
+            // With the server down, a caller gets an error instead of waiting for ever.
+            .wait_timeout(Some(POOL_TIMEOUT))
+            .create_timeout(Some(POOL_TIMEOUT))
+            .recycle_timeout(Some(POOL_TIMEOUT))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Backend {
+                backend: "postgres",
+                message: format!("connection pool: {e}"),
+            })?;
+        let mut client = pool.get().await?;
+        schema::migrate(&mut client, &opts.schema).await?;
+        // Ids keep increasing across a restart even if the clock stepped back.
+        let last: Option<i64> = client.query_one("SELECT max(id) FROM events", &[]).await?.get(0);
+        drop(client);
+        let health = Health::new("postgres", opts.write_timeout, opts.observer.clone());
+        Health::start_watchdog(&health)?;
+        let last_id = AtomicU64::new(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)));
+        let inner = Arc::new(Inner { pool, last_id, health: health.clone() });
+        let writer = inner.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let (committer, thread) = Committer::start(
+            "postgres",
+            Box::new(move |events| {
+                // A lost connection is not the end of the store: the next group
+                // reconnects (no fail-stop on PostgreSQL's errors).
+                writer.health.write(|_| false, || runtime.block_on(writer.append(events)))
+            }),
+            opts.commit_max_batch,
+            opts.observer.clone(),
+            health,
+        )?;
+        Ok(Self { inner, committer, committer_thread: Arc::new(Mutex::new(Some(thread))) })
+    }
+}
+
+impl Inner {
+    /// Inserts one group in one transaction; returns the ids in order.
+    async fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
+        use std::sync::atomic::Ordering;
+        let mut ids: Vec<i64> = Vec::with_capacity(batch.len());
+        let next_id = |at: u64| -> i64 {
+            let mut last = self.last_id.load(Ordering::Relaxed);
+            loop {
+                let id = at.max(last + 1);
+                match self.last_id.compare_exchange(last, id, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => return i64::try_from(id).unwrap_or(i64::MAX),
+                    Err(now) => last = now,
+                }
+            }
+        };
+        for ev in batch {
+            ids.push(next_id(ev.meta.received_at_us));
+        }
+        let inbox: Vec<bool> =
+            batch.iter().map(|e| e.meta.status == EventStatus::Received).collect();
+        let source: Vec<&str> = batch.iter().map(|e| e.meta.source.as_str()).collect();
+        let event: Vec<&str> = batch.iter().map(|e| e.meta.event.as_str()).collect();
+        let status: Vec<&str> = batch.iter().map(|e| e.meta.status.as_str()).collect();
+        let meta =
+            batch.iter().map(|e| serde_json::to_vec(&e.meta)).collect::<Result<Vec<_>, _>>()?;
+        let body: Vec<Option<&[u8]>> = batch.iter().map(|e| e.body.as_deref()).collect();
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        let insert = tx
+            .prepare_cached(
+                "INSERT INTO events (id, inbox, source, event, status, meta, body)
+                 SELECT * FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[])
+                 ON CONFLICT (id) DO NOTHING RETURNING id",
+            )
+            .await?;
+        // Ids another relay took meanwhile (same µs) get the next ones, until all fit.
+        let mut todo: Vec<usize> = (0..batch.len()).collect();
+        for _ in 0..16 {
+            let rows = tx
+                .query(
+                    &insert,
+                    &[
+                        &todo.iter().map(|&i| ids[i]).collect::<Vec<i64>>(),
+                        &pick(&todo, &inbox),
+                        &pick(&todo, &source),
+                        &pick(&todo, &event),
+                        &pick(&todo, &status),
+                        &todo.iter().map(|&i| meta[i].as_slice()).collect::<Vec<&[u8]>>(),
+                        &todo.iter().map(|&i| body[i]).collect::<Vec<Option<&[u8]>>>(),
+                    ],
+                )
+                .await?;
+            let taken: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+            todo.retain(|&i| !taken.contains(&ids[i]));
+            if todo.is_empty() {
+                tx.commit().await?;
+                return Ok(ids.into_iter().map(|id| EventId::new(id as u64)).collect());
+            }
+            for &i in &todo {
+                ids[i] = next_id(batch[i].meta.received_at_us);
+            }
+        }
+        Err(StoreError::Backend {
+            backend: "postgres",
+            message: "could not find free event ids after 16 tries".into(),
+        })
+    }
+}
+
+/// The elements of `v` at `at`.
+fn pick<T: Copy>(at: &[usize], v: &[T]) -> Vec<T> {
+    at.iter().map(|&i| v[i]).collect()
+}
+
+/// µs as PostgreSQL's bigint.
+pub(super) fn sql_us(us: u64) -> i64 {
+    i64::try_from(us).unwrap_or(i64::MAX)
+}
+
+/// An id as PostgreSQL's bigint.
+pub(super) fn sql_id(id: EventId) -> i64 {
+    sql_us(id.raw())
+}

@@ -1,0 +1,95 @@
+//! The PostgreSQL schema: versioned migrations embedded in the binary, applied at open
+//! under an advisory lock (two relays starting together migrate once), and a refusal
+//! to run on a schema newer than this build knows.
+
+use super::pg;
+use crate::store::StoreError;
+
+/// Each migration, in order; the schema's version is how many have been applied.
+/// Never edit one that has shipped: add the next.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: the first layout.
+    r#"
+CREATE TABLE events (
+    id      bigint PRIMARY KEY,
+    inbox   boolean NOT NULL,
+    source  text NOT NULL,
+    event   text NOT NULL,
+    status  text NOT NULL,
+    meta    bytea NOT NULL,
+    body    bytea
+);
+CREATE INDEX events_inbox ON events (id) WHERE inbox;
+CREATE TABLE dedup (
+    hash     bytea PRIMARY KEY,
+    original bigint NOT NULL,
+    until_us bigint NOT NULL
+);
+CREATE INDEX dedup_until ON dedup (until_us);
+CREATE TABLE deliveries (
+    event            bigint NOT NULL,
+    destination      text NOT NULL,
+    state            text NOT NULL,
+    due_us           bigint,
+    record           bytea NOT NULL,
+    claim_token      bigint,
+    claim_owner      text,
+    claim_expires_us bigint,
+    PRIMARY KEY (event, destination)
+);
+CREATE INDEX deliveries_schedule ON deliveries (destination, due_us, event) WHERE due_us IS NOT NULL;
+CREATE INDEX deliveries_active ON deliveries (destination, state) WHERE state IN ('pending', 'retrying', 'held', 'dead');
+CREATE INDEX deliveries_dead ON deliveries (event, destination) WHERE state = 'dead';
+CREATE TABLE queues (
+    destination text NOT NULL,
+    resource    bytea NOT NULL,
+    head        bigint NOT NULL,
+    tail        bigint NOT NULL,
+    len         bigint NOT NULL,
+    PRIMARY KEY (destination, resource)
+);
+CREATE TABLE paused (destination text PRIMARY KEY);
+CREATE TABLE upstream (key text PRIMARY KEY, value bytea NOT NULL);
+CREATE SEQUENCE claim_tokens;
+"#,
+];
+
+/// Key of the advisory lock held while migrating (any constant shared by all relays).
+const MIGRATION_LOCK: i64 = 0x686f_6f6b_7265_6c61; // "hookrela"
+
+/// Brings `schema` to this build's version; refuses a newer one.
+pub(super) async fn migrate(client: &mut pg::Client, schema: &str) -> Result<u32, StoreError> {
+    let quoted = quote_ident(schema);
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {quoted};
+         CREATE TABLE IF NOT EXISTS {quoted}.schema_version (version integer NOT NULL);
+         SET LOCAL search_path = {quoted};"
+    ))
+    .await?;
+    let row = tx.query_opt("SELECT version FROM schema_version", &[]).await?;
+    let found: i32 = match row {
+        Some(r) => r.get(0),
+        None => {
+            tx.execute("INSERT INTO schema_version VALUES (0)", &[]).await?;
+            0
+        }
+    };
+    let known = MIGRATIONS.len() as i32;
+    if found > known {
+        return Err(StoreError::Schema { found: found.to_string(), supported: known as u32 });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.batch_execute(sql).await?;
+        tx.execute("UPDATE schema_version SET version = $1", &[&(i as i32 + 1)]).await?;
+        tracing::info!(schema, version = i + 1, "applied PostgreSQL migration");
+    }
+    tx.commit().await?;
+    Ok(known as u32)
+}
+
+/// `name` as a quoted SQL identifier.
+pub(super) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -1,0 +1,218 @@
+//! A throwaway PostgreSQL server for tests: Debian's `postgresql` binaries, `initdb`
+//! and `pg_ctl` on a temporary directory and a free loopback port, run as the
+//! unprivileged `postgres` user when the tests run as root (PostgreSQL refuses to run
+//! as root). Stopped and deleted when dropped. There is no skip: without the package
+//! the test fails and says how to install it (`scripts/test.sh` installs it).
+//!
+//! Plain std and `tempfile` only, so the integration tests include this same file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A running server; `url()` connects to its `postgres` database.
+// Some methods serve only the integration tests, which include this file.
+#[allow(dead_code)]
+pub struct PgServer {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+    /// The server options it was started with, to start it again.
+    opts: String,
+}
+
+/// Where Debian puts the server binaries (`/usr/lib/postgresql/<major>/bin`), newest
+/// major first; or wherever `pg_ctl` is on the PATH.
+fn find_bin() -> PathBuf {
+    let mut majors: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    majors.sort();
+    if let Some(bin) = majors.into_iter().rev().find(|b| b.join("pg_ctl").exists()) {
+        return bin;
+    }
+    if let Ok(out) = Command::new("sh").args(["-c", "command -v pg_ctl"]).output() {
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if let Some(dir) = Path::new(&path).parent().filter(|_| out.status.success()) {
+            return dir.to_path_buf();
+        }
+    }
+    panic!(
+        "PostgreSQL server binaries not found (no /usr/lib/postgresql/*/bin/pg_ctl): \
+         install Debian's `postgresql` package (apt-get install -y postgresql); \
+         scripts/test.sh does this"
+    );
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs `bin/tool args` as the `postgres` user when root.
+fn run(bin: &Path, tool: &str, args: &[&str]) -> Output {
+    let exe = bin.join(tool);
+    let mut cmd = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(&exe);
+        c
+    } else {
+        Command::new(&exe)
+    };
+    cmd.args(args)
+        .current_dir("/")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()))
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    l.local_addr().expect("local addr").port()
+}
+
+#[allow(dead_code)]
+impl PgServer {
+    /// Creates and starts a server; panics, saying why, if it cannot.
+    pub fn start() -> PgServer {
+        let bin = find_bin();
+        let dir = tempfile::Builder::new().prefix("hookrelay-pg").tempdir().expect("temp dir");
+        if is_root() {
+            let owned = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .expect("chown");
+            assert!(owned.success(), "chown of the PostgreSQL test directory to postgres failed");
+        }
+        let data = dir.path().join("data");
+        let data_s = data.to_str().expect("utf-8 temp path");
+        let out = run(
+            &bin,
+            "initdb",
+            &["-D", data_s, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"],
+        );
+        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        // A port taken between the probe and the start makes pg_ctl fail: try again.
+        for _ in 0..5 {
+            let port = free_port();
+            let opts = format!(
+                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=on -c max_connections=200",
+                dir.path().display()
+            );
+            let log = dir.path().join("server.log");
+            let out = run(
+                &bin,
+                "pg_ctl",
+                &[
+                    "-D",
+                    data_s,
+                    "-o",
+                    &opts,
+                    "-l",
+                    log.to_str().expect("utf-8"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ],
+            );
+            if out.status.success() {
+                return PgServer { dir, bin, port, opts };
+            }
+            eprintln!(
+                "pg_ctl start on port {port} failed, retrying: {}{}",
+                String::from_utf8_lossy(&out.stderr),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        panic!("could not start a PostgreSQL test server");
+    }
+
+    /// The connection URL (no password: trust authentication on loopback).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Creates a fresh database and returns its URL: one per test, one server per run.
+    pub fn database(&self, name: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-q", "-c"])
+            .arg(format!("CREATE DATABASE \"{name}\""))
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "CREATE DATABASE failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Stops the server (fast shutdown: open connections are cut).
+    pub fn stop(&self) {
+        let data = self.dir.path().join("data");
+        let data_s = data.to_str().expect("utf-8");
+        let out = run(&self.bin, "pg_ctl", &["-D", data_s, "-m", "fast", "-w", "stop"]);
+        assert!(
+            out.status.success(),
+            "pg_ctl stop failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts a stopped server again, on the same port.
+    pub fn start_again(&self) {
+        let data = self.dir.path().join("data");
+        let data_s = data.to_str().expect("utf-8");
+        let log = self.dir.path().join("server.log");
+        let log_s = log.to_str().expect("utf-8");
+        let args = ["-D", data_s, "-o", &self.opts, "-l", log_s, "-w", "-t", "60", "start"];
+        let out = run(&self.bin, "pg_ctl", &args);
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let data = self.dir.path().join("data");
+        if let Some(data) = data.to_str() {
+            let _ = run(&self.bin, "pg_ctl", &["-D", data, "-m", "immediate", "-w", "stop"]);
+        }
+    }
+}
+
+/// One server for the whole test process (each test takes its own database), stopped
+/// when the process exits.
+pub fn shared() -> &'static PgServer {
+    static SERVER: std::sync::OnceLock<PgServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        extern "C" fn stop_at_exit() {
+            if let Some(server) = SERVER.get() {
+                let data = server.dir.path().join("data");
+                if let Some(data) = data.to_str() {
+                    let _ =
+                        run(&server.bin, "pg_ctl", &["-D", data, "-m", "immediate", "-w", "stop"]);
+                }
+                let _ = std::fs::remove_dir_all(server.dir.path());
+            }
+        }
+        let server = PgServer::start();
+        // SAFETY: registering a plain function with no captured state.
+        unsafe { libc::atexit(stop_at_exit) };
+        server
+    })
+}
+
+/// A database name no other test of this process uses.
+pub fn unique_database(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}_{}_{n}", std::process::id())
+}

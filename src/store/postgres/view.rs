@@ -1,0 +1,221 @@
+//! The rules' [`View`] over PostgreSQL: rows fetched and locked (`FOR UPDATE`) inside
+//! the deciding transaction, found by running the rule until it asks for nothing it
+//! does not have (see the module docs of `postgres`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use super::{pg, sql_id};
+use crate::lock::lock;
+use crate::store::lifecycle::{DedupEntry, Queue, Staged, View};
+use crate::store::{DeliveryRecord, EventId, EventMeta, StoreError};
+
+/// Keys a pass asked for and did not find fetched.
+#[derive(Default)]
+struct Misses {
+    dedup: HashSet<[u8; 16]>,
+    deliveries: HashSet<(EventId, String)>,
+    queues: HashSet<(String, [u8; 16])>,
+    events: HashSet<EventId>,
+}
+
+impl Misses {
+    fn is_empty(&self) -> bool {
+        self.dedup.is_empty()
+            && self.deliveries.is_empty()
+            && self.queues.is_empty()
+            && self.events.is_empty()
+    }
+}
+
+/// Rows fetched so far (`None`: looked for, absent), and what a pass missed.
+#[derive(Default)]
+pub(super) struct Prefetch {
+    pub(super) dedup: HashMap<[u8; 16], Option<DedupEntry>>,
+    pub(super) deliveries: HashMap<(EventId, String), Option<DeliveryRecord>>,
+    pub(super) queues: HashMap<(String, [u8; 16]), Option<Queue>>,
+    pub(super) events: HashMap<EventId, Option<EventMeta>>,
+    misses: Mutex<Misses>,
+}
+
+impl View for Prefetch {
+    fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
+        match self.dedup.get(hash) {
+            Some(found) => Ok(*found),
+            None => {
+                lock(&self.misses).dedup.insert(*hash);
+                Ok(None)
+            }
+        }
+    }
+    fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        let key = (event, dest.to_owned());
+        match self.deliveries.get(&key) {
+            Some(found) => Ok(found.clone()),
+            None => {
+                lock(&self.misses).deliveries.insert(key);
+                Ok(None)
+            }
+        }
+    }
+    fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError> {
+        let key = (dest.to_owned(), *resource);
+        match self.queues.get(&key) {
+            Some(found) => Ok(*found),
+            None => {
+                lock(&self.misses).queues.insert(key);
+                Ok(None)
+            }
+        }
+    }
+    fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
+        match self.events.get(&id) {
+            Some(found) => Ok(found.clone()),
+            None => {
+                lock(&self.misses).events.insert(id);
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Most passes of one rule: each fetches one more level of what it reads.
+const MAX_PASSES: usize = 8;
+
+impl Prefetch {
+    /// Runs `rule` until every row it reads is fetched (and locked) in `tx`; returns
+    /// its result and the staged changes of the last, complete pass.
+    pub(super) async fn decide<T>(
+        &mut self,
+        tx: &pg::Transaction<'_>,
+        mut rule: impl FnMut(&mut Staged<'_, Prefetch>) -> Result<T, StoreError>,
+    ) -> Result<(T, crate::store::lifecycle::Changes), StoreError> {
+        for _ in 0..MAX_PASSES {
+            let mut staged = Staged::new(&*self);
+            let result = rule(&mut staged)?;
+            let changes = staged.into_changes();
+            let misses = std::mem::take(&mut *lock(&self.misses));
+            if misses.is_empty() {
+                return Ok((result, changes));
+            }
+            self.fetch(tx, misses).await?;
+        }
+        Err(StoreError::Backend {
+            backend: "postgres",
+            message: format!("a rule kept asking for more rows after {MAX_PASSES} passes"),
+        })
+    }
+
+    /// Fetches and locks the missed rows; absent ones are remembered as absent.
+    async fn fetch(&mut self, tx: &pg::Transaction<'_>, m: Misses) -> Result<(), StoreError> {
+        if !m.dedup.is_empty() {
+            let keys: Vec<&[u8]> = m.dedup.iter().map(|h| h.as_slice()).collect();
+            for h in &m.dedup {
+                self.dedup.insert(*h, None);
+            }
+            let rows = tx
+                .query(
+                    "SELECT hash, original, until_us FROM dedup WHERE hash = ANY($1) FOR UPDATE",
+                    &[&keys],
+                )
+                .await?;
+            for r in rows {
+                let hash: &[u8] = r.get(0);
+                let Ok(hash) = <[u8; 16]>::try_from(hash) else { continue };
+                let original: i64 = r.get(1);
+                let until: i64 = r.get(2);
+                self.dedup.insert(
+                    hash,
+                    Some(DedupEntry {
+                        original: EventId::new(original as u64),
+                        until_us: until as u64,
+                    }),
+                );
+            }
+        }
+        if !m.deliveries.is_empty() {
+            let events: Vec<i64> = m.deliveries.iter().map(|(e, _)| sql_id(*e)).collect();
+            let dests: Vec<&str> = m.deliveries.iter().map(|(_, d)| d.as_str()).collect();
+            let rows = tx
+                .query(
+                    "SELECT d.record FROM deliveries d
+                     JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
+                       ON d.event = k.event AND d.destination = k.destination
+                     FOR UPDATE OF d",
+                    &[&events, &dests],
+                )
+                .await?;
+            for key in m.deliveries {
+                self.deliveries.insert(key, None);
+            }
+            for r in rows {
+                let record = decode_record(r.get(0))?;
+                self.deliveries.insert((record.event, record.destination.clone()), Some(record));
+            }
+        }
+        if !m.queues.is_empty() {
+            let dests: Vec<&str> = m.queues.iter().map(|(d, _)| d.as_str()).collect();
+            let resources: Vec<&[u8]> = m.queues.iter().map(|(_, r)| r.as_slice()).collect();
+            let rows = tx
+                .query(
+                    "SELECT q.destination, q.resource, q.head, q.tail, q.len FROM queues q
+                     JOIN unnest($1::text[], $2::bytea[]) AS k(destination, resource)
+                       ON q.destination = k.destination AND q.resource = k.resource
+                     FOR UPDATE OF q",
+                    &[&dests, &resources],
+                )
+                .await?;
+            for key in m.queues {
+                self.queues.insert(key, None);
+            }
+            for r in rows {
+                let dest: String = r.get(0);
+                let resource: &[u8] = r.get(1);
+                let Ok(resource) = <[u8; 16]>::try_from(resource) else { continue };
+                let (head, tail, len): (i64, i64, i64) = (r.get(2), r.get(3), r.get(4));
+                self.queues.insert(
+                    (dest, resource),
+                    Some(Queue {
+                        head: EventId::new(head as u64),
+                        tail: EventId::new(tail as u64),
+                        len: len as u64,
+                    }),
+                );
+            }
+        }
+        if !m.events.is_empty() {
+            let ids: Vec<i64> = m.events.iter().map(|id| sql_id(*id)).collect();
+            for id in &m.events {
+                self.events.insert(*id, None);
+            }
+            let rows = tx
+                .query(
+                    "SELECT id, meta FROM events WHERE id = ANY($1) AND NOT inbox FOR UPDATE",
+                    &[&ids],
+                )
+                .await?;
+            for r in rows {
+                let id: i64 = r.get(0);
+                let meta = decode_meta(r.get(1))?;
+                self.events.insert(EventId::new(id as u64), Some(meta));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn decode_record(bytes: &[u8]) -> Result<DeliveryRecord, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        table: "deliveries",
+        key: String::new(),
+        reason: e.to_string(),
+    })
+}
+
+pub(super) fn decode_meta(bytes: &[u8]) -> Result<EventMeta, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        table: "events",
+        key: String::new(),
+        reason: e.to_string(),
+    })
+}
