@@ -21,14 +21,22 @@ pub(crate) async fn run(
 ) {
     loop {
         let cutoff = SystemTime::now().checked_sub(config.delivered).map_or(0, unix_micros);
-        loop {
+        // One relay of a fleet prunes for all; another takes over if it dies.
+        let leads = match store.lead("retention").await {
+            Ok(leads) => leads,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot tell which relay prunes; skipping this pass");
+                false
+            }
+        };
+        while leads && !stop.is_stopped() {
             match store.prune(cutoff, CHUNK).await {
                 Ok(n) => {
                     metrics.events_pruned.inc_by(n as u64);
                     if n > 0 {
                         tracing::info!(pruned = n, "finished events past retention deleted");
                     }
-                    if n < CHUNK || stop.is_stopped() {
+                    if n < CHUNK {
                         break;
                     }
                 }

@@ -228,3 +228,206 @@ async fn a_database_outage_refuses_nothing_with_an_error_and_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Three relays on one database, each asked to sync hooks at the same moment (and each
+/// running its own start-up pass if it leads): every hook exists once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_relays_syncing_hooks_at_once_create_each_hook_once() {
+    use common::proxy::Proxy;
+    use common::sim::Sim;
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let url = server.database("hooks");
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), &format!("callback_retries = 1\n{}", common::sim::USERS));
+    let proxy = Proxy::start().await;
+    let sink = Sink::start().await;
+    let mut relays = Vec::new();
+    let mut dirs = Vec::new();
+    for _ in 0..3 {
+        let d = tempfile::tempdir().unwrap();
+        let tail = format!(
+            "events = [\"ActionCreated\", \"TaskCreated\"]\n\
+             [[sources.accounts]]\nname = \"alice\"\napi_base = \"{}\"\ntoken = \"alice-token\"\n\
+             [upstream]\npublic_url = \"{}\"\nreconcile_interval = \"1h\"\n\
+             [[destinations]]\nname = \"crm\"\nurl = \"{}\"\n",
+            sim.api_base(),
+            proxy.url(),
+            sink.url()
+        );
+        let text = common::config_with(&d.path().join("data"), "", &tail)
+            .replace("[storage]", "[storage]\nbackend = \"postgres\"")
+            + &format!("\n[storage.postgres]\nurl = \"{url}\"\n");
+        relays.push(Relay::start(d.path(), &text).await);
+        dirs.push(d);
+    }
+    proxy.forward_to(relays[0].ingress);
+    // The leading relay registers the hooks at start; delete them, so that the three
+    // syncs below all find none and race to create them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while sim.all_hooks().await.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the leader did not register the hooks");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for h in sim.all_hooks().await {
+        let id = h["id"].as_str().map(str::to_owned).unwrap_or_else(|| h["id"].to_string());
+        let (status, _, _) =
+            sim.api(reqwest::Method::DELETE, &format!("/{id}"), Some("alice-token"), None).await;
+        assert!(status < 300, "deleting hook {id}: {status}");
+    }
+    assert!(sim.all_hooks().await.is_empty());
+    let syncs = relays.iter().map(|r| r.admin_post("/admin/hooks/sync", None));
+    let Ok(answers) =
+        tokio::time::timeout(Duration::from_secs(25), futures_util::future::join_all(syncs)).await
+    else {
+        let logs: Vec<String> = relays.iter().map(|r| r.logs()).collect();
+        panic!("the syncs did not finish; logs:\n{}", logs.join("\n-----\n"));
+    };
+    for (status, v) in answers {
+        assert_eq!(status, 200, "{v}");
+    }
+    let hooks = sim.all_hooks().await;
+    let mut events: Vec<&str> = hooks.iter().filter_map(|h| h["eventName"].as_str()).collect();
+    events.sort();
+    assert_eq!(events, ["ActionCreated", "TaskCreated"], "each hook once: {hooks:?}");
+}
+
+/// Three relays under load, one SIGKILLed mid-way: every acknowledged callback is
+/// delivered (the dead relay's claims expire and another relay makes its attempts,
+/// with the same `webhook-id`), and no delivery is ever in flight twice at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_under_load_loses_nothing_and_never_doubles_an_attempt() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let url = server.database("kill");
+    let sink = Sink::start().await;
+    // Each attempt takes 100 ms at the sink: two at once with one webhook-id would show.
+    const BUSY: Duration = Duration::from_millis(100);
+    sink.set_mode(common::sink::Mode::Slow(BUSY));
+    let mut dirs = Vec::new();
+    let mut relays = Vec::new();
+    for _ in 0..3 {
+        let d = tempfile::tempdir().unwrap();
+        let text = config(d.path(), &url, &sink).replace(
+            &format!("url = \"{}\"\n", sink.url()),
+            &format!("url = \"{}\"\ntimeout = \"2s\"\n", sink.url()),
+        );
+        relays.push(Relay::start(d.path(), &text).await);
+        dirs.push(d);
+    }
+    let urls: Vec<String> = relays.iter().map(|r| r.hook_url(Some("ActionCreated"))).collect();
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let clients: Vec<_> = (0..6usize)
+        .map(|k| {
+            let (client, urls, acked, stopped) =
+                (client.clone(), urls.clone(), acked.clone(), stopped.clone());
+            tokio::spawn(async move {
+                for n in 0.. {
+                    if *stopped.borrow() {
+                        return;
+                    }
+                    let marker = format!("kill-{k}-{n}");
+                    let body = format!(r#"{{"data":{{"id":"{marker}"}}}}"#);
+                    // An error is the killed relay's closed connection.
+                    if let Ok(r) = client.post(&urls[(k + n) % urls.len()]).body(body).send().await
+                    {
+                        assert_eq!(r.status(), 200, "a valid callback got {}", r.status());
+                        acked.lock().unwrap().push(marker);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    relays[0].kill();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.send_replace(true);
+    for c in clients {
+        c.await.expect("a client saw a non-200 answer");
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 50, "too little load: {}", acked.len());
+
+    // The dead relay's claims expire after timeout + 60 s; then the others deliver.
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    let received = loop {
+        let got = sink.received();
+        let bodies: std::collections::HashSet<String> =
+            got.iter().map(|r| String::from_utf8_lossy(&r.body).into_owned()).collect();
+        let missing = acked
+            .iter()
+            .filter(|m| !bodies.iter().any(|b| b.contains(&format!("\"{m}\""))))
+            .count();
+        if missing == 0 {
+            break got;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{missing} of {} acknowledged callbacks never delivered",
+            acked.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let mut by_id: HashMap<String, Vec<std::time::Instant>> = HashMap::new();
+    for r in &received {
+        if let Some(id) = r.header("webhook-id") {
+            by_id.entry(id.to_owned()).or_default().push(r.at);
+        }
+    }
+    for (id, mut at) in by_id {
+        at.sort();
+        for pair in at.windows(2) {
+            assert!(pair[1].duration_since(pair[0]) >= BUSY, "{id} was in flight twice at once");
+        }
+    }
+}
+
+/// `hookrelay migrate --dry-run` says what it would do and changes nothing; `migrate`
+/// applies; a schema newer than the build is refused, by `migrate` and by `serve`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let url = server.database("migrate");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookrelay.toml");
+    std::fs::write(
+        &path,
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl_env = \"PG_URL\"\n\
+         [[sources]]\nname = \"demo\"\ntoken = \"source-token-0123456789abcdef\"\n",
+    )
+    .unwrap();
+    let migrate = |args: &[&str]| {
+        let out = std::process::Command::new(common::binary())
+            .arg("migrate")
+            .args(args)
+            .arg("--config")
+            .arg(&path)
+            .env("PG_URL", &url)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = migrate(&["--dry-run"]);
+    assert!(ok && text.contains("at version 0") && text.contains("would apply"), "{text}");
+    let (ok, text) = migrate(&["--dry-run"]);
+    assert!(ok && text.contains("at version 0"), "the dry run changed something: {text}");
+    let (ok, text) = migrate(&[]);
+    assert!(ok && text.contains("was at version 0, is at version 1"), "{text}");
+    let (ok, text) = migrate(&["--dry-run"]);
+    assert!(ok && text.contains("nothing to apply"), "{text}");
+    assert!(!text.contains(&url), "the URL is a secret: {text}");
+
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client.execute("UPDATE hookrelay.schema_version SET version = 99", &[]).await.unwrap();
+    let (ok, text) = migrate(&[]);
+    assert!(!ok && text.contains("schema version 99"), "{text}");
+}

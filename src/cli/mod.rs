@@ -39,6 +39,12 @@ enum Command {
     ///
     /// Exits 0 when the configuration is valid, 1 (listing every problem) when not.
     CheckConfig(ConfigArg),
+    /// Bring the PostgreSQL schema to this build's version (`serve` does it too).
+    ///
+    /// Applies the embedded migrations under an advisory lock (relays starting at the
+    /// same time migrate once); refuses a schema newer than this build. With --dry-run,
+    /// says what would be applied and changes nothing. Nothing to do for sled.
+    Migrate(MigrateArgs),
     /// Stored events: list, show, replay (through the admin API).
     Events {
         #[command(flatten)]
@@ -76,6 +82,15 @@ enum Command {
 }
 
 #[derive(Args, Debug)]
+struct MigrateArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Show the schema's version and the migrations that would be applied; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Args, Debug)]
 struct ConfigArg {
     /// Configuration file.
     #[arg(long, short, env = "HOOKRELAY_CONFIG", default_value = DEFAULT_PATH)]
@@ -89,6 +104,7 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::CheckConfig(args) => check_config(&args.config, &env),
         Command::Serve(args) => serve(&args.config, cli.log_format, &env),
+        Command::Migrate(args) => migrate(&args.config.config, args.dry_run, &env),
         Command::Events { target, command } => run_admin(target, admin::Op::Events(command)),
         Command::DeadLetters { target, command } => {
             run_admin(target, admin::Op::DeadLetters(command))
@@ -125,6 +141,21 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
     };
     crate::telemetry::init(&config.log.level, log_format.unwrap_or(config.log.format));
     block_on(true, "hookrelay", crate::daemon::serve(config))
+}
+
+fn migrate(path: &Path, dry_run: bool, env: &HashMap<String, String>) -> ExitCode {
+    let config = match Config::load(path, env) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("hookrelay: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    block_on(false, "hookrelay migrate", async move {
+        let report = crate::store::migrate(&config.storage, dry_run).await?;
+        println!("{report}");
+        Ok(())
+    })
 }
 
 fn sim(args: crate::sim::SimArgs, log_format: Option<LogFormat>) -> ExitCode {

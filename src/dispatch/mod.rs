@@ -171,15 +171,22 @@ impl Dispatcher {
 /// traffic of one dedup window.
 async fn purge_dedup(store: SharedStore, metrics: Arc<Metrics>, mut stop: Stop) {
     loop {
-        let now = unix_micros(SystemTime::now());
-        match store.purge_dedup(now).await {
-            Ok(n) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "dedup purge failed"),
-        }
-        match store.dedup_len().await {
-            Ok(n) => metrics.dedup_keys.set(i64::try_from(n).unwrap_or(i64::MAX)),
-            Err(e) => tracing::error!(error = %e, "cannot count dedup keys"),
+        // One relay of a fleet purges (and reports the fleet's count) for all.
+        match store.lead("dedup-purge").await {
+            Ok(true) => {
+                let now = unix_micros(SystemTime::now());
+                match store.purge_dedup(now).await {
+                    Ok(n) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!(error = %e, "dedup purge failed"),
+                }
+                match store.dedup_len().await {
+                    Ok(n) => metrics.dedup_keys.set(i64::try_from(n).unwrap_or(i64::MAX)),
+                    Err(e) => tracing::error!(error = %e, "cannot count dedup keys"),
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::error!(error = %e, "cannot tell which relay purges dedup keys"),
         }
         tokio::select! {
             _ = tokio::time::sleep(PURGE_INTERVAL) => {}

@@ -176,6 +176,23 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Every entry whose key starts with `prefix`.
     async fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 
+    // ---- work that runs on one relay at a time
+
+    /// Whether this relay leads `task`: periodic work that one relay of those sharing
+    /// the store does for all (retention, the dedup purge, the hook reconciler). Asked
+    /// before each pass; a relay that dies loses the lead, and another takes it at its
+    /// next ask (within one interval). A single-process store always leads.
+    async fn lead(&self, _task: &str) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    /// Waits until no other relay runs `task`, and holds it until the returned guard is
+    /// dropped (a hook sync asked of several relays at once runs one after the other).
+    /// A single-process store has nothing to hold.
+    async fn exclusive(&self, _task: &str) -> Result<Exclusive, StoreError> {
+        Ok(Exclusive::default())
+    }
+
     /// Whether the store answers now (a round trip to a database server). An embedded
     /// store is always there.
     async fn ping(&self) -> Result<(), StoreError> {
@@ -186,8 +203,42 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn close(&self) -> Result<(), StoreError>;
 }
 
+/// Holds a task for this relay (see [`Store::exclusive`]) until dropped: whatever
+/// holds it (a database connection with a lock) is dropped with it.
+#[derive(Default)]
+pub(crate) struct Exclusive {
+    _hold: Option<Box<dyn Send>>,
+}
+
+impl Exclusive {
+    /// A hold that ends when `hold` is dropped.
+    pub(crate) fn new(hold: impl Send + 'static) -> Self {
+        Self { _hold: Some(Box::new(hold)) }
+    }
+}
+
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;
+
+/// `hookrelay migrate`: brings the configured store's schema to this build's version
+/// (or, with `dry_run`, says what that would do); returns what to print.
+pub(crate) async fn migrate(config: &StorageConfig, dry_run: bool) -> Result<String, StoreError> {
+    match config.backend {
+        StorageBackend::Sled => Ok(format!(
+            "storage.backend is sled: nothing to migrate (the data directory carries its \
+             own layout version, {}, checked at start)",
+            config.data_dir.display()
+        )),
+        StorageBackend::Postgres => {
+            let pg = &config.postgres;
+            let url = pg.resolved_url.as_ref().ok_or_else(|| StoreError::Backend {
+                backend: "postgres",
+                message: "storage.postgres.url is not set".into(),
+            })?;
+            postgres::migrate_only(url.expose(), &pg.schema, dry_run).await
+        }
+    }
+}
 
 /// Opens the backend `config` names: the one factory of the relay. `observer` hears
 /// of every group commit.

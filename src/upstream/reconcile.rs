@@ -49,6 +49,9 @@ impl Account {
     }
 }
 
+/// The name under which relays sharing a store take turns at reconciling.
+const LEAD_TASK: &str = "reconciler";
+
 /// Keeps every account's hooks as configured.
 pub(crate) struct Reconciler {
     accounts: Vec<Account>,
@@ -91,9 +94,23 @@ impl Reconciler {
             return;
         }
         loop {
-            tokio::select! {
-                _ = self.sync() => {}
-                _ = stop.wait() => return,
+            // One relay of a fleet reconciles for all; the others take over if it dies.
+            match self.store.lead(LEAD_TASK).await {
+                Ok(true) => {
+                    tokio::select! {
+                        _ = self.sync() => {}
+                        _ = stop.wait() => return,
+                    }
+                }
+                Ok(false) => tracing::debug!("another relay leads hook reconciliation"),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot tell which relay reconciles hooks; skipping this pass");
+                    self.gauges
+                        .metrics
+                        .internal_errors
+                        .with_label_values(&["reconciler_store"])
+                        .inc();
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
@@ -105,6 +122,16 @@ impl Reconciler {
     /// Reconciles every account (at most `max_concurrency` at once); returns their status.
     pub(crate) async fn sync(&self) -> Vec<AccountStatus> {
         let _pass = self.pass.lock().await;
+        // And one pass at a time across relays sharing the store, so that a `hooks
+        // sync` asked of several at once creates each hook once.
+        let _fleet = match self.store.exclusive(LEAD_TASK).await {
+            Ok(hold) => hold,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot hold hook reconciliation against other relays; skipping this pass");
+                self.gauges.metrics.internal_errors.with_label_values(&["reconciler_store"]).inc();
+                return self.statuses();
+            }
+        };
         // By index: a closure over `&Account` trips the compiler's Send inference.
         futures_util::stream::iter(0..self.accounts.len())
             .map(|i| self.reconcile(&self.accounts[i]))

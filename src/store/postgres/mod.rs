@@ -65,6 +65,12 @@ impl From<deadpool_postgres::PoolError> for StoreError {
     }
 }
 
+/// The leadership connection and the locks it holds.
+pub(super) struct Leader {
+    client: tokio_postgres::Client,
+    held: std::collections::HashSet<i64>,
+}
+
 /// Longest wait for a pooled connection, a new one, or a health check of one.
 const POOL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -94,47 +100,94 @@ pub(crate) struct PostgresStore {
 
 pub(super) struct Inner {
     pool: Pool,
+    /// To open the leadership connection.
+    config: tokio_postgres::Config,
+    /// Distinguishes this fleet's advisory locks from another schema's.
+    schema: String,
+    /// A connection of its own holding the session advisory locks of the tasks this
+    /// relay leads: they go with it when the relay dies.
+    leader: tokio::sync::Mutex<Option<Leader>>,
     /// The last id this relay handed out.
     last_id: AtomicU64,
     health: Arc<Health>,
 }
 
+/// A pool of one to `url` with the relay's session settings.
+fn connect_pool(
+    url: &str,
+    schema: &str,
+    statement_timeout: Duration,
+    size: usize,
+) -> Result<(Pool, tokio_postgres::Config), StoreError> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|_| {
+        // The parser's message may quote the URL: say what is wrong without it.
+        StoreError::Backend {
+            backend: "postgres",
+            message: "storage.postgres.url is not a valid PostgreSQL URL \
+                      (postgres://user:password@host:port/database)"
+                .into(),
+        }
+    })?;
+    let timeout_ms = statement_timeout.as_millis();
+    config.options(format!(
+        "-c search_path={} -c statement_timeout={timeout_ms}",
+        schema::quote_ident(schema)
+    ));
+    config.application_name("hookrelay");
+    config.connect_timeout(Duration::from_secs(10));
+    let manager = Manager::from_config(
+        config.clone(),
+        tokio_postgres::NoTls,
+        ManagerConfig { recycling_method: RecyclingMethod::Fast },
+    );
+    let pool = Pool::builder(manager)
+        .max_size(size.max(2))
+        // With the server down, a caller gets an error instead of waiting for ever.
+        .wait_timeout(Some(POOL_TIMEOUT))
+        .create_timeout(Some(POOL_TIMEOUT))
+        .recycle_timeout(Some(POOL_TIMEOUT))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Backend {
+            backend: "postgres",
+            message: format!("connection pool: {e}"),
+        })?;
+    Ok((pool, config))
+}
+
+/// `hookrelay migrate`: applies the migrations (or, `dry_run`, lists them).
+pub(crate) async fn migrate_only(
+    url: &str,
+    schema_name: &str,
+    dry_run: bool,
+) -> Result<String, StoreError> {
+    let (pool, _) = connect_pool(url, schema_name, Duration::from_secs(60), 2)?;
+    let mut client = pool.get().await?;
+    let found = schema::version(&client, schema_name).await?;
+    let known = schema::MIGRATIONS.len() as i32;
+    if found > known {
+        return Err(StoreError::Schema { found: found.to_string(), supported: known as u32 });
+    }
+    if dry_run {
+        let todo: Vec<String> = (found + 1..=known).map(|v| v.to_string()).collect();
+        return Ok(if todo.is_empty() {
+            format!("schema {schema_name:?} is at version {found}, this build's: nothing to apply")
+        } else {
+            format!(
+                "schema {schema_name:?} is at version {found}; would apply migration(s) {} to reach {known} (dry run: nothing changed)",
+                todo.join(", ")
+            )
+        });
+    }
+    let now = schema::migrate(&mut client, schema_name).await?;
+    Ok(format!("schema {schema_name:?} was at version {found}, is at version {now}"))
+}
+
 impl PostgresStore {
     /// Connects, migrates the schema (or refuses a newer one), and starts group commit.
     pub(crate) async fn open(opts: PostgresOptions) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config = opts.url.parse().map_err(|_| {
-            // The parser's message may quote the URL: say what is wrong without it.
-            StoreError::Backend {
-                backend: "postgres",
-                message: "storage.postgres.url is not a valid PostgreSQL URL \
-                          (postgres://user:password@host:port/database)"
-                    .into(),
-            }
-        })?;
-        let timeout_ms = opts.statement_timeout.as_millis();
-        config.options(format!(
-            "-c search_path={} -c statement_timeout={timeout_ms}",
-            schema::quote_ident(&opts.schema)
-        ));
-        config.application_name("hookrelay");
-        config.connect_timeout(Duration::from_secs(10));
-        let manager = Manager::from_config(
-            config,
-            tokio_postgres::NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(opts.pool_size.max(2))
-            // With the server down, a caller gets an error instead of waiting for ever.
-            .wait_timeout(Some(POOL_TIMEOUT))
-            .create_timeout(Some(POOL_TIMEOUT))
-            .recycle_timeout(Some(POOL_TIMEOUT))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|e| StoreError::Backend {
-                backend: "postgres",
-                message: format!("connection pool: {e}"),
-            })?;
+        let (pool, config) =
+            connect_pool(&opts.url, &opts.schema, opts.statement_timeout, opts.pool_size)?;
         let mut client = pool.get().await?;
         schema::migrate(&mut client, &opts.schema).await?;
         // Ids keep increasing across a restart even if the clock stepped back.
@@ -143,7 +196,14 @@ impl PostgresStore {
         let health = Health::new("postgres", opts.write_timeout, opts.observer.clone());
         Health::start_watchdog(&health)?;
         let last_id = AtomicU64::new(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)));
-        let inner = Arc::new(Inner { pool, last_id, health: health.clone() });
+        let inner = Arc::new(Inner {
+            pool,
+            config,
+            schema: opts.schema.clone(),
+            leader: tokio::sync::Mutex::new(None),
+            last_id,
+            health: health.clone(),
+        });
         let writer = inner.clone();
         let runtime = tokio::runtime::Handle::current();
         let (committer, thread) = Committer::start(
@@ -243,4 +303,101 @@ pub(super) fn sql_us(us: u64) -> i64 {
 /// An id as PostgreSQL's bigint.
 pub(super) fn sql_id(id: EventId) -> i64 {
     sql_us(id.raw())
+}
+
+impl Inner {
+    /// The advisory lock key of `task` in this schema.
+    pub(super) fn lock_key(&self, task: &str) -> i64 {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(format!("hookrelay\0{}\0{task}", self.schema));
+        let mut key = [0u8; 8];
+        key.copy_from_slice(&digest[..8]);
+        i64::from_be_bytes(key)
+    }
+
+    /// See [`crate::store::Store::lead`].
+    pub(super) async fn lead(&self, task: &str) -> Result<bool, StoreError> {
+        let key = self.lock_key(task);
+        let mut slot = self.leader.lock().await;
+        // A closed connection took every lock with it.
+        if slot.as_ref().is_some_and(|l| l.client.is_closed()) {
+            *slot = None;
+        }
+        if slot.is_none() {
+            let (client, connection) = self.config.connect(tokio_postgres::NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(error = %e, "the leadership connection to PostgreSQL ended");
+                }
+            });
+            *slot = Some(Leader { client, held: std::collections::HashSet::new() });
+        }
+        let Some(leader) = slot.as_mut() else { return Ok(false) };
+        if leader.held.contains(&key) {
+            // Still ours while the connection lives: check that it does.
+            if leader.client.query_one("SELECT 1", &[]).await.is_ok() {
+                return Ok(true);
+            }
+            *slot = None;
+            return Ok(false);
+        }
+        let got: bool =
+            leader.client.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await?.get(0);
+        if got {
+            leader.held.insert(key);
+            tracing::info!(task, "this relay now leads the task");
+        }
+        Ok(got)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::test_server;
+    use crate::store::conformance::Postgres;
+    use crate::store::Store;
+
+    async fn two_relays() -> (super::PostgresStore, super::PostgresStore) {
+        let url = tokio::task::spawn_blocking(|| {
+            test_server::shared().database(&test_server::unique_database("lead"))
+        })
+        .await
+        .unwrap();
+        (Postgres::connect(&url).await, Postgres::connect(&url).await)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_relay_leads_a_task_and_another_takes_over_when_it_dies() {
+        let (a, b) = two_relays().await;
+        assert!(a.lead("retention").await.unwrap());
+        assert!(a.lead("retention").await.unwrap(), "a leader stays leader");
+        assert!(!b.lead("retention").await.unwrap(), "two leaders");
+        assert!(b.lead("reconciler").await.unwrap(), "tasks are led independently");
+        // The leader dies: its connection, and with it its locks, go.
+        a.close().await.unwrap();
+        drop(a);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !b.lead("retention").await.unwrap() {
+            assert!(Instant::now() < deadline, "nobody took over the lead");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_exclusive_hold_makes_other_relays_wait() {
+        let (a, b) = two_relays().await;
+        let held = a.exclusive("reconciler").await.unwrap();
+        let waiter = tokio::spawn(async move {
+            let _hold = b.exclusive("reconciler").await.unwrap();
+            Instant::now()
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!waiter.is_finished(), "two relays held the task at once");
+        let released = Instant::now();
+        drop(held);
+        let got = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap();
+        assert!(got >= released);
+    }
 }

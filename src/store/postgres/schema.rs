@@ -89,6 +89,18 @@ pub(super) async fn migrate(client: &mut pg::Client, schema: &str) -> Result<u32
     Ok(known as u32)
 }
 
+/// The schema's version now (0: none yet), read without changing anything.
+pub(super) async fn version(client: &pg::Client, schema: &str) -> Result<i32, StoreError> {
+    let table = format!("{}.schema_version", quote_ident(schema));
+    let exists: Option<String> =
+        client.query_one("SELECT to_regclass($1)::text", &[&table]).await?.get(0);
+    if exists.is_none() {
+        return Ok(0);
+    }
+    let row = client.query_opt(&format!("SELECT version FROM {table}"), &[]).await?;
+    Ok(row.map_or(0, |r| r.get(0)))
+}
+
 /// `name` as a quoted SQL identifier.
 pub(super) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

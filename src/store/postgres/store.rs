@@ -14,7 +14,7 @@ use crate::config::RetryPolicy;
 use crate::store::lifecycle::{self, AttemptReport};
 use crate::store::{
     Claim, DeadLetterFilter, DeliveryRecord, DispatchOutcome, DispatchPlan, EventFilter, EventId,
-    EventRecord, NewEvent, PendingEvent, QueueStats, Recorded, Store, StoreError,
+    EventRecord, Exclusive, NewEvent, PendingEvent, QueueStats, Recorded, Store, StoreError,
 };
 
 /// Times a conflicting transaction is redone before the error goes to the caller.
@@ -561,6 +561,25 @@ impl Store for PostgresStore {
             )
             .await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    async fn lead(&self, task: &str) -> Result<bool, StoreError> {
+        self.inner.lead(task).await
+    }
+
+    async fn exclusive(&self, task: &str) -> Result<Exclusive, StoreError> {
+        // Not the key of `lead(task)`: the leader holds that one on another connection
+        // and takes this one too for each pass.
+        let key = self.inner.lock_key(&format!("{task}\0pass"));
+        // A connection of its own, out of the pool: closing it (dropping the hold) ends
+        // the transaction and its lock, even where no runtime is left to roll back.
+        let client = deadpool_postgres::Object::take(self.client().await?);
+        // Waited for (not bounded by statement_timeout; a minute at most).
+        client
+            .batch_execute("BEGIN; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = '60s'")
+            .await?;
+        client.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).await?;
+        Ok(Exclusive::new(client))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
