@@ -96,3 +96,38 @@ fn serve_reports_a_port_in_use() {
     let err = text(&out.stderr);
     assert!(err.contains(&format!("binding ingress.listen 127.0.0.1:{port}")), "{err}");
 }
+
+/// `check-config | head -1`: the reader goes away; the command ends quietly, no panic.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let mut child = Command::new(common::binary())
+        .args(["check-config", "--config", "config/hookrelay.toml"])
+        .env_remove("HOOKRELAY_CONFIG")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the command writes.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.trim().is_empty(), "nothing to say about a closed pipe: {err}");
+}
+
+/// A second relay on a data directory in use says so plainly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_relay_on_the_same_data_dir_says_it_is_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&dir.path().join("data"), "");
+    let _first = common::Relay::start(dir.path(), &config).await;
+    let second = tempfile::tempdir().unwrap();
+    let path = second.path().join("c.toml");
+    std::fs::write(&path, &config).unwrap();
+    let out = run(&["serve", "--config", path.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("is in use by another process"), "{err}");
+    assert!(err.contains("another hookrelay"), "{err}");
+}

@@ -130,3 +130,23 @@ async fn the_admin_commands_list_show_replay_pause_and_resume() {
     assert_eq!(out.status.code(), Some(1), "no token without the config");
     assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
 }
+
+/// `hooks sync` with the upstream unreachable: says which account failed and why, and
+/// exits non-zero so that a script notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_sync_exits_non_zero_when_an_account_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = common::sink::closed_port();
+    let tail = format!(
+        "events = [\"ActionCreated\"]\n[[sources.accounts]]\nname = \"alice\"\n\
+         api_base = \"http://{closed}\"\ntoken = \"alice-token\"\n\
+         [upstream]\npublic_url = \"http://127.0.0.1:1\"\nreconcile_interval = \"1h\"\n\
+         initial_backoff = \"10ms\"\nmax_backoff = \"10ms\"\nmax_retries = 1\n"
+    );
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    let (code, out, err) = cli(&relay, dir.path(), &["hooks", "sync"]);
+    assert_ne!(code, 0, "a failed sync exited 0: {out}{err}");
+    assert!(out.contains("FAILING"), "{out}");
+    assert!(err.contains("could not be reconciled"), "{err}");
+}

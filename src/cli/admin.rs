@@ -131,6 +131,7 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
     };
     let client =
         AdminClient::new(config.as_ref(), target.admin_url.clone(), target.admin_token.clone())?;
+    let sync = matches!(op, Op::Hooks(Hooks::Sync));
     let (value, text) = match op {
         Op::Events(cmd) => events(&client, cmd).await?,
         Op::DeadLetters(cmd) => dead_letters(&client, cmd).await?,
@@ -141,6 +142,12 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         print!("{text}");
+    }
+    // A sync that left an account failing is a failed command (scripts check it).
+    let failing =
+        value["accounts"].as_array().map_or(0, |a| a.iter().filter(|a| a["ok"] != true).count());
+    if sync && failing > 0 {
+        anyhow::bail!("{failing} upstream account(s) could not be reconciled (see above)");
     }
     Ok(())
 }

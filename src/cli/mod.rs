@@ -100,6 +100,13 @@ struct ConfigArg {
 /// Parses the command line and runs the command; returns the process exit code.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_) | Command::Sim(_)) {
+        // A command whose output goes to `head` ends quietly when the pipe closes, as
+        // Unix tools do, instead of panicking on the write. (The servers keep Rust's
+        // default: a closed socket is an error to handle, not a signal.)
+        // SAFETY: restoring the default disposition of one signal, before any thread.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let env: HashMap<String, String> = std::env::vars().collect();
     match cli.command {
         Command::CheckConfig(args) => check_config(&args.config, &env),

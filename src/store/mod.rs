@@ -220,6 +220,14 @@ impl Exclusive {
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;
 
+/// The database URL of `[storage.postgres]` (validated with the config).
+fn postgres_url(config: &StorageConfig) -> Result<&crate::config::Secret, StoreError> {
+    config.postgres.resolved_url.as_ref().ok_or_else(|| StoreError::Backend {
+        backend: "postgres",
+        message: "storage.postgres.url is not set".into(),
+    })
+}
+
 /// `hookrelay migrate`: brings the configured store's schema to this build's version
 /// (or, with `dry_run`, says what that would do); returns what to print.
 pub(crate) async fn migrate(config: &StorageConfig, dry_run: bool) -> Result<String, StoreError> {
@@ -231,10 +239,7 @@ pub(crate) async fn migrate(config: &StorageConfig, dry_run: bool) -> Result<Str
         )),
         StorageBackend::Postgres => {
             let pg = &config.postgres;
-            let url = pg.resolved_url.as_ref().ok_or_else(|| StoreError::Backend {
-                backend: "postgres",
-                message: "storage.postgres.url is not set".into(),
-            })?;
+            let url = postgres_url(config)?;
             postgres::migrate_only(url.expose(), &pg.schema, dry_run).await
         }
     }
@@ -265,10 +270,7 @@ pub(crate) async fn open(
         }
         StorageBackend::Postgres => {
             let pg = &config.postgres;
-            let url = pg.resolved_url.as_ref().ok_or_else(|| StoreError::Backend {
-                backend: "postgres",
-                message: "storage.postgres.url is not set".into(),
-            })?;
+            let url = postgres_url(config)?;
             let store = postgres::PostgresStore::open(postgres::PostgresOptions {
                 url: url.expose().to_owned(),
                 pool_size: pg.pool_size,

@@ -134,7 +134,8 @@ impl SledStore {
             .mode(sled::Mode::HighThroughput)
             .use_compression(compression_of(&opts.path, opts.compression))
             .compression_factor(COMPRESSION_LEVEL)
-            .open()?;
+            .open()
+            .map_err(|e| locked(&opts.path, e))?;
         let meta = db.open_tree(META)?;
         match meta.get(SCHEMA_KEY)? {
             None => {
@@ -187,6 +188,23 @@ impl SledStore {
             inner.health.clone(),
         )?;
         Ok(Self { inner, committer, committer_thread: Arc::new(Mutex::new(Some(thread))) })
+    }
+}
+
+/// sled's error when another process holds the database, said plainly.
+fn locked(path: &std::path::Path, e: sled::Error) -> StoreError {
+    let message = e.to_string();
+    if message.contains("could not acquire lock") {
+        StoreError::Backend {
+            backend: "sled",
+            message: format!(
+                "{} is in use by another process (is another hookrelay serving this \
+                 storage.data_dir?): stop it, or give this relay a data_dir of its own",
+                path.display()
+            ),
+        }
+    } else {
+        e.into()
     }
 }
 
