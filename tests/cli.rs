@@ -131,3 +131,47 @@ async fn a_second_relay_on_the_same_data_dir_says_it_is_in_use() {
     assert!(err.contains("is in use by another process"), "{err}");
     assert!(err.contains("another hookrelay"), "{err}");
 }
+
+/// A config full of credentials outside `token`/`secret` fields: check-config shows
+/// none of them, and neither does a validation error about a URL.
+#[test]
+fn check_config_masks_url_passwords_query_values_and_header_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let secrets = ["URLPASSWORD1", "QUERYKEY2", "HEADERVALUE3", "APIBASEPW4", "PUBLICPW5"];
+    let config = format!(
+        "{}\n[[destinations]]\nname = \"crm\"\nurl = \"http://u:{}@crm.example/in?key={}&v=1\"\n\
+         [destinations.headers]\nx-api-key = \"{}\"\n",
+        common::config(&dir.path().join("data"), ""),
+        secrets[0],
+        secrets[1],
+        secrets[2]
+    )
+    .replace(
+        "[[sources]]",
+        &format!(
+            "[upstream]\npublic_url = \"https://relay:{}@relay.example\"\n\n[[sources]]",
+            secrets[4]
+        ),
+    );
+    std::fs::write(&path, &config).unwrap();
+    let out = run(&["check-config", "--config", path.to_str().unwrap()], &[]);
+    let shown = text(&out.stdout) + &text(&out.stderr);
+    assert!(out.status.success(), "{shown}");
+    for secret in secrets {
+        assert!(!shown.contains(secret), "{secret} shown:\n{shown}");
+    }
+    assert!(shown.contains("crm.example/in?key="), "the URL stays recognisable:\n{shown}");
+    assert!(shown.contains("x-api-key"), "header names stay:\n{shown}");
+
+    // A URL the validation rejects is echoed masked.
+    let bad = config.replace("url = \"http://u:", "url = \"ftp://u:");
+    std::fs::write(&path, bad).unwrap();
+    let out = run(&["check-config", "--config", path.to_str().unwrap()], &[]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("destinations[0].url"), "{err}");
+    for secret in secrets {
+        assert!(!err.contains(secret), "{secret} in the error:\n{err}");
+    }
+}

@@ -272,3 +272,51 @@ async fn broken_bodies_get_no_error_status_and_store_nothing() {
         "{metrics}"
     );
 }
+
+/// Anyone can send wrong-token requests: each is counted, but the log gets one line
+/// per source a minute, not one per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_token_floods_are_counted_but_not_logged_one_by_one() {
+    let (_dir, relay) = start("").await;
+    let url =
+        relay.hook_url(Some("ActionCreated")).replace(common::TOKEN, "wrong-token-0123456789");
+    for _ in 0..300 {
+        let r = relay.client.post(&url).body("{}").send().await.unwrap();
+        assert_eq!(r.status(), 404);
+    }
+    let metrics = relay.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"hookrelay_ingress_requests_total{outcome="unauthorized",source="demo"} 300"#
+        ),
+        "{metrics}"
+    );
+    let lines = relay.logs().matches("callback refused").count();
+    assert!((1..=2).contains(&lines), "{lines} log lines for 300 refused requests");
+}
+
+/// `..` (or any segment without a letter) is no event name: the callback is stored,
+/// named from its body or `unknown`, never refused.
+#[tokio::test]
+async fn a_dot_dot_event_segment_is_stored_under_another_name() {
+    let (_dir, relay) = start("").await;
+    // Raw TCP: an HTTP client would normalise `..` away before sending.
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(relay.ingress).unwrap();
+    let request = format!(
+        "POST /hooks/{}/{}/.. HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\n\
+         content-length: 2\r\nconnection: close\r\n\r\n{{}}",
+        common::SOURCE,
+        common::TOKEN
+    );
+    tcp.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let id =
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["id"].as_str().unwrap().to_owned();
+    let (status, event) = relay.admin_get(&format!("/admin/events/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(event["event"], "unknown", "{event}");
+}

@@ -90,9 +90,11 @@ config_enum!(Ordering { "none" => None, "per-resource" => PerResource });
 #[serde(deny_unknown_fields)]
 pub(crate) struct DestinationConfig {
     pub(crate) name: String,
+    /// Shown with its password and query values masked.
+    #[serde(serialize_with = "super::secret::serialize_url")]
     pub(crate) url: String,
-    /// Extra request headers.
-    #[serde(default)]
+    /// Extra request headers (their values are shown masked: API keys go here).
+    #[serde(default, serialize_with = "super::secret::serialize_headers")]
     pub(crate) headers: BTreeMap<String, String>,
     /// Standard Webhooks signing secret (`whsec_` + base64).
     pub(crate) secret: Option<Secret>,

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) use delivery::{
     DeliveryConfig, DestinationConfig, Ordering, RetentionConfig, RetryPolicy,
 };
-pub(crate) use secret::{EnvLookup, Secret, SecretSpec, MASK};
+pub(crate) use secret::{mask_url, EnvLookup, Secret, SecretSpec, MASK};
 pub(crate) use upstream::{AccountAuth, AccountConfig, UpstreamConfig};
 
 /// The file `serve` and `check-config` read unless told otherwise.

@@ -60,6 +60,64 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
+/// `url` fit to print: a userinfo password and every query value replaced by
+/// [`MASK`] (API keys travel there), the rest kept so that the URL is recognisable.
+/// Something that does not parse as a URL is masked after `://` up to an `@`, and after
+/// a `?`.
+pub(crate) fn mask_url(url: &str) -> String {
+    if let Ok(mut parsed) = reqwest::Url::parse(url) {
+        if parsed.password().is_some() {
+            let _ = parsed.set_password(Some(MASK));
+        }
+        if parsed.query().is_some() {
+            let keys: Vec<String> = parsed.query_pairs().map(|(k, _)| k.into_owned()).collect();
+            parsed.query_pairs_mut().clear().extend_pairs(keys.iter().map(|k| (k.as_str(), MASK)));
+        }
+        return parsed.to_string();
+    }
+    let mut text = url.to_owned();
+    if let Some(q) = text.find('?') {
+        text.truncate(q);
+        text.push('?');
+        text.push_str(MASK);
+    }
+    if let (Some(scheme), Some(at)) = (text.find("://"), text.rfind('@')) {
+        if at > scheme + 3 {
+            text.replace_range(scheme + 3..at, MASK);
+        }
+    }
+    text
+}
+
+/// Serializes a URL masked ([`mask_url`]): config is only ever serialized to be shown.
+pub(crate) fn serialize_url<S: Serializer>(url: &str, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&mask_url(url))
+}
+
+/// Serializes an optional URL masked.
+pub(crate) fn serialize_opt_url<S: Serializer>(
+    url: &Option<String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => s.serialize_some(&mask_url(url)),
+        None => s.serialize_none(),
+    }
+}
+
+/// Serializes header values masked (names kept): `x-api-key` and the like.
+pub(crate) fn serialize_headers<S: Serializer>(
+    headers: &std::collections::BTreeMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(headers.len()))?;
+    for name in headers.keys() {
+        map.serialize_entry(name, MASK)?;
+    }
+    map.end()
+}
+
 /// The three ways a secret may be configured: `<name>`, `<name>_file`, `<name>_env`.
 /// Exactly one of them must be given where the secret is required.
 #[derive(Debug, Clone, Default)]
@@ -113,6 +171,19 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn urls_are_masked_for_display() {
+        assert_eq!(
+            mask_url("http://u:PASSWORD@host/in?key=KEY&x=1"),
+            format!("http://u:{MASK}@host/in?key={MASK}&x={MASK}")
+        );
+        assert_eq!(mask_url("https://host/in"), "https://host/in");
+        let odd = mask_url("ftp//u:PW@host?KEY");
+        assert!(!odd.contains("PW") || !odd.contains("KEY"), "{odd}");
+        let not_url = mask_url("weird://u:PW@[bad/x?key=KEY");
+        assert!(!not_url.contains("PW") && !not_url.contains("KEY"), "{not_url}");
     }
 
     #[test]

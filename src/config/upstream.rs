@@ -15,6 +15,7 @@ use crate::event_names;
 pub(crate) struct UpstreamConfig {
     /// The relay's public base URL as the upstream reaches it (scheme, host, optional
     /// port and path prefix); hooks get `{public_url}/hooks/{source}/{token}/{eventName}`.
+    #[serde(serialize_with = "super::secret::serialize_opt_url")]
     pub(crate) public_url: Option<String>,
     /// How often every account's hooks are checked (also `hookrelay hooks sync`).
     #[serde(with = "duration")]
@@ -57,6 +58,7 @@ pub(crate) struct AccountConfig {
     /// The API base, e.g. `https://api.example.com/api` (the REST base is
     /// `{api_base}/rest`). With `oauth`, the token answer's `api_endpoint` is used
     /// when this is not set.
+    #[serde(serialize_with = "super::secret::serialize_opt_url")]
     pub(crate) api_base: Option<String>,
     /// Events to hold hooks for; defaults to the source's `events`.
     pub(crate) events: Option<Vec<String>>,
@@ -128,9 +130,10 @@ pub(crate) fn validate(
 ) {
     let any_account = sources.iter().any(|s| !s.accounts.is_empty());
     match &upstream.public_url {
-        Some(url) if !is_http_url(url) => {
-            problems.push(format!("upstream.public_url: {url:?} is not an absolute http(s) URL"))
-        }
+        Some(url) if !is_http_url(url) => problems.push(format!(
+            "upstream.public_url: {:?} is not an absolute http(s) URL",
+            super::mask_url(url)
+        )),
         Some(url) if url.contains('?') || url.contains('#') => {
             problems.push("upstream.public_url: must not have a query or fragment".into())
         }
@@ -179,8 +182,10 @@ pub(crate) fn validate(
             }
             if let Some(base) = &account.api_base {
                 if !is_http_url(base) {
-                    problems
-                        .push(format!("{key}.api_base: {base:?} is not an absolute http(s) URL"));
+                    problems.push(format!(
+                        "{key}.api_base: {:?} is not an absolute http(s) URL",
+                        super::mask_url(base)
+                    ));
                 }
             } else if account.oauth.is_none() {
                 problems.push(format!(

@@ -239,7 +239,10 @@ fn check_destination(
 ) {
     match reqwest::Url::parse(&dest.url) {
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
-        _ => problems.push(format!("{key}.url: {:?} is not an absolute http(s) URL", dest.url)),
+        _ => problems.push(format!(
+            "{key}.url: {:?} is not an absolute http(s) URL",
+            super::mask_url(&dest.url)
+        )),
     }
     for (name, value) in &dest.headers {
         let lower = name.to_ascii_lowercase();

@@ -59,8 +59,12 @@ pub(super) async fn callback(
             m.ingress(label, outcome::UNAUTHORIZED);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
             // Neither the token nor an unconfigured source name is logged: both are
-            // arbitrary (and possibly secret) input.
-            tracing::warn!(source = label, peer = ?req.peer_addr(), "callback refused: unknown source or wrong token");
+            // arbitrary (and possibly secret) input. Anyone can send these: one line
+            // per source a minute, with how many were held back.
+            if let Some(suppressed) = state.refusals.admit(label, Instant::now()) {
+                tracing::warn!(source = label, peer = ?req.peer_addr(), suppressed,
+                    "callback refused: unknown source or wrong token (one line per source a minute; `suppressed` counts the others since the last)");
+            }
             return HttpResponse::NotFound().finish();
         }
     };

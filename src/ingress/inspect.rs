@@ -54,12 +54,14 @@ pub(super) fn inspect(body: &[u8]) -> Inspection {
     }
 }
 
-/// The event name in the URL, if it is a plausible one: the segment is arbitrary
-/// input, so anything long or odd is ignored (the body is asked instead).
+/// The event name in the URL, if it is a plausible one: `[A-Za-z0-9_.-]`, with at
+/// least one letter (so not `..`). The segment is arbitrary input, so anything long or
+/// odd is ignored (the body is asked instead, then `unknown`); never refused.
 pub(super) fn path_event_name(segment: Option<&str>) -> Option<&str> {
     segment.filter(|s| {
         (1..=128).contains(&s.len())
             && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            && s.bytes().any(|b| b.is_ascii_alphabetic())
     })
 }
 
@@ -103,6 +105,9 @@ mod tests {
         assert_eq!(path_event_name(Some("hookrelay.HookGap")), Some("hookrelay.HookGap"));
         assert_eq!(path_event_name(Some("")), None);
         assert_eq!(path_event_name(Some("a b")), None);
+        assert_eq!(path_event_name(Some("..")), None);
+        assert_eq!(path_event_name(Some(".")), None);
+        assert_eq!(path_event_name(Some("-_.9")), None);
         assert_eq!(path_event_name(Some(&"A".repeat(129))), None);
         assert_eq!(path_event_name(None), None);
     }

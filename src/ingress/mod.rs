@@ -8,6 +8,7 @@ mod auth;
 mod body;
 mod callback;
 mod inspect;
+mod throttle;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub(crate) struct IngressState {
     pub(crate) max_body_bytes: u64,
     /// Free-space admission.
     pub(crate) space: Arc<crate::space::Space>,
+    /// Throttles the log line of refused callbacks.
+    refusals: throttle::Throttle,
 }
 
 impl IngressState {
@@ -40,7 +43,14 @@ impl IngressState {
         max_body_bytes: u64,
         space: Arc<crate::space::Space>,
     ) -> Self {
-        Self { sources: Sources::from_config(sources), store, metrics, max_body_bytes, space }
+        Self {
+            sources: Sources::from_config(sources),
+            store,
+            metrics,
+            max_body_bytes,
+            space,
+            refusals: throttle::Throttle::default(),
+        }
     }
 }
 
