@@ -142,6 +142,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         store.clone(),
         metrics.clone(),
         config.ingress.max_body_bytes,
+        config.ingress.body_timeout,
         space.clone(),
     );
     let (ingress_server, ingress_addrs) =

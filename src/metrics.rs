@@ -34,8 +34,11 @@ pub(crate) mod outcome {
     pub(crate) const INCOMPLETE: &str = "incomplete";
     /// Free space below the floor: connection closed without an answer, nothing stored.
     pub(crate) const NO_SPACE: &str = "no_space";
-    pub(crate) const ALL: [&str; 6] =
-        [ACCEPTED, REJECTED, UNAUTHORIZED, STORE_FAILED, INCOMPLETE, NO_SPACE];
+    /// The body took longer than `ingress.body_timeout`: connection closed, nothing
+    /// stored (the upstream retries).
+    pub(crate) const BODY_TIMEOUT: &str = "body_timeout";
+    pub(crate) const ALL: [&str; 7] =
+        [ACCEPTED, REJECTED, UNAUTHORIZED, STORE_FAILED, INCOMPLETE, NO_SPACE, BODY_TIMEOUT];
 }
 
 /// Delivery attempt outcomes, the values of `hookrelay_deliveries_total{outcome}`.

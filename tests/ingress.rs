@@ -320,3 +320,65 @@ async fn a_dot_dot_event_segment_is_stored_under_another_name() {
     assert_eq!(status, 200);
     assert_eq!(event["event"], "unknown", "{event}");
 }
+
+/// A body trickled in slower than `ingress.body_timeout` gets its connection closed
+/// (no answer, nothing stored, counted); a slow body within the bound is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_body_is_cut_off_and_a_slow_one_within_the_bound_is_stored() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let (_dir, relay) = start("body_timeout = \"2s\"").await;
+    let head = |len: usize| {
+        format!(
+            "POST /hooks/{}/{}/ActionCreated HTTP/1.1\r\nhost: relay\r\n\
+             content-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n",
+            common::SOURCE,
+            common::TOKEN
+        )
+    };
+    let addr = relay.ingress;
+    // One byte every 500 ms of a 40-byte body: 20 s if let be.
+    let trickle = tokio::task::spawn_blocking(move || {
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        tcp.write_all(head(40).as_bytes()).unwrap();
+        let started = Instant::now();
+        for _ in 0..40 {
+            if tcp.write_all(b" ").is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            if started.elapsed() > Duration::from_secs(8) {
+                break;
+            }
+        }
+        let mut answer = Vec::new();
+        let _ = tcp.read_to_end(&mut answer);
+        (started.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+    });
+    // Three bytes 300 ms apart: within the bound.
+    let slow = tokio::task::spawn_blocking(move || {
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.write_all(head(2).as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        tcp.write_all(b"{").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        tcp.write_all(b"}").unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).unwrap();
+        answer
+    });
+    let answer = slow.await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (took, answer) = trickle.await.unwrap();
+    assert!(!answer.contains("HTTP/1.1"), "a trickled body got an answer: {answer}");
+    assert!(took < Duration::from_secs(8), "the trickle was not cut off: {took:?}");
+    let metrics = relay.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"hookrelay_ingress_requests_total{outcome="body_timeout",source="demo"} 1"#
+        ),
+        "{metrics}"
+    );
+    assert_eq!(relay.all_event_ids().await.len(), 1, "only the slow one within the bound");
+}

@@ -89,6 +89,11 @@ pub(crate) struct IngressConfig {
     pub(crate) max_body_bytes: u64,
     /// HTTP worker threads; 0 means one per CPU core.
     pub(crate) workers: usize,
+    /// Longest time a callback's body may take to arrive once its headers have: a
+    /// client trickling its body is cut off (connection closed, nothing stored, the
+    /// upstream retries) instead of holding a connection for ever.
+    #[serde(with = "duration")]
+    pub(crate) body_timeout: Duration,
 }
 
 impl Default for IngressConfig {
@@ -97,6 +102,7 @@ impl Default for IngressConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             max_body_bytes: 10 * 1024 * 1024,
             workers: 0,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -44,6 +44,11 @@ impl Config {
             Err(e) => problems.push(e),
         }
 
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600))
+            .contains(&self.ingress.body_timeout)
+        {
+            problems.push("ingress.body_timeout: must be between 1s and 1h".into());
+        }
         let pg = &self.storage.postgres;
         let spec = SecretSpec {
             inline: pg.url.as_ref(),

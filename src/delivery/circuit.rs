@@ -1,5 +1,8 @@
 //! Circuit breaker: a destination that keeps failing is tested by one probe request
-//! per interval instead of one request per waiting delivery.
+//! at a time instead of one request per waiting delivery. Probes start one second
+//! after the circuit opens and their spacing doubles after each failed one, up to
+//! `circuit_probe_interval`: a consumer back after a short outage is found within
+//! seconds, a long outage costs one request per interval.
 //!
 //! Only failures that say "the consumer is unwell" count: 5xx, 408, 429, timeouts
 //! and connection errors. A 4xx rejection of one event says nothing about the rest.
@@ -12,13 +15,19 @@ enum State {
     Closed {
         failures: u32,
     },
-    /// No requests until `until`; then one probe.
+    /// No requests until `until`; then one probe. `wait` is the spacing that led here.
     Open {
         until: Instant,
+        wait: Duration,
     },
     /// The probe is in flight; nothing else starts.
-    Probing,
+    Probing {
+        wait: Duration,
+    },
 }
+
+/// The first probe's delay after the circuit opens (or the interval, if shorter).
+const FIRST_PROBE: Duration = Duration::from_secs(1);
 
 /// What the worker may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +63,11 @@ impl Circuit {
     pub(crate) fn gate(&self) -> Gate {
         self.with(|s| match *s {
             State::Closed { .. } => Gate::Open,
-            State::Probing => Gate::Wait(self.interval),
-            State::Open { until } => {
+            State::Probing { wait } => Gate::Wait(wait),
+            State::Open { until, wait } => {
                 let now = Instant::now();
                 if now >= until {
-                    *s = State::Probing;
+                    *s = State::Probing { wait };
                     Gate::Probe
                 } else {
                     Gate::Wait(until - now)
@@ -70,8 +79,8 @@ impl Circuit {
     /// Gives back a probe that was not used (nothing was due after all).
     pub(crate) fn cancel_probe(&self) {
         self.with(|s| {
-            if *s == State::Probing {
-                *s = State::Open { until: Instant::now() };
+            if let State::Probing { wait } = *s {
+                *s = State::Open { until: Instant::now(), wait };
             }
         });
     }
@@ -81,13 +90,21 @@ impl Circuit {
     pub(crate) fn report(&self, healthy: bool) -> bool {
         self.with(|s| {
             let was_open = !matches!(s, State::Closed { .. });
+            let now = Instant::now();
             *s = match (*s, healthy) {
                 (_, true) => State::Closed { failures: 0 },
                 (State::Closed { failures }, false) if failures + 1 < self.threshold => {
                     State::Closed { failures: failures + 1 }
                 }
-                (State::Open { until }, false) => State::Open { until },
-                (_, false) => State::Open { until: Instant::now() + self.interval },
+                (open @ State::Open { .. }, false) => open,
+                (State::Probing { wait }, false) => {
+                    let wait = wait.saturating_mul(2).min(self.interval);
+                    State::Open { until: now + wait, wait }
+                }
+                (State::Closed { .. }, false) => {
+                    let wait = FIRST_PROBE.min(self.interval);
+                    State::Open { until: now + wait, wait }
+                }
             };
             was_open != !matches!(s, State::Closed { .. })
         })
@@ -98,7 +115,7 @@ impl Circuit {
         self.with(|s| match s {
             State::Closed { .. } => "closed",
             State::Open { .. } => "open",
-            State::Probing => "half_open",
+            State::Probing { .. } => "half_open",
         })
     }
 
@@ -133,6 +150,36 @@ mod tests {
         assert_eq!(c.gate(), Gate::Probe);
         assert!(c.report(true), "a good probe closes it");
         assert_eq!(c.gate(), Gate::Open);
+    }
+
+    /// Probe spacing, after the circuit opened and each failed probe.
+    fn spacing(c: &Circuit) -> Duration {
+        match *crate::lock::lock(&c.state) {
+            State::Open { wait, .. } | State::Probing { wait } => wait,
+            State::Closed { .. } => Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn probes_start_after_a_second_and_back_off_to_the_interval() {
+        let c = Circuit::new(1, Duration::from_secs(30));
+        c.report(false);
+        let mut seen = vec![spacing(&c)];
+        for _ in 0..7 {
+            // Fail the probe (forced due, as if its time had come).
+            let current = *crate::lock::lock(&c.state);
+            if let State::Open { wait, .. } = current {
+                *crate::lock::lock(&c.state) = State::Probing { wait };
+            }
+            c.report(false);
+            seen.push(spacing(&c));
+        }
+        let secs: Vec<u64> = seen.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30, 30]);
+        c.report(true);
+        assert_eq!(c.describe(), "closed");
+        c.report(false);
+        assert_eq!(spacing(&c), Duration::from_secs(1), "a new outage starts short again");
     }
 
     #[test]

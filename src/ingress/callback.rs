@@ -105,9 +105,20 @@ async fn store(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let body = match body::read(payload, state.max_body_bytes, size_hint).await {
-        Ok(body) => body,
-        Err(e) => {
+    let read = body::read(payload, state.max_body_bytes, size_hint);
+    let body = match tokio::time::timeout(state.body_timeout, read).await {
+        Ok(Ok(body)) => body,
+        Err(_) => {
+            // A trickled body would hold the connection for ever; a status would
+            // disable the hook: close, and the upstream retries.
+            m.ingress(source, outcome::BODY_TIMEOUT);
+            m.ingress_duration.observe(started.elapsed().as_secs_f64());
+            tracing::warn!(source, timeout = ?state.body_timeout,
+                "callback body not complete within ingress.body_timeout; connection closed, nothing stored");
+            abort::close_without_answer(&req);
+            return HttpResponse::ServiceUnavailable().finish();
+        }
+        Ok(Err(e)) => {
             // Usually the client went away mid-body; if it is still there (say, a
             // malformed chunked body), a 4xx would disable its hook: close instead.
             m.ingress(source, outcome::INCOMPLETE);

@@ -29,6 +29,8 @@ pub(crate) struct IngressState {
     pub(crate) store: SharedStore,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_body_bytes: u64,
+    /// Longest wait for a body once the headers are in.
+    pub(crate) body_timeout: std::time::Duration,
     /// Free-space admission.
     pub(crate) space: Arc<crate::space::Space>,
     /// Throttles the log line of refused callbacks.
@@ -41,6 +43,7 @@ impl IngressState {
         store: SharedStore,
         metrics: Arc<Metrics>,
         max_body_bytes: u64,
+        body_timeout: std::time::Duration,
         space: Arc<crate::space::Space>,
     ) -> Self {
         Self {
@@ -48,6 +51,7 @@ impl IngressState {
             store,
             metrics,
             max_body_bytes,
+            body_timeout,
             space,
             refusals: throttle::Throttle::default(),
         }

@@ -22,7 +22,14 @@ async fn a_store_failure_closes_the_connection_without_any_status() {
     }];
     let dir = tempfile::tempdir().unwrap();
     let space = Arc::new(crate::space::Space::new(dir.path(), 0, 0.0));
-    let state = IngressState::new(&sources, Arc::new(store.clone()), metrics.clone(), 1024, space);
+    let state = IngressState::new(
+        &sources,
+        Arc::new(store.clone()),
+        metrics.clone(),
+        1024,
+        std::time::Duration::from_secs(30),
+        space,
+    );
     let listen = "127.0.0.1:0".parse().unwrap();
     let (server, addrs) = server(listen, 1, Duration::from_secs(1), state).unwrap();
     let handle = server.handle();
