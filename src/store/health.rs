@@ -117,8 +117,10 @@ impl Health {
         if first {
             tracing::error!(backend = self.backend, reason = %reason,
                 "the store failed: it takes no more writes; the relay stops so that it is restarted on a freshly opened store");
-            self.failed_tx.send_replace(true);
+            // The observer first (readiness goes false), then the waiters are freed:
+            // by the time a callback's connection is closed, the relay is unready.
             self.observer.failed(reason);
+            self.failed_tx.send_replace(true);
         }
     }
 
