@@ -22,50 +22,128 @@ fn state_name(state: crate::store::DeliveryState) -> &'static str {
     }
 }
 
+/// Delivery rows to write in one statement, column by column.
+#[derive(Default)]
+struct Rows<'a> {
+    events: Vec<i64>,
+    dests: Vec<&'a str>,
+    states: Vec<&'static str>,
+    dues: Vec<Option<i64>>,
+    records: Vec<Vec<u8>>,
+}
+
+/// Dedup rows to write in one statement.
+#[derive(Default)]
+struct Batch3 {
+    keys: Vec<Vec<u8>>,
+    a: Vec<i64>,
+    b: Vec<i64>,
+}
+
+impl Batch3 {
+    fn push(&mut self, key: Vec<u8>, a: i64, b: i64) {
+        self.keys.push(key);
+        self.a.push(a);
+        self.b.push(b);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
 pub(super) async fn apply(
     tx: &pg::Transaction<'_>,
     seen: &Prefetch,
     changes: &Changes,
 ) -> Result<(), StoreError> {
-    for (id, meta) in &changes.dispatched {
+    // One statement per table and kind of write, whatever the batch size: a group of
+    // attempts or a dispatch batch costs a few round trips, not one per row.
+    if !changes.dispatched.is_empty() {
+        let mut ids = Vec::new();
+        let mut statuses = Vec::new();
+        let mut metas = Vec::new();
+        for (id, meta) in &changes.dispatched {
+            ids.push(sql_id(*id));
+            statuses.push(meta.status.as_str());
+            metas.push(serde_json::to_vec(meta)?);
+        }
         tx.execute(
-            "UPDATE events SET inbox = false, status = $2, meta = $3 WHERE id = $1 AND inbox",
-            &[&sql_id(*id), &meta.status.as_str(), &serde_json::to_vec(meta)?],
+            "UPDATE events e SET inbox = false, status = k.status, meta = k.meta
+             FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS k(id, status, meta)
+             WHERE e.id = k.id AND e.inbox",
+            &[&ids, &statuses, &metas],
         )
         .await?;
     }
+    let (mut new_dedup, mut old_dedup) = (Batch3::default(), Batch3::default());
     for (hash, entry) in &changes.dedup {
-        let (original, until) = (sql_id(entry.original), sql_us(entry.until_us));
-        let sql = match seen.dedup.get(hash) {
-            Some(Some(_)) => "UPDATE dedup SET original = $2, until_us = $3 WHERE hash = $1",
-            _ => "INSERT INTO dedup (hash, original, until_us) VALUES ($1, $2, $3)",
+        let batch = match seen.dedup.get(hash) {
+            Some(Some(_)) => &mut old_dedup,
+            _ => &mut new_dedup,
         };
-        tx.execute(sql, &[&hash.as_slice(), &original, &until]).await?;
+        batch.push(hash.to_vec(), sql_id(entry.original), sql_us(entry.until_us));
     }
+    if !new_dedup.is_empty() {
+        tx.execute(
+            "INSERT INTO dedup (hash, original, until_us)
+             SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[])",
+            &[&new_dedup.keys, &new_dedup.a, &new_dedup.b],
+        )
+        .await?;
+    }
+    if !old_dedup.is_empty() {
+        tx.execute(
+            "UPDATE dedup d SET original = k.original, until_us = k.until_us
+             FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS k(hash, original, until_us)
+             WHERE d.hash = k.hash",
+            &[&old_dedup.keys, &old_dedup.a, &old_dedup.b],
+        )
+        .await?;
+    }
+    let (mut inserts, mut updates) = (Rows::default(), Rows::default());
+    let (mut gone_events, mut gone_dests) = (Vec::new(), Vec::new());
     for ((event, dest), change) in &changes.deliveries {
-        let event = sql_id(*event);
         match (&change.before, &change.after) {
             (_, None) => {
-                tx.execute(
-                    "DELETE FROM deliveries WHERE event = $1 AND destination = $2",
-                    &[&event, dest],
-                )
-                .await?;
+                gone_events.push(sql_id(*event));
+                gone_dests.push(dest.as_str());
             }
             (before, Some(after)) => {
-                let due = lifecycle::schedule_entry(after).map(sql_us);
-                let record = serde_json::to_vec(after)?;
-                let state = state_name(after.state);
-                let sql = if before.is_some() {
-                    "UPDATE deliveries SET state = $3, due_us = $4, record = $5
-                     WHERE event = $1 AND destination = $2"
-                } else {
-                    "INSERT INTO deliveries (event, destination, state, due_us, record)
-                     VALUES ($1, $2, $3, $4, $5)"
-                };
-                tx.execute(sql, &[&event, dest, &state, &due, &record]).await?;
+                let rows = if before.is_some() { &mut updates } else { &mut inserts };
+                rows.events.push(sql_id(*event));
+                rows.dests.push(dest.as_str());
+                rows.states.push(state_name(after.state));
+                rows.dues.push(lifecycle::schedule_entry(after).map(sql_us));
+                rows.records.push(serde_json::to_vec(after)?);
             }
         }
+    }
+    if !gone_events.is_empty() {
+        tx.execute(
+            "DELETE FROM deliveries d USING unnest($1::bigint[], $2::text[]) AS k(event, destination)
+             WHERE d.event = k.event AND d.destination = k.destination",
+            &[&gone_events, &gone_dests],
+        )
+        .await?;
+    }
+    if !updates.events.is_empty() {
+        tx.execute(
+            "UPDATE deliveries d SET state = k.state, due_us = k.due_us, record = k.record
+             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])
+               AS k(event, destination, state, due_us, record)
+             WHERE d.event = k.event AND d.destination = k.destination",
+            &[&updates.events, &updates.dests, &updates.states, &updates.dues, &updates.records],
+        )
+        .await?;
+    }
+    if !inserts.events.is_empty() {
+        tx.execute(
+            "INSERT INTO deliveries (event, destination, state, due_us, record)
+             SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])",
+            &[&inserts.events, &inserts.dests, &inserts.states, &inserts.dues, &inserts.records],
+        )
+        .await?;
     }
     for ((dest, resource), queue) in &changes.queues {
         let existed = matches!(seen.queues.get(&(dest.clone(), *resource)), Some(Some(_)));
