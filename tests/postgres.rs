@@ -85,6 +85,11 @@ async fn two_relays_on_one_database_deliver_each_occurrence_once() {
     assert_eq!(sink.count(), 41, "paused through relay a, relay b still delivered");
     assert_eq!(b.admin_post("/admin/destinations/crm/resume", None).await.0, 200);
     sink.wait_for(42, Duration::from_secs(30)).await;
+
+    // The fleet's queue gauges come from one relay only, so a dashboard's sum is right.
+    let (ma, mb) = (a.metrics().await, b.metrics().await);
+    let reporting = [&ma, &mb].iter().filter(|m| m.contains("hookrelay_queue_depth{")).count();
+    assert_eq!(reporting, 1, "queue gauges from {reporting} relays");
 }
 
 #[test]

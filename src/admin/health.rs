@@ -76,30 +76,48 @@ fn not_ready(state: &AdminState) -> Option<String> {
 pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
     let m = &state.metrics;
     let store = &state.store;
-    match store.size_on_disk().await {
-        Ok(size) => m.store_size.set(i64::try_from(size).unwrap_or(i64::MAX)),
-        Err(e) => tracing::warn!(error = %e, "cannot read the store size for /metrics"),
-    }
-    match store.inbox_len().await {
-        Ok(n) => m.inbox_events.set(i64::try_from(n).unwrap_or(i64::MAX)),
-        Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
+    // The store's size, the inbox and the queues are the fleet's, not this relay's:
+    // with several relays on one database, one of them reports them, so that a
+    // dashboard's `sum` counts them once (a single-process store always reports).
+    let reports_fleet = match store.lead("fleet-gauges").await {
+        Ok(leads) => leads,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell which relay reports the fleet's gauges");
+            false
+        }
+    };
+    if reports_fleet {
+        match store.size_on_disk().await {
+            Ok(size) => m.store_size.set(i64::try_from(size).unwrap_or(i64::MAX)),
+            Err(e) => tracing::warn!(error = %e, "cannot read the store size for /metrics"),
+        }
+        match store.inbox_len().await {
+            Ok(n) => m.inbox_events.set(i64::try_from(n).unwrap_or(i64::MAX)),
+            Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
+        }
+    } else {
+        m.store_size.set(0);
+        m.inbox_events.set(0);
+        m.queue_depth.reset();
+        m.queue_oldest_age.reset();
     }
     m.ready.set(i64::from(not_ready(&state).is_none()));
     for d in state.destinations.iter() {
         let name = d.dest.name.as_str();
-        match store.queue_stats(name).await {
-            Ok(q) => {
-                let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-                m.queue_depth.with_label_values(&[name, "pending"]).set(depth(q.pending));
-                m.queue_depth.with_label_values(&[name, "held"]).set(depth(q.held));
-                m.queue_depth.with_label_values(&[name, "retrying"]).set(depth(q.retrying));
-                m.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
-                m.queue_oldest_age
-                    .with_label_values(&[name])
-                    .set(q.oldest.map_or(0.0, super::views::age_seconds));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, destination = name, "cannot read a queue for /metrics")
+        if reports_fleet {
+            match store.queue_stats(name).await {
+                Ok(q) => {
+                    let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                    m.queue_depth.with_label_values(&[name, "pending"]).set(depth(q.pending));
+                    m.queue_depth.with_label_values(&[name, "held"]).set(depth(q.held));
+                    m.queue_depth.with_label_values(&[name, "retrying"]).set(depth(q.retrying));
+                    m.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
+                    m.queue_oldest_age
+                        .with_label_values(&[name])
+                        .set(q.oldest.map_or(0.0, super::views::age_seconds));
+                }
+                Err(e) => tracing::warn!(error = %e, destination = name,
+                    "cannot read a queue for /metrics"),
             }
         }
         m.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
