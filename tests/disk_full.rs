@@ -6,9 +6,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::load::{Acked, Load};
 use common::{metric, Relay};
 
 /// A small filesystem mounted for a test: a tmpfs, or an ext4 image on a loop device.
@@ -156,56 +156,6 @@ async fn below_the_floor_callbacks_are_refused_and_come_back_when_space_is_freed
     drop(relay);
 }
 
-/// Acknowledged callbacks: id and body.
-type Acked = Arc<Mutex<Vec<(String, String)>>>;
-
-/// Posts callbacks from 8 clients until `stop`, keeping every acknowledged one.
-fn load(
-    relay: &common::Relay,
-    cycle: usize,
-    acked: &Acked,
-) -> (tokio::sync::watch::Sender<bool>, Vec<tokio::task::JoinHandle<()>>) {
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-    let tasks = (0..8)
-        .map(|k| {
-            let (client, url, acked, stopped) = (
-                client.clone(),
-                relay.hook_url(Some("ActionCreated")),
-                acked.clone(),
-                stopped.clone(),
-            );
-            tokio::spawn(async move {
-                let pad = "x".repeat(700);
-                for n in 0.. {
-                    if *stopped.borrow() {
-                        return;
-                    }
-                    let body = format!(r#"{{"cycle":{cycle},"client":{k},"n":{n},"pad":"{pad}"}}"#);
-                    let sent = client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .body(body.clone())
-                        .send()
-                        .await;
-                    match sent {
-                        Ok(r) => {
-                            // Any answer but 200 to a valid callback breaks the contract.
-                            assert_eq!(r.status(), 200, "a valid callback got {}", r.status());
-                            let v: serde_json::Value = r.json().await.expect("ack body");
-                            let id = v["id"].as_str().expect("ack id").to_owned();
-                            acked.lock().unwrap().push((id, body));
-                        }
-                        // Refused: the connection was closed, the upstream would retry.
-                        Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-                    }
-                }
-            })
-        })
-        .collect();
-    (stop, tasks)
-}
-
 /// Every acknowledged callback is stored with its exact body.
 async fn check_acked(relay: &common::Relay, acked: &[(String, String)]) {
     use futures_util::StreamExt;
@@ -253,13 +203,20 @@ async fn fill_and_restart(kind: Kind) {
         "[storage]\nmin_free_bytes = 0\nmin_free_percent = 0.0\nwrite_timeout = \"5s\"",
     );
     let work = tempfile::tempdir().unwrap();
-    let acked: Acked = Arc::default();
+    let acked: Acked = Acked::default();
     for (cycle, filler) in fillers.iter().enumerate() {
         let mut relay = common::Relay::start(work.path(), &text).await;
         let so_far = acked.lock().unwrap().clone();
         check_acked(&relay, &so_far).await;
 
-        let (stop, clients) = load(&relay, cycle, &acked);
+        let pad = "x".repeat(700);
+        let load = Load::start(
+            8,
+            vec![relay.hook_url(Some("ActionCreated"))],
+            Duration::ZERO,
+            acked.clone(),
+            move |k, n| format!(r#"{{"cycle":{cycle},"client":{k},"n":{n},"pad":"{pad}"}}"#),
+        );
         let deadline = Instant::now() + Duration::from_secs(120);
         let status = loop {
             if let Some(status) = relay.exited() {
@@ -272,10 +229,7 @@ async fn fill_and_restart(kind: Kind) {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        stop.send_replace(true);
-        for c in clients {
-            c.await.expect("a client saw a non-200 answer");
-        }
+        load.stop().await;
         let logs = relay.logs();
         assert!(!status.success(), "{kind:?} cycle {cycle}: a failed store must exit non-zero");
         assert!(logs.contains("the store failed"), "{kind:?} cycle {cycle}: {logs}");

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::load::{Acked, Load};
 use common::pg::PgServer;
 use common::sink::Sink;
 use common::Relay;
@@ -17,6 +18,20 @@ fn config(dir: &std::path::Path, url: &str, sink: &Sink) -> String {
     common::config_with(&dir.join("data"), "", &tail)
         .replace("[storage]", "[storage]\nbackend = \"postgres\"")
         + &format!("\n[storage.postgres]\nurl = \"{url}\"\n")
+}
+
+/// The `data.id` of each acknowledged callback (its marker) that the sink has not had.
+fn undelivered(sink: &Sink, acked: &[(String, String)]) -> Vec<String> {
+    let got: Vec<String> =
+        sink.received().iter().map(|r| String::from_utf8_lossy(&r.body).into_owned()).collect();
+    acked
+        .iter()
+        .map(|(_, body)| {
+            let sent: serde_json::Value = serde_json::from_str(body).expect("sent JSON");
+            format!("\"{}\"", sent["data"]["id"].as_str().expect("data.id"))
+        })
+        .filter(|marker| !got.iter().any(|b| b.contains(marker.as_str())))
+        .collect()
 }
 
 fn body(n: u64) -> String {
@@ -129,48 +144,24 @@ fn check_config_masks_the_database_url() {
 /// down, ingest resumes by itself, and every acknowledged callback is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_refuses_nothing_with_an_error_and_loses_nothing() {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     let server = Arc::new(tokio::task::spawn_blocking(PgServer::start).await.unwrap());
     let url = server.database("outage");
     let sink = Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
     let relay = Relay::start(dir.path(), &config(dir.path(), &url, &sink)).await;
 
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
-    let clients: Vec<_> = (0..4u64)
-        .map(|k| {
-            let (client, url, acked, stopped) = (
-                client.clone(),
-                relay.hook_url(Some("ActionCreated")),
-                acked.clone(),
-                stopped.clone(),
-            );
-            tokio::spawn(async move {
-                for n in 0.. {
-                    if *stopped.borrow() {
-                        return;
-                    }
-                    let marker = format!("outage-{k}-{n}");
-                    let body = format!(r#"{{"data":{{"id":"{marker}"}}}}"#);
-                    match client.post(&url).body(body).send().await {
-                        Ok(r) => {
-                            assert_eq!(r.status(), 200, "a valid callback got {}", r.status());
-                            acked.lock().unwrap().push(marker);
-                        }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            })
-        })
-        .collect();
-
+    let load = Load::start(
+        4,
+        vec![relay.hook_url(Some("ActionCreated"))],
+        Duration::from_millis(5),
+        Acked::default(),
+        |k, n| format!(r#"{{"data":{{"id":"outage-{k}-{n}"}}}}"#),
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let s = server.clone();
     tokio::task::spawn_blocking(move || s.stop()).await.unwrap();
-    let before_outage = acked.lock().unwrap().len();
+    let before_outage = load.acked_len();
     // Unready, saying why, while the database is down.
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let reason = loop {
@@ -200,13 +191,9 @@ async fn a_database_outage_refuses_nothing_with_an_error_and_loses_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let resumed_from = acked.lock().unwrap().len();
+    let resumed_from = load.acked_len();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.send_replace(true);
-    for c in clients {
-        c.await.expect("a client saw a non-200 answer");
-    }
-    let acked = acked.lock().unwrap().clone();
+    let acked = load.stop().await;
     assert!(
         before_outage > 0 && acked.len() > resumed_from,
         "ingest resumed: {before_outage} / {resumed_from} / {}",
@@ -216,10 +203,7 @@ async fn a_database_outage_refuses_nothing_with_an_error_and_loses_nothing() {
     // Every acknowledged callback is delivered.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let got: std::collections::HashSet<String> =
-            sink.received().iter().map(|r| String::from_utf8_lossy(&r.body).into_owned()).collect();
-        let missing: Vec<&String> =
-            acked.iter().filter(|m| !got.iter().any(|b| b.contains(&format!("\"{m}\"")))).collect();
+        let missing = undelivered(&sink, &acked);
         if missing.is_empty() {
             break;
         }
@@ -302,7 +286,6 @@ async fn three_relays_syncing_hooks_at_once_create_each_hook_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_under_load_loses_nothing_and_never_doubles_an_attempt() {
     use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
     let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
     let url = server.database("kill");
     let sink = Sink::start().await;
@@ -321,51 +304,21 @@ async fn a_relay_killed_under_load_loses_nothing_and_never_doubles_an_attempt() 
         dirs.push(d);
     }
     let urls: Vec<String> = relays.iter().map(|r| r.hook_url(Some("ActionCreated"))).collect();
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
-    let clients: Vec<_> = (0..6usize)
-        .map(|k| {
-            let (client, urls, acked, stopped) =
-                (client.clone(), urls.clone(), acked.clone(), stopped.clone());
-            tokio::spawn(async move {
-                for n in 0.. {
-                    if *stopped.borrow() {
-                        return;
-                    }
-                    let marker = format!("kill-{k}-{n}");
-                    let body = format!(r#"{{"data":{{"id":"{marker}"}}}}"#);
-                    // An error is the killed relay's closed connection.
-                    if let Ok(r) = client.post(&urls[(k + n) % urls.len()]).body(body).send().await
-                    {
-                        assert_eq!(r.status(), 200, "a valid callback got {}", r.status());
-                        acked.lock().unwrap().push(marker);
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            })
-        })
-        .collect();
+    // Errors are the killed relay's closed connections.
+    let load = Load::start(6, urls, Duration::from_millis(10), Acked::default(), |k, n| {
+        format!(r#"{{"data":{{"id":"kill-{k}-{n}"}}}}"#)
+    });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     relays[0].kill();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.send_replace(true);
-    for c in clients {
-        c.await.expect("a client saw a non-200 answer");
-    }
-    let acked = acked.lock().unwrap().clone();
+    let acked = load.stop().await;
     assert!(acked.len() > 50, "too little load: {}", acked.len());
 
     // The dead relay's claims expire after timeout + 60 s; then the others deliver.
     let deadline = std::time::Instant::now() + Duration::from_secs(150);
     let received = loop {
         let got = sink.received();
-        let bodies: std::collections::HashSet<String> =
-            got.iter().map(|r| String::from_utf8_lossy(&r.body).into_owned()).collect();
-        let missing = acked
-            .iter()
-            .filter(|m| !bodies.iter().any(|b| b.contains(&format!("\"{m}\""))))
-            .count();
+        let missing = undelivered(&sink, &acked).len();
         if missing == 0 {
             break got;
         }

@@ -20,6 +20,8 @@
 //!   [`Committer`] thread into one multi-row insert and one commit.
 
 mod apply;
+mod lead;
+mod prune;
 pub(super) mod schema;
 mod store;
 #[cfg(test)]
@@ -65,12 +67,6 @@ impl From<deadpool_postgres::PoolError> for StoreError {
     }
 }
 
-/// The leadership connection and the locks it holds.
-pub(super) struct Leader {
-    client: tokio_postgres::Client,
-    held: std::collections::HashSet<i64>,
-}
-
 /// Longest wait for a pooled connection, a new one, or a health check of one.
 const POOL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -106,7 +102,7 @@ pub(super) struct Inner {
     schema: String,
     /// A connection of its own holding the session advisory locks of the tasks this
     /// relay leads: they go with it when the relay dies.
-    leader: tokio::sync::Mutex<Option<Leader>>,
+    leader: tokio::sync::Mutex<Option<lead::Leader>>,
     /// The last id this relay handed out.
     last_id: AtomicU64,
     health: Arc<Health>,
@@ -303,52 +299,6 @@ pub(super) fn sql_us(us: u64) -> i64 {
 /// An id as PostgreSQL's bigint.
 pub(super) fn sql_id(id: EventId) -> i64 {
     sql_us(id.raw())
-}
-
-impl Inner {
-    /// The advisory lock key of `task` in this schema.
-    pub(super) fn lock_key(&self, task: &str) -> i64 {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(format!("hookrelay\0{}\0{task}", self.schema));
-        let mut key = [0u8; 8];
-        key.copy_from_slice(&digest[..8]);
-        i64::from_be_bytes(key)
-    }
-
-    /// See [`crate::store::Store::lead`].
-    pub(super) async fn lead(&self, task: &str) -> Result<bool, StoreError> {
-        let key = self.lock_key(task);
-        let mut slot = self.leader.lock().await;
-        // A closed connection took every lock with it.
-        if slot.as_ref().is_some_and(|l| l.client.is_closed()) {
-            *slot = None;
-        }
-        if slot.is_none() {
-            let (client, connection) = self.config.connect(tokio_postgres::NoTls).await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(error = %e, "the leadership connection to PostgreSQL ended");
-                }
-            });
-            *slot = Some(Leader { client, held: std::collections::HashSet::new() });
-        }
-        let Some(leader) = slot.as_mut() else { return Ok(false) };
-        if leader.held.contains(&key) {
-            // Still ours while the connection lives: check that it does.
-            if leader.client.query_one("SELECT 1", &[]).await.is_ok() {
-                return Ok(true);
-            }
-            *slot = None;
-            return Ok(false);
-        }
-        let got: bool =
-            leader.client.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await?.get(0);
-        if got {
-            leader.held.insert(key);
-            tracing::info!(task, "this relay now leads the task");
-        }
-        Ok(got)
-    }
 }
 
 #[cfg(test)]

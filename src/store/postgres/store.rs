@@ -20,7 +20,7 @@ use crate::store::{
 /// Times a conflicting transaction is redone before the error goes to the caller.
 const MAX_RETRIES: u64 = 8;
 
-fn id_of(raw: i64) -> EventId {
+pub(super) fn id_of(raw: i64) -> EventId {
     EventId::new(u64::try_from(raw).unwrap_or(0))
 }
 
@@ -35,7 +35,7 @@ fn limit(n: usize) -> i64 {
 impl PostgresStore {
     /// Runs the write `work` under the store's health: watched, and given up on as
     /// soon as the store fails.
-    async fn write<T>(
+    pub(super) async fn write<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
@@ -48,7 +48,7 @@ impl PostgresStore {
     /// Runs the transaction `attempt` again (a few times) when it lost a race with
     /// another relay's ([`StoreError::Conflict`]): it then decides again on the rows
     /// as that transaction left them.
-    async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
+    pub(super) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, StoreError>>,
@@ -66,7 +66,7 @@ impl PostgresStore {
         }
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+    pub(super) async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         Ok(self.inner.pool.get().await?)
     }
 
@@ -452,77 +452,7 @@ impl Store for PostgresStore {
     }
 
     async fn prune(&self, before_us: u64, n: usize) -> Result<usize, StoreError> {
-        /// Events looked at per transaction.
-        const CHUNK: i64 = 500;
-        let mut pruned = 0;
-        let mut cursor: i64 = -1;
-        while pruned < n {
-            let (done, last) = self
-                .write(self.retrying(|| async {
-                    let mut client = self.client().await?;
-                    let tx = client.transaction().await?;
-                    let rows = tx
-                        .query(
-                            "SELECT id, meta FROM events WHERE NOT inbox AND id > $1 AND id < $2
-                             ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
-                            &[&cursor, &sql_us(before_us), &CHUNK],
-                        )
-                        .await?;
-                    let Some(last) = rows.last().map(|r| r.get::<_, i64>(0)) else {
-                        return Ok((0, None));
-                    };
-                    let events = rows
-                        .iter()
-                        .map(|r| Ok((id_of(r.get(0)), decode_meta(r.get(1))?)))
-                        .collect::<Result<Vec<_>, StoreError>>()?;
-                    let ids: Vec<i64> = events.iter().map(|(id, _)| sql_id(*id)).collect();
-                    let mut seen = Prefetch::default();
-                    let mut by_event: HashMap<EventId, Vec<DeliveryRecord>> = HashMap::new();
-                    for r in tx
-                        .query(
-                            "SELECT record FROM deliveries WHERE event = ANY($1) FOR UPDATE",
-                            &[&ids],
-                        )
-                        .await?
-                    {
-                        let record = decode_record(r.get(0))?;
-                        seen.deliveries.insert(
-                            (record.event, record.destination.clone()),
-                            Some(record.clone()),
-                        );
-                        by_event.entry(record.event).or_default().push(record);
-                    }
-                    for (id, meta) in &events {
-                        seen.events.insert(*id, Some(meta.clone()));
-                    }
-                    let room = n - pruned;
-                    let (count, changes) = seen
-                        .decide(&tx, |st| {
-                            let mut count = 0;
-                            for (id, meta) in &events {
-                                if count >= room {
-                                    break;
-                                }
-                                let deliveries = by_event.get(id).cloned().unwrap_or_default();
-                                if lifecycle::prune(st, *id, meta, &deliveries, before_us)? {
-                                    count += 1;
-                                }
-                            }
-                            Ok(count)
-                        })
-                        .await?;
-                    apply(&tx, &seen, &changes).await?;
-                    tx.commit().await?;
-                    Ok((count, Some(last)))
-                }))
-                .await?;
-            pruned += done;
-            match last {
-                Some(last) => cursor = last,
-                None => break,
-            }
-        }
-        Ok(pruned)
+        self.prune_chunks(before_us, n).await
     }
 
     async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
