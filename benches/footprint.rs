@@ -2,7 +2,10 @@
 //! N callbacks with realistic JSON bodies (the shape of the upstream's, ~750 bytes)
 //! from 64 connections, each delivered once to a sink that answers 200; once every
 //! delivery has arrived, the relay is stopped (final flush) and the data directory's
-//! bytes are counted. Reported per event and as a multiple of the body bytes, for this
+//! bytes are counted, then the store is opened again to count its live data (every
+//! key and value: what a perfectly compact engine would keep; the rest is sled's log
+//! holding old versions until it cleans a segment). Reported per event and as a
+//! multiple of the body bytes, for this
 //! build and, with `BENCH_BASELINE=path/to/older/hookrelay`, for that build, in
 //! interleaved rounds (medians).
 //!
@@ -108,8 +111,24 @@ async fn start(c: &Contender, dir: &Path, config: &str) -> common::Relay {
     common::Relay::start_full(&c.bin, dir, config, &c.env).await
 }
 
-/// One run of `c`: returns (bytes on disk, body bytes).
-async fn once(c: &Contender, n: u64) -> (u64, u64) {
+/// The live data of a stopped relay's sled store: the bytes of every key and value in
+/// every tree, what a perfectly compact engine would keep.
+fn live_bytes(data: &Path) -> u64 {
+    let conf = std::fs::read_to_string(data.join("conf")).unwrap_or_default();
+    let compressed = conf.lines().any(|l| l.trim() == "use_compression: true");
+    let db = sled::Config::new().path(data).use_compression(compressed).open().unwrap();
+    let mut total = 0;
+    for name in db.tree_names() {
+        for item in db.open_tree(&name).unwrap().iter() {
+            let (k, v) = item.unwrap();
+            total += (k.len() + v.len()) as u64;
+        }
+    }
+    total
+}
+
+/// One run of `c`: returns (bytes on disk, live bytes, body bytes).
+async fn once(c: &Contender, n: u64) -> (u64, u64, u64) {
     let sink = Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
     let mut relay = start(c, dir.path(), &config(dir.path(), &sink, "")).await;
@@ -126,7 +145,9 @@ async fn once(c: &Contender, n: u64) -> (u64, u64) {
             .arg(&keep)
             .status();
     }
-    (bytes_under(&dir.path().join("data")), sent)
+    let data = dir.path().join("data");
+    let disk = bytes_under(&data);
+    (disk, live_bytes(&data), sent)
 }
 
 /// Retention on: returns the store size after the first and after the second half.
@@ -171,14 +192,16 @@ fn main() {
     rt.block_on(async {
         let mut ratios = vec![Vec::new(); contenders.len()];
         let mut per_event = vec![Vec::new(); contenders.len()];
+        let mut live_ratios = vec![Vec::new(); contenders.len()];
         let mut retained = vec![Vec::new(); contenders.len()];
         for round in 0..rounds {
             for (i, c) in contenders.iter().enumerate() {
                 let label = &c.label;
-                let (disk, bodies) = once(c, n).await;
+                let (disk, live, bodies) = once(c, n).await;
                 let ratio = disk as f64 / bodies as f64;
-                eprintln!("round {}: {label}: {disk} bytes on disk for {bodies} body bytes ({ratio:.2}x, {} B/event)", round + 1, disk / n);
+                eprintln!("round {}: {label}: {disk} bytes on disk for {bodies} body bytes ({ratio:.2}x, {} B/event); live data {live} bytes ({:.2}x)", round + 1, disk / n, live as f64 / bodies as f64);
                 ratios[i].push(ratio);
+                live_ratios[i].push(live as f64 / bodies as f64);
                 per_event[i].push(disk as f64 / n as f64);
                 let (first, second) = with_retention(c, n).await;
                 eprintln!("round {}: {label}: retention 1s: {first} bytes after the first half, {second} after the second", round + 1);
@@ -186,12 +209,12 @@ fn main() {
             }
         }
         println!("\nmedians of {rounds} interleaved rounds; {n} callbacks (~{} body bytes each), each delivered once; shipped defaults:\n", body(1).len());
-        println!("| relay | bytes on disk / body bytes | bytes on disk per event | retention 1s: store after n/2, after n (MB) |");
-        println!("|---|---:|---:|---:|");
+        println!("| relay | bytes on disk / body bytes | bytes on disk per event | live data / body bytes | retention 1s: store after n/2, after n (MB) |");
+        println!("|---|---:|---:|---:|---:|");
         for (i, Contender { label, .. }) in contenders.iter().enumerate() {
             let first = median(retained[i].iter().map(|r| r.0).collect()) / 1e6;
             let second = median(retained[i].iter().map(|r| r.1).collect()) / 1e6;
-            println!("| {label} | {:.2}x | {:.0} | {first:.1} / {second:.1} |", median(ratios[i].clone()), median(per_event[i].clone()));
+            println!("| {label} | {:.2}x | {:.0} | {:.2}x | {first:.1} / {second:.1} |", median(ratios[i].clone()), median(per_event[i].clone()), median(live_ratios[i].clone()));
         }
     });
 }

@@ -9,7 +9,8 @@
 //! interleaved rounds and medians reported, because this machine is shared and noisy.
 //!
 //! Run: `cargo bench --bench ingest` (env: BENCH_ROUNDS, BENCH_SECS; BENCH_BASELINE=path
-//! of another hookrelay build adds its durable mode, measured in the same rounds).
+//! of another hookrelay build adds its durable mode, measured in the same rounds;
+//! BENCH_COMPRESSED=1 adds this build with `storage.compression = true`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -101,9 +102,14 @@ async fn start_relay(name: &'static str, durability: &str) -> Target {
 }
 
 async fn start_relay_binary(name: &'static str, bin: &str, durability: &str) -> Target {
+    start_relay_with(name, bin, &format!("durability = \"{durability}\"")).await
+}
+
+/// A relay whose `[storage]` section starts with `storage` (TOML lines).
+async fn start_relay_with(name: &'static str, bin: &str, storage: &str) -> Target {
     let dir = tempfile::tempdir().unwrap();
     let text = common::config(&dir.path().join("data"), "")
-        .replace("[storage]", &format!("[storage]\ndurability = \"{durability}\""))
+        .replace("[storage]", &format!("[storage]\n{storage}"))
         .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
     let relay = std::sync::Arc::new(common::Relay::start_binary(bin, dir.path(), &text).await);
     Target {
@@ -255,6 +261,13 @@ async fn run(rounds: usize, secs: Duration) {
         start_relay("hookrelay durable", "durable").await,
         start_relay("hookrelay buffered", "buffered").await,
     ];
+    // BENCH_COMPRESSED=1: this build, durable, with `storage.compression = true`.
+    if std::env::var_os("BENCH_COMPRESSED").is_some() {
+        let storage = "durability = \"durable\"\ncompression = true";
+        targets.push(
+            start_relay_with("hookrelay durable, compressed", common::binary(), storage).await,
+        );
+    }
     // BENCH_BASELINE=/path/to/an/older/hookrelay: its durable mode side by side, to
     // tell a regression from a noisy machine.
     if let Ok(bin) = std::env::var("BENCH_BASELINE") {

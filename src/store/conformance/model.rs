@@ -30,12 +30,34 @@ struct Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Append { n: usize, occurrence: u8, routed: u8 },
-    Dispatch,
-    Attempt { dest: usize, outcome: u8 },
-    Replay { pick: usize, dest: usize },
-    Discard { pick: usize },
-    Pause { dest: usize, on: bool },
+    /// `n` events; those whose bit is set in `rejected` are stored rejected (final at
+    /// once, never pending).
+    Append {
+        n: usize,
+        occurrence: u8,
+        routed: u8,
+        rejected: u8,
+    },
+    /// Dispatches the pending events except those whose position (mod 8) has its bit
+    /// set in `skip`: a dispatcher may leave events behind, in any order.
+    Dispatch {
+        skip: u8,
+    },
+    Attempt {
+        dest: usize,
+        outcome: u8,
+    },
+    Replay {
+        pick: usize,
+        dest: usize,
+    },
+    Discard {
+        pick: usize,
+    },
+    Pause {
+        dest: usize,
+        on: bool,
+    },
     Prune,
     Reopen,
     Tick(u64),
@@ -43,8 +65,9 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (1usize..4, 0u8..4, 0u8..4).prop_map(|(n, occurrence, routed)| Op::Append { n, occurrence, routed }),
-        3 => Just(Op::Dispatch),
+        3 => (1usize..4, 0u8..4, 0u8..4, prop_oneof![3 => Just(0u8), 1 => any::<u8>()])
+            .prop_map(|(n, occurrence, routed, rejected)| Op::Append { n, occurrence, routed, rejected }),
+        3 => prop_oneof![3 => Just(0u8), 1 => any::<u8>()].prop_map(|skip| Op::Dispatch { skip }),
         6 => (0usize..2, 0u8..3).prop_map(|(dest, outcome)| Op::Attempt { dest, outcome }),
         1 => (any::<usize>(), 0usize..2).prop_map(|(pick, dest)| Op::Replay { pick, dest }),
         1 => any::<usize>().prop_map(|pick| Op::Discard { pick }),
@@ -80,21 +103,30 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
     let mut routes: BTreeMap<EventId, u8> = BTreeMap::new();
     for op in ops {
         match op {
-            Op::Append { n, occurrence, routed } => {
+            Op::Append { n, occurrence, routed, rejected } => {
+                let is_rejected = |i: usize| rejected & (1 << i) != 0;
                 let events: Vec<NewEvent> = (0..n)
-                    .map(|_| received("demo", "ActionUpdated", m.now, "{\"data\":1}"))
+                    .map(|i| {
+                        if is_rejected(i) {
+                            super::rejected(m.now)
+                        } else {
+                            received("demo", "ActionUpdated", m.now, "{\"data\":1}")
+                        }
+                    })
                     .collect();
-                for id in append_all(&store, events).await {
+                for (i, id) in append_all(&store, events).await.into_iter().enumerate() {
                     assert!(
                         m.events.keys().next_back().is_none_or(|last| *last < id),
                         "ids increase"
                     );
-                    m.events.insert(id, EventStatus::Received);
+                    let status =
+                        if is_rejected(i) { EventStatus::Rejected } else { EventStatus::Received };
+                    m.events.insert(id, status);
                     m.occurrence.insert(id, occurrence);
                     routes.insert(id, routed);
                 }
             }
-            Op::Dispatch => {
+            Op::Dispatch { skip } => {
                 let pending = store.pending(1000).await.unwrap();
                 let expected: Vec<EventId> = m
                     .events
@@ -109,7 +141,9 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 );
                 let plans: Vec<DispatchPlan> = pending
                     .iter()
-                    .map(|p| DispatchPlan {
+                    .enumerate()
+                    .filter(|(i, _)| skip & (1 << (i % 8)) == 0)
+                    .map(|(_, p)| DispatchPlan {
                         id: p.id,
                         // A window longer than any test: the first of an occurrence wins.
                         dedup: Some(DedupKey {
@@ -214,7 +248,8 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 let id = ids[pick % ids.len()];
                 let dest = DESTS[dest];
                 let n = store.replay(id, vec![dest.to_owned()], m.now).await.unwrap();
-                let replayable = !matches!(m.events[&id], EventStatus::Received);
+                let replayable =
+                    !matches!(m.events[&id], EventStatus::Received | EventStatus::Rejected);
                 assert_eq!(n, usize::from(replayable), "replay of {:?}", m.events[&id]);
                 if replayable {
                     m.deliveries.insert(

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use sled::transaction::{ConflictableTransactionError as Txe, TransactionError, TransactionalTree};
 use sled::Transactional;
 
-use super::codec::body_of;
-use super::{hex, keys, Inner, INBOX, SCHEDULED_PENDING, SCHEDULED_RETRYING};
+use super::codec::Outcome;
+use super::{keys, Inner, CURSOR_KEY, SCHEDULED_PENDING, SCHEDULED_RETRYING};
 use crate::store::lifecycle::{schedule_entry, Changes};
 use crate::store::{DeliveryRecord, DeliveryState, StoreError};
 
@@ -36,28 +36,28 @@ fn is_dead(r: &Option<DeliveryRecord>) -> bool {
     r.as_ref().is_some_and(|r| r.state == DeliveryState::Dead)
 }
 
-/// The trees every change may write, in this order: inbox, events, bodies, dedup,
+/// The trees every change may write, in this order: records, outcomes, dedup,
 /// deliveries, schedule, ordering.
-type Trees<'a> = [&'a TransactionalTree; 7];
+type Trees<'a> = [&'a TransactionalTree; 6];
 
-/// The writes of `changes` inside a transaction over [`Trees`] and, when a delivery
-/// enters or leaves `dead`, `dead_letters`. Returns (events moved out of the inbox,
-/// new dedup keys).
+/// The writes of `changes` (and the dispatch cursor, when it moves) inside a
+/// transaction over [`Trees`] and, when a delivery enters or leaves `dead`,
+/// `dead_letters`. Returns (events dispatched, new dedup keys).
 fn write(
     changes: &Changes,
-    [inbox, events, bodies, dedup, deliveries, schedule, ordering]: Trees<'_>,
+    cursor: Option<u64>,
+    [records, outcomes, dedup, deliveries, schedule, ordering]: Trees<'_>,
     dead: Option<&TransactionalTree>,
 ) -> Result<(u64, u64), Txe<StoreError>> {
-    let (mut moved, mut new_keys) = (0u64, 0u64);
+    let (mut dispatched, mut new_keys) = (0u64, 0u64);
+    // The record stays as ingest wrote it: only the verdict is written.
     for (id, meta) in &changes.dispatched {
-        let key = id.to_key();
-        let Some(raw) = inbox.remove(&key)? else { continue };
-        let body = body_of(&raw).map_err(|reason| {
-            Txe::Abort(StoreError::Corrupt { table: INBOX, key: hex(&key), reason })
-        })?;
-        events.insert(&key, encode(meta)?)?;
-        bodies.insert(&key, body)?;
-        moved += 1;
+        if outcomes.insert(&id.to_key(), encode(&Outcome::of(meta))?)?.is_none() {
+            dispatched += 1;
+        }
+    }
+    if let Some(cursor) = cursor {
+        outcomes.insert(CURSOR_KEY, &cursor.to_be_bytes())?;
     }
     for (hash, entry) in &changes.dedup {
         if dedup.insert(hash, &keys::encode_dedup(entry))?.is_none() {
@@ -82,7 +82,7 @@ fn write(
                 if let Some(due) = schedule_entry(after) {
                     schedule.insert(keys::schedule(dest, due, *event), &[marker(after)])?;
                 }
-                deliveries.insert(key, encode(after)?)?;
+                deliveries.insert(key, super::record::encode(after))?;
             }
             None => {
                 deliveries.remove(key)?;
@@ -97,17 +97,27 @@ fn write(
         };
     }
     for id in &changes.pruned {
-        events.remove(&id.to_key())?;
-        bodies.remove(&id.to_key())?;
+        records.remove(&id.to_key())?;
+        outcomes.remove(&id.to_key())?;
     }
-    Ok((moved, new_keys))
+    Ok((dispatched, new_keys))
 }
 
 impl Inner {
     /// Writes `changes` atomically, then updates the in-memory counts. The caller
     /// holds the lifecycle lock; durability is the caller's next step.
     pub(super) fn apply(&self, changes: &Changes) -> Result<(), StoreError> {
-        if changes.is_empty() {
+        self.apply_dispatch(changes, None)
+    }
+
+    /// [`Inner::apply`], moving the dispatch cursor to `cursor` in the same
+    /// transaction: every id up to it is settled once the outcomes are written.
+    pub(super) fn apply_dispatch(
+        &self,
+        changes: &Changes,
+        cursor: Option<u64>,
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() && cursor.is_none() {
             return Ok(());
         }
         // A sled transaction costs more for every tree it spans: `dead_letters` joins
@@ -115,26 +125,28 @@ impl Inner {
         let dead_letters =
             changes.deliveries.values().any(|c| is_dead(&c.before) != is_dead(&c.after));
         let t = (
-            &self.inbox,
-            &self.events,
-            &self.bodies,
+            &self.records,
+            &self.outcomes,
             &self.dedup,
             &self.deliveries,
             &self.schedule,
             &self.ordering,
         );
-        let (moved, new_keys) = if dead_letters {
-            (t.0, t.1, t.2, t.3, t.4, t.5, t.6, &self.dead_letters)
-                .transaction(|(a, b, c, d, e, f, g, dead)| {
-                    write(changes, [a, b, c, d, e, f, g], Some(dead))
+        let (dispatched, new_keys) = if dead_letters {
+            (t.0, t.1, t.2, t.3, t.4, t.5, &self.dead_letters)
+                .transaction(|(a, b, c, d, e, f, dead)| {
+                    write(changes, cursor, [a, b, c, d, e, f], Some(dead))
                 })
                 .map_err(tx_error)?
         } else {
-            t.transaction(|(a, b, c, d, e, f, g)| write(changes, [a, b, c, d, e, f, g], None))
+            t.transaction(|(a, b, c, d, e, f)| write(changes, cursor, [a, b, c, d, e, f], None))
                 .map_err(tx_error)?
         };
+        if let Some(cursor) = cursor {
+            self.cursor.fetch_max(cursor, Ordering::AcqRel);
+        }
         self.inbox_count
-            .fetch_sub(moved.min(self.inbox_count.load(Ordering::Relaxed)), Ordering::Relaxed);
+            .fetch_sub(dispatched.min(self.inbox_count.load(Ordering::Relaxed)), Ordering::Relaxed);
         self.dedup_count.fetch_add(new_keys, Ordering::Relaxed);
         let mut counts = crate::lock::lock(&self.counts);
         for change in changes.deliveries.values() {

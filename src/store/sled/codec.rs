@@ -1,57 +1,255 @@
-//! Byte layout of stored values.
+//! Byte layout of stored event values.
 //!
-//! An inbox entry carries a whole received event, so that acknowledging a callback
-//! costs one sled insert: `[meta length: u32 BE][meta JSON][raw body]`.
+//! An event is written **once**, at ingest, as one `records` value, so that
+//! acknowledging a callback costs one sled insert and its body enters sled's log once:
+//! `[flags: u8][meta length: u32 BE][meta][raw body]`. Dispatch never rewrites
+//! it: the verdict goes into a small `outcomes` value ([`Outcome`]) that readers lay
+//! over the meta.
+//!
+//! The meta is binary (`encode_meta`: about half the bytes of its JSON, which was
+//! mostly field names), or the JSON of a version-1 store's migrated events, told apart
+//! by its first byte (`{`):
+//!
+//! ```text
+//! [version = 1][source: str][event: str][event_from: u8][received µs: u64][size: var]
+//! [content type: opt str][header count: var]([name: str][value: str])*
+//! [remote address: opt str][status: u8][flag count: var]([flag: u8])*[reason: opt str]
+//! [duplicate of: opt u64][destination count: var]([destination: str])*
+//! ```
 
-use crate::store::{EventMeta, StoreError};
+use serde::{Deserialize, Serialize};
 
-/// Encodes a received event for the inbox.
-pub(crate) fn encode_pending(meta: &EventMeta, body: &[u8]) -> Result<Vec<u8>, StoreError> {
-    let meta = serde_json::to_vec(meta)?;
+use super::bin::{Reader, Writer};
+use crate::store::{EventFlag, EventId, EventMeta, EventNameOrigin, EventStatus, StoreError};
+
+/// Flag: the event was stored as `received`, so dispatch owes it an outcome.
+const RECEIVED: u8 = 0x01;
+/// Flag: a body is stored (a rejected event has none, which is not an empty body).
+const HAS_BODY: u8 = 0x02;
+/// Bytes before the meta.
+const HEADER: usize = 5;
+
+/// Encodes an event as ingest stores it.
+pub(crate) fn encode_record(meta: &EventMeta, body: Option<&[u8]>) -> Result<Vec<u8>, StoreError> {
+    encode_raw(meta.status == EventStatus::Received, &encode_meta(meta), body)
+}
+
+/// Encodes a record from its meta's JSON (the v1 migration already holds it encoded).
+pub(crate) fn encode_raw(
+    received: bool,
+    meta: &[u8],
+    body: Option<&[u8]>,
+) -> Result<Vec<u8>, StoreError> {
     let len = u32::try_from(meta.len()).map_err(|_| StoreError::Corrupt {
-        table: "inbox",
+        table: super::RECORDS,
         key: String::new(),
         reason: "meta over 4 GiB".into(),
     })?;
-    let mut out = Vec::with_capacity(4 + meta.len() + body.len());
+    let body_len = body.map_or(0, <[u8]>::len);
+    let mut out = Vec::with_capacity(HEADER + meta.len() + body_len);
+    let mut flags = 0;
+    if received {
+        flags |= RECEIVED;
+    }
+    if body.is_some() {
+        flags |= HAS_BODY;
+    }
+    out.push(flags);
     out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(&meta);
-    out.extend_from_slice(body);
+    out.extend_from_slice(meta);
+    out.extend_from_slice(body.unwrap_or_default());
     Ok(out)
 }
 
-/// Splits an inbox entry into its meta (parsed) and its body (borrowed).
-pub(crate) fn decode_pending(value: &[u8]) -> Result<(EventMeta, &[u8]), String> {
-    let (len, rest) = value.split_first_chunk::<4>().ok_or("entry shorter than its header")?;
+/// A record's parts, borrowed from its value.
+pub(crate) struct RecordRef<'a> {
+    pub(crate) meta: &'a [u8],
+    pub(crate) body: Option<&'a [u8]>,
+}
+
+/// Splits a record without parsing its meta.
+pub(crate) fn split_record(value: &[u8]) -> Result<RecordRef<'_>, String> {
+    let (&flags, rest) = value.split_first().ok_or("empty record")?;
+    let (len, rest) = rest.split_first_chunk::<4>().ok_or("record shorter than its header")?;
     let len = u32::from_be_bytes(*len) as usize;
     if rest.len() < len {
-        return Err(format!("meta length {len} exceeds the entry"));
+        return Err(format!("meta length {len} exceeds the record"));
     }
     let (meta, body) = rest.split_at(len);
-    let meta = serde_json::from_slice(meta).map_err(|e| e.to_string())?;
-    Ok((meta, body))
+    Ok(RecordRef { meta, body: (flags & HAS_BODY != 0).then_some(body) })
 }
 
-/// The body of an inbox entry, without parsing its meta.
-pub(crate) fn body_of(value: &[u8]) -> Result<&[u8], String> {
-    let (len, rest) = value.split_first_chunk::<4>().ok_or("entry shorter than its header")?;
-    let len = u32::from_be_bytes(*len) as usize;
-    rest.get(len..).ok_or_else(|| format!("meta length {len} exceeds the entry"))
+/// Whether a record still waits for dispatch's outcome, read from its first byte.
+pub(crate) fn awaits_outcome(value: &[u8]) -> bool {
+    value.first().is_some_and(|f| f & RECEIVED != 0)
 }
 
-/// Parses the meta part of an inbox entry without touching the body.
+/// Parses a record's meta as stored, without the outcome laid over it.
 pub(crate) fn decode_meta(value: &[u8]) -> Result<EventMeta, String> {
-    decode_pending(value).map(|(meta, _)| meta)
+    parse_meta(split_record(value)?.meta)
+}
+
+const META_VERSION: u8 = 1;
+
+/// The binary form of a meta (see the module's doc).
+pub(crate) fn encode_meta(m: &EventMeta) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(64 + m.headers.len() * 32));
+    w.u8(META_VERSION);
+    w.str(&m.source);
+    w.str(&m.event);
+    w.u8(match m.event_from {
+        EventNameOrigin::Path => 0,
+        EventNameOrigin::Body => 1,
+        EventNameOrigin::Unknown => 2,
+        EventNameOrigin::Internal => 3,
+    });
+    w.u64(m.received_at_us);
+    w.var(m.size);
+    w.opt_str(m.content_type.as_deref());
+    w.var(m.headers.len() as u64);
+    for (name, value) in &m.headers {
+        w.str(name);
+        w.str(value);
+    }
+    w.opt_str(m.remote_addr.as_deref());
+    w.u8(status_byte(m.status));
+    w.var(m.flags.len() as u64);
+    for flag in &m.flags {
+        w.u8(match flag {
+            EventFlag::Empty => 0,
+            EventFlag::NotJson => 1,
+            EventFlag::Oversized => 2,
+        });
+    }
+    w.opt_str(m.reason.as_deref());
+    w.opt_u64(m.duplicate_of.map(EventId::raw));
+    w.var(m.destinations.len() as u64);
+    for d in &m.destinations {
+        w.str(d);
+    }
+    w.0
+}
+
+fn status_byte(s: EventStatus) -> u8 {
+    match s {
+        EventStatus::Received => 0,
+        EventStatus::Rejected => 1,
+        EventStatus::Dispatched => 2,
+        EventStatus::Duplicate => 3,
+        EventStatus::Unrouted => 4,
+    }
+}
+
+fn status_of(b: u8) -> Result<EventStatus, String> {
+    Ok(match b {
+        0 => EventStatus::Received,
+        1 => EventStatus::Rejected,
+        2 => EventStatus::Dispatched,
+        3 => EventStatus::Duplicate,
+        4 => EventStatus::Unrouted,
+        _ => return Err(format!("unknown event status {b}")),
+    })
+}
+
+/// Parses a stored meta: binary, or the JSON of a migrated version-1 event.
+pub(crate) fn parse_meta(bytes: &[u8]) -> Result<EventMeta, String> {
+    match bytes.first() {
+        Some(b'{') => return serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+        Some(&META_VERSION) => {}
+        Some(v) => return Err(format!("unknown meta version {v}")),
+        None => return Err("empty meta".into()),
+    }
+    let mut r = Reader(&bytes[1..]);
+    let source = r.str()?;
+    let event = r.str()?;
+    let event_from = match r.u8()? {
+        0 => EventNameOrigin::Path,
+        1 => EventNameOrigin::Body,
+        2 => EventNameOrigin::Unknown,
+        3 => EventNameOrigin::Internal,
+        b => return Err(format!("unknown event name origin {b}")),
+    };
+    let received_at_us = r.u64()?;
+    let size = r.var()?;
+    let content_type = r.opt_str()?;
+    let n = r.count()?;
+    let mut headers = Vec::with_capacity(n);
+    for _ in 0..n {
+        headers.push((r.str()?, r.str()?));
+    }
+    let remote_addr = r.opt_str()?;
+    let status = status_of(r.u8()?)?;
+    let n = r.count()?;
+    let mut flags = Vec::with_capacity(n);
+    for _ in 0..n {
+        flags.push(match r.u8()? {
+            0 => EventFlag::Empty,
+            1 => EventFlag::NotJson,
+            2 => EventFlag::Oversized,
+            b => return Err(format!("unknown event flag {b}")),
+        });
+    }
+    let reason = r.opt_str()?;
+    let duplicate_of = r.opt_u64()?.map(EventId::new);
+    let n = r.count()?;
+    let mut destinations = Vec::with_capacity(n);
+    for _ in 0..n {
+        destinations.push(r.str()?);
+    }
+    r.end()?;
+    Ok(EventMeta {
+        source,
+        event,
+        event_from,
+        received_at_us,
+        size,
+        content_type,
+        headers,
+        remote_addr,
+        status,
+        flags,
+        reason,
+        duplicate_of,
+        destinations,
+    })
+}
+
+/// What dispatch decided for a received event: the only fields of its meta that
+/// dispatch changes (see `lifecycle::dispatch`).
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub(crate) struct Outcome {
+    #[serde(rename = "s")]
+    pub(crate) status: EventStatus,
+    #[serde(rename = "o", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) duplicate_of: Option<EventId>,
+    #[serde(rename = "d", default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) destinations: Vec<String>,
+}
+
+impl Outcome {
+    /// The outcome part of a dispatched meta.
+    pub(crate) fn of(meta: &EventMeta) -> Self {
+        Self {
+            status: meta.status,
+            duplicate_of: meta.duplicate_of,
+            destinations: meta.destinations.clone(),
+        }
+    }
+
+    /// Lays the outcome over the meta stored at ingest.
+    pub(crate) fn apply_to(self, meta: &mut EventMeta) {
+        meta.status = self.status;
+        meta.duplicate_of = self.duplicate_of;
+        meta.destinations = self.destinations;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{EventFlag, EventNameOrigin, EventStatus};
 
-    #[test]
-    fn round_trips_and_rejects_truncation() {
-        let meta = EventMeta {
+    fn meta(status: EventStatus) -> EventMeta {
+        EventMeta {
             source: "demo".into(),
             event: "ActionCreated".into(),
             event_from: EventNameOrigin::Body,
@@ -60,20 +258,70 @@ mod tests {
             content_type: None,
             headers: vec![("user-agent".into(), "x".into())],
             remote_addr: None,
-            status: EventStatus::Received,
+            status,
             flags: vec![EventFlag::NotJson],
             reason: None,
             duplicate_of: None,
             destinations: Vec::new(),
-        };
-        let bytes = encode_pending(&meta, b"a\0b").unwrap();
-        let (back, body) = decode_pending(&bytes).unwrap();
-        assert_eq!((back, body), (meta.clone(), &b"a\0b"[..]));
-        let empty = encode_pending(&meta, b"").unwrap();
-        assert_eq!(decode_pending(&empty).unwrap().1, b"");
-        assert_eq!(body_of(&bytes).unwrap(), b"a\0b");
-        assert!(body_of(&bytes[..10]).is_err());
-        assert!(decode_pending(&bytes[..3]).is_err());
-        assert!(decode_pending(&bytes[..10]).is_err());
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_reject_truncation() {
+        let m = meta(EventStatus::Received);
+        let bytes = encode_record(&m, Some(b"a\0b")).unwrap();
+        let r = split_record(&bytes).unwrap();
+        assert!(awaits_outcome(&bytes));
+        assert_eq!(r.body, Some(&b"a\0b"[..]));
+        assert_eq!(decode_meta(&bytes).unwrap(), m);
+        let empty = encode_record(&m, Some(b"")).unwrap();
+        assert_eq!(split_record(&empty).unwrap().body, Some(&b""[..]));
+        let rejected = encode_record(&meta(EventStatus::Rejected), None).unwrap();
+        let r = split_record(&rejected).unwrap();
+        assert!(!awaits_outcome(&rejected) && r.body.is_none());
+        assert!(split_record(&bytes[..3]).is_err());
+        assert!(split_record(&bytes[..10]).is_err());
+        assert!(split_record(b"").is_err());
+    }
+
+    #[test]
+    fn metas_round_trip_in_both_forms_and_binary_is_smaller() {
+        let mut m = meta(EventStatus::Duplicate);
+        m.content_type = Some("application/json".into());
+        m.remote_addr = Some("10.0.0.1:5555".into());
+        m.reason = Some("why".into());
+        m.duplicate_of = Some(EventId::new(9));
+        m.destinations = vec!["crm".into(), "erp".into()];
+        m.flags = vec![EventFlag::Empty, EventFlag::NotJson, EventFlag::Oversized];
+        for origin in [EventNameOrigin::Path, EventNameOrigin::Unknown, EventNameOrigin::Internal] {
+            m.event_from = origin;
+            let binary = encode_meta(&m);
+            assert_eq!(parse_meta(&binary), Ok(m.clone()));
+            let json = serde_json::to_vec(&m).unwrap();
+            assert_eq!(parse_meta(&json), Ok(m.clone()));
+            assert!(binary.len() * 2 < json.len(), "{} vs {}", binary.len(), json.len());
+            for cut in 0..binary.len() {
+                assert!(parse_meta(&binary[..cut]).is_err(), "cut at {cut}");
+            }
+        }
+        for status in [EventStatus::Received, EventStatus::Rejected, EventStatus::Unrouted] {
+            let m = meta(status);
+            assert_eq!(parse_meta(&encode_meta(&m)), Ok(m));
+        }
+        assert!(parse_meta(&[7]).unwrap_err().contains("version 7"));
+    }
+
+    #[test]
+    fn an_outcome_sets_exactly_what_dispatch_changes() {
+        let stored = meta(EventStatus::Received);
+        let mut dispatched = stored.clone();
+        dispatched.status = EventStatus::Duplicate;
+        dispatched.duplicate_of = Some(EventId::new(7));
+        dispatched.destinations = vec!["crm".into()];
+        let encoded = serde_json::to_vec(&Outcome::of(&dispatched)).unwrap();
+        assert!(encoded.len() < 64, "{}", String::from_utf8_lossy(&encoded));
+        let mut read = stored;
+        serde_json::from_slice::<Outcome>(&encoded).unwrap().apply_to(&mut read);
+        assert_eq!(read, dispatched);
     }
 }

@@ -5,20 +5,21 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::{hex, keys, Inner, DELIVERIES, PAUSED_PREFIX};
+use super::codec::split_record;
+use super::{hex, keys, Inner, DELIVERIES, PAUSED_PREFIX, RECORDS};
 use crate::config::RetryPolicy;
 use crate::lock::lock;
 use crate::store::lifecycle::{self, AttemptReport, Staged, View};
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, Recorded, StoreError,
+    Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, QueueStats, Recorded, StoreError,
 };
 
+/// Decodes a `deliveries` value (`record.rs`) under its key.
 pub(super) fn decode_record(key: &[u8], value: &[u8]) -> Result<DeliveryRecord, StoreError> {
-    serde_json::from_slice(value).map_err(|e| StoreError::Corrupt {
-        table: DELIVERIES,
-        key: hex(key),
-        reason: e.to_string(),
-    })
+    let corrupt = |reason: String| StoreError::Corrupt { table: DELIVERIES, key: hex(key), reason };
+    let (event, dest) =
+        keys::split_delivery(key).ok_or_else(|| corrupt("unreadable delivery key".into()))?;
+    super::record::decode(event, &dest, value).map_err(corrupt)
 }
 
 fn micros(d: Duration) -> u64 {
@@ -57,8 +58,7 @@ impl Inner {
             let Some(token) = self.claims.try_claim(dest, event, now_us, expires_us) else {
                 continue;
             };
-            let meta = View::event(self, event)?;
-            let body = self.bodies.get(event.to_key())?.map(|b| bytes::Bytes::copy_from_slice(&b));
+            let (meta, body) = self.meta_and_body(event)?;
             out.push(Claim {
                 event,
                 destination: dest.to_owned(),
@@ -72,6 +72,21 @@ impl Inner {
             });
         }
         Ok(out)
+    }
+
+    /// An event's meta (with its outcome) and body, from one read of its record.
+    fn meta_and_body(
+        &self,
+        event: EventId,
+    ) -> Result<(Option<EventMeta>, Option<bytes::Bytes>), StoreError> {
+        let key = event.to_key();
+        let Some(value) = self.records.get(key)? else { return Ok((None, None)) };
+        let meta = self.decode(&key, &value)?.meta;
+        let body = split_record(&value)
+            .map_err(|reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason })?
+            .body
+            .map(bytes::Bytes::copy_from_slice);
+        Ok((Some(meta), body))
     }
 
     pub(super) fn release(&self, claim: &Claim) {
@@ -202,7 +217,7 @@ impl Inner {
             // A short read-only scan for candidates, then each one decided again
             // under the lock.
             let candidates: Vec<EventId> = self
-                .events
+                .records
                 .range(from.to_key()..end)
                 .keys()
                 .take(256)

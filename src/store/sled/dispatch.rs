@@ -1,24 +1,46 @@
-//! Dispatch on sled: the inbox read, the rules applied under the lifecycle lock, one
-//! transaction for the whole batch.
+//! Dispatch on sled: the events awaiting dispatch read after the cursor, the rules
+//! applied under the lifecycle lock, one transaction for the whole batch (outcomes,
+//! dedup keys, deliveries, schedule, queues and the cursor).
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
-use super::codec::decode_pending;
-use super::{hex, keys, Inner, DEDUP, INBOX};
+use super::codec::{awaits_outcome, parse_meta, split_record};
+use super::{hex, keys, Inner, DEDUP, RECORDS};
 use crate::lock::lock;
 use crate::store::lifecycle::{self, Staged};
 use crate::store::{DispatchOutcome, DispatchPlan, EventId, PendingEvent, StoreError};
 
 impl Inner {
+    /// The first `limit` events awaiting dispatch, oldest first.
     pub(super) fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
         let mut out = Vec::new();
-        for item in self.inbox.iter().take(limit) {
+        let from = self.cursor.load(Ordering::Acquire).saturating_add(1);
+        // Settled records right after the cursor (rejected ones, say) are stepped over
+        // once, not at every poll.
+        let mut settled_run = Some(from.saturating_sub(1));
+        for item in self.records.range(EventId::new(from).to_key()..) {
+            if out.len() >= limit {
+                break;
+            }
             let (key, value) = item?;
             let corrupt =
-                |reason: String| StoreError::Corrupt { table: INBOX, key: hex(&key), reason };
+                |reason: String| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
             let id = EventId::from_key(&key).ok_or_else(|| corrupt("key is not 8 bytes".into()))?;
-            let (meta, body) = decode_pending(&value).map_err(corrupt)?;
+            if !awaits_outcome(&value) || self.outcomes.contains_key(&key)? {
+                if let Some(run) = settled_run.as_mut() {
+                    *run = id.raw();
+                }
+                continue;
+            }
+            settled_run = None;
+            let record = split_record(&value).map_err(corrupt)?;
+            let meta = parse_meta(record.meta).map_err(corrupt)?;
+            let body = record.body.unwrap_or_default();
             out.push(PendingEvent { id, meta, body: bytes::Bytes::copy_from_slice(body) });
+        }
+        if let Some(run) = settled_run {
+            self.cursor.fetch_max(run, Ordering::AcqRel);
         }
         Ok(out)
     }
@@ -33,17 +55,41 @@ impl Inner {
         let mut outcomes = Vec::with_capacity(plans.len());
         for plan in plans {
             let key = plan.id.to_key();
-            let Some(raw) = self.inbox.get(key)? else {
-                outcomes.push(DispatchOutcome::Gone);
-                continue;
+            let value = match self.records.get(key)? {
+                Some(v) if awaits_outcome(&v) && !self.outcomes.contains_key(key)? => v,
+                _ => {
+                    outcomes.push(DispatchOutcome::Gone);
+                    continue;
+                }
             };
-            let meta = super::decode(super::Source::Inbox, &key, &raw)?.meta;
+            let meta = self.decode(&key, &value)?.meta;
             outcomes.push(lifecycle::dispatch(&mut st, meta, plan, now_us)?);
         }
-        self.apply(&st.into_changes())?;
+        let changes = st.into_changes();
+        let cursor = self.cursor_after(&changes.dispatched.keys().copied().collect())?;
+        self.apply_dispatch(&changes, cursor)?;
         drop(guard);
         // Not flushed here (see `Store::dispatch`): the next durable write covers it.
         Ok(outcomes)
+    }
+
+    /// Where the cursor can move once `dispatched` have their outcomes: over every
+    /// following record that is settled. `None` when it stays.
+    fn cursor_after(&self, dispatched: &HashSet<EventId>) -> Result<Option<u64>, StoreError> {
+        let start = self.cursor.load(Ordering::Acquire);
+        let mut cursor = start;
+        for item in self.records.range(EventId::new(start.saturating_add(1)).to_key()..) {
+            let (key, value) = item?;
+            let Some(id) = EventId::from_key(&key) else { break };
+            let settled = dispatched.contains(&id)
+                || !awaits_outcome(&value)
+                || self.outcomes.contains_key(&key)?;
+            if !settled {
+                break;
+            }
+            cursor = id.raw();
+        }
+        Ok((cursor > start).then_some(cursor))
     }
 
     pub(super) fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {

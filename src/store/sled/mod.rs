@@ -15,40 +15,47 @@
 //! - **Async**: every call runs on tokio's blocking pool (`store.rs`), but appends,
 //!   which go to the group committer's own thread ([`Committer`]).
 //!
-//! A received event lives in `inbox` (meta and body in one value) until dispatch moves
-//! it to `events` and `bodies`; a rejected one goes straight to `events`. So an ack
-//! costs one sled insert per event: sled 0.34 spends several microseconds per insert
-//! whatever the value size, which makes the insert count the cost of the ack path.
+//! An event is written once, at ingest, into `records` (meta and body in one value,
+//! `codec.rs`); dispatch adds its small verdict to `outcomes` and never rewrites the
+//! record. So an ack costs one sled insert per event (sled 0.34 spends several
+//! microseconds per insert whatever the value size, which makes the insert count the
+//! cost of the ack path), and each body enters sled's log once (the footprint).
+//! The events awaiting dispatch are the received records after the **dispatch cursor**
+//! (every id up to it is settled) that have no outcome yet.
 
 mod apply;
+mod bin;
 pub(super) mod codec;
 mod deliveries;
 mod dispatch;
 mod events;
 mod flush;
 pub(super) mod keys;
+mod migrate;
+mod record;
 mod store;
 mod view;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use self::codec::decode_meta;
+use self::codec::{decode_meta, Outcome};
 use super::{
     ClaimTable, Committer, DeliveryState, EventId, EventMeta, EventRecord, Health, QueueCounts,
     StoreError, StoreObserver,
 };
 
-/// Version of the on-disk layout; bumped on incompatible changes.
-const SCHEMA_VERSION: u32 = 1;
+/// Version of the on-disk layout; bumped on incompatible changes. Version 1 (an
+/// `inbox` moved into `events` + `bodies` at dispatch) is migrated at open
+/// (`migrate.rs`).
+const SCHEMA_VERSION: u32 = 2;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Tree names.
-const EVENTS: &str = "events";
-const BODIES: &str = "bodies";
-const INBOX: &str = "inbox";
+const RECORDS: &str = "records";
+const OUTCOMES: &str = "outcomes";
 const META: &str = "meta";
 const DELIVERIES: &str = "deliveries";
 const SCHEDULE: &str = "schedule";
@@ -59,6 +66,9 @@ const UPSTREAM: &str = "upstream";
 /// `schedule` values: what kind of entry it is.
 const SCHEDULED_PENDING: u8 = 0;
 const SCHEDULED_RETRYING: u8 = 1;
+/// The key in `outcomes` (not 8 bytes, so never an event's) of the dispatch cursor: it
+/// is written in the same transaction as the outcomes it moves over.
+const CURSOR_KEY: &[u8] = b"dispatch_cursor";
 /// Keys of `meta` holding a paused destination: `paused/{name}`.
 const PAUSED_PREFIX: &[u8] = b"paused/";
 
@@ -80,9 +90,8 @@ pub(crate) struct SledStore {
 /// The backend's state; its methods are blocking.
 pub(super) struct Inner {
     db: sled::Db,
-    events: sled::Tree,
-    bodies: sled::Tree,
-    inbox: sled::Tree,
+    records: sled::Tree,
+    outcomes: sled::Tree,
     deliveries: sled::Tree,
     schedule: sled::Tree,
     dedup: sled::Tree,
@@ -94,7 +103,11 @@ pub(super) struct Inner {
     lifecycle: Mutex<()>,
     counts: Mutex<QueueCounts>,
     claims: ClaimTable,
-    /// Entries in `inbox` and `dedup`: sled's own `len()` walks the whole tree.
+    /// Every event id up to this one is settled (dispatched, or stored final); moved
+    /// forward only, over settled records, so the scan for pending events starts here.
+    cursor: AtomicU64,
+    /// Events awaiting dispatch, and entries in `dedup`: sled's own `len()` walks the
+    /// whole tree.
     inbox_count: AtomicU64,
     dedup_count: AtomicU64,
     /// The last event id handed out.
@@ -142,7 +155,15 @@ impl SledStore {
                 meta.insert(SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes())?;
                 db.flush()?;
             }
-            Some(v) if v.as_ref() == SCHEMA_VERSION.to_string().as_bytes() => {}
+            Some(v) if v.as_ref() == SCHEMA_VERSION.to_string().as_bytes() => {
+                migrate::drop_v1_trees(&db)?;
+            }
+            Some(v) if v.as_ref() == b"1" => {
+                migrate::from_v1(&db)?;
+                meta.insert(SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes())?;
+                db.flush()?;
+                migrate::drop_v1_trees(&db)?;
+            }
             Some(v) => {
                 return Err(StoreError::Schema {
                     found: String::from_utf8_lossy(&v).into_owned(),
@@ -150,19 +171,18 @@ impl SledStore {
                 })
             }
         }
-        let inbox = db.open_tree(INBOX)?;
         let dedup = db.open_tree(DEDUP)?;
         let inner = Inner {
-            events: db.open_tree(EVENTS)?,
-            bodies: db.open_tree(BODIES)?,
+            records: db.open_tree(RECORDS)?,
+            outcomes: db.open_tree(OUTCOMES)?,
             deliveries: db.open_tree(DELIVERIES)?,
             schedule: db.open_tree(SCHEDULE)?,
             dead_letters: db.open_tree(DEAD_LETTERS)?,
             ordering: db.open_tree(ORDERING)?,
             upstream: db.open_tree(UPSTREAM)?,
-            inbox_count: AtomicU64::new(inbox.len() as u64),
+            cursor: AtomicU64::new(0),
+            inbox_count: AtomicU64::new(0),
             dedup_count: AtomicU64::new(dedup.len() as u64),
-            inbox,
             dedup,
             meta,
             db,
@@ -245,7 +265,26 @@ impl Inner {
         let last = |tree: &sled::Tree| -> Result<u64, StoreError> {
             Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)).map_or(0, EventId::raw))
         };
-        *crate::lock::lock(&self.last_id) = last(&self.events)?.max(last(&self.inbox)?);
+        *crate::lock::lock(&self.last_id) = last(&self.records)?;
+        let cursor = match self.outcomes.get(CURSOR_KEY)? {
+            Some(v) => {
+                u64::from_be_bytes(v.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                    table: OUTCOMES,
+                    key: hex(CURSOR_KEY),
+                    reason: "dispatch cursor is not 8 bytes".into(),
+                })?)
+            }
+            None => 0,
+        };
+        self.cursor.store(cursor, Ordering::Relaxed);
+        let mut awaiting = 0;
+        for item in self.records.range(EventId::new(cursor.saturating_add(1)).to_key()..) {
+            let (key, value) = item?;
+            if codec::awaits_outcome(&value) && !self.outcomes.contains_key(&key)? {
+                awaiting += 1;
+            }
+        }
+        self.inbox_count.store(awaiting, Ordering::Relaxed);
         // From the indexes (the live queue), not from every record kept for retention.
         let mut counts = QueueCounts::default();
         for item in self.schedule.iter() {
@@ -283,25 +322,23 @@ impl Inner {
     }
 }
 
-/// Which tree a record was read from: they encode their values differently.
-#[derive(Clone, Copy)]
-pub(super) enum Source {
-    Events,
-    Inbox,
-}
-
-pub(super) fn decode(source: Source, key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
-    let table = match source {
-        Source::Events => EVENTS,
-        Source::Inbox => INBOX,
-    };
-    let corrupt = |reason: String| StoreError::Corrupt { table, key: hex(key), reason };
-    let id = EventId::from_key(key).ok_or_else(|| corrupt("key is not 8 bytes".into()))?;
-    let meta: EventMeta = match source {
-        Source::Events => serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?,
-        Source::Inbox => decode_meta(value).map_err(corrupt)?,
-    };
-    Ok(EventRecord { id, meta })
+impl Inner {
+    /// An event's record as readers see it: the meta stored at ingest with dispatch's
+    /// outcome laid over it.
+    pub(super) fn decode(&self, key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
+        let corrupt = |table, reason: String| StoreError::Corrupt { table, key: hex(key), reason };
+        let id =
+            EventId::from_key(key).ok_or_else(|| corrupt(RECORDS, "key is not 8 bytes".into()))?;
+        let mut meta: EventMeta = decode_meta(value).map_err(|r| corrupt(RECORDS, r))?;
+        if codec::awaits_outcome(value) {
+            if let Some(outcome) = self.outcomes.get(key)? {
+                serde_json::from_slice::<Outcome>(&outcome)
+                    .map_err(|e| corrupt(OUTCOMES, e.to_string()))?
+                    .apply_to(&mut meta);
+            }
+        }
+        Ok(EventRecord { id, meta })
+    }
 }
 
 pub(super) fn hex(bytes: &[u8]) -> String {

@@ -1,7 +1,7 @@
 //! The reads the lifecycle rules ask for, answered from the trees (under the
 //! lifecycle lock, so nothing moves between the read and the write).
 
-use super::{decode, deliveries::decode_record, keys, Inner, Source};
+use super::{deliveries::decode_record, keys, Inner};
 use crate::store::lifecycle::{DedupEntry, Queue, View};
 use crate::store::{DeliveryRecord, EventId, EventMeta, StoreError};
 
@@ -21,11 +21,6 @@ impl View for Inner {
 
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
         let key = id.to_key();
-        Ok(self
-            .events
-            .get(key)?
-            .map(|v| decode(Source::Events, &key, &v))
-            .transpose()?
-            .map(|r| r.meta))
+        Ok(self.records.get(key)?.map(|v| self.decode(&key, &v)).transpose()?.map(|r| r.meta))
     }
 }
