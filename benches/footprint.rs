@@ -114,8 +114,9 @@ async fn start(c: &Contender, dir: &Path, config: &str) -> common::Relay {
 /// The live data of a stopped relay's sled store: the bytes of every key and value in
 /// every tree, what a perfectly compact engine would keep.
 fn live_bytes(data: &Path) -> u64 {
-    let conf = std::fs::read_to_string(data.join("conf")).unwrap_or_default();
-    let compressed = conf.lines().any(|l| l.trim() == "use_compression: true");
+    // sled's `conf` ends with a binary checksum: read it as lossy text.
+    let conf = std::fs::read(data.join("conf")).unwrap();
+    let compressed = String::from_utf8_lossy(&conf).contains("use_compression: true");
     let db = sled::Config::new().path(data).use_compression(compressed).open().unwrap();
     let mut total = 0;
     for name in db.tree_names() {

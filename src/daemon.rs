@@ -82,6 +82,14 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         .into_iter()
         .map(|(name, handle)| supervisor.watch("delivery", name, handle))
         .collect();
+    // Deliveries another relay made due start here without waiting for a poll.
+    let wakeup_task = store.wakeups().map(|wakeups| {
+        supervisor.watch(
+            "wakeups",
+            "fleet wake-ups".into(),
+            tokio::spawn(destinations.clone().follow_wakeups(wakeups, stop.clone())),
+        )
+    });
     let dispatcher =
         Dispatcher::new(&config, store.clone(), metrics.clone(), destinations.clone(), committed);
     let dispatch_task = supervisor.watch(
@@ -193,7 +201,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         stop_trigger.stop();
         let _ = dispatch_task.await;
         let _ = retention_task.await;
-        for task in [space_task, reachability_task].into_iter().flatten() {
+        for task in [space_task, reachability_task, wakeup_task].into_iter().flatten() {
             let _ = task.await;
         }
         let _ = reconcile_task.await;

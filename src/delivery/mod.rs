@@ -108,6 +108,31 @@ impl Destinations {
         }
     }
 
+    /// Wakes the workers named by the other relays' wake-ups (see
+    /// [`crate::store::Store::wakeups`]) until `stop`.
+    pub(crate) async fn follow_wakeups(
+        self: Arc<Self>,
+        mut wakeups: tokio::sync::broadcast::Receiver<crate::store::Wake>,
+        mut stop: Stop,
+    ) {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            let wake = tokio::select! {
+                w = wakeups.recv() => w,
+                _ = stop.wait() => return,
+            };
+            match wake {
+                Ok(crate::store::Wake::Due(name)) => self.wake(&name),
+                Ok(crate::store::Wake::All) | Err(RecvError::Lagged(_)) => {
+                    for state in self.by_name.values() {
+                        state.wake.notify_one();
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<DestinationState>> {
         self.by_name.get(name)
     }

@@ -193,6 +193,14 @@ pub(crate) trait Store: Send + Sync + 'static {
         Ok(Exclusive::default())
     }
 
+    /// Wake-ups from the other relays sharing the store: destinations whose deliveries
+    /// they made due (so this relay's workers need not wait for their poll), or
+    /// [`Wake::All`] when some may have been missed. `None` for a store that one
+    /// process writes: that process wakes its own workers.
+    fn wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<Wake>> {
+        None
+    }
+
     /// Whether the store answers now (a round trip to a database server). An embedded
     /// store is always there.
     async fn ping(&self) -> Result<(), StoreError> {
@@ -201,6 +209,16 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Makes everything durable, whatever the durability setting (at shutdown).
     async fn close(&self) -> Result<(), StoreError>;
+}
+
+/// A wake-up from another relay (see [`Store::wakeups`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// This destination has deliveries due now.
+    Due(String),
+    /// Anything may be due: wake-ups may have been missed (a reconnection, a
+    /// subscriber that fell behind).
+    All,
 }
 
 /// Holds a task for this relay (see [`Store::exclusive`]) until dropped: whatever

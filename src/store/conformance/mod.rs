@@ -105,7 +105,7 @@ impl Harness for Postgres {
     }
 }
 
-fn received(source: &str, name: &str, at_us: u64, body: &str) -> NewEvent {
+pub(crate) fn received(source: &str, name: &str, at_us: u64, body: &str) -> NewEvent {
     NewEvent {
         meta: EventMeta {
             source: source.into(),
@@ -134,7 +134,7 @@ fn rejected(at_us: u64) -> NewEvent {
     e
 }
 
-fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
+pub(crate) fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
     DispatchPlan {
         id,
         dedup: Some(DedupKey { hash: [hash; 16], window_us: 600 * S }),

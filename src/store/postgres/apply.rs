@@ -52,11 +52,15 @@ impl Batch3 {
     }
 }
 
+/// Writes `changes`, and notifies `channel` of the destinations they make due
+/// (`listen.rs`).
 pub(super) async fn apply(
     tx: &pg::Transaction<'_>,
     seen: &Prefetch,
     changes: &Changes,
+    channel: &str,
 ) -> Result<(), StoreError> {
+    super::listen::notify_due(tx, channel, changes).await?;
     // One statement per table and kind of write, whatever the batch size: a group of
     // attempts or a dispatch batch costs a few round trips, not one per row.
     if !changes.dispatched.is_empty() {

@@ -18,9 +18,12 @@
 //! - **Durability** is PostgreSQL's: a write returns after its commit.
 //! - **Async**: tokio-postgres through a deadpool pool; appends are grouped by the
 //!   [`Committer`] thread into one multi-row insert and one commit.
+//! - **Wake-ups**: a transaction that makes deliveries due notifies the schema's
+//!   channel; every relay listens on a connection of its own (`listen.rs`).
 
 mod apply;
 mod lead;
+mod listen;
 mod prune;
 pub(super) mod schema;
 mod store;
@@ -106,6 +109,8 @@ pub(super) struct Inner {
     /// The last id this relay handed out.
     last_id: AtomicU64,
     health: Arc<Health>,
+    /// The fleet's wake-ups, once something subscribed (`listen.rs`).
+    wakeups: std::sync::OnceLock<tokio::sync::broadcast::Sender<super::Wake>>,
 }
 
 /// A pool of one to `url` with the relay's session settings.
@@ -199,6 +204,7 @@ impl PostgresStore {
             leader: tokio::sync::Mutex::new(None),
             last_id,
             health: health.clone(),
+            wakeups: std::sync::OnceLock::new(),
         });
         let writer = inner.clone();
         let runtime = tokio::runtime::Handle::current();

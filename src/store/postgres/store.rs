@@ -81,7 +81,7 @@ impl PostgresStore {
             let tx = client.transaction().await?;
             let mut seen = Prefetch::default();
             let (result, changes) = seen.decide(&tx, |st| (crate::lock::lock(&rule))(st)).await?;
-            apply(&tx, &seen, &changes).await?;
+            apply(&tx, &seen, &changes, &self.inner.channel()).await?;
             tx.commit().await?;
             Ok(result)
         }))
@@ -200,7 +200,7 @@ impl Store for PostgresStore {
                         .collect::<Result<Vec<_>, _>>()
                 })
                 .await?;
-            apply(&tx, &seen, &changes).await?;
+            apply(&tx, &seen, &changes, &self.inner.channel()).await?;
             tx.commit().await?;
             Ok(outcomes)
         }))
@@ -338,7 +338,7 @@ impl Store for PostgresStore {
             let (out, changes) = seen
                 .decide(&tx, |st| lifecycle::record_attempts(st, &attempts, policy, holds))
                 .await?;
-            apply(&tx, &seen, &changes).await?;
+            apply(&tx, &seen, &changes, &self.inner.channel()).await?;
             let tokens: Vec<i64> = attempts.iter().map(|(c, _)| sql_us(c.token)).collect();
             tx.execute(
                 "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
@@ -510,6 +510,10 @@ impl Store for PostgresStore {
             .await?;
         client.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).await?;
         Ok(Exclusive::new(client))
+    }
+
+    fn wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<crate::store::Wake>> {
+        Some(self.inner.subscribe())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

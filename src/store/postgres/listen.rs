@@ -1,0 +1,221 @@
+//! Wake-ups across the fleet: a transaction that makes deliveries due (dispatch, a
+//! replay, the next of a per-resource queue) sends `NOTIFY` on the schema's channel
+//! with the destination's name; every relay `LISTEN`s on a connection of its own and
+//! wakes that destination's worker, so a delivery made due by one relay starts on any
+//! relay without waiting for a poll. PostgreSQL delivers a notification only when
+//! its transaction commits, and folds duplicates within one transaction.
+//!
+//! The poll stays as the fallback: notifications sent while a listener is
+//! reconnecting are lost, so each (re)connection announces [`Wake::All`].
+
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio_postgres::AsyncMessage;
+
+use super::{pg, Inner};
+use crate::store::lifecycle::Changes;
+use crate::store::{DeliveryState, StoreError, Wake};
+
+/// Wake-ups buffered per subscriber; one that falls further behind is told
+/// [`Wake::All`] (see `Store::wakeups`).
+const BUFFER: usize = 1024;
+/// Reconnection delays of the listener: from the first to the longest.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// The listener's `application_name`, so an operator can tell its connection apart.
+pub(super) const APPLICATION_NAME: &str = "hookrelay-listen";
+
+impl Inner {
+    /// The schema's notification channel: short and fixed, whatever the schema's name
+    /// (a channel name is an identifier of at most 63 bytes).
+    pub(super) fn channel(&self) -> String {
+        format!("hookrelay_{:016x}", self.lock_key("wake") as u64)
+    }
+
+    /// A subscription to the fleet's wake-ups; the listener starts with the first.
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<Wake> {
+        let sender = self.wakeups.get_or_init(|| {
+            let (sender, _) = broadcast::channel(BUFFER);
+            let mut config = self.config.clone();
+            config.application_name(APPLICATION_NAME);
+            tokio::spawn(listen(config, self.channel(), sender.clone()));
+            sender
+        });
+        sender.subscribe()
+    }
+}
+
+/// Sends the notifications of `changes` in `tx`: one per destination that has a
+/// delivery becoming due now (new, replayed, or released from its queue).
+pub(super) async fn notify_due(
+    tx: &pg::Transaction<'_>,
+    channel: &str,
+    changes: &Changes,
+) -> Result<(), StoreError> {
+    let mut dests: Vec<&str> = changes
+        .deliveries
+        .iter()
+        .filter(|(_, c)| {
+            let is_pending = |r: &Option<crate::store::DeliveryRecord>| {
+                r.as_ref().is_some_and(|r| r.state == DeliveryState::Pending)
+            };
+            is_pending(&c.after) && !is_pending(&c.before)
+        })
+        .map(|((_, dest), _)| dest.as_str())
+        .collect();
+    dests.sort_unstable();
+    dests.dedup();
+    if !dests.is_empty() {
+        tx.execute("SELECT pg_notify($1, d) FROM unnest($2::text[]) AS d", &[&channel, &dests])
+            .await?;
+    }
+    Ok(())
+}
+
+/// The listener: connects, `LISTEN`s, forwards each notification, and reconnects
+/// with a growing delay when the connection ends. Ends once nobody subscribes.
+async fn listen(config: tokio_postgres::Config, channel: String, sender: broadcast::Sender<Wake>) {
+    let mut delay = RETRY_FIRST;
+    loop {
+        match listen_once(&config, &channel, &sender).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "the PostgreSQL notification connection failed; workers poll until it is back"
+                );
+            }
+        }
+        if sender.receiver_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+/// One connection's life. `Ok` when nobody subscribes any more; an error when the
+/// connection failed or ended.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    channel: &str,
+    sender: &broadcast::Sender<Wake>,
+) -> Result<(), StoreError> {
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // The connection must be polled for its messages: notifications arrive there.
+    let driver = tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    if tx.send(Some(n.payload().to_owned())).is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    let _ = tx.send(None);
+                    tracing::debug!(error = %e, "notification connection error");
+                    return;
+                }
+                None => {
+                    let _ = tx.send(None);
+                    return;
+                }
+            }
+        }
+    });
+    let result = async {
+        client.batch_execute(&format!("LISTEN {}", super::schema::quote_ident(channel))).await?;
+        tracing::debug!(channel, "listening for wake-ups from the fleet");
+        // Anything made due while nobody listened: look at everything once.
+        if sender.send(Wake::All).is_err() {
+            return Ok(());
+        }
+        while let Some(message) = rx.recv().await {
+            let Some(destination) = message else { break };
+            if sender.send(Wake::Due(destination)).is_err() {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Backend {
+            backend: "postgres",
+            message: "the notification connection ended".into(),
+        })
+    }
+    .await;
+    driver.abort();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::broadcast::Receiver;
+
+    use super::super::test_server;
+    use super::APPLICATION_NAME;
+    use crate::store::conformance::{plan, received, Postgres};
+    use crate::store::{Store, Wake};
+
+    /// The next wake-up that is not `All`, within 10 s.
+    async fn next_due(rx: &mut Receiver<Wake>) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Ok(Wake::Due(d))) => return d,
+                Ok(Ok(Wake::All)) => {}
+                other => panic!("no wake-up: {other:?}"),
+            }
+        }
+    }
+
+    /// Waits for `All`: the listener is (again) listening.
+    async fn listening(rx: &mut Receiver<Wake>) {
+        match tokio::time::timeout(Duration::from_secs(15), rx.recv()).await {
+            Ok(Ok(Wake::All)) => {}
+            other => panic!("the listener did not (re)connect: {other:?}"),
+        }
+    }
+
+    /// What one relay makes due wakes another, through PostgreSQL alone (no poll:
+    /// nothing else sends wake-ups), also after the listener's connection was cut.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deliveries_made_due_by_one_relay_wake_another() {
+        let url = tokio::task::spawn_blocking(|| {
+            test_server::shared().database(&test_server::unique_database("listen"))
+        })
+        .await
+        .unwrap();
+        let (a, b) = (Postgres::connect(&url).await, Postgres::connect(&url).await);
+        let mut rx = b.wakeups().expect("PostgreSQL sends wake-ups");
+        listening(&mut rx).await;
+
+        let id = a.append(received("demo", "ActionCreated", 1_000, "{}")).await.unwrap();
+        a.dispatch(vec![plan(id, 1, &["crm"])], 2_000).await.unwrap();
+        assert_eq!(next_due(&mut rx).await, "crm");
+
+        // The listener's connection is cut: it reconnects by itself and says `All`.
+        let admin = Postgres::connect(&url).await;
+        let killed: i64 = admin
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE application_name = $1 AND datname = current_database()",
+                &[&APPLICATION_NAME],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(killed, 1, "one listener per subscribed relay");
+        listening(&mut rx).await;
+        // A replay to a destination without a delivery yet makes a new one due.
+        assert_eq!(a.replay(id, vec!["erp".into()], 3_000).await.unwrap(), 1);
+        assert_eq!(next_due(&mut rx).await, "erp");
+    }
+}
