@@ -77,8 +77,14 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         Supervisor { readiness: readiness.clone(), metrics: metrics.clone(), stop: stop.clone() };
     // This relay's name on its delivery claims.
     let owner = format!("relay-{}-{:08x}", std::process::id(), fastrand::u32(..));
+    // On a shared store, each destination's limits are divided among the relays.
+    metrics.fleet_relays.set(1);
+    let (fleet, fleet_task) =
+        crate::fleet::follow(store.clone(), owner.clone(), metrics.clone(), stop.clone()).await;
+    let fleet_task =
+        fleet_task.map(|task| supervisor.watch("fleet", "fleet heartbeat".into(), task));
     let delivery_tasks: Vec<_> = destinations
-        .start(&owner, metrics.clone(), client, stop.clone())
+        .start(&owner, fleet, metrics.clone(), client, stop.clone())
         .into_iter()
         .map(|(name, handle)| supervisor.watch("delivery", name, handle))
         .collect();
@@ -201,7 +207,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         stop_trigger.stop();
         let _ = dispatch_task.await;
         let _ = retention_task.await;
-        for task in [space_task, reachability_task, wakeup_task].into_iter().flatten() {
+        for task in [space_task, reachability_task, wakeup_task, fleet_task].into_iter().flatten() {
             let _ = task.await;
         }
         let _ = reconcile_task.await;

@@ -13,6 +13,7 @@ mod delivery;
 mod destinations;
 mod dispatch;
 mod event_names;
+mod fleet;
 mod ingress;
 mod lock;
 mod metrics;

@@ -58,6 +58,7 @@ pub(crate) struct Metrics {
     pub(crate) storage_floor: IntGauge,
     pub(crate) store_failed: IntGauge,
     pub(crate) store_reachable: IntGauge,
+    pub(crate) fleet_relays: IntGauge,
     pub(crate) store_probe_failures: IntCounter,
     pub(crate) inbox_events: IntGauge,
     pub(crate) ready: IntGauge,
@@ -198,6 +199,12 @@ impl Metrics {
                 "hookrelay_store_reachable",
                 "1 while the database answers (PostgreSQL; probed every second), 0 while it \
                  does not. Always 1 for sled.",
+            )?,
+            fleet_relays: gauge(
+                "hookrelay_fleet_relays",
+                "Relays sharing the store, as this relay last read it (PostgreSQL); each \
+                 destination's max_concurrency and rate_limit are divided among them. 1 for \
+                 sled.",
             )?,
             store_probe_failures: counter(
                 "hookrelay_store_probe_failures_total",
@@ -453,6 +460,7 @@ mod tests {
         m.storage_floor.set(1);
         m.store_failed.set(1);
         m.store_reachable.set(1);
+        m.fleet_relays.set(1);
         m.store_probe_failures.inc();
         m.inbox_events.set(1);
         m.ready.set(1);

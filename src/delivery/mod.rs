@@ -72,9 +72,11 @@ impl Destinations {
     }
 
     /// Starts one worker per destination; `owner` names this relay on its claims.
+    /// `fleet` is this relay's share of each destination's limits.
     pub(crate) fn start(
         &self,
         owner: &str,
+        fleet: Arc<crate::fleet::FleetShare>,
         metrics: Arc<Metrics>,
         client: reqwest::Client,
         stop: Stop,
@@ -89,6 +91,7 @@ impl Destinations {
                     ),
                     ready: std::sync::Mutex::new(std::collections::VecDeque::new()),
                     owner: owner.to_owned(),
+                    fleet: fleet.clone(),
                     next_slot: std::sync::Mutex::new(std::time::Instant::now()),
                     pause_read: std::sync::Mutex::new(None),
                     state: state.clone(),

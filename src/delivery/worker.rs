@@ -26,6 +26,8 @@ const PAUSE_REFRESH: Duration = Duration::from_millis(500);
 pub(super) struct Worker {
     /// This relay's name on its claims.
     pub(super) owner: String,
+    /// This relay's share of the destination's limits (all of them, alone).
+    pub(super) fleet: Arc<crate::fleet::FleetShare>,
     /// Claimed deliveries waiting for a permit: claimed a few at a time, ahead of the
     /// permits, so that a claim costs a fraction of a store call.
     pub(super) ready: std::sync::Mutex<VecDeque<Claim>>,
@@ -104,7 +106,7 @@ impl Worker {
             self.release_ready().await;
             return Ok(PAUSE_REFRESH);
         }
-        let mut free = state.permits.available_permits();
+        let mut free = self.free_permits();
         if free == 0 {
             return Ok(MAX_IDLE);
         }
@@ -120,9 +122,10 @@ impl Worker {
         let name = &state.dest.name;
         let queued = lock(&self.ready).len();
         if queued < free {
-            // Claim ahead: up to twice the permits, so the next free permits find a
-            // claim waiting.
-            let want = 2 * state.dest.max_concurrency - queued;
+            // Claim ahead: up to twice this relay's permits, so the next free permits
+            // find a claim waiting.
+            let want =
+                (2 * self.fleet.concurrency(state.dest.max_concurrency)).saturating_sub(queued);
             let claims = self.store.claim_due(name, &self.owner, now, self.lease(), want).await?;
             lock(&self.ready).extend(claims);
         }
@@ -138,6 +141,15 @@ impl Worker {
         Ok(rate_wait.unwrap_or(Duration::ZERO))
     }
 
+    /// Requests this relay may start now: its share of `max_concurrency` (all of it,
+    /// alone) less the requests in flight.
+    fn free_permits(&self) -> usize {
+        let (max, available) =
+            (self.state.dest.max_concurrency, self.state.permits.available_permits());
+        let in_flight = max.saturating_sub(available);
+        self.fleet.concurrency(max).saturating_sub(in_flight).min(available)
+    }
+
     /// Starts up to `n` waiting claims while permits and the rate limit allow; returns
     /// how long until the next rate-limit slot, if it stopped there.
     async fn start_attempts(
@@ -146,7 +158,9 @@ impl Worker {
         now_us: u64,
     ) -> anyhow::Result<Option<Duration>> {
         let state = &self.state;
-        let interval = state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / r));
+        // This relay's part of the fleet's rate: N relays, each every N intervals.
+        let interval =
+            state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / self.fleet.rate(r)));
         // A claim whose lease would end during its request is given back and claimed
         // afresh: an attempt never outlives its claim.
         let must_last = u64::try_from(state.dest.timeout.as_micros()).unwrap_or(u64::MAX);
@@ -166,7 +180,11 @@ impl Worker {
                 self.store.release(&claim).await?;
                 continue;
             }
-            let Ok(permit) = state.permits.clone().try_acquire_owned() else {
+            let permit = match self.free_permits() {
+                0 => None,
+                _ => state.permits.clone().try_acquire_owned().ok(),
+            };
+            let Some(permit) = permit else {
                 lock(&self.ready).push_front(claim);
                 break;
             };

@@ -193,6 +193,18 @@ pub(crate) trait Store: Send + Sync + 'static {
         Ok(Exclusive::default())
     }
 
+    /// Announces this relay (`owner`) to the others sharing the store, and returns the
+    /// fleet as it is now: the live relays (announced within `live_for`) and this
+    /// one's rank among them, in the order they joined. `None` for a store that one
+    /// process owns: that process is the whole fleet.
+    async fn heartbeat(
+        &self,
+        _owner: &str,
+        _live_for: Duration,
+    ) -> Result<Option<Fleet>, StoreError> {
+        Ok(None)
+    }
+
     /// Wake-ups from the other relays sharing the store: destinations whose deliveries
     /// they made due (so this relay's workers need not wait for their poll), or
     /// [`Wake::All`] when some may have been missed. `None` for a store that one
@@ -209,6 +221,15 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Makes everything durable, whatever the durability setting (at shutdown).
     async fn close(&self) -> Result<(), StoreError>;
+}
+
+/// The relays sharing a store (see [`Store::heartbeat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fleet {
+    /// This relay's place among the live ones, from 0.
+    pub(crate) rank: usize,
+    /// How many are live, this one included.
+    pub(crate) size: usize,
 }
 
 /// A wake-up from another relay (see [`Store::wakeups`]).

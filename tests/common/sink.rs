@@ -38,6 +38,9 @@ pub enum Mode {
 struct State {
     received: Vec<Received>,
     mode: Option<Mode>,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: usize,
+    max_in_flight: usize,
 }
 
 /// A running sink.
@@ -52,6 +55,17 @@ async fn handle(
     body: web::Bytes,
     state: web::Data<Mutex<State>>,
 ) -> HttpResponse {
+    {
+        let mut s = state.lock().unwrap();
+        s.in_flight += 1;
+        s.max_in_flight = s.max_in_flight.max(s.in_flight);
+    }
+    let response = answer(req, body, &state).await;
+    state.lock().unwrap().in_flight -= 1;
+    response
+}
+
+async fn answer(req: HttpRequest, body: web::Bytes, state: &Mutex<State>) -> HttpResponse {
     let mode = {
         let mut s = state.lock().unwrap();
         s.received.push(Received {
@@ -118,6 +132,11 @@ impl Sink {
 
     pub fn received(&self) -> Vec<Received> {
         self.state.lock().unwrap().received.clone()
+    }
+
+    /// The most requests the sink was answering at the same time.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.lock().unwrap().max_in_flight
     }
 
     pub fn count(&self) -> usize {

@@ -342,6 +342,22 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn heartbeats_rank_the_live_relays_in_the_order_they_joined() {
+        let (a, b) = two_relays().await;
+        let live = Duration::from_millis(1500);
+        let fleet = |rank, size| Some(crate::store::Fleet { rank, size });
+        assert_eq!(a.heartbeat("relay-a", live).await.unwrap(), fleet(0, 1));
+        assert_eq!(b.heartbeat("relay-b", live).await.unwrap(), fleet(1, 2));
+        assert_eq!(a.heartbeat("relay-a", live).await.unwrap(), fleet(0, 2), "ranks stay");
+        // relay-a stops announcing itself: once it is older than `live`, b is alone.
+        tokio::time::sleep(live + Duration::from_millis(300)).await;
+        assert_eq!(b.heartbeat("relay-b", live).await.unwrap(), fleet(0, 1));
+        // It comes back: it joins again, behind b.
+        assert_eq!(a.heartbeat("relay-a", live).await.unwrap(), fleet(1, 2));
+        assert_eq!(b.heartbeat("relay-b", live).await.unwrap(), fleet(0, 2));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_exclusive_hold_makes_other_relays_wait() {
         let (a, b) = two_relays().await;
         let held = a.exclusive("reconciler").await.unwrap();

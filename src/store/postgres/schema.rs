@@ -52,6 +52,14 @@ CREATE TABLE paused (destination text PRIMARY KEY);
 CREATE TABLE upstream (key text PRIMARY KEY, value bytea NOT NULL);
 CREATE SEQUENCE claim_tokens;
 "#,
+    // 2: the relays of the fleet (`Store::heartbeat`), to divide destinations' limits.
+    r#"
+CREATE TABLE relays (
+    owner      text PRIMARY KEY,
+    started_us bigint NOT NULL,
+    seen_us    bigint NOT NULL
+);
+"#,
 ];
 
 /// Key of the advisory lock held while migrating (any constant shared by all relays).

@@ -512,6 +512,45 @@ impl Store for PostgresStore {
         Ok(Exclusive::new(client))
     }
 
+    async fn heartbeat(
+        &self,
+        owner: &str,
+        live_for: Duration,
+    ) -> Result<Option<crate::store::Fleet>, StoreError> {
+        let live_us = sql_us(u64::try_from(live_for.as_micros()).unwrap_or(u64::MAX));
+        let client = self.client().await?;
+        // The database's clock, not the relays': they need not agree.
+        let rows = client
+            .query(
+                "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
+                 me AS (
+                     INSERT INTO relays (owner, started_us, seen_us)
+                     SELECT $1, us, us FROM now
+                     -- A relay the others stopped counting joins again at the back.
+                     ON CONFLICT (owner) DO UPDATE SET seen_us = excluded.seen_us,
+                         started_us = CASE WHEN relays.seen_us < excluded.seen_us - $2
+                             THEN excluded.started_us ELSE relays.started_us END
+                     RETURNING owner, started_us)
+                 SELECT owner FROM (
+                     SELECT owner, started_us FROM relays, now
+                     WHERE seen_us >= now.us - $2 AND owner <> $1
+                     UNION ALL SELECT owner, started_us FROM me) AS live
+                 ORDER BY started_us, owner",
+                &[&owner, &live_us],
+            )
+            .await?;
+        // Long gone relays are forgotten (best effort: any relay may do it).
+        client
+            .execute(
+                "DELETE FROM relays WHERE seen_us < (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - $1",
+                &[&live_us.saturating_mul(60)],
+            )
+            .await?;
+        let owners: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let rank = owners.iter().position(|o| o == owner).unwrap_or(owners.len());
+        Ok(Some(crate::store::Fleet { rank, size: owners.len().max(rank + 1) }))
+    }
+
     fn wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<crate::store::Wake>> {
         Some(self.inner.subscribe())
     }

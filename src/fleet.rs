@@ -1,0 +1,176 @@
+//! This relay's share of each destination's limits when several relays share a store.
+//!
+//! `max_concurrency` and `rate_limit` are promises to the consumer, so they hold for
+//! the whole fleet: every relay announces itself in the store every
+//! [`HEARTBEAT`] ([`crate::store::Store::heartbeat`]) and learns how many relays are
+//! live and its rank among them; it then uses `max_concurrency / N` (the remainder
+//! going to the first ranks, so the shares add up to exactly the limit) and
+//! `rate_limit / N`. A relay that joins delivers nothing until the others have seen
+//! it (one heartbeat); a relay that dies is counted for [`LIVE_FOR`], so its share
+//! is left unused for that long rather than given out twice. A store that one
+//! process owns has no fleet: the whole limit is this relay's.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::metrics::Metrics;
+use crate::shutdown::Stop;
+use crate::store::SharedStore;
+
+/// How often a relay announces itself and reads the fleet.
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long a relay counts as live after its last announcement.
+pub(crate) const LIVE_FOR: Duration = Duration::from_secs(10);
+
+/// This relay's place in the fleet, read by the delivery workers.
+pub(crate) struct FleetShare {
+    rank: AtomicUsize,
+    size: AtomicUsize,
+    /// False until the other relays have seen this one: until then it takes no share.
+    active: AtomicBool,
+}
+
+impl FleetShare {
+    /// The whole fleet: one relay, active.
+    pub(crate) fn single() -> Self {
+        Self { rank: AtomicUsize::new(0), size: AtomicUsize::new(1), active: AtomicBool::new(true) }
+    }
+
+    /// A member of a fleet not yet seen by the others.
+    fn joining() -> Self {
+        Self {
+            rank: AtomicUsize::new(0),
+            size: AtomicUsize::new(1),
+            active: AtomicBool::new(false),
+        }
+    }
+
+    fn set(&self, rank: usize, size: usize, active: bool) {
+        self.rank.store(rank, Ordering::SeqCst);
+        self.size.store(size.max(1), Ordering::SeqCst);
+        self.active.store(active, Ordering::SeqCst);
+    }
+
+    /// This relay's part of a destination's `max_concurrency`.
+    pub(crate) fn concurrency(&self, max: usize) -> usize {
+        if !self.active.load(Ordering::SeqCst) {
+            return 0;
+        }
+        split(max, self.rank.load(Ordering::SeqCst), self.size.load(Ordering::SeqCst))
+    }
+
+    /// This relay's part of a destination's `rate_limit` (requests per second).
+    pub(crate) fn rate(&self, rate: f64) -> f64 {
+        rate / self.size.load(Ordering::SeqCst).max(1) as f64
+    }
+}
+
+/// Rank `rank`'s part of `total` split over `size` relays: the parts differ by at most
+/// one and add up to `total` (a relay may get 0 when there are more relays than units).
+pub(crate) fn split(total: usize, rank: usize, size: usize) -> usize {
+    let size = size.max(1);
+    total / size + usize::from(rank < total % size)
+}
+
+/// Starts following the fleet for `owner`: returns the share the workers read, kept
+/// current by a task until `stop`; `None` (and no task) for a store without a fleet.
+pub(crate) async fn follow(
+    store: SharedStore,
+    owner: String,
+    metrics: Arc<Metrics>,
+    stop: Stop,
+) -> (Arc<FleetShare>, Option<tokio::task::JoinHandle<()>>) {
+    match store.heartbeat(&owner, LIVE_FOR).await {
+        Ok(None) => (Arc::new(FleetShare::single()), None),
+        first => {
+            let share = Arc::new(FleetShare::joining());
+            if let Ok(Some(fleet)) = &first {
+                share.set(fleet.rank, fleet.size, false);
+            }
+            let task = tokio::spawn(run(store, owner, share.clone(), metrics, stop));
+            (share, Some(task))
+        }
+    }
+}
+
+/// Announces this relay every [`HEARTBEAT`] and updates `share`.
+async fn run(
+    store: SharedStore,
+    owner: String,
+    share: Arc<FleetShare>,
+    metrics: Arc<Metrics>,
+    mut stop: Stop,
+) {
+    // The others read the fleet every HEARTBEAT: after one (and a margin), they count
+    // this relay, and its share cannot add to theirs beyond the limit.
+    let mut since = Instant::now();
+    let settle = HEARTBEAT + HEARTBEAT / 4;
+    let mut failing = false;
+    let mut last_ok = Instant::now();
+    loop {
+        match store.heartbeat(&owner, LIVE_FOR).await {
+            Ok(Some(fleet)) => {
+                if last_ok.elapsed() >= LIVE_FOR {
+                    // The others stopped counting this relay meanwhile: it joins again.
+                    since = Instant::now();
+                }
+                last_ok = Instant::now();
+                share.set(fleet.rank, fleet.size, since.elapsed() >= settle);
+                metrics.fleet_relays.set(i64::try_from(fleet.size).unwrap_or(i64::MAX));
+                if failing {
+                    tracing::info!(relays = fleet.size, "fleet heartbeat works again");
+                    failing = false;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                // Keep the last share: the limits stay divided as they were.
+                if !failing {
+                    tracing::warn!(error = %e, "fleet heartbeat failed; keeping this relay's last share of the destinations' limits");
+                    failing = true;
+                }
+            }
+        }
+        let wait = if share.active.load(Ordering::SeqCst) {
+            HEARTBEAT
+        } else {
+            // Settle as soon as possible.
+            settle.saturating_sub(since.elapsed()).clamp(Duration::from_millis(50), HEARTBEAT)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up_to_the_limit_and_differ_by_at_most_one() {
+        for total in 0..40 {
+            for size in 1..12 {
+                let parts: Vec<usize> = (0..size).map(|rank| split(total, rank, size)).collect();
+                assert_eq!(parts.iter().sum::<usize>(), total, "{total} over {size}");
+                let (min, max) = (parts.iter().min().unwrap(), parts.iter().max().unwrap());
+                assert!(max - min <= 1, "{parts:?}");
+            }
+        }
+        assert_eq!(split(5, 0, 0), 5, "no fleet is a fleet of one");
+    }
+
+    #[test]
+    fn a_joining_relay_takes_nothing_until_settled() {
+        let share = FleetShare::joining();
+        share.set(1, 2, false);
+        assert_eq!(share.concurrency(8), 0);
+        share.set(1, 2, true);
+        assert_eq!(share.concurrency(8), 4);
+        assert_eq!(share.concurrency(3), 1);
+        assert!((share.rate(10.0) - 5.0).abs() < 1e-9);
+        assert_eq!(FleetShare::single().concurrency(8), 8);
+    }
+}
