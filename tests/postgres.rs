@@ -280,6 +280,134 @@ async fn three_relays_syncing_hooks_at_once_create_each_hook_once() {
     assert_eq!(events, ["ActionCreated", "TaskCreated"], "each hook once: {hooks:?}");
 }
 
+/// A destination's `max_concurrency` and `rate_limit` hold for the fleet, not per
+/// relay: three relays, a slow consumer, and never more requests at once than the
+/// limit (each relay alone would allow as many); then a rate limit, whose fleet-wide
+/// spacing the consumer measures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destinations_limits_hold_across_the_fleet() {
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let url = server.database("limits");
+    let sink = Sink::start().await;
+    sink.set_mode(common::sink::Mode::Slow(Duration::from_millis(300)));
+    let paced = Sink::start().await;
+    let limits = format!(
+        "max_concurrency = 2\n[[destinations]]\nname = \"erp\"\nurl = \"{}\"\nrate_limit = 4\n",
+        paced.url()
+    );
+    let mut relays = Vec::new();
+    let mut dirs = Vec::new();
+    for _ in 0..3 {
+        let d = tempfile::tempdir().unwrap();
+        let text = config(d.path(), &url, &sink).replace(
+            &format!("url = \"{}\"\n", sink.url()),
+            &format!("url = \"{}\"\n{limits}", sink.url()),
+        );
+        relays.push(Relay::start(d.path(), &text).await);
+        dirs.push(d);
+    }
+    // Every relay counts the three (one heartbeat, 2 s) before the load.
+    for r in &relays {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while common::metric(&r.metrics().await, "hookrelay_fleet_relays", &[]) != Some(3.0) {
+            assert!(std::time::Instant::now() < deadline, "the relays did not see each other");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for n in 0..24u64 {
+        let r = relays[n as usize % 3]
+            .callback(Some("ActionCreated"), "application/json", body(n))
+            .await;
+        assert_eq!(r.status(), 200);
+    }
+    sink.wait_for(24, Duration::from_secs(60)).await;
+    assert_eq!(sink.max_in_flight(), 2, "max_concurrency = 2 across three relays");
+    // 4 requests/s for the fleet: 24 take about 6 s (at 4/s each, three relays would
+    // send them in about 2).
+    let got = paced.wait_for(24, Duration::from_secs(60)).await;
+    let span = got.last().unwrap().at - got.first().unwrap().at;
+    assert!(span >= Duration::from_secs(4), "rate_limit = 4/s across three relays: 24 in {span:?}");
+}
+
+/// Per-resource order holds across relays: a record's second event, received by
+/// another relay than its first, waits (`held`) until the first is delivered, while
+/// another record's events flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_resource_order_holds_across_relays() {
+    use common::sink::Mode;
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let url = server.database("order");
+    let sink = Sink::start().await;
+    sink.set_mode(Mode::FailIfContains("\"id\":\"5\"".into(), 503));
+    let extra = "ordering = \"per-resource\"\n[delivery]\ncircuit_probe_interval = \"200ms\"\n\
+                 [delivery.retry]\ninitial_backoff = \"100ms\"\nmax_backoff = \"400ms\"\n";
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let with_order = |dir: &std::path::Path| {
+        config(dir, &url, &sink).replace(
+            &format!("url = \"{}\"\n", sink.url()),
+            &format!("url = \"{}\"\n{extra}", sink.url()),
+        )
+    };
+    let a = Relay::start(dir_a.path(), &with_order(dir_a.path())).await;
+    let b = Relay::start(dir_b.path(), &with_order(dir_b.path())).await;
+    let record = |id: &str, name: &str| {
+        format!(r#"{{"data":{{"type":"actions","id":"{id}","attributes":{{"name":"{name}"}}}}}}"#)
+    };
+    // Each event dispatched before the next is sent: receive order is dispatch order.
+    let mut ids = Vec::new();
+    for (relay, id, name) in [(&a, "5", "v1"), (&b, "5", "v2"), (&b, "6", "w1"), (&a, "6", "w2")] {
+        let r = relay.callback(Some("ActionUpdated"), "application/json", record(id, name)).await;
+        assert_eq!(r.status(), 200);
+        let event = r.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        relay
+            .admin_until(&format!("/admin/events/{event}"), Duration::from_secs(20), |e| {
+                e["status"] == "dispatched"
+            })
+            .await;
+        ids.push(event);
+    }
+    let names = |only_ok: bool| -> Vec<String> {
+        sink.received()
+            .iter()
+            .filter(|r| !only_ok || !String::from_utf8_lossy(&r.body).contains("\"id\":\"5\""))
+            .map(|r| {
+                serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["data"]["attributes"]
+                    ["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    // v1 keeps failing; record 6 flows in order; v2 waits, whichever relay looks.
+    a.admin_until(&format!("/admin/events/{}", ids[0]), Duration::from_secs(20), |e| {
+        e["deliveries"][0]["total_attempts"].as_u64() >= Some(2)
+    })
+    .await;
+    sink.wait_for(2, Duration::from_secs(20)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while names(true).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "record 6 did not flow: {:?}", names(false));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(names(true), ["w1", "w2"]);
+    assert!(!names(false).contains(&"v2".to_owned()), "v2 must wait for v1");
+    for relay in [&a, &b] {
+        let (_, held) = relay.admin_get(&format!("/admin/events/{}", ids[1])).await;
+        assert_eq!(held["deliveries"][0]["state"], "held", "{held}");
+    }
+    // v1 goes through: then v2, never before.
+    sink.set_mode(Mode::Ok);
+    b.admin_until(&format!("/admin/events/{}", ids[1]), Duration::from_secs(20), |e| {
+        e["deliveries"][0]["state"] == "delivered"
+    })
+    .await;
+    let all = names(false);
+    let last_v1 = all.iter().rposition(|n| n == "v1").unwrap();
+    let first_v2 = all.iter().position(|n| n == "v2").unwrap();
+    assert!(last_v1 < first_v2, "{all:?}");
+}
+
 /// Three relays under load, one SIGKILLed mid-way: every acknowledged callback is
 /// delivered (the dead relay's claims expire and another relay makes its attempts,
 /// with the same `webhook-id`), and no delivery is ever in flight twice at once.
@@ -378,13 +506,26 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     let (ok, text) = migrate(&["--dry-run"]);
     assert!(ok && text.contains("at version 0"), "the dry run changed something: {text}");
     let (ok, text) = migrate(&[]);
-    assert!(ok && text.contains("was at version 0, is at version 1"), "{text}");
+    assert!(ok && text.contains("was at version 0, is at version 2"), "{text}");
     let (ok, text) = migrate(&["--dry-run"]);
     assert!(ok && text.contains("nothing to apply"), "{text}");
     assert!(!text.contains(&url), "the URL is a secret: {text}");
 
+    // A schema of the first release is brought up to date by the next migration alone.
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
+    client
+        .batch_execute(
+            "DROP TABLE hookrelay.relays; UPDATE hookrelay.schema_version SET version = 1",
+        )
+        .await
+        .unwrap();
+    let (ok, text) = migrate(&["--dry-run"]);
+    assert!(ok && text.contains("at version 1; would apply migration(s) 2 "), "{text}");
+    let (ok, text) = migrate(&[]);
+    assert!(ok && text.contains("was at version 1, is at version 2"), "{text}");
+    client.query_one("SELECT count(*) FROM hookrelay.relays", &[]).await.unwrap();
+
     client.execute("UPDATE hookrelay.schema_version SET version = 99", &[]).await.unwrap();
     let (ok, text) = migrate(&[]);
     assert!(!ok && text.contains("schema version 99"), "{text}");
