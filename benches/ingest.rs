@@ -139,6 +139,8 @@ fn client() -> reqwest::Client {
 }
 
 struct Sample {
+    /// Every acknowledged request, the warm-up included (for CPU per callback).
+    acked: usize,
     throughput: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -163,7 +165,7 @@ async fn closed_loop(url: &str, secs: Duration) -> Sample {
     for _ in 0..CONNECTIONS {
         let (client, body, url) = (client.clone(), body.clone(), url.to_owned());
         tasks.push(tokio::spawn(async move {
-            let (mut lat, mut errors) = (Vec::new(), 0);
+            let (mut lat, mut errors, mut acked) = (Vec::new(), 0, 0usize);
             loop {
                 let t0 = Instant::now();
                 if t0 >= end {
@@ -179,6 +181,7 @@ async fn closed_loop(url: &str, secs: Duration) -> Sample {
                     Ok(r) => r.status() == 200 && r.bytes().await.is_ok(),
                     Err(_) => false,
                 };
+                acked += usize::from(ok);
                 if t0 >= start {
                     if ok {
                         lat.push(t0.elapsed())
@@ -187,17 +190,19 @@ async fn closed_loop(url: &str, secs: Duration) -> Sample {
                     }
                 }
             }
-            (lat, errors)
+            (lat, errors, acked)
         }));
     }
-    let (mut all, mut errors) = (Vec::new(), 0);
+    let (mut all, mut errors, mut acked) = (Vec::new(), 0, 0);
     for t in tasks {
-        let (lat, e) = t.await.unwrap();
+        let (lat, e, a) = t.await.unwrap();
         all.extend(lat);
         errors += e;
+        acked += a;
     }
     all.sort();
     Sample {
+        acked,
         throughput: all.len() as f64 / secs.as_secs_f64(),
         p50_ms: percentile(&all, 0.5),
         p99_ms: percentile(&all, 0.99),
@@ -243,10 +248,34 @@ async fn fixed_rate(url: &str, secs: Duration) -> Sample {
     }
     all.sort();
     Sample {
+        acked: all.len(),
         throughput: all.len() as f64 / secs.as_secs_f64(),
         p50_ms: percentile(&all, 0.5),
         p99_ms: percentile(&all, 0.99),
         errors,
+    }
+}
+
+/// CPU time (user + system, all threads) `pid` has used, from /proc.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Waits until the relay has dispatched everything it acknowledged (its inbox is
+/// empty), so that the CPU measured covers each callback's whole path.
+async fn drained(relay: &common::Relay) {
+    for _ in 0..200 {
+        let m = relay.metrics().await;
+        if common::metric(&m, "hookrelay_inbox_events", &[]) == Some(0.0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -275,9 +304,18 @@ async fn run(rounds: usize, secs: Duration) {
         targets.push(start_relay_binary("baseline build, durable", bin, "durable").await);
     }
     let mut results: Vec<Vec<(Sample, Sample)>> = targets.iter().map(|_| Vec::new()).collect();
+    // CPU µs per callback of each relay, per round: steadier than throughput on a
+    // shared machine, since it does not depend on who else had the cores.
+    let mut cpu: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for (i, t) in targets.iter().enumerate() {
+            let cpu0 = t.relay.as_ref().map(|r| cpu_seconds(r.pid()));
             let c = closed_loop(&t.url, secs).await;
+            if let (Some(relay), Some(cpu0)) = (&t.relay, cpu0) {
+                drained(relay).await;
+                let us = 1e6 * (cpu_seconds(relay.pid()) - cpu0) / c.acked.max(1) as f64;
+                cpu[i].push(us);
+            }
             let f = fixed_rate(&t.url, secs).await;
             eprintln!(
                 "round {}: {:<28} {:>9.0} req/s (p50 {:.2} ms, p99 {:.2} ms, {} errors) | at {RATE}/s: p50 {:.2} ms, p99 {:.2} ms, {} errors",
@@ -307,21 +345,24 @@ async fn run(rounds: usize, secs: Duration) {
     // How each relay grouped its commits: the mean group size and store time per group
     // (from its own histograms), which explain most differences in throughput.
     println!(
-        "\n| relay | commit groups | mean callbacks per group | mean store time per group (ms) |"
+        "\n| relay | commit groups | mean callbacks per group | mean store time per group (ms) | CPU per callback, ack to dispatch (µs, median; per round) |"
     );
-    println!("|---|---:|---:|---:|");
-    for t in &targets {
+    println!("|---|---:|---:|---:|---:|");
+    for (t, cpu) in targets.iter().zip(&cpu) {
         let Some(relay) = &t.relay else { continue };
         let text = relay.metrics().await;
         let get = |name: &str| common::metric(&text, name, &[]).unwrap_or(f64::NAN);
         let groups = get("hookrelay_store_commit_batch_size_count");
+        let rounds: Vec<String> = cpu.iter().map(|c| format!("{c:.0}")).collect();
         println!(
-            "| {} | {:.0} | {:.1} | {:.2} |",
+            "| {} | {:.0} | {:.1} | {:.2} | {:.0} ({}) |",
             t.name,
             groups,
             get("hookrelay_store_commit_batch_size_sum") / groups,
             1000.0 * get("hookrelay_store_commit_duration_seconds_sum")
                 / get("hookrelay_store_commit_duration_seconds_count"),
+            median(cpu.clone()),
+            rounds.join(", "),
         );
     }
 }

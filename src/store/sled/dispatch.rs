@@ -36,8 +36,10 @@ impl Inner {
             settled_run = None;
             let record = split_record(&value).map_err(corrupt)?;
             let meta = parse_meta(record.meta).map_err(corrupt)?;
-            let body = record.body.unwrap_or_default();
-            out.push(PendingEvent { id, meta, body: bytes::Bytes::copy_from_slice(body) });
+            // The body shares the value sled read (no copy): it ends the record.
+            let body_len = record.body.map_or(0, <[u8]>::len);
+            let body = bytes::Bytes::from_owner(value.clone()).slice(value.len() - body_len..);
+            out.push(PendingEvent { id, meta, body });
         }
         if let Some(run) = settled_run {
             self.cursor.fetch_max(run, Ordering::AcqRel);
@@ -62,7 +64,10 @@ impl Inner {
                     continue;
                 }
             };
-            let meta = self.decode(&key, &value)?.meta;
+            // No outcome yet (just checked): the meta as stored is the event's.
+            let meta = split_record(&value)
+                .and_then(|r| parse_meta(r.meta))
+                .map_err(|reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason })?;
             outcomes.push(lifecycle::dispatch(&mut st, meta, plan, now_us)?);
         }
         let changes = st.into_changes();
