@@ -52,15 +52,15 @@ impl Batch3 {
     }
 }
 
-/// Writes `changes`, and notifies `channel` of the destinations they make due
-/// (`listen.rs`).
+/// Writes `changes`, and has `notifier` tell the other relays of the destinations
+/// they make due (`listen.rs`).
 pub(super) async fn apply(
     tx: &pg::Transaction<'_>,
     seen: &Prefetch,
     changes: &Changes,
-    channel: &str,
+    notifier: &super::listen::Notifier,
 ) -> Result<(), StoreError> {
-    super::listen::notify_due(tx, channel, changes).await?;
+    notifier.notify_due(tx, changes).await?;
     // One statement per table and kind of write, whatever the batch size: a group of
     // attempts or a dispatch batch costs a few round trips, not one per row.
     if !changes.dispatched.is_empty() {

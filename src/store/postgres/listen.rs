@@ -39,18 +39,51 @@ impl Inner {
             let (sender, _) = broadcast::channel(BUFFER);
             let mut config = self.config.clone();
             config.application_name(APPLICATION_NAME);
-            tokio::spawn(listen(config, self.channel(), sender.clone()));
+            tokio::spawn(listen(config, self.channel(), self.instance.clone(), sender.clone()));
             sender
         });
         sender.subscribe()
     }
+
+    /// What a transaction needs to notify the others.
+    pub(super) fn notifier(&self) -> Notifier {
+        Notifier {
+            channel: self.channel(),
+            instance: self.instance.clone(),
+            // Unknown (0) counts as not alone: better a notification nobody reads.
+            alone: self.fleet_size.load(std::sync::atomic::Ordering::Relaxed) == 1,
+        }
+    }
 }
 
-/// Sends the notifications of `changes` in `tx`: one per destination that has a
-/// delivery becoming due now (new, replayed, or released from its queue).
-pub(super) async fn notify_due(
+/// Sends a transaction's wake-ups: `{instance} {destination}` on the channel.
+pub(super) struct Notifier {
+    channel: String,
+    instance: String,
+    /// The last heartbeat saw no other relay: nobody to wake (a relay that joins
+    /// since is covered by its workers' poll until the next heartbeat, 2 s).
+    alone: bool,
+}
+
+impl Notifier {
+    /// Sends the notifications of `changes` in `tx`: one per destination that has a
+    /// delivery becoming due now (new, replayed, or released from its queue).
+    pub(super) async fn notify_due(
+        &self,
+        tx: &pg::Transaction<'_>,
+        changes: &Changes,
+    ) -> Result<(), StoreError> {
+        if self.alone {
+            return Ok(());
+        }
+        notify_due(tx, &self.channel, &self.instance, changes).await
+    }
+}
+
+async fn notify_due(
     tx: &pg::Transaction<'_>,
     channel: &str,
+    instance: &str,
     changes: &Changes,
 ) -> Result<(), StoreError> {
     let mut dests: Vec<&str> = changes
@@ -67,18 +100,26 @@ pub(super) async fn notify_due(
     dests.sort_unstable();
     dests.dedup();
     if !dests.is_empty() {
-        tx.execute("SELECT pg_notify($1, d) FROM unnest($2::text[]) AS d", &[&channel, &dests])
-            .await?;
+        tx.execute(
+            "SELECT pg_notify($1, $2 || ' ' || d) FROM unnest($3::text[]) AS d",
+            &[&channel, &instance, &dests],
+        )
+        .await?;
     }
     Ok(())
 }
 
 /// The listener: connects, `LISTEN`s, forwards each notification, and reconnects
 /// with a growing delay when the connection ends. Ends once nobody subscribes.
-async fn listen(config: tokio_postgres::Config, channel: String, sender: broadcast::Sender<Wake>) {
+async fn listen(
+    config: tokio_postgres::Config,
+    channel: String,
+    instance: String,
+    sender: broadcast::Sender<Wake>,
+) {
     let mut delay = RETRY_FIRST;
     loop {
-        match listen_once(&config, &channel, &sender).await {
+        match listen_once(&config, &channel, &instance, &sender).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(
@@ -101,6 +142,7 @@ async fn listen(config: tokio_postgres::Config, channel: String, sender: broadca
 async fn listen_once(
     config: &tokio_postgres::Config,
     channel: &str,
+    instance: &str,
     sender: &broadcast::Sender<Wake>,
 ) -> Result<(), StoreError> {
     let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
@@ -135,8 +177,13 @@ async fn listen_once(
             return Ok(());
         }
         while let Some(message) = rx.recv().await {
-            let Some(destination) = message else { break };
-            if sender.send(Wake::Due(destination)).is_err() {
+            let Some(payload) = message else { break };
+            let Some((from, destination)) = payload.split_once(' ') else { continue };
+            // This relay's own: its workers were woken in-process.
+            if from == instance {
+                continue;
+            }
+            if sender.send(Wake::Due(destination.to_owned())).is_err() {
                 return Ok(());
             }
         }
@@ -193,10 +240,15 @@ mod tests {
         let (a, b) = (Postgres::connect(&url).await, Postgres::connect(&url).await);
         let mut rx = b.wakeups().expect("PostgreSQL sends wake-ups");
         listening(&mut rx).await;
+        let mut own = a.wakeups().expect("PostgreSQL sends wake-ups");
+        listening(&mut own).await;
 
         let id = a.append(received("demo", "ActionCreated", 1_000, "{}")).await.unwrap();
         a.dispatch(vec![plan(id, 1, &["crm"])], 2_000).await.unwrap();
         assert_eq!(next_due(&mut rx).await, "crm");
+        // The relay that made them due is not told: its workers were woken in-process.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(own.try_recv().is_err(), "a relay heard its own wake-up");
 
         // The listener's connection is cut: it reconnects by itself and says `All`.
         let admin = Postgres::connect(&url).await;
@@ -212,8 +264,9 @@ mod tests {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(killed, 1, "one listener per subscribed relay");
+        assert_eq!(killed, 2, "one listener per subscribed relay");
         listening(&mut rx).await;
+        listening(&mut own).await;
         // A replay to a destination without a delivery yet makes a new one due.
         assert_eq!(a.replay(id, vec!["erp".into()], 3_000).await.unwrap(), 1);
         assert_eq!(next_due(&mut rx).await, "erp");

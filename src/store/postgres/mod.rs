@@ -111,6 +111,12 @@ pub(super) struct Inner {
     health: Arc<Health>,
     /// The fleet's wake-ups, once something subscribed (`listen.rs`).
     wakeups: std::sync::OnceLock<tokio::sync::broadcast::Sender<super::Wake>>,
+    /// Tells this store's notifications from other relays' (their payload starts with
+    /// it): a relay's own workers are woken in-process already.
+    instance: String,
+    /// Relays in the fleet at the last heartbeat (0: not known yet). Alone, a relay
+    /// sends no notifications: nobody would listen.
+    fleet_size: std::sync::atomic::AtomicUsize,
 }
 
 /// A pool of one to `url` with the relay's session settings.
@@ -205,6 +211,8 @@ impl PostgresStore {
             last_id,
             health: health.clone(),
             wakeups: std::sync::OnceLock::new(),
+            instance: format!("{:016x}", fastrand::u64(..)),
+            fleet_size: std::sync::atomic::AtomicUsize::new(0),
         });
         let writer = inner.clone();
         let runtime = tokio::runtime::Handle::current();

@@ -81,7 +81,7 @@ impl PostgresStore {
             let tx = client.transaction().await?;
             let mut seen = Prefetch::default();
             let (result, changes) = seen.decide(&tx, |st| (crate::lock::lock(&rule))(st)).await?;
-            apply(&tx, &seen, &changes, &self.inner.channel()).await?;
+            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
             tx.commit().await?;
             Ok(result)
         }))
@@ -200,7 +200,7 @@ impl Store for PostgresStore {
                         .collect::<Result<Vec<_>, _>>()
                 })
                 .await?;
-            apply(&tx, &seen, &changes, &self.inner.channel()).await?;
+            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
             tx.commit().await?;
             Ok(outcomes)
         }))
@@ -338,7 +338,7 @@ impl Store for PostgresStore {
             let (out, changes) = seen
                 .decide(&tx, |st| lifecycle::record_attempts(st, &attempts, policy, holds))
                 .await?;
-            apply(&tx, &seen, &changes, &self.inner.channel()).await?;
+            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
             let tokens: Vec<i64> = attempts.iter().map(|(c, _)| sql_us(c.token)).collect();
             tx.execute(
                 "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
@@ -548,7 +548,9 @@ impl Store for PostgresStore {
             .await?;
         let owners: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         let rank = owners.iter().position(|o| o == owner).unwrap_or(owners.len());
-        Ok(Some(crate::store::Fleet { rank, size: owners.len().max(rank + 1) }))
+        let size = owners.len().max(rank + 1);
+        self.inner.fleet_size.store(size, std::sync::atomic::Ordering::Relaxed);
+        Ok(Some(crate::store::Fleet { rank, size }))
     }
 
     fn wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<crate::store::Wake>> {
