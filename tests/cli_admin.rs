@@ -148,5 +148,9 @@ async fn hooks_sync_exits_non_zero_when_an_account_fails() {
     let (code, out, err) = cli(&relay, dir.path(), &["hooks", "sync"]);
     assert_ne!(code, 0, "a failed sync exited 0: {out}{err}");
     assert!(out.contains("FAILING"), "{out}");
+    // The failure says where (the URL), why (the system's cause) and what to check.
+    assert!(out.contains(&format!("http://{closed}/rest/resthooks")), "{out}");
+    assert!(out.to_lowercase().contains("refused"), "{out}");
+    assert!(out.contains("check the account's api_base"), "{out}");
     assert!(err.contains("could not be reconciled"), "{err}");
 }

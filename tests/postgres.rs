@@ -257,6 +257,18 @@ async fn three_relays_syncing_hooks_at_once_create_each_hook_once() {
         assert!(std::time::Instant::now() < deadline, "the leader did not register the hooks");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // One relay reconciled; every relay shows its result (the status is in the store),
+    // with its age, not stale.
+    for r in &relays {
+        let v = r
+            .admin_until("/admin/hooks", Duration::from_secs(20), |v| {
+                v["accounts"][0]["ok"] == true
+                    && v["accounts"][0]["hooks"].as_array().map(Vec::len) == Some(2)
+            })
+            .await;
+        assert_eq!(v["accounts"][0]["stale"], false, "{v}");
+        assert!(v["accounts"][0]["age_seconds"].as_u64().is_some(), "{v}");
+    }
     for h in sim.all_hooks().await {
         let id = h["id"].as_str().map(str::to_owned).unwrap_or_else(|| h["id"].to_string());
         let (status, _, _) =

@@ -5,9 +5,10 @@ use serde_json::json;
 
 use super::AdminState;
 
-/// Every account as of its last reconcile (target URLs with the source token masked).
+/// Every account as of its last reconcile by any relay sharing the store (target URLs
+/// with the source token masked), with its age and whether it is stale.
 pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "accounts": state.upstream.statuses() }))
+    HttpResponse::Ok().json(json!({ "accounts": state.upstream.shared_statuses().await }))
 }
 
 /// Reconciles every account now (after any pass already running) and answers with the

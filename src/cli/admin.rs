@@ -349,8 +349,16 @@ async fn hooks(client: &AdminClient, cmd: Hooks) -> anyhow::Result<(Value, Strin
         } else {
             format!("FAILING: {}", list(&a["errors"]))
         };
+        // How old the shown data is, and a warning when no relay reconciles any more.
+        let age = match a["age_seconds"].as_u64() {
+            Some(secs) if a["stale"] == true => {
+                format!(" ({secs}s ago, STALE: no relay has reconciled since)")
+            }
+            Some(secs) => format!(" ({secs}s ago)"),
+            None => String::new(),
+        };
         text.push_str(&format!(
-            "{}/{}  {}  last reconcile {}  foreign hooks {}\n",
+            "{}/{}  {}  last reconcile {}{age}  foreign hooks {}\n",
             s(&a["source"]),
             s(&a["account"]),
             state,

@@ -136,10 +136,11 @@ impl AccountClient {
             if let Some(body) = &body {
                 req = req.header("content-type", JSON_API).body(body.to_string());
             }
+            let request = format!("{method} {}", crate::config::mask_url(&url));
             let wait = match req.send().await {
                 Err(e) => {
                     self.count(&method, "network_error");
-                    let e = UpstreamError::Network(e.without_url().to_string());
+                    let e = network_error(&request, e);
                     self.backoff(attempt, None).ok_or(e)?
                 }
                 Ok(response) => {
@@ -157,6 +158,7 @@ impl AccountClient {
                     let error = UpstreamError::Status {
                         status: status.as_u16(),
                         detail: error_detail(&answer),
+                        request: request.clone(),
                     };
                     if status == StatusCode::UNAUTHORIZED {
                         self.count(&method, "unauthorized");
@@ -212,6 +214,46 @@ fn retry_delay(
 }
 
 /// The `detail` (or `title`) of the first entry of an `errors` body, cut short.
+/// What to check after an answer with `status`, as the end of a sentence.
+pub(crate) fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 => "; check the account's token or OAuth2 credentials",
+        403 => "; the user lacks the permission to manage REST hooks",
+        404 => "; check the account's api_base (the API's root, e.g. https://host/api)",
+        429 => "; the upstream throttles this account (retried with backoff)",
+        500..=599 => "; the upstream failed (retried with backoff); try again later",
+        _ => "",
+    }
+}
+
+/// A request that got no answer, said so that it can be acted on: the request (its URL
+/// masked), what failed, every cause down to the system's (DNS, refused, TLS, reset),
+/// and what to check.
+fn network_error(request: &str, e: reqwest::Error) -> UpstreamError {
+    let (what, hint) = if e.is_timeout() {
+        (
+            "timed out",
+            "check that the upstream is reachable from here, or raise upstream.request_timeout",
+        )
+    } else if e.is_connect() {
+        ("cannot connect", "check the account's api_base (host and port), DNS, and any firewall or proxy on the way")
+    } else {
+        ("request failed", "check the account's api_base and the network to it")
+    };
+    // The causes, outermost first, each once (reqwest and hyper repeat one another).
+    let mut causes: Vec<String> = Vec::new();
+    let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !causes.iter().any(|c| c.contains(&text) || text.contains(c.as_str())) {
+            causes.push(text);
+        }
+        source = err.source();
+    }
+    let causes = if causes.is_empty() { e.without_url().to_string() } else { causes.join(": ") };
+    UpstreamError::Network(format!("{request}: {what}: {causes}; {hint}"))
+}
+
 fn error_detail(body: &[u8]) -> String {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let e = &v["errors"][0];
@@ -237,6 +279,32 @@ mod tests {
         assert_eq!(secs(retry_delay(&r, 0, Some(Duration::from_secs(3)), 1.0)), Some(3.0));
         assert_eq!(secs(retry_delay(&r, 1, Some(Duration::from_secs(3600)), 0.5)), Some(10.0));
         assert_eq!(retry_delay(&r, 3, Some(Duration::from_secs(1)), 0.5), None);
+    }
+
+    /// A refused connection names the request, the system's cause and what to check.
+    #[tokio::test]
+    async fn a_network_error_says_where_why_and_what_to_check() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/api/rest/resthooks?api_key=SECRET");
+        let e = reqwest::Client::new().get(&url).send().await.unwrap_err();
+        let request = format!("GET {}", crate::config::mask_url(&url));
+        let text = network_error(&request, e).to_string();
+        assert!(
+            text.starts_with(&format!("GET http://127.0.0.1:{port}/api/rest/resthooks")),
+            "{text}"
+        );
+        assert!(!text.contains("SECRET"), "{text}");
+        assert!(
+            text.contains("cannot connect") && text.to_lowercase().contains("refused"),
+            "{text}"
+        );
+        assert!(text.contains("check the account's api_base"), "{text}");
+        let status =
+            UpstreamError::Status { status: 403, detail: "no".into(), request: "GET u".into() };
+        assert_eq!(
+            status.to_string(),
+            "GET u answered 403: no; the user lacks the permission to manage REST hooks"
+        );
     }
 
     #[test]

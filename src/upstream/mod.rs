@@ -36,9 +36,13 @@ pub(crate) struct AccountId {
 /// Why a request to the upstream failed. Never contains a token or a target URL.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UpstreamError {
-    #[error("the upstream answered {status}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") })]
-    Status { status: u16, detail: String },
-    #[error("network error: {0}")]
+    /// `request` is the method and URL (secrets masked); the message ends with what to
+    /// check for that status.
+    #[error("{request} answered {status}{}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") }, client::status_hint(*status))]
+    Status { status: u16, detail: String, request: String },
+    /// The method and URL, what failed (timeout, connection, ...) with its causes, and
+    /// what to check.
+    #[error("{0}")]
     Network(String),
     #[error("credentials: {0}")]
     Auth(#[from] credentials::AuthError),
@@ -94,5 +98,11 @@ pub(crate) fn reconciler(
             });
         }
     }
-    Ok(Reconciler::new(accounts, store, metrics, upstream.max_concurrency))
+    Ok(Reconciler::new(
+        accounts,
+        store,
+        metrics,
+        upstream.max_concurrency,
+        upstream.reconcile_interval,
+    ))
 }

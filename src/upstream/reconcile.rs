@@ -49,6 +49,11 @@ impl Account {
     }
 }
 
+/// The `upstream` key of an account's last status.
+fn status_key(source: &str, account: &str) -> String {
+    format!("status/{source}/{account}")
+}
+
 /// The name under which relays sharing a store take turns at reconciling.
 const LEAD_TASK: &str = "reconciler";
 
@@ -59,6 +64,8 @@ pub(crate) struct Reconciler {
     /// The hook lifecycle's metrics, and the missing-callbacks comparison behind one.
     gauges: Gauges,
     max_concurrency: usize,
+    /// Between two passes: a status older than two is stale.
+    interval: std::time::Duration,
     /// One pass at a time (timer and `hooks sync` share it).
     pass: tokio::sync::Mutex<()>,
     status: Mutex<BTreeMap<AccountId, AccountStatus>>,
@@ -72,6 +79,7 @@ impl Reconciler {
         store: SharedStore,
         metrics: Arc<Metrics>,
         max_concurrency: usize,
+        interval: std::time::Duration,
     ) -> Self {
         let ids: Vec<(AccountId, Vec<String>)> =
             accounts.iter().map(|a| (a.id().clone(), a.events.clone())).collect();
@@ -80,6 +88,7 @@ impl Reconciler {
             store,
             gauges: Gauges::new(metrics, &ids),
             max_concurrency: max_concurrency.max(1),
+            interval,
             pass: tokio::sync::Mutex::new(()),
             status: Mutex::new(BTreeMap::new()),
             seen_disabled: Mutex::new(HashSet::new()),
@@ -157,9 +166,46 @@ impl Reconciler {
                     hooks: Vec::new(),
                     foreign_hooks: 0,
                     changes: Vec::new(),
+                    reconciled_at_us: None,
+                    age_seconds: None,
+                    stale: false,
                 })
             })
             .collect()
+    }
+
+    /// Every account's status as of its last reconcile by any relay sharing the store
+    /// (the newest of this relay's and the stored one), with its age; one older than
+    /// two reconcile intervals is stale.
+    pub(crate) async fn shared_statuses(&self) -> Vec<AccountStatus> {
+        let interval = self.interval;
+        let now_us = crate::store::unix_micros(SystemTime::now());
+        let mut out = Vec::new();
+        for mut status in self.statuses() {
+            let key = status_key(&status.source, &status.account);
+            match self.store.upstream_get(&key).await {
+                Ok(Some(bytes)) => match serde_json::from_slice::<AccountStatus>(&bytes) {
+                    Ok(stored) if stored.reconciled_at_us > status.reconciled_at_us => {
+                        status = stored
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(key, error = %e, "unreadable stored account status ignored")
+                    }
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "cannot read the stored account status; showing this relay's")
+                }
+            }
+            if let Some(at) = status.reconciled_at_us {
+                let age = std::time::Duration::from_micros(now_us.saturating_sub(at));
+                status.age_seconds = Some(age.as_secs());
+                status.stale = age > interval * 2;
+            }
+            out.push(status);
+        }
+        out
     }
 
     async fn reconcile(&self, account: &Account) {
@@ -190,17 +236,31 @@ impl Reconciler {
         } else {
             previous.map(|p| p.hooks).unwrap_or_default()
         };
+        let now = SystemTime::now();
         let status = AccountStatus {
             source: id.source.clone(),
             account: id.account.clone(),
             ok,
             errors: progress.errors,
-            last_reconcile: Some(format_utc(SystemTime::now())),
+            last_reconcile: Some(format_utc(now)),
             events: account.events.clone(),
             hooks,
             foreign_hooks: progress.foreign,
             changes: progress.changes,
+            reconciled_at_us: Some(crate::store::unix_micros(now)),
+            age_seconds: None,
+            stale: false,
         };
+        // Shared with the other relays: any of them shows the last pass.
+        match serde_json::to_vec(&status) {
+            Ok(bytes) => {
+                let key = status_key(&id.source, &id.account);
+                if let Err(e) = self.store.upstream_put(&key, Some(bytes)).await {
+                    tracing::warn!(source = %id.source, account = %id.account, error = %e, "cannot store the account's status; other relays show an older one");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot encode the account's status"),
+        }
         lock(&self.status).insert(id.clone(), status);
     }
 
@@ -242,7 +302,7 @@ impl Reconciler {
                     progress.ours.retain(|h| h.id != hook.id);
                     tracing::info!(source = %account.id().source, account = %account.id().account, event = %hook.event_name, hook = %hook.id, "hook pruned");
                     progress.changes.push(Change {
-                        action: "pruned",
+                        action: "pruned".into(),
                         event: hook.event_name,
                         hook_id: hook.id,
                         replaced: Vec::new(),
@@ -282,7 +342,7 @@ impl Reconciler {
         self.gauges.track_created(account.id(), event, &new.id);
         self.report_gap(account, event, &gap, &new.id).await?;
         progress.changes.push(Change {
-            action: "recreated",
+            action: "recreated".into(),
             event: event.to_owned(),
             hook_id: new.id.clone(),
             replaced: ids,
@@ -312,7 +372,7 @@ impl Reconciler {
             None => "created",
         };
         progress.changes.push(Change {
-            action,
+            action: action.into(),
             event: event.to_owned(),
             hook_id: new.id.clone(),
             replaced: Vec::new(),

@@ -1,12 +1,12 @@
 //! What the admin API shows of the upstream accounts (`GET /admin/hooks`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::model::Hook;
 use crate::timefmt::format_utc;
 
 /// A hook as the admin API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct HookView {
     pub(crate) id: String,
     pub(crate) event: String,
@@ -17,18 +17,20 @@ pub(crate) struct HookView {
 }
 
 /// A change the reconciler made.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Change {
     /// `created`, `recreated` or `pruned`.
-    pub(crate) action: &'static str,
+    pub(crate) action: String,
     pub(crate) event: String,
     pub(crate) hook_id: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) replaced: Vec<String>,
 }
 
-/// One account as of its last reconcile.
-#[derive(Debug, Clone, Serialize)]
+/// One account as of its last reconcile, by whichever relay made it: each relay
+/// stores the status of its passes (`upstream` key `status/{source}/{account}`), so
+/// that any relay of a fleet shows the same.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct AccountStatus {
     pub(crate) source: String,
     pub(crate) account: String,
@@ -41,6 +43,16 @@ pub(crate) struct AccountStatus {
     pub(crate) foreign_hooks: usize,
     /// Changes made by the last reconcile.
     pub(crate) changes: Vec<Change>,
+    /// When the last reconcile ended (µs since the epoch), to pick the newest.
+    #[serde(default)]
+    pub(crate) reconciled_at_us: Option<u64>,
+    /// Seconds since then, when shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) age_seconds: Option<u64>,
+    /// Older than two reconcile intervals: the relays stopped reconciling (no leader,
+    /// or every pass fails before it ends), so the hooks shown may have changed.
+    #[serde(default)]
+    pub(crate) stale: bool,
 }
 
 impl HookView {
