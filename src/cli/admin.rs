@@ -33,13 +33,16 @@ pub(super) struct Target {
 pub(super) enum Events {
     /// List stored events, newest first.
     List {
+        /// Only events of this source (its name in the config's [[sources]]).
         #[arg(long)]
         source: Option<String>,
+        /// Only events with this name, e.g. ActionCreated.
         #[arg(long)]
         event: Option<String>,
         /// received, dispatched, duplicate, unrouted or rejected.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many (1 to the admin API's maximum).
         #[arg(long, default_value_t = 50)]
         limit: usize,
         /// Continue after this event id (the previous page's last).
@@ -47,9 +50,13 @@ pub(super) enum Events {
         after: Option<String>,
     },
     /// Show one event: headers, body, dedup outcome, deliveries and attempts.
-    Show { id: String },
+    Show {
+        /// The event's id, as `events list` or the callback's answer gives it.
+        id: String,
+    },
     /// Deliver an event again (to the destinations it was routed to, or the named ones).
     Replay {
+        /// The event's id, as `events list` or the callback's answer gives it.
         id: String,
         /// A destination to replay to (repeatable).
         #[arg(long = "destination")]
@@ -64,6 +71,7 @@ pub(super) enum DeadLetters {
     List {
         #[command(flatten)]
         filter: DeadFilter,
+        /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
@@ -79,12 +87,16 @@ pub(super) enum DeadLetters {
     },
 }
 
+/// Which dead deliveries: all of them unless filtered.
 #[derive(Args, Debug)]
 pub(super) struct DeadFilter {
+    /// Only those of events of this source.
     #[arg(long)]
     source: Option<String>,
+    /// Only those of events with this name, e.g. ActionCreated.
     #[arg(long)]
     event: Option<String>,
+    /// Only those to this destination (its name in the config's [[destinations]]).
     #[arg(long)]
     destination: Option<String>,
 }
@@ -94,10 +106,16 @@ pub(super) struct DeadFilter {
 pub(super) enum Destinations {
     /// Every destination: paused, circuit, queue.
     List,
-    /// Hold a destination's deliveries (nothing is dropped).
-    Pause { name: String },
+    /// Hold a destination's deliveries (nothing is dropped; on every relay sharing the store).
+    Pause {
+        /// The destination's name in the config's [[destinations]].
+        name: String,
+    },
     /// Release a paused destination.
-    Resume { name: String },
+    Resume {
+        /// The destination's name in the config's [[destinations]].
+        name: String,
+    },
 }
 
 /// `hookrelay hooks ...`

@@ -52,7 +52,7 @@ enum Command {
         #[command(subcommand)]
         command: admin::Events,
     },
-    /// Dead deliveries: list, replay (through the admin API).
+    /// Dead deliveries: list, replay, delete (through the admin API).
     DeadLetters {
         #[command(flatten)]
         target: admin::Target,
@@ -205,5 +205,38 @@ fn block_on(
             eprintln!("{name}: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every command and every argument says what it is in `--help`.
+    #[test]
+    fn every_command_and_argument_has_a_description() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} <{id}>"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                let name = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(name.clone());
+                }
+                walk(sub, &name, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "hookrelay", &mut missing);
+        assert!(missing.is_empty(), "no description in --help: {missing:#?}");
     }
 }
