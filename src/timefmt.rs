@@ -11,6 +11,12 @@ pub(crate) fn format_utc(t: SystemTime) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}+00:00", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
+/// `t` as the admin API shows every time: RFC 3339 in UTC with microseconds and `Z`
+/// (`2026-06-12T01:23:34.000000Z`), one format for events, deliveries and hooks.
+pub(crate) fn format_admin(t: SystemTime) -> String {
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
 /// Parses `YYYY-MM-DD[T ]HH:MM:SS[.fff](Z|±HH:MM|±HHMM)`; `None` for anything else
 /// (including the empty string the upstream uses for "never").
 pub(crate) fn parse(text: &str) -> Option<SystemTime> {

@@ -357,6 +357,21 @@ async fn quirky_answers_paging_throttling_and_foreign_hooks() {
     let alice = find(&accounts, "alice");
     assert!(alice["hooks"][0]["last_triggered"].as_str().is_some(), "{alice}");
     assert_eq!(alice["hooks"][0]["triggered_count"], 1);
+    // One time format across the admin API: as events show theirs (RFC 3339, UTC,
+    // microseconds, `Z`), whatever form the upstream used.
+    let (_, events) = s.relay.admin_get("/admin/events?limit=1").await;
+    for t in [
+        &alice["hooks"][0]["last_triggered"],
+        &alice["last_reconcile"],
+        &events["events"][0]["received_at"],
+    ] {
+        let t = t.as_str().unwrap_or_default();
+        let fraction = t.rsplit_once('.').map(|(_, f)| f);
+        assert!(
+            t.ends_with('Z') && fraction.map(str::len) == Some(7),
+            "{t:?} in {alice} / {events}"
+        );
+    }
     // The same listing after the second sync: nothing to change (no re-create loop on quirks).
     assert!(accounts.iter().all(|a| a["changes"].as_array().unwrap().is_empty()), "{accounts:?}");
 

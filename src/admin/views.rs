@@ -9,8 +9,7 @@ use crate::store::{
 
 /// Microseconds since the epoch as RFC 3339.
 pub(super) fn time(us: u64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
-    humantime::format_rfc3339_micros(t).to_string()
+    crate::timefmt::format_admin(std::time::UNIX_EPOCH + std::time::Duration::from_micros(us))
 }
 
 /// An event in listings.

@@ -21,7 +21,6 @@ use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::SharedStore;
-use crate::timefmt::format_utc;
 
 /// One account the relay keeps hooks for.
 pub(crate) struct Account {
@@ -242,7 +241,7 @@ impl Reconciler {
             account: id.account.clone(),
             ok,
             errors: progress.errors,
-            last_reconcile: Some(format_utc(now)),
+            last_reconcile: Some(crate::timefmt::format_admin(now)),
             events: account.events.clone(),
             hooks,
             foreign_hooks: progress.foreign,

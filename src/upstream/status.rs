@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::model::Hook;
-use crate::timefmt::format_utc;
+use crate::timefmt::format_admin;
 
 /// A hook as the admin API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ impl HookView {
             event: h.event_name.clone(),
             status: h.status.clone(),
             triggered_count: h.triggered_count,
-            last_triggered: h.last_triggered.map(format_utc),
+            last_triggered: h.last_triggered.map(format_admin),
             target,
         }
     }
