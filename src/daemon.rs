@@ -150,7 +150,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         upstream: reconciler.clone(),
     };
     let (admin_server, admin_addrs) = admin::server(config.admin.listen, grace, admin_state)
-        .with_context(|| format!("binding admin.listen {}", config.admin.listen))?;
+        .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
     let ingress_state = IngressState::new(
         &config.sources,
         store.clone(),
@@ -161,7 +161,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     );
     let (ingress_server, ingress_addrs) =
         ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
-            .with_context(|| format!("binding ingress.listen {}", config.ingress.listen))?;
+            .map_err(|e| bind_error(e, "ingress.listen", config.ingress.listen))?;
     for addr in &ingress_addrs {
         tracing::info!(listener = "ingress", %addr, "listening");
     }
@@ -272,4 +272,22 @@ impl StoreObserver for Commits {
     fn stored(&self, meta: &crate::store::EventMeta) {
         self.metrics.stored(meta);
     }
+}
+
+/// A listener that cannot bind, said with what to do about it.
+fn bind_error(e: std::io::Error, key: &str, addr: std::net::SocketAddr) -> anyhow::Error {
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            ": another process listens on {addr} (another hookrelay? `ss -ltnp 'sport = :{}'` shows which): stop it, or set another {key}",
+            addr.port()
+        ),
+        std::io::ErrorKind::PermissionDenied => ": ports below 1024 need privileges: use a higher \
+             port behind a proxy, or grant CAP_NET_BIND_SERVICE"
+            .to_owned(),
+        std::io::ErrorKind::AddrNotAvailable => {
+            format!(": {} is not an address of this machine; 0.0.0.0 listens on all", addr.ip())
+        }
+        _ => String::new(),
+    };
+    anyhow::anyhow!("binding {key} {addr}: {e}{hint}")
 }

@@ -29,6 +29,33 @@ pub(crate) const KNOWN: [&str; 21] = [
 /// its last trigger and its re-creation were lost upstream (see `upstream/gap.rs`).
 pub(crate) const HOOK_GAP: &str = "hookrelay.HookGap";
 
+/// The known name nearest to a mistyped `name` (case-insensitively, by edit distance,
+/// at most a third of its length away), for an error message to suggest.
+pub(crate) fn closest(name: &str) -> Option<&'static str> {
+    let name = name.to_ascii_lowercase();
+    let distance = |known: &str| -> usize {
+        let (a, b): (Vec<char>, Vec<char>) =
+            (name.chars().collect(), known.to_ascii_lowercase().chars().collect());
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.iter().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let cur = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    };
+    KNOWN
+        .iter()
+        .map(|k| (distance(k), *k))
+        .min()
+        .filter(|(d, _)| *d <= name.len().div_ceil(3))
+        .map(|(_, k)| k)
+}
+
 /// Names the relay reserves for its own events; only explicit `hookrelay.*` routes
 /// take them, and no callback can claim one.
 pub(crate) fn is_internal(name: &str) -> bool {
@@ -47,6 +74,14 @@ pub(crate) fn metric_label(name: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mistyped_name_gets_the_nearest_known_one() {
+        assert_eq!(closest("ActionCreate"), Some("ActionCreated"));
+        assert_eq!(closest("actioncreated"), Some("ActionCreated"));
+        assert_eq!(closest("FileNoteUpdate"), Some("FileNoteUpdated"));
+        assert_eq!(closest("Banana"), None);
+    }
 
     #[test]
     fn labels_are_bounded() {

@@ -95,6 +95,10 @@ fn serve_reports_a_port_in_use() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains(&format!("binding ingress.listen 127.0.0.1:{port}")), "{err}");
+    assert!(
+        err.contains("another process listens on") && err.contains("set another ingress.listen"),
+        "{err}"
+    );
 }
 
 /// `check-config | head -1`: the reader goes away; the command ends quietly, no panic.

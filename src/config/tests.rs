@@ -376,6 +376,13 @@ client_id = "relay"
         "sources[0].accounts[1]: no credentials",
         "sources[0].accounts[2]: give either a token or `oauth`, not both",
     ];
+    // A mistyped name is answered with the valid ones.
+    let moved = p.iter().find(|x| x.contains("\"ActionMoved\"")).unwrap();
+    assert!(
+        moved.contains("they are: ActionCreated, ActionUpdated,")
+            && moved.contains("TimeEntryUpdated"),
+        "{moved}"
+    );
     for needle in expect {
         assert!(p.iter().any(|x| x.starts_with(needle)), "no {needle:?} in {p:#?}");
     }

@@ -288,8 +288,14 @@ fn resolve_auth(
 fn check_events(key: &str, events: &[String], problems: &mut Vec<String>) {
     for (j, name) in events.iter().enumerate() {
         if !event_names::KNOWN.contains(&name.as_str()) {
-            problems
-                .push(format!("{key}[{j}]: {name:?} is not one of the upstream's 21 event names"));
+            let hint = match event_names::closest(name) {
+                Some(close) => format!("did you mean {close:?}? "),
+                None => String::new(),
+            };
+            problems.push(format!(
+                "{key}[{j}]: {name:?} is not one of the upstream's 21 event names; {hint}they are: {}",
+                event_names::KNOWN.join(", ")
+            ));
         }
     }
     let mut seen = std::collections::HashSet::new();
