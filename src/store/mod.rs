@@ -36,7 +36,7 @@ mod observer;
 pub(crate) mod postgres;
 mod sled;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -202,6 +202,16 @@ pub(crate) trait Store: Send + Sync + 'static {
         _owner: &str,
         _live_for: Duration,
     ) -> Result<Option<Fleet>, StoreError> {
+        Ok(None)
+    }
+
+    /// Callbacks stored for `source` so far, by event name, by every relay sharing the
+    /// store (for the missing-callbacks comparison). `None` for a store that one
+    /// process writes: that process counts its own.
+    async fn received_counts(
+        &self,
+        _source: &str,
+    ) -> Result<Option<HashMap<String, u64>>, StoreError> {
         Ok(None)
     }
 

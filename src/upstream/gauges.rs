@@ -20,6 +20,10 @@ pub(super) struct Gauges {
     missing: Mutex<Tracker>,
     /// Label sets of `hookrelay_upstream_hooks` set by the last pass, per account.
     shown_labels: Mutex<HashMap<AccountId, HashSet<(String, String)>>>,
+    /// Per source, the callbacks every relay sharing the store stored, by event, as
+    /// last read from the store; absent for a store one process owns (its own
+    /// counter is the whole count).
+    fleet_received: Mutex<HashMap<String, HashMap<String, u64>>>,
 }
 
 impl Gauges {
@@ -42,7 +46,18 @@ impl Gauges {
                 }
             }
         }
-        Self { metrics, missing: Mutex::new(Tracker::default()), shown_labels: Mutex::default() }
+        Self {
+            metrics,
+            missing: Mutex::new(Tracker::default()),
+            shown_labels: Mutex::default(),
+            fleet_received: Mutex::default(),
+        }
+    }
+
+    /// The fleet's callbacks stored for `source`, by event (read from the store before
+    /// a pass): the comparison then counts every relay's, not this one's alone.
+    pub(super) fn set_fleet_received(&self, source: &str, counts: HashMap<String, u64>) {
+        lock(&self.fleet_received).insert(source.to_owned(), counts);
     }
 
     pub(super) fn transition(&self, id: &AccountId, event: &str, from: &str, to: &str) {
@@ -51,8 +66,12 @@ impl Gauges {
         self.metrics.upstream.transitions.with_label_values(&labels).inc();
     }
 
-    /// Callbacks the relay stored for (source, event) so far.
+    /// Callbacks stored for (source, event) so far: by the whole fleet when the store
+    /// is shared, else by this relay.
     fn received(&self, source: &str, event: &str) -> u64 {
+        if let Some(counts) = lock(&self.fleet_received).get(source) {
+            return counts.get(event).copied().unwrap_or(0);
+        }
         let labels = [source, event_names::metric_label(event)];
         self.metrics.events_stored.with_label_values(&labels).get()
     }
@@ -132,5 +151,25 @@ impl Gauges {
                 lock(&self.missing).observe(&id.source, event, &id.account, &hooks, received);
             m.callbacks_missing.with_label_values(&[id.source.as_str(), label]).set(missing);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Alone, a relay compares with its own count; on a shared store, with the fleet's
+    /// (an event no relay stored counts 0, not this relay's).
+    #[test]
+    fn the_fleet_count_replaces_the_relays_own() {
+        let metrics = Arc::new(Metrics::new().unwrap());
+        metrics.events_stored.with_label_values(&["demo", "ActionCreated"]).inc_by(2);
+        let gauges = Gauges::new(metrics, &[]);
+        assert_eq!(gauges.received("demo", "ActionCreated"), 2);
+        let fleet = HashMap::from([("ActionCreated".to_owned(), 7)]);
+        gauges.set_fleet_received("demo", fleet);
+        assert_eq!(gauges.received("demo", "ActionCreated"), 7);
+        assert_eq!(gauges.received("demo", "TaskCreated"), 0);
+        assert_eq!(gauges.received("other", "ActionCreated"), 0, "another source: its own count");
     }
 }

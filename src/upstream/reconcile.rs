@@ -210,6 +210,14 @@ impl Reconciler {
     async fn reconcile(&self, account: &Account) {
         let id = account.id();
         let started = Instant::now();
+        // On a shared store, the missing-callbacks comparison counts every relay's.
+        match self.store.received_counts(&id.source).await {
+            Ok(Some(counts)) => self.gauges.set_fleet_received(&id.source, counts),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(source = %id.source, error = %e, "cannot read the fleet's callback counts; comparing with the last ones read");
+            }
+        }
         let mut progress = Progress::default();
         let listed = self.reconcile_inner(account, &mut progress).await;
         if let Err(e) = listed {

@@ -228,6 +228,30 @@ mod tests {
         }
     }
 
+    /// Callbacks are counted per (source, event) across the relays sharing the store.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callbacks_are_counted_for_the_whole_fleet() {
+        let url = tokio::task::spawn_blocking(|| {
+            test_server::shared().database(&test_server::unique_database("received"))
+        })
+        .await
+        .unwrap();
+        let (a, b) = (Postgres::connect(&url).await, Postgres::connect(&url).await);
+        for (store, n) in [(&a, 3), (&b, 2)] {
+            for i in 0..n {
+                store.append(received("demo", "ActionCreated", 1_000 + i, "{}")).await.unwrap();
+            }
+        }
+        b.append(received("demo", "TaskCreated", 5_000, "{}")).await.unwrap();
+        b.append(received("other", "TaskCreated", 6_000, "{}")).await.unwrap();
+        for store in [&a, &b] {
+            let counts = store.received_counts("demo").await.unwrap().expect("a fleet count");
+            assert_eq!(counts.get("ActionCreated"), Some(&5));
+            assert_eq!(counts.get("TaskCreated"), Some(&1));
+            assert_eq!(counts.len(), 2, "{counts:?}");
+        }
+    }
+
     /// What one relay makes due wakes another, through PostgreSQL alone (no poll:
     /// nothing else sends wake-ups), also after the listener's connection was cut.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

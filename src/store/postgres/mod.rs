@@ -232,6 +232,36 @@ impl PostgresStore {
 }
 
 impl Inner {
+    /// Adds a group's callbacks to this relay's counts per (source, event), in the
+    /// group's transaction (`Store::received_counts`).
+    async fn count_received(
+        &self,
+        tx: &pg::Transaction<'_>,
+        batch: &[NewEvent],
+    ) -> Result<(), StoreError> {
+        let mut counts: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
+        for e in batch {
+            *counts.entry((e.meta.source.as_str(), e.meta.event.as_str())).or_default() += 1;
+        }
+        let (sources, events, ns): (Vec<&str>, Vec<&str>, Vec<i64>) = counts
+            .into_iter()
+            .map(|((s, e), n)| (s, e, n))
+            .fold((Vec::new(), Vec::new(), Vec::new()), |(mut a, mut b, mut c), (s, e, n)| {
+                a.push(s);
+                b.push(e);
+                c.push(n);
+                (a, b, c)
+            });
+        tx.execute(
+            "INSERT INTO received (source, event, relay, n)
+             SELECT k.source, k.event, $3, k.n FROM unnest($1::text[], $2::text[], $4::bigint[]) AS k(source, event, n)
+             ON CONFLICT (source, event, relay) DO UPDATE SET n = received.n + excluded.n",
+            &[&sources, &events, &self.instance, &ns],
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Inserts one group in one transaction; returns the ids in order.
     async fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
         use std::sync::atomic::Ordering;
@@ -286,6 +316,7 @@ impl Inner {
             let taken: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
             todo.retain(|&i| !taken.contains(&ids[i]));
             if todo.is_empty() {
+                self.count_received(&tx, batch).await?;
                 tx.commit().await?;
                 return Ok(ids.into_iter().map(|id| EventId::new(id as u64)).collect());
             }

@@ -60,6 +60,18 @@ CREATE TABLE relays (
     seen_us    bigint NOT NULL
 );
 "#,
+    // 3: callbacks stored per (source, event), for the fleet's missing-callbacks
+    // comparison (`Store::received_counts`); a row per relay process, so that no two
+    // relays' commits wait on one row.
+    r#"
+CREATE TABLE received (
+    source text NOT NULL,
+    event  text NOT NULL,
+    relay  text NOT NULL,
+    n      bigint NOT NULL,
+    PRIMARY KEY (source, event, relay)
+);
+"#,
 ];
 
 /// Key of the advisory lock held while migrating (any constant shared by all relays).

@@ -553,6 +553,20 @@ impl Store for PostgresStore {
         Ok(Some(crate::store::Fleet { rank, size }))
     }
 
+    async fn received_counts(
+        &self,
+        source: &str,
+    ) -> Result<Option<HashMap<String, u64>>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT event, sum(n)::bigint FROM received WHERE source = $1 GROUP BY event",
+                &[&source],
+            )
+            .await?;
+        Ok(Some(rows.iter().map(|r| (r.get::<_, String>(0), us_of(r.get(1)))).collect()))
+    }
+
     fn wakeups(&self) -> Option<tokio::sync::broadcast::Receiver<crate::store::Wake>> {
         Some(self.inner.subscribe())
     }
