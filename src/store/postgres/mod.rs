@@ -298,25 +298,31 @@ impl Inner {
             .await?;
         // Ids another relay took meanwhile (same µs) get the next ones, until all fit.
         let mut todo: Vec<usize> = (0..batch.len()).collect();
-        for _ in 0..16 {
-            let rows = tx
-                .query(
-                    &insert,
-                    &[
-                        &todo.iter().map(|&i| ids[i]).collect::<Vec<i64>>(),
-                        &pick(&todo, &inbox),
-                        &pick(&todo, &source),
-                        &pick(&todo, &event),
-                        &pick(&todo, &status),
-                        &todo.iter().map(|&i| meta[i].as_slice()).collect::<Vec<&[u8]>>(),
-                        &todo.iter().map(|&i| body[i]).collect::<Vec<Option<&[u8]>>>(),
-                    ],
-                )
-                .await?;
+        for attempt in 0..16 {
+            let columns = (
+                todo.iter().map(|&i| ids[i]).collect::<Vec<i64>>(),
+                pick(&todo, &inbox),
+                pick(&todo, &source),
+                pick(&todo, &event),
+                pick(&todo, &status),
+                todo.iter().map(|&i| meta[i].as_slice()).collect::<Vec<&[u8]>>(),
+                todo.iter().map(|&i| body[i]).collect::<Vec<Option<&[u8]>>>(),
+            );
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                &columns.0, &columns.1, &columns.2, &columns.3, &columns.4, &columns.5, &columns.6,
+            ];
+            let insert = tx.query(&insert, &params);
+            // The group's counts go with its first insert, pipelined on the connection
+            // (no round trip of their own); they do not depend on the ids.
+            let rows = if attempt == 0 {
+                let insert = async { insert.await.map_err(StoreError::from) };
+                tokio::try_join!(insert, self.count_received(&tx, batch))?.0
+            } else {
+                insert.await?
+            };
             let taken: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
             todo.retain(|&i| !taken.contains(&ids[i]));
             if todo.is_empty() {
-                self.count_received(&tx, batch).await?;
                 tx.commit().await?;
                 return Ok(ids.into_iter().map(|id| EventId::new(id as u64)).collect());
             }
