@@ -17,7 +17,9 @@ use crate::delivery::Destinations;
 use crate::event_names;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{unix_micros, DedupKey, DispatchOutcome, DispatchPlan, SharedStore};
+use crate::store::{
+    unix_micros, DedupKey, DispatchOutcome, DispatchPlan, PendingEvent, SharedStore,
+};
 
 use route::Router;
 
@@ -35,13 +37,35 @@ struct DedupRule {
     pointers: Vec<String>,
 }
 
-/// The dispatcher task's state.
-pub(crate) struct Dispatcher {
-    store: SharedStore,
+/// What a plan is made from: the routes, the ordered destinations, the dedup rules.
+struct PlanRules {
     router: Router,
     /// Destinations with `ordering = "per-resource"`.
     ordered: std::collections::HashSet<String>,
     dedup: HashMap<String, DedupRule>,
+}
+
+impl PlanRules {
+    /// The dispatch plan of one pending event: its destinations, whether they are
+    /// ordered, its record and its dedup key.
+    fn plan(&self, p: &PendingEvent) -> DispatchPlan {
+        let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
+        let ordered: Vec<String> =
+            destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
+        let resource =
+            if ordered.is_empty() { None } else { resource::key(&p.meta.source, &p.body) };
+        let dedup = self.dedup.get(&p.meta.source).filter(|r| r.window_us > 0).map(|r| DedupKey {
+            hash: dedup::key(&p.meta.source, &p.meta.event, &p.body, &r.pointers),
+            window_us: r.window_us,
+        });
+        DispatchPlan { id: p.id, dedup, destinations, ordered, resource }
+    }
+}
+
+/// The dispatcher task's state.
+pub(crate) struct Dispatcher {
+    store: SharedStore,
+    rules: Arc<PlanRules>,
     metrics: Arc<Metrics>,
     destinations: Arc<Destinations>,
     wake: Arc<Notify>,
@@ -65,8 +89,7 @@ impl Dispatcher {
                 (s.name.clone(), DedupRule { window_us, pointers: s.dedup_pointers.clone() })
             })
             .collect();
-        Self {
-            store,
+        let rules = PlanRules {
             router: Router::new(&config.destinations),
             ordered: config
                 .destinations
@@ -75,10 +98,8 @@ impl Dispatcher {
                 .map(|d| d.name.clone())
                 .collect(),
             dedup,
-            metrics,
-            destinations,
-            wake,
-        }
+        };
+        Self { store, rules: Arc::new(rules), metrics, destinations, wake }
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
@@ -113,29 +134,15 @@ impl Dispatcher {
 
     /// Dispatches one batch; returns how many events it took from the inbox.
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
-        let pending = self.store.pending(BATCH).await?;
+        let rules = self.rules.clone();
+        let planner: crate::store::Planner = Arc::new(move |p| rules.plan(p));
+        let now = unix_micros(SystemTime::now());
+        // Read, plan and dispatch in one store call (one hop for a blocking backend);
+        // durable when it returns, as configured: the store's business.
+        let (pending, plans, outcomes) = self.store.dispatch_next(BATCH, planner, now).await?;
         if pending.is_empty() {
             return Ok(0);
         }
-        let plans: Vec<DispatchPlan> = pending
-            .iter()
-            .map(|p| {
-                let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
-                let ordered: Vec<String> =
-                    destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
-                let resource =
-                    if ordered.is_empty() { None } else { resource::key(&p.meta.source, &p.body) };
-                let dedup =
-                    self.dedup.get(&p.meta.source).filter(|r| r.window_us > 0).map(|r| DedupKey {
-                        hash: dedup::key(&p.meta.source, &p.meta.event, &p.body, &r.pointers),
-                        window_us: r.window_us,
-                    });
-                DispatchPlan { id: p.id, dedup, destinations, ordered, resource }
-            })
-            .collect();
-        let now = unix_micros(SystemTime::now());
-        // Durable when it returns (as configured): the store's business.
-        let outcomes = self.store.dispatch(plans.clone(), now).await?;
 
         let m = &self.metrics;
         let mut woken = std::collections::HashSet::new();

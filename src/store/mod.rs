@@ -105,6 +105,23 @@ pub(crate) trait Store: Send + Sync + 'static {
         plans: Vec<DispatchPlan>,
         now_us: u64,
     ) -> Result<Vec<DispatchOutcome>, StoreError>;
+    /// [`Store::pending`] then [`Store::dispatch`] of the plans `plan` makes of them,
+    /// in one call: a blocking backend does both in one hop to its thread pool, which
+    /// dispatch pays for every batch. Returns the events taken and their outcomes.
+    async fn dispatch_next(
+        &self,
+        limit: usize,
+        plan: Planner,
+        now_us: u64,
+    ) -> Result<(Vec<PendingEvent>, Vec<DispatchPlan>, Vec<DispatchOutcome>), StoreError> {
+        let pending = self.pending(limit).await?;
+        if pending.is_empty() {
+            return Ok((pending, Vec::new(), Vec::new()));
+        }
+        let plans: Vec<DispatchPlan> = pending.iter().map(|p| plan(p)).collect();
+        let outcomes = self.dispatch(plans.clone(), now_us).await?;
+        Ok((pending, plans, outcomes))
+    }
     /// Deletes dedup keys whose window ended before `now_us`; returns how many.
     async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError>;
     /// Dedup keys currently held.
@@ -265,6 +282,10 @@ impl Exclusive {
         Self { _hold: Some(Box::new(hold)) }
     }
 }
+
+/// Makes a pending event's dispatch plan (routing and dedup key: the dispatcher's
+/// configuration), callable on whichever thread the store runs it.
+pub(crate) type Planner = Arc<dyn Fn(&PendingEvent) -> DispatchPlan + Send + Sync>;
 
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;

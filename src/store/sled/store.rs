@@ -88,6 +88,24 @@ impl Store for SledStore {
         self.write(move |s| s.dispatch(&plans, now_us)).await
     }
 
+    async fn dispatch_next(
+        &self,
+        limit: usize,
+        plan: crate::store::Planner,
+        now_us: u64,
+    ) -> Result<(Vec<PendingEvent>, Vec<DispatchPlan>, Vec<DispatchOutcome>), StoreError> {
+        self.write(move |s| {
+            let pending = s.pending(limit)?;
+            if pending.is_empty() {
+                return Ok((pending, Vec::new(), Vec::new()));
+            }
+            let plans: Vec<DispatchPlan> = pending.iter().map(|p| plan(p)).collect();
+            let outcomes = s.dispatch(&plans, now_us)?;
+            Ok((pending, plans, outcomes))
+        })
+        .await
+    }
+
     async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
         self.write(move |s| s.purge_dedup(now_us)).await
     }
