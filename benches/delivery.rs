@@ -16,6 +16,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::env_or;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,10 +34,6 @@ const DEFAULT_CONCURRENCY: usize = 8;
 const TUNED_CONCURRENCY: usize = 32;
 
 type Arrivals = Arc<Mutex<HashMap<String, Instant>>>;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// A sink on its own thread: notes when each `webhook-id` arrives, answers 200.
 fn start_sink(arrivals: Arrivals) -> std::net::SocketAddr {

@@ -16,6 +16,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::env_or;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,10 +30,6 @@ use tokio::sync::Semaphore;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONNECTIONS: usize = 64;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 struct Contender {
     label: &'static str,

@@ -23,6 +23,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::env_or;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,10 +36,6 @@ use tokio::sync::Semaphore;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONNECTIONS: usize = 64;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// A callback body shaped like the upstream's, distinct per `n`.
 fn body(n: u64) -> String {

@@ -15,6 +15,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::env_or;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,10 +41,6 @@ fn main() {
     let secs: u64 = env_or("BENCH_SECS", 4);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(run(rounds, Duration::from_secs(secs)));
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// The ceiling: same framework, same worker count, same body read, no storage.

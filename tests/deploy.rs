@@ -198,33 +198,9 @@ fn the_statefulset_matches_the_daemon() {
     assert!(termination > grace, "terminationGracePeriodSeconds {termination} <= grace {grace}s");
 
     // The ConfigMap's config is valid, with the Secret example's values.
-    let toml: String = config_map
-        .lines()
-        .skip_while(|l| !l.contains("hookrelay.toml: |"))
-        .skip(1)
-        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
-        .collect();
-    let secret = read("deploy/kubernetes/base/secret.example.yaml");
-    let env: Vec<(String, String)> = secret
-        .lines()
-        .skip_while(|l| !l.starts_with("stringData:"))
-        .skip(1)
-        .filter_map(|l| l.trim().split_once(": "))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let env = secret_env("deploy/kubernetes/base/secret.example.yaml");
     assert_eq!(env.len(), 3, "{env:?}");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hookrelay.toml");
-    std::fs::write(&path, toml).unwrap();
-    let out = Command::new(common::binary())
-        .args(["check-config", "--config", path.to_str().unwrap()])
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ConfigMap config: {}", text(&out));
-    for (_, value) in &env {
-        assert!(!text(&out).contains(value.as_str()), "check-config printed a secret");
-    }
+    check_config("ConfigMap config", &config_map_toml(&config_map), &env);
 }
 
 #[test]
@@ -300,9 +276,19 @@ fn the_dockerfile_passes_hadolint_and_runs_the_binary_as_documented() {
     assert!(text(&out).contains("/var/lib/hookrelay"));
 }
 
+/// The `hookrelay.toml` a ConfigMap manifest carries.
+fn config_map_toml(config_map: &str) -> String {
+    config_map
+        .lines()
+        .skip_while(|l| !l.contains("hookrelay.toml: |"))
+        .skip(1)
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect()
+}
+
 /// `hookrelay check-config` on `toml` with `env`: it must pass and print no value of
-/// `env` (they are the secrets).
-fn assert_config_valid(what: &str, toml: &str, env: &[(String, String)]) {
+/// `env` (they are the secrets); returns what it printed.
+fn check_config(what: &str, toml: &str, env: &[(String, String)]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hookrelay.toml");
     std::fs::write(&path, toml).unwrap();
@@ -315,8 +301,14 @@ fn assert_config_valid(what: &str, toml: &str, env: &[(String, String)]) {
     for (_, value) in env {
         assert!(!text(&out).contains(value.as_str()), "{what}: check-config printed a secret");
     }
-    // The password inside the database URL too.
-    assert!(!text(&out).contains("change-me-db-password"), "{what}: the database password");
+    text(&out)
+}
+
+/// [`check_config`] of a PostgreSQL config: not even the password inside the
+/// database URL is printed.
+fn assert_config_valid(what: &str, toml: &str, env: &[(String, String)]) {
+    let printed = check_config(what, toml, env);
+    assert!(!printed.contains("change-me-db-password"), "{what}: the database password");
 }
 
 /// The `KEY: value` pairs of a Secret example's `stringData`.
@@ -379,13 +371,7 @@ fn the_postgres_overlay_renders_a_stateless_fleet() {
     assert!(deployment.contains("path: /readyz") && deployment.contains("path: /healthz"));
     assert!(!deployment.contains("mountPath: /var/lib/hookrelay"), "a fleet relay keeps no state");
 
-    let config_map = read("deploy/kubernetes/overlays/postgres/configmap.yaml");
-    let toml: String = config_map
-        .lines()
-        .skip_while(|l| !l.contains("hookrelay.toml: |"))
-        .skip(1)
-        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
-        .collect();
+    let toml = config_map_toml(&read("deploy/kubernetes/overlays/postgres/configmap.yaml"));
     let env = secret_env("deploy/kubernetes/overlays/postgres/secret.example.yaml");
     assert_eq!(env.len(), 4, "{env:?}");
     assert_config_valid("the overlay's ConfigMap", &toml, &env);

@@ -14,7 +14,13 @@ use common::Relay;
 
 /// A relay config on `url` with one destination to `sink`.
 fn config(dir: &std::path::Path, url: &str, sink: &Sink) -> String {
-    let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
+    config_crm(dir, url, sink, "")
+}
+
+/// [`config`] with `extra` (TOML lines) right after the destination's URL: its
+/// settings, then any further tables.
+fn config_crm(dir: &std::path::Path, url: &str, sink: &Sink, extra: &str) -> String {
+    let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n{extra}", sink.url());
     common::config_with(&dir.join("data"), "", &tail)
         .replace("[storage]", "[storage]\nbackend = \"postgres\"")
         + &format!("\n[storage.postgres]\nurl = \"{url}\"\n")
@@ -311,10 +317,7 @@ async fn a_destinations_limits_hold_across_the_fleet() {
     let mut dirs = Vec::new();
     for _ in 0..3 {
         let d = tempfile::tempdir().unwrap();
-        let text = config(d.path(), &url, &sink).replace(
-            &format!("url = \"{}\"\n", sink.url()),
-            &format!("url = \"{}\"\n{limits}", sink.url()),
-        );
+        let text = config_crm(d.path(), &url, &sink, &limits);
         relays.push(Relay::start(d.path(), &text).await);
         dirs.push(d);
     }
@@ -354,12 +357,7 @@ async fn per_resource_order_holds_across_relays() {
     let extra = "ordering = \"per-resource\"\n[delivery]\ncircuit_probe_interval = \"200ms\"\n\
                  [delivery.retry]\ninitial_backoff = \"100ms\"\nmax_backoff = \"400ms\"\n";
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let with_order = |dir: &std::path::Path| {
-        config(dir, &url, &sink).replace(
-            &format!("url = \"{}\"\n", sink.url()),
-            &format!("url = \"{}\"\n{extra}", sink.url()),
-        )
-    };
+    let with_order = |dir: &std::path::Path| config_crm(dir, &url, &sink, extra);
     let a = Relay::start(dir_a.path(), &with_order(dir_a.path())).await;
     let b = Relay::start(dir_b.path(), &with_order(dir_b.path())).await;
     let record = |id: &str, name: &str| {
@@ -436,10 +434,7 @@ async fn a_relay_killed_under_load_loses_nothing_and_never_doubles_an_attempt() 
     let mut relays = Vec::new();
     for _ in 0..3 {
         let d = tempfile::tempdir().unwrap();
-        let text = config(d.path(), &url, &sink).replace(
-            &format!("url = \"{}\"\n", sink.url()),
-            &format!("url = \"{}\"\ntimeout = \"2s\"\n", sink.url()),
-        );
+        let text = config_crm(d.path(), &url, &sink, "timeout = \"2s\"\n");
         relays.push(Relay::start(d.path(), &text).await);
         dirs.push(d);
     }

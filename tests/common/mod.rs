@@ -23,6 +23,11 @@ pub const SOURCE: &str = "demo";
 pub const TOKEN: &str = "source-token-0123456789abcdef";
 pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
 
+/// A bench setting from the environment (`BENCH_ROUNDS=5`), or `default`.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// A config for tests: loopback listeners on free ports, one source, an admin token;
 /// `extra` goes into `[ingress]`.
 pub fn config(data_dir: &Path, extra: &str) -> String {

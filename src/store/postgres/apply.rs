@@ -58,7 +58,7 @@ pub(super) async fn apply(
     tx: &pg::Transaction<'_>,
     seen: &Prefetch,
     changes: &Changes,
-    notifier: &super::listen::Notifier,
+    notifier: &super::listen::Notifier<'_>,
 ) -> Result<(), StoreError> {
     notifier.notify_due(tx, changes).await?;
     // One statement per table and kind of write, whatever the batch size: a group of

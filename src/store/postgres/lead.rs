@@ -10,14 +10,20 @@ pub(super) struct Leader {
     held: std::collections::HashSet<i64>,
 }
 
+/// The advisory lock key of `task` in `schema`: relays of one fleet agree on it, other
+/// schemas' fleets on the same server do not collide with it.
+pub(super) fn lock_key(schema: &str, task: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("hookrelay\0{schema}\0{task}"));
+    let mut key = [0u8; 8];
+    key.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(key)
+}
+
 impl Inner {
     /// The advisory lock key of `task` in this schema.
     pub(super) fn lock_key(&self, task: &str) -> i64 {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(format!("hookrelay\0{}\0{task}", self.schema));
-        let mut key = [0u8; 8];
-        key.copy_from_slice(&digest[..8]);
-        i64::from_be_bytes(key)
+        lock_key(&self.schema, task)
     }
 
     /// See [`crate::store::Store::lead`].

@@ -26,30 +26,35 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 /// The listener's `application_name`, so an operator can tell its connection apart.
 pub(super) const APPLICATION_NAME: &str = "hookrelay-listen";
 
-impl Inner {
-    /// The schema's notification channel: short and fixed, whatever the schema's name
-    /// (a channel name is an identifier of at most 63 bytes).
-    pub(super) fn channel(&self) -> String {
-        format!("hookrelay_{:016x}", self.lock_key("wake") as u64)
-    }
+/// `schema`'s notification channel: short and fixed, whatever the schema's name (a
+/// channel name is an identifier of at most 63 bytes). Computed once, at open.
+pub(super) fn channel_of(schema: &str) -> String {
+    format!("hookrelay_{:016x}", super::lead::lock_key(schema, "wake") as u64)
+}
 
+impl Inner {
     /// A subscription to the fleet's wake-ups; the listener starts with the first.
     pub(super) fn subscribe(&self) -> broadcast::Receiver<Wake> {
         let sender = self.wakeups.get_or_init(|| {
             let (sender, _) = broadcast::channel(BUFFER);
             let mut config = self.config.clone();
             config.application_name(APPLICATION_NAME);
-            tokio::spawn(listen(config, self.channel(), self.instance.clone(), sender.clone()));
+            tokio::spawn(listen(
+                config,
+                self.channel.clone(),
+                self.instance.clone(),
+                sender.clone(),
+            ));
             sender
         });
         sender.subscribe()
     }
 
     /// What a transaction needs to notify the others.
-    pub(super) fn notifier(&self) -> Notifier {
+    pub(super) fn notifier(&self) -> Notifier<'_> {
         Notifier {
-            channel: self.channel(),
-            instance: self.instance.clone(),
+            channel: &self.channel,
+            instance: &self.instance,
             // Unknown (0) counts as not alone: better a notification nobody reads.
             alone: self.fleet_size.load(std::sync::atomic::Ordering::Relaxed) == 1,
         }
@@ -57,15 +62,15 @@ impl Inner {
 }
 
 /// Sends a transaction's wake-ups: `{instance} {destination}` on the channel.
-pub(super) struct Notifier {
-    channel: String,
-    instance: String,
+pub(super) struct Notifier<'a> {
+    channel: &'a str,
+    instance: &'a str,
     /// The last heartbeat saw no other relay: nobody to wake (a relay that joins
     /// since is covered by its workers' poll until the next heartbeat, 2 s).
     alone: bool,
 }
 
-impl Notifier {
+impl Notifier<'_> {
     /// Sends the notifications of `changes` in `tx`: one per destination that has a
     /// delivery becoming due now (new, replayed, or released from its queue).
     pub(super) async fn notify_due(
@@ -76,7 +81,7 @@ impl Notifier {
         if self.alone {
             return Ok(());
         }
-        notify_due(tx, &self.channel, &self.instance, changes).await
+        notify_due(tx, self.channel, self.instance, changes).await
     }
 }
 
@@ -203,9 +208,8 @@ mod tests {
 
     use tokio::sync::broadcast::Receiver;
 
-    use super::super::test_server;
     use super::APPLICATION_NAME;
-    use crate::store::conformance::{plan, received, Postgres};
+    use crate::store::conformance::{plan, received};
     use crate::store::{Store, Wake};
 
     /// The next wake-up that is not `All`, within 10 s.
@@ -231,12 +235,7 @@ mod tests {
     /// Callbacks are counted per (source, event) across the relays sharing the store.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn callbacks_are_counted_for_the_whole_fleet() {
-        let url = tokio::task::spawn_blocking(|| {
-            test_server::shared().database(&test_server::unique_database("received"))
-        })
-        .await
-        .unwrap();
-        let (a, b) = (Postgres::connect(&url).await, Postgres::connect(&url).await);
+        let (a, b) = super::super::tests::two_relays("received").await;
         for (store, n) in [(&a, 3), (&b, 2)] {
             for i in 0..n {
                 store.append(received("demo", "ActionCreated", 1_000 + i, "{}")).await.unwrap();
@@ -256,12 +255,7 @@ mod tests {
     /// nothing else sends wake-ups), also after the listener's connection was cut.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn deliveries_made_due_by_one_relay_wake_another() {
-        let url = tokio::task::spawn_blocking(|| {
-            test_server::shared().database(&test_server::unique_database("listen"))
-        })
-        .await
-        .unwrap();
-        let (a, b) = (Postgres::connect(&url).await, Postgres::connect(&url).await);
+        let (a, b) = super::super::tests::two_relays("listen").await;
         let mut rx = b.wakeups().expect("PostgreSQL sends wake-ups");
         listening(&mut rx).await;
         let mut own = a.wakeups().expect("PostgreSQL sends wake-ups");
@@ -275,8 +269,7 @@ mod tests {
         assert!(own.try_recv().is_err(), "a relay heard its own wake-up");
 
         // The listener's connection is cut: it reconnects by itself and says `All`.
-        let admin = Postgres::connect(&url).await;
-        let killed: i64 = admin
+        let killed: i64 = a
             .client()
             .await
             .unwrap()

@@ -111,6 +111,8 @@ pub(super) struct Inner {
     health: Arc<Health>,
     /// The fleet's wake-ups, once something subscribed (`listen.rs`).
     wakeups: std::sync::OnceLock<tokio::sync::broadcast::Sender<super::Wake>>,
+    /// The schema's notification channel (`listen.rs`).
+    channel: String,
     /// Tells this store's notifications from other relays' (their payload starts with
     /// it): a relay's own workers are woken in-process already.
     instance: String,
@@ -211,6 +213,7 @@ impl PostgresStore {
             last_id,
             health: health.clone(),
             wakeups: std::sync::OnceLock::new(),
+            channel: listen::channel_of(&opts.schema),
             instance: format!("{:016x}", fastrand::u64(..)),
             fleet_size: std::sync::atomic::AtomicUsize::new(0),
         });
@@ -360,9 +363,12 @@ mod tests {
     use crate::store::conformance::Postgres;
     use crate::store::Store;
 
-    async fn two_relays() -> (super::PostgresStore, super::PostgresStore) {
-        let url = tokio::task::spawn_blocking(|| {
-            test_server::shared().database(&test_server::unique_database("lead"))
+    /// Two stores on one new database, as two relays of a fleet hold it.
+    pub(super) async fn two_relays(
+        prefix: &'static str,
+    ) -> (super::PostgresStore, super::PostgresStore) {
+        let url = tokio::task::spawn_blocking(move || {
+            test_server::shared().database(&test_server::unique_database(prefix))
         })
         .await
         .unwrap();
@@ -371,7 +377,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_relay_leads_a_task_and_another_takes_over_when_it_dies() {
-        let (a, b) = two_relays().await;
+        let (a, b) = two_relays("lead").await;
         assert!(a.lead("retention").await.unwrap());
         assert!(a.lead("retention").await.unwrap(), "a leader stays leader");
         assert!(!b.lead("retention").await.unwrap(), "two leaders");
@@ -388,7 +394,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn heartbeats_rank_the_live_relays_in_the_order_they_joined() {
-        let (a, b) = two_relays().await;
+        let (a, b) = two_relays("lead").await;
         let live = Duration::from_millis(1500);
         let fleet = |rank, size| Some(crate::store::Fleet { rank, size });
         assert_eq!(a.heartbeat("relay-a", live).await.unwrap(), fleet(0, 1));
@@ -404,7 +410,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_exclusive_hold_makes_other_relays_wait() {
-        let (a, b) = two_relays().await;
+        let (a, b) = two_relays("lead").await;
         let held = a.exclusive("reconciler").await.unwrap();
         let waiter = tokio::spawn(async move {
             let _hold = b.exclusive("reconciler").await.unwrap();

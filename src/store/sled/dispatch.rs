@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
-use super::codec::{awaits_outcome, parse_meta, split_record};
+use super::codec::{awaits_outcome, decode_meta, parse_meta, split_record};
 use super::{hex, keys, Inner, DEDUP, RECORDS};
 use crate::lock::lock;
 use crate::store::lifecycle::{self, Staged};
@@ -65,9 +65,11 @@ impl Inner {
                 }
             };
             // No outcome yet (just checked): the meta as stored is the event's.
-            let meta = split_record(&value)
-                .and_then(|r| parse_meta(r.meta))
-                .map_err(|reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason })?;
+            let meta = decode_meta(&value).map_err(|reason| StoreError::Corrupt {
+                table: RECORDS,
+                key: hex(&key),
+                reason,
+            })?;
             outcomes.push(lifecycle::dispatch(&mut st, meta, plan, now_us)?);
         }
         let changes = st.into_changes();
