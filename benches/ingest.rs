@@ -266,14 +266,28 @@ fn cpu_seconds(pid: i32) -> f64 {
 }
 
 /// Waits until the relay has dispatched everything it acknowledged (its inbox is
-/// empty), so that the CPU measured covers each callback's whole path.
+/// empty), so that the CPU measured covers each callback's whole path. The gauge is
+/// watched while it moves; once it stands still above zero, the events themselves
+/// are asked (builds before 2026-11-22 could leave their inbox gauge above zero for
+/// good after a race between ingest and dispatch).
 async fn drained(relay: &common::Relay) {
-    for _ in 0..200 {
+    let (mut last, mut still) = (f64::NAN, 0);
+    for _ in 0..3000 {
         let m = relay.metrics().await;
-        if common::metric(&m, "hookrelay_inbox_events", &[]) == Some(0.0) {
+        let inbox = common::metric(&m, "hookrelay_inbox_events", &[]).unwrap_or(f64::NAN);
+        if inbox == 0.0 {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        still = if inbox == last { still + 1 } else { 0 };
+        last = inbox;
+        if still >= 25 {
+            let (_, page) = relay.admin_get("/admin/events?status=received&limit=1").await;
+            if page["events"].as_array().is_some_and(Vec::is_empty) {
+                return;
+            }
+            still = 0;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -305,6 +319,15 @@ async fn run(rounds: usize, secs: Duration) {
     // CPU µs per callback of each relay, per round: steadier than throughput on a
     // shared machine, since it does not depend on who else had the cores.
     let mut cpu: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+    // What each relay had left to dispatch when the load stopped, and the CPU µs per
+    // callback it spent while the load ran: a relay that dispatches less during the
+    // load leaves the cores to the ack path and catches up afterwards.
+    let mut backlog: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+    let mut cpu_load: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
+    // Callbacks acknowledged *and dispatched* per second: from the start of the load
+    // until the inbox is empty again. Work a relay puts off until after the load
+    // counts here, not in the closed-loop throughput.
+    let mut pipeline: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         // Each round starts with another target, so no build always follows the same
         // one (the bare server's 70k requests/s leave the machine busier than others).
@@ -312,9 +335,16 @@ async fn run(rounds: usize, secs: Duration) {
         for i in order {
             let t = &targets[i];
             let cpu0 = t.relay.as_ref().map(|r| cpu_seconds(r.pid()));
+            let began = Instant::now();
             let c = closed_loop(&t.url, secs).await;
             if let (Some(relay), Some(cpu0)) = (&t.relay, cpu0) {
+                let during = cpu_seconds(relay.pid()) - cpu0;
+                cpu_load[i].push(1e6 * during / c.acked.max(1) as f64);
+                let m = relay.metrics().await;
+                let left = common::metric(&m, "hookrelay_inbox_events", &[]).unwrap_or(f64::NAN);
+                backlog[i].push(left);
                 drained(relay).await;
+                pipeline[i].push(c.acked as f64 / began.elapsed().as_secs_f64());
                 let us = 1e6 * (cpu_seconds(relay.pid()) - cpu0) / c.acked.max(1) as f64;
                 cpu[i].push(us);
             }
@@ -347,17 +377,17 @@ async fn run(rounds: usize, secs: Duration) {
     // How each relay grouped its commits: the mean group size and store time per group
     // (from its own histograms), which explain most differences in throughput.
     println!(
-        "\n| relay | commit groups | mean callbacks per group | mean store time per group (ms) | CPU per callback, ack to dispatch (µs, median; per round) |"
+        "\n| relay | commit groups | mean callbacks per group | mean store time per group (ms) | CPU per callback, ack to dispatch (µs, median; per round) | CPU per callback during the load (µs) | inbox left at the end of the load | acknowledged and dispatched per second |"
     );
-    println!("|---|---:|---:|---:|---:|");
-    for (t, cpu) in targets.iter().zip(&cpu) {
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (i, (t, cpu)) in targets.iter().zip(&cpu).enumerate() {
         let Some(relay) = &t.relay else { continue };
         let text = relay.metrics().await;
         let get = |name: &str| common::metric(&text, name, &[]).unwrap_or(f64::NAN);
         let groups = get("hookrelay_store_commit_batch_size_count");
         let rounds: Vec<String> = cpu.iter().map(|c| format!("{c:.0}")).collect();
         println!(
-            "| {} | {:.0} | {:.1} | {:.2} | {:.0} ({}) |",
+            "| {} | {:.0} | {:.1} | {:.2} | {:.0} ({}) | {:.0} | {:.0} | {:.0} |",
             t.name,
             groups,
             get("hookrelay_store_commit_batch_size_sum") / groups,
@@ -365,6 +395,9 @@ async fn run(rounds: usize, secs: Duration) {
                 / get("hookrelay_store_commit_duration_seconds_count"),
             median(cpu.clone()),
             rounds.join(", "),
+            median(cpu_load[i].clone()),
+            median(backlog[i].clone()),
+            median(pipeline[i].clone()),
         );
     }
 }

@@ -154,3 +154,67 @@ async fn hooks_sync_exits_non_zero_when_an_account_fails() {
     assert!(out.contains("check the account's api_base"), "{out}");
     assert!(err.contains("could not be reconciled"), "{err}");
 }
+
+/// "Did the update of matter 5 reach the CRM?": the events about one record, from the
+/// admin API and the CLI, with where each delivery stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_about_one_record_with_their_deliveries() {
+    let sink = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    let body = |kind: &str, id: &str, n: u32| {
+        format!(r#"{{"data":{{"type":"{kind}","id":{id},"attributes":{{"n":{n}}}}}}}"#)
+    };
+    let mut about_5 = Vec::new();
+    for (kind, id, n) in
+        [("actions", "\"5\"", 1), ("actions", "6", 2), ("actions", "5", 3), ("tasks", "\"5\"", 4)]
+    {
+        let r = relay.callback(Some("ActionUpdated"), "application/json", body(kind, id, n)).await;
+        let id_of = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        if kind == "actions" && id.trim_matches('"') == "5" {
+            about_5.push(id_of);
+        }
+    }
+    sink.wait_for(4, Duration::from_secs(15)).await;
+    // The deliveries are recorded just after the sink answers.
+    let v = relay
+        .admin_until("/admin/events?record=actions/5", Duration::from_secs(15), |v| {
+            v["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["deliveries"][0]["state"] == "delivered")
+        })
+        .await;
+    let events = v["events"].as_array().unwrap();
+    let ids: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [about_5[1].as_str(), about_5[0].as_str()],
+        "newest first, both spellings of the id"
+    );
+    assert_eq!(events[0]["record"], "actions/5");
+    assert_eq!(
+        events[0]["deliveries"],
+        serde_json::json!([{"destination": "crm", "state": "delivered"}])
+    );
+    // A plain listing carries the record but not the deliveries.
+    let (_, all) = relay.admin_get("/admin/events").await;
+    assert_eq!(all["events"][0]["record"], "tasks/5");
+    assert!(all["events"][0].get("deliveries").is_none());
+    let (status, bad) = relay.admin_get("/admin/events?record=actions").await;
+    assert_eq!(status, 400);
+    assert!(bad["error"].as_str().unwrap().contains("type/id"), "{bad}");
+
+    let d = dir.path();
+    let (code, out, err) = cli(&relay, d, &["events", "list", "--record", "actions/5"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().next().unwrap().ends_with("DELIVERIES"), "{out}");
+    assert_eq!(out.matches("crm=delivered").count(), 2, "{out}");
+    assert!(out.contains(&about_5[0]) && out.contains(&about_5[1]), "{out}");
+    let (code, out, _) = cli(&relay, d, &["events", "list", "--record", "orders/1"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("(none)"), "{out}");
+}

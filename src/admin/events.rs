@@ -19,6 +19,9 @@ pub(super) struct ListQuery {
     source: Option<String>,
     event: Option<String>,
     status: Option<EventStatus>,
+    /// Only events about this record, `type/id` (`actions/5`), each with its
+    /// deliveries' states.
+    record: Option<String>,
     /// Continue after this id: the listing is newest first, so older events follow.
     after: Option<String>,
     limit: Option<usize>,
@@ -41,23 +44,45 @@ pub(super) async fn list(
     if !(1..=MAX_LIMIT).contains(&limit) {
         return error(StatusCode::BAD_REQUEST, format!("limit: must be between 1 and {MAX_LIMIT}"));
     }
+    if let Some(record) = &query.record {
+        if !record.split_once('/').is_some_and(|(kind, id)| !kind.is_empty() && !id.is_empty()) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("record: {record:?} is not type/id, such as actions/5 (the `type` and `id` of the callback's `data`)"),
+            );
+        }
+    }
+    let by_record = query.record.is_some();
     let filter = EventFilter {
         source: query.source,
         event: query.event,
         status: query.status,
+        record: query.record,
         after,
         limit,
     };
-    match state.store.list_events(filter).await {
-        Ok(records) => {
-            let next_after =
-                (records.len() == limit).then(|| records.last().map(|r| r.id)).flatten();
-            let events: Vec<EventView<'_>> = records.iter().map(EventView::from).collect();
-            HttpResponse::Ok()
-                .json(serde_json::json!({ "events": events, "next_after": next_after }))
+    let store = &state.store;
+    let records = match store.list_events(filter).await {
+        Ok(records) => records,
+        Err(e) => return store_error(&e),
+    };
+    // By record, the question is "did it reach them": each event's deliveries too.
+    let mut deliveries = Vec::new();
+    if by_record {
+        for r in &records {
+            match store.deliveries_of(r.id).await {
+                Ok(d) => deliveries.push(d),
+                Err(e) => return store_error(&e),
+            }
         }
-        Err(e) => store_error(&e),
     }
+    let next_after = (records.len() == limit).then(|| records.last().map(|r| r.id)).flatten();
+    let events: Vec<EventView<'_>> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| EventView::from(r).with_deliveries(deliveries.get(i)))
+        .collect();
+    HttpResponse::Ok().json(serde_json::json!({ "events": events, "next_after": next_after }))
 }
 
 /// One event with its headers and body (UTF-8 text as is, anything else in base64).

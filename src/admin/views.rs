@@ -29,6 +29,30 @@ pub(super) struct EventView<'a> {
     duplicate_of: Option<EventId>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     destinations: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<&'a str>,
+    /// Each delivery's state, in a listing by record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deliveries: Option<Vec<DeliveryStateView<'a>>>,
+}
+
+/// Where one delivery of an event stands (a listing by record).
+#[derive(Serialize)]
+struct DeliveryStateView<'a> {
+    destination: &'a str,
+    state: DeliveryState,
+}
+
+impl<'a> EventView<'a> {
+    /// The view with the states of `deliveries` (the event's), when given.
+    pub(super) fn with_deliveries(mut self, deliveries: Option<&'a Vec<DeliveryRecord>>) -> Self {
+        self.deliveries = deliveries.map(|d| {
+            d.iter()
+                .map(|d| DeliveryStateView { destination: &d.destination, state: d.state })
+                .collect()
+        });
+        self
+    }
 }
 
 impl<'a> From<&'a EventRecord> for EventView<'a> {
@@ -47,6 +71,8 @@ impl<'a> From<&'a EventRecord> for EventView<'a> {
             reason: m.reason.as_deref(),
             duplicate_of: m.duplicate_of,
             destinations: &m.destinations,
+            record: m.record.as_deref(),
+            deliveries: None,
         }
     }
 }

@@ -42,6 +42,10 @@ pub(super) enum Events {
         /// received, dispatched, duplicate, unrouted or rejected.
         #[arg(long)]
         status: Option<String>,
+        /// Only events about this record, type/id as in the callback's data
+        /// (e.g. actions/5), with where each delivery stands. Served from an index.
+        #[arg(long)]
+        record: Option<String>,
         /// At most this many (1 to the admin API's maximum).
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -187,19 +191,34 @@ fn list(v: &Value) -> String {
     v.as_array().map_or_else(|| "-".into(), |a| a.iter().map(s).collect::<Vec<_>>().join(","))
 }
 
+/// `crm=delivered,erp=retrying`, or `-` for none.
+fn delivery_states(v: &Value) -> String {
+    let states: Vec<String> = v
+        .as_array()
+        .map(|a| a.iter().map(|d| format!("{}={}", s(&d["destination"]), s(&d["state"]))).collect())
+        .unwrap_or_default();
+    if states.is_empty() {
+        "-".into()
+    } else {
+        states.join(",")
+    }
+}
+
 async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<(Value, String)> {
     match cmd {
-        Events::List { source, event, status, limit, after } => {
+        Events::List { source, event, status, record, limit, after } => {
+            let by_record = record.is_some();
             let q = query(&[
                 ("source", source),
                 ("event", event),
                 ("status", status),
+                ("record", record),
                 ("limit", Some(limit.to_string())),
                 ("after", after),
             ]);
             let v = client.get(&format!("/admin/events{q}")).await?;
             let rows = rows(&v["events"], |e| {
-                vec![
+                let mut row = vec![
                     s(&e["id"]),
                     s(&e["received_at"]),
                     s(&e["source"]),
@@ -207,12 +226,17 @@ async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<(Value, Str
                     s(&e["status"]),
                     s(&e["size"]),
                     list(&e["flags"]),
-                ]
+                ];
+                if by_record {
+                    row.push(delivery_states(&e["deliveries"]));
+                }
+                row
             });
-            let mut text = table::render(
-                &["ID", "RECEIVED", "SOURCE", "EVENT", "STATUS", "SIZE", "FLAGS"],
-                &rows,
-            );
+            let mut header = vec!["ID", "RECEIVED", "SOURCE", "EVENT", "STATUS", "SIZE", "FLAGS"];
+            if by_record {
+                header.push("DELIVERIES");
+            }
+            let mut text = table::render(&header, &rows);
             if let Some(next) = v["next_after"].as_str() {
                 text.push_str(&format!("more: --after {next}\n"));
             }

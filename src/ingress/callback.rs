@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::auth::{Auth, UNKNOWN_SOURCE};
 use super::body::{self, Body};
-use super::inspect::{inspect, path_event_name};
+use super::inspect::{inspect, path_event_name, Inspection};
 use super::{abort, IngressState};
 use crate::event_names;
 use crate::metrics::outcome;
@@ -187,17 +187,18 @@ fn new_event(
     let content_type =
         headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
 
-    let (body, size, mut flags, body_event, status, reason) = match body {
+    let (body, size, seen, status, reason) = match body {
         Body::Complete(bytes) => {
             let seen = inspect(&bytes);
             let size = bytes.len() as u64;
-            (Some(bytes), size, seen.flags, seen.event_name, EventStatus::Received, None)
+            (Some(bytes), size, seen, EventStatus::Received, None)
         }
         Body::TooLarge { size } => {
             let reason = format!("body of {size} bytes exceeds ingress.max_body_bytes ({limit})");
-            (None, size, Vec::new(), None, EventStatus::Rejected, Some(reason))
+            (None, size, Inspection::default(), EventStatus::Rejected, Some(reason))
         }
     };
+    let (mut flags, body_event) = (seen.flags, seen.event_name);
     if status == EventStatus::Rejected {
         flags.push(EventFlag::Oversized);
     }
@@ -224,6 +225,7 @@ fn new_event(
             reason,
             duplicate_of: None,
             destinations: Vec::new(),
+            record: seen.record,
         },
         body,
     }

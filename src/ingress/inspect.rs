@@ -12,12 +12,15 @@ use crate::store::EventFlag;
 pub(super) struct Inspection {
     /// `meta.debug.resthook.event_name`, when present (see upstream-notes.md).
     pub(super) event_name: Option<String>,
+    /// `type/id` of the body's `data`, when both are plain (see [`record_of`]).
+    pub(super) record: Option<String>,
     pub(super) flags: Vec<EventFlag>,
 }
 
 #[derive(Deserialize)]
 struct Probe {
     meta: Option<ProbeMeta>,
+    data: Option<ProbeData>,
 }
 #[derive(Deserialize)]
 struct ProbeMeta {
@@ -37,7 +40,7 @@ struct ProbeHook {
 /// another shape" from "not JSON".
 pub(super) fn inspect(body: &[u8]) -> Inspection {
     if body.is_empty() {
-        return Inspection { event_name: None, flags: vec![EventFlag::Empty] };
+        return Inspection { flags: vec![EventFlag::Empty], ..Inspection::default() };
     }
     match serde_json::from_slice::<Probe>(body) {
         Ok(probe) => Inspection {
@@ -47,10 +50,142 @@ pub(super) fn inspect(body: &[u8]) -> Inspection {
                 .and_then(|d| d.resthook)
                 .and_then(|h| h.event_name)
                 .filter(|n| !n.is_empty()),
+            record: probe.data.and_then(|d| record_of(d.kind?, d.id?)),
             flags: Vec::new(),
         },
         Err(_) if serde_json::from_slice::<IgnoredAny>(body).is_ok() => Inspection::default(),
-        Err(_) => Inspection { event_name: None, flags: vec![EventFlag::NotJson] },
+        Err(_) => Inspection { flags: vec![EventFlag::NotJson], ..Inspection::default() },
+    }
+}
+
+/// The longest `type` or `id` indexed: anything longer is not a record name.
+const MAX_RECORD_PART: usize = 128;
+
+/// `kind/id`, if both look like a record's type and id: non-empty, at most
+/// [`MAX_RECORD_PART`] bytes, no control characters, and no `/` in the type (so that
+/// `type/id` splits one way). The body is arbitrary input: anything else is simply
+/// not indexed.
+pub(crate) fn record_of(kind: String, id: String) -> Option<String> {
+    let plain =
+        |s: &str| (1..=MAX_RECORD_PART).contains(&s.len()) && !s.chars().any(char::is_control);
+    (plain(&kind) && plain(&id) && !kind.contains('/')).then(|| format!("{kind}/{id}"))
+}
+
+/// `data` of a JSON:API body: the record the event is about. Any other shape of
+/// `data` is skipped, never an error: it must not cost the body its event name.
+#[derive(Default)]
+struct ProbeData {
+    kind: Option<String>,
+    id: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for ProbeData {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ProbeData;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<ProbeData, A::Error> {
+                let mut data = ProbeData::default();
+                while let Some(key) = a.next_key::<Field>()? {
+                    match key {
+                        Field::Type => data.kind = a.next_value::<Scalar>()?.0,
+                        Field::Id => data.id = a.next_value::<Scalar>()?.0,
+                        Field::Other => {
+                            a.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(data)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<ProbeData, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ProbeData::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<ProbeData, E> {
+                Ok(ProbeData::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<ProbeData, E> {
+                Ok(ProbeData::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<ProbeData, E> {
+                Ok(ProbeData::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<ProbeData, E> {
+                Ok(ProbeData::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<ProbeData, E> {
+                Ok(ProbeData::default())
+            }
+            fn visit_unit<E>(self) -> Result<ProbeData, E> {
+                Ok(ProbeData::default())
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// The keys of `data` that name its record (matched without allocating).
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Field {
+    Type,
+    Id,
+    #[serde(other)]
+    Other,
+}
+
+/// A string or a number, as text (`"5"` and `5` name the same record); any other
+/// JSON value (skipped without building it) is `None`.
+struct Scalar(Option<String>);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_string())))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(Some(v.to_string())))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Scalar, E> {
+                Ok(Scalar(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Scalar, E> {
+                Ok(Scalar(None))
+            }
+            fn visit_unit<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Scalar, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Scalar, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar(None))
+            }
+        }
+        d.deserialize_any(Visit)
     }
 }
 
@@ -75,8 +210,47 @@ mod tests {
             "meta":{"debug":{"resthook":{"id":"46","event_name":"FileNoteCreated"}}}}"#;
         assert_eq!(
             inspect(body),
-            Inspection { event_name: Some("FileNoteCreated".into()), flags: vec![] }
+            Inspection {
+                event_name: Some("FileNoteCreated".into()),
+                record: Some("filenotes/259".into()),
+                flags: vec![]
+            }
         );
+    }
+
+    #[test]
+    fn names_the_record_when_type_and_id_are_plain() {
+        let record = |body: &str| inspect(body.as_bytes()).record;
+        assert_eq!(record(r#"{"data":{"id":5,"type":"actions"}}"#).as_deref(), Some("actions/5"));
+        assert_eq!(
+            record(r#"{"data":{"type":"actions","id":"a/b"}}"#).as_deref(),
+            Some("actions/a/b")
+        );
+        for body in [
+            r#"{"data":{"type":"actions"}}"#,
+            r#"{"data":{"type":"actions","id":null}}"#,
+            r#"{"data":{"type":"actions","id":{"x":[1,2]}}}"#,
+            r#"{"data":{"type":"actions","id":[5]}}"#,
+            r#"{"data":{"type":"actions","id":1.5}}"#,
+            r#"{"data":{"type":"","id":"5"}}"#,
+            r#"{"data":{"type":"a/b","id":"5"}}"#,
+            r#"{"data":{"type":"actions","id":"5\n"}}"#,
+            r#"{"data":[{"type":"actions","id":"5"}]}"#,
+        ] {
+            assert_eq!(record(body), None, "{body}");
+        }
+        let long = format!(r#"{{"data":{{"type":"actions","id":"{}"}}}}"#, "9".repeat(129));
+        assert_eq!(record(&long), None);
+        // A `data` of another shape costs the body neither its event name nor its
+        // standing as JSON.
+        for data in [r#"[1]"#, r#""x""#, "7", "null", "true", r#"{"type":{"a":1},"id":"5"}"#] {
+            let body = format!(
+                r#"{{"data":{data},"meta":{{"debug":{{"resthook":{{"event_name":"ActionUpdated"}}}}}}}}"#
+            );
+            let seen = inspect(body.as_bytes());
+            assert_eq!(seen.event_name.as_deref(), Some("ActionUpdated"), "{body}");
+            assert!(seen.flags.is_empty() && seen.record.is_none(), "{body}");
+        }
     }
 
     #[test]

@@ -217,6 +217,7 @@ mod tests {
                 reason: None,
                 duplicate_of: None,
                 destinations: Vec::new(),
+                record: None,
             },
             body: Some(bytes::Bytes::new()),
         }

@@ -87,7 +87,7 @@ impl Data {
                 None => self.queues.remove(&key),
             };
         }
-        for id in changes.pruned {
+        for (id, _) in changes.pruned {
             self.events.remove(&id);
             self.bodies.remove(&id);
         }
@@ -182,12 +182,7 @@ impl Store for MemoryStore {
         Ok(all
             .into_iter()
             .rev()
-            .filter(|(id, m)| {
-                filter.after.is_none_or(|a| *id < a)
-                    && filter.source.as_ref().is_none_or(|s| *s == m.source)
-                    && filter.event.as_ref().is_none_or(|e| *e == m.event)
-                    && filter.status.is_none_or(|s| s == m.status)
-            })
+            .filter(|(id, m)| filter.after.is_none_or(|a| *id < a) && filter.matches(m))
             .take(filter.limit)
             .map(|(id, m)| EventRecord { id, meta: m.clone() })
             .collect())

@@ -67,9 +67,24 @@ pub(crate) struct EventFilter {
     pub(crate) source: Option<String>,
     pub(crate) event: Option<String>,
     pub(crate) status: Option<EventStatus>,
+    /// Only events about this record (`type/id`, see [`EventMeta::record`]): answered
+    /// from an index, not a scan.
+    pub(crate) record: Option<String>,
     /// Continue a listing after this id (so: older events only).
     pub(crate) after: Option<EventId>,
     pub(crate) limit: usize,
+}
+
+impl EventFilter {
+    /// Whether `meta` passes the filter's conditions (all but `after` and `limit`,
+    /// which are about the listing's window): one definition for every backend
+    /// that filters in code.
+    pub(crate) fn matches(&self, meta: &EventMeta) -> bool {
+        self.source.as_ref().is_none_or(|s| *s == meta.source)
+            && self.event.as_ref().is_none_or(|e| *e == meta.event)
+            && self.status.is_none_or(|s| s == meta.status)
+            && self.record.as_ref().is_none_or(|r| Some(r) == meta.record.as_ref())
+    }
 }
 
 /// Everything the relay needs from its storage (see the module docs for the promises).

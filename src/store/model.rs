@@ -144,6 +144,11 @@ pub(crate) struct EventMeta {
     /// Destinations it was routed to, once dispatched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) destinations: Vec<String>,
+    /// The record the event is about, `type/id` from the body's `data` (JSON:API):
+    /// `actions/5`. Indexed, so that "did the update of matter 5 reach the CRM?" is
+    /// answered without a scan (`EventFilter::record`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) record: Option<String>,
 }
 
 impl EventMeta {

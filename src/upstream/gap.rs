@@ -107,6 +107,7 @@ pub(crate) fn event(
             reason: None,
             duplicate_of: None,
             destinations: Vec::new(),
+            record: None,
         },
         body: Some(bytes::Bytes::from(body)),
     }

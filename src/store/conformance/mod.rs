@@ -13,7 +13,8 @@ use super::lifecycle::{AttemptReport, Outcome, Verdict};
 use super::memory::MemoryStore;
 use super::{
     Attempt, DeadLetterFilter, DedupKey, DeliveryState, DispatchOutcome, DispatchPlan, EventFilter,
-    EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent, QueueStats, Recorded, SharedStore,
+    EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent, PendingEvent, QueueStats, Recorded,
+    SharedStore,
 };
 use crate::config::RetryPolicy;
 
@@ -121,6 +122,7 @@ pub(crate) fn received(source: &str, name: &str, at_us: u64, body: &str) -> NewE
             reason: None,
             duplicate_of: None,
             destinations: Vec::new(),
+            record: None,
         },
         body: Some(bytes::Bytes::copy_from_slice(body.as_bytes())),
     }
@@ -246,6 +248,59 @@ async fn concurrent_appends_get_unique_ids(h: &mut dyn Harness) {
     ids.dedup();
     assert_eq!(ids.len(), 64, "every append got its own id");
     assert_eq!(store.inbox_len().await.unwrap(), 64, "and every acknowledged one is stored");
+    store.close().await.unwrap();
+}
+
+/// The inbox and dedup counts end where the data is when appends and dispatch race:
+/// dispatch may take an event before `append` has counted it (a sled count clamped at
+/// zero lost that decrement and reported a non-empty inbox for good).
+async fn counts_survive_concurrent_append_and_dispatch(h: &mut dyn Harness) {
+    const WRITERS: u64 = 4;
+    const EACH: u64 = 1_000;
+    let store = h.open().await;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (store, done) = (store.clone(), done.clone());
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    let body = format!("{{\"w\":{w},\"i\":{i}}}");
+                    store.append(received("demo", "A", 1_000 + i, &body)).await.unwrap();
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        })
+        .collect();
+    // Every event its own dedup key (from its id), no destination.
+    let planner: super::Planner = Arc::new(|p: &PendingEvent| {
+        let mut hash = [0u8; 16];
+        hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
+        DispatchPlan {
+            id: p.id,
+            dedup: Some(DedupKey { hash, window_us: 600 * S }),
+            destinations: Vec::new(),
+            ordered: Vec::new(),
+            resource: None,
+        }
+    });
+    let mut dispatched = 0u64;
+    loop {
+        let finished = done.load(std::sync::atomic::Ordering::SeqCst) == WRITERS as usize;
+        let (pending, _, _) = store.dispatch_next(8, planner.clone(), 2_000).await.unwrap();
+        dispatched += pending.len() as u64;
+        if finished && pending.is_empty() {
+            break;
+        }
+        if pending.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    assert_eq!(dispatched, WRITERS * EACH);
+    assert_eq!(store.inbox_len().await.unwrap(), 0, "the inbox is empty and so is its count");
+    assert_eq!(store.dedup_len().await.unwrap(), WRITERS * EACH);
     store.close().await.unwrap();
 }
 
@@ -519,6 +574,65 @@ async fn per_resource_order(h: &mut dyn Harness) {
     assert_eq!(store.claim_due("o", "r1", now, LEASE, 10).await.unwrap().len(), 1);
 }
 
+/// `event` about `record` (the ingress sets it from the body's `data`).
+fn about(mut event: NewEvent, record: &str) -> NewEvent {
+    event.meta.record = Some(record.into());
+    event
+}
+
+/// Listing by record: found in the inbox and after dispatch, filtered and paged like
+/// any listing, gone with its event, and the same after a restart.
+async fn events_are_found_by_record(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        vec![
+            about(received("demo", "ActionCreated", S, "{}"), "actions/5"),
+            about(received("demo", "ActionCreated", S + 1, "{}"), "actions/6"),
+            received("demo", "ActionCreated", S + 2, "{}"),
+            about(received("other", "ActionUpdated", S + 3, "{}"), "actions/5"),
+            about(received("demo", "ActionUpdated", S + 4, "{}"), "actions/5"),
+        ],
+    )
+    .await;
+    let by = |record: &str, f: EventFilter| EventFilter { record: Some(record.into()), ..f };
+    let all = || EventFilter { limit: 10, ..Default::default() };
+    let found = |store: SharedStore, f: EventFilter| async move {
+        store.list_events(f).await.unwrap().into_iter().map(|r| r.id).collect::<Vec<_>>()
+    };
+    assert_eq!(found(store.clone(), by("actions/5", all())).await, [ids[4], ids[3], ids[0]]);
+    // Two still in the inbox, three dispatched: one listing.
+    store
+        .dispatch(
+            vec![plan(ids[0], 1, &["crm"]), plan(ids[2], 2, &[]), plan(ids[3], 3, &[])],
+            2 * S,
+        )
+        .await
+        .unwrap();
+    assert_eq!(found(store.clone(), by("actions/5", all())).await, [ids[4], ids[3], ids[0]]);
+    let events = store.list_events(by("actions/5", all())).await.unwrap();
+    assert_eq!(events[2].meta.record.as_deref(), Some("actions/5"));
+    assert_eq!(events[2].meta.status, EventStatus::Dispatched);
+    assert_eq!(found(store.clone(), by("actions/6", all())).await, [ids[1]]);
+    assert!(found(store.clone(), by("actions/7", all())).await.is_empty());
+    assert!(found(store.clone(), by("actions", all())).await.is_empty(), "no prefix match");
+    let demo = EventFilter { source: Some("demo".into()), ..all() };
+    assert_eq!(found(store.clone(), by("actions/5", demo)).await, [ids[4], ids[0]]);
+    let unrouted = EventFilter { status: Some(EventStatus::Unrouted), ..all() };
+    assert_eq!(found(store.clone(), by("actions/5", unrouted)).await, [ids[3]]);
+    let page = EventFilter { limit: 2, ..all() };
+    assert_eq!(found(store.clone(), by("actions/5", page)).await, [ids[4], ids[3]]);
+    let next = EventFilter { limit: 2, after: Some(ids[3]), ..all() };
+    assert_eq!(found(store.clone(), by("actions/5", next)).await, [ids[0]]);
+    // The unrouted event is pruned, and leaves the index with it.
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 2, "the unrouted ones");
+    assert_eq!(found(store.clone(), by("actions/5", all())).await, [ids[4], ids[0]]);
+    drop(store);
+    let store = h.reopen().await;
+    assert_eq!(found(store.clone(), by("actions/5", all())).await, [ids[4], ids[0]]);
+    store.close().await.unwrap();
+}
+
 async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     let store = h.open().await;
     let ids = append_all(
@@ -663,6 +777,10 @@ macro_rules! conformance {
             async fn concurrent_appends_get_unique_ids() {
                 super::concurrent_appends_get_unique_ids(&mut $make).await;
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn counts_survive_concurrent_append_and_dispatch() {
+                super::counts_survive_concurrent_append_and_dispatch(&mut $make).await;
+            }
             #[tokio::test]
             async fn dispatch_dedups_routes_and_schedules() {
                 super::dispatch_dedups_routes_and_schedules(&mut $make).await;
@@ -682,6 +800,10 @@ macro_rules! conformance {
             #[tokio::test]
             async fn per_resource_order() {
                 super::per_resource_order(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn events_are_found_by_record() {
+                super::events_are_found_by_record(&mut $make).await;
             }
             #[tokio::test]
             async fn prune_keeps_what_is_not_finished() {

@@ -110,7 +110,10 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                         if is_rejected(i) {
                             super::rejected(m.now)
                         } else {
-                            received("demo", "ActionUpdated", m.now, "{\"data\":1}")
+                            super::about(
+                                received("demo", "ActionUpdated", m.now, "{\"data\":1}"),
+                                &record_of(occurrence),
+                            )
                         }
                     })
                     .collect();
@@ -313,6 +316,14 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
     }
 }
 
+/// How many records the events are about.
+const RECORDS: u8 = 3;
+
+/// The record an occurrence's events are about (several occurrences share one).
+fn record_of(occurrence: u8) -> String {
+    format!("actions/{}", occurrence % RECORDS)
+}
+
 /// Everything the store shows matches the model.
 async fn verify(store: &SharedStore, m: &Model) {
     let inbox = m.events.values().filter(|s| **s == EventStatus::Received).count() as u64;
@@ -322,6 +333,25 @@ async fn verify(store: &SharedStore, m: &Model) {
     let shown: BTreeMap<EventId, EventStatus> =
         listed.iter().map(|r| (r.id, r.meta.status)).collect();
     assert_eq!(shown, m.events, "events");
+    // By record: every received event of the occurrence's record, newest first,
+    // whether still in the inbox or dispatched.
+    for occurrence in 0..RECORDS {
+        let record = record_of(occurrence);
+        let filter =
+            EventFilter { record: Some(record.clone()), limit: 100_000, ..Default::default() };
+        let got: Vec<EventId> =
+            store.list_events(filter).await.unwrap().into_iter().map(|r| r.id).collect();
+        let want: Vec<EventId> = m
+            .events
+            .iter()
+            .rev()
+            .filter(|(id, status)| {
+                **status != EventStatus::Rejected && record_of(m.occurrence[*id]) == record
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(got, want, "events about {record}");
+    }
     for id in m.events.keys() {
         let got: BTreeMap<String, (DeliveryState, Option<u64>)> = store
             .deliveries_of(*id)

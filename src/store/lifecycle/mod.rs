@@ -77,8 +77,9 @@ pub(crate) struct Changes {
     pub(crate) deliveries: BTreeMap<(EventId, String), DeliveryChange>,
     /// Ordering queues to set or remove.
     pub(crate) queues: BTreeMap<(String, [u8; 16]), Option<Queue>>,
-    /// Events to delete, with their bodies (their deliveries are in `deliveries`).
-    pub(crate) pruned: Vec<EventId>,
+    /// Events to delete, with their bodies (their deliveries are in `deliveries`),
+    /// and the record each is indexed under, whose entry goes with it.
+    pub(crate) pruned: Vec<(EventId, Option<String>)>,
 }
 
 impl Changes {
@@ -148,7 +149,7 @@ impl<V: View + ?Sized> View for Staged<'_, V> {
     }
 
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
-        if self.changes.pruned.contains(&id) {
+        if self.changes.pruned.iter().any(|(pruned, _)| *pruned == id) {
             return Ok(None);
         }
         match self.changes.dispatched.get(&id) {

@@ -88,7 +88,7 @@ impl World {
                 None => self.queues.remove(&key),
             };
         }
-        for id in c.pruned {
+        for (id, _) in c.pruned {
             self.events.remove(&id);
         }
     }
@@ -157,6 +157,7 @@ fn meta(now: u64) -> EventMeta {
         reason: None,
         duplicate_of: None,
         destinations: Vec::new(),
+        record: None,
     }
 }
 

@@ -177,7 +177,7 @@ pub(super) async fn apply(
         }
     }
     if !changes.pruned.is_empty() {
-        let ids: Vec<i64> = changes.pruned.iter().map(|id| sql_id(*id)).collect();
+        let ids: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
         tx.execute("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", &[&ids]).await?;
     }
     Ok(())

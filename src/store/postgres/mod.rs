@@ -287,6 +287,7 @@ impl Inner {
         let source: Vec<&str> = batch.iter().map(|e| e.meta.source.as_str()).collect();
         let event: Vec<&str> = batch.iter().map(|e| e.meta.event.as_str()).collect();
         let status: Vec<&str> = batch.iter().map(|e| e.meta.status.as_str()).collect();
+        let record: Vec<Option<&str>> = batch.iter().map(|e| e.meta.record.as_deref()).collect();
         let meta =
             batch.iter().map(|e| serde_json::to_vec(&e.meta)).collect::<Result<Vec<_>, _>>()?;
         let body: Vec<Option<&[u8]>> = batch.iter().map(|e| e.body.as_deref()).collect();
@@ -294,8 +295,8 @@ impl Inner {
         let tx = client.transaction().await?;
         let insert = tx
             .prepare_cached(
-                "INSERT INTO events (id, inbox, source, event, status, meta, body)
-                 SELECT * FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[])
+                "INSERT INTO events (id, inbox, source, event, status, meta, body, record)
+                 SELECT * FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[])
                  ON CONFLICT (id) DO NOTHING RETURNING id",
             )
             .await?;
@@ -310,9 +311,11 @@ impl Inner {
                 pick(&todo, &status),
                 todo.iter().map(|&i| meta[i].as_slice()).collect::<Vec<&[u8]>>(),
                 todo.iter().map(|&i| body[i]).collect::<Vec<Option<&[u8]>>>(),
+                pick(&todo, &record),
             );
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
                 &columns.0, &columns.1, &columns.2, &columns.3, &columns.4, &columns.5, &columns.6,
+                &columns.7,
             ];
             let insert = tx.query(&insert, &params);
             // The group's counts go with its first insert, pipelined on the connection

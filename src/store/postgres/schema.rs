@@ -85,6 +85,12 @@ ALTER TABLE dedup SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_
 ALTER TABLE received SET (fillfactor = 50);
 ALTER TABLE relays SET (fillfactor = 50);
 "#,
+    // 5: search by record (`EventFilter::record`): the record each event is about,
+    // set at ingest, and its index (events stored before have none).
+    r#"
+ALTER TABLE events ADD COLUMN record text;
+CREATE INDEX events_record ON events (record, id) WHERE record IS NOT NULL;
+"#,
 ];
 
 /// Key of the advisory lock held while migrating (any constant shared by all relays).

@@ -109,18 +109,29 @@ impl Store for PostgresStore {
 
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventRecord>, StoreError> {
         let client = self.client().await?;
+        // By record: from `events_record` (record, id), newest first, whatever else
+        // is filtered; otherwise along the primary key.
+        let sql = if filter.record.is_some() {
+            "SELECT id, meta FROM events
+             WHERE record = $6 AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
+               AND ($3::text IS NULL OR event = $3) AND ($4::text IS NULL OR status = $4)
+             ORDER BY id DESC LIMIT $5"
+        } else {
+            "SELECT id, meta FROM events
+             WHERE ($6::text IS NULL) AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
+               AND ($3::text IS NULL OR event = $3) AND ($4::text IS NULL OR status = $4)
+             ORDER BY id DESC LIMIT $5"
+        };
         let rows = client
             .query(
-                "SELECT id, meta FROM events
-                 WHERE ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
-                   AND ($3::text IS NULL OR event = $3) AND ($4::text IS NULL OR status = $4)
-                 ORDER BY id DESC LIMIT $5",
+                sql,
                 &[
                     &filter.after.map(sql_id),
                     &filter.source,
                     &filter.event,
                     &filter.status.map(|s| s.as_str()),
                     &limit(filter.limit),
+                    &filter.record,
                 ],
             )
             .await?;

@@ -13,6 +13,11 @@ use super::{keys, Inner, CURSOR_KEY, SCHEDULED_PENDING, SCHEDULED_RETRYING};
 use crate::store::lifecycle::{schedule_entry, Changes};
 use crate::store::{DeliveryRecord, DeliveryState, StoreError};
 
+/// A count's change as the signed counters hold it (see `Inner::inbox_count`).
+pub(super) fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 fn tx_error(e: TransactionError<StoreError>) -> StoreError {
     match e {
         TransactionError::Abort(e) => e,
@@ -50,9 +55,11 @@ fn write(
     dead: Option<&TransactionalTree>,
 ) -> Result<(u64, u64), Txe<StoreError>> {
     let (mut dispatched, mut new_keys) = (0u64, 0u64);
-    // The record stays as ingest wrote it: only the verdict is written.
+    // The record stays as ingest wrote it: only the verdict is written, keyed by the
+    // event's record when it has one (which indexes it by record).
     for (id, meta) in &changes.dispatched {
-        if outcomes.insert(&id.to_key(), encode(&Outcome::of(meta))?)?.is_none() {
+        let key = keys::outcome(*id, meta.record.as_deref());
+        if outcomes.insert(key, encode(&Outcome::of(meta))?)?.is_none() {
             dispatched += 1;
         }
     }
@@ -96,9 +103,9 @@ fn write(
             None => ordering.remove(key)?,
         };
     }
-    for id in &changes.pruned {
+    for (id, record) in &changes.pruned {
         records.remove(&id.to_key())?;
-        outcomes.remove(&id.to_key())?;
+        outcomes.remove(keys::outcome(*id, record.as_deref()))?;
     }
     Ok((dispatched, new_keys))
 }
@@ -145,9 +152,8 @@ impl Inner {
         if let Some(cursor) = cursor {
             self.cursor.fetch_max(cursor, Ordering::AcqRel);
         }
-        self.inbox_count
-            .fetch_sub(dispatched.min(self.inbox_count.load(Ordering::Relaxed)), Ordering::Relaxed);
-        self.dedup_count.fetch_add(new_keys, Ordering::Relaxed);
+        self.inbox_count.fetch_sub(signed(dispatched), Ordering::Relaxed);
+        self.dedup_count.fetch_add(signed(new_keys), Ordering::Relaxed);
         let mut counts = crate::lock::lock(&self.counts);
         for change in changes.deliveries.values() {
             counts.apply(change.before.as_ref(), change.after.as_ref());

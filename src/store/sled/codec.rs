@@ -2,9 +2,13 @@
 //!
 //! An event is written **once**, at ingest, as one `records` value, so that
 //! acknowledging a callback costs one sled insert and its body enters sled's log once:
-//! `[flags: u8][meta length: u32 BE][meta][raw body]`. Dispatch never rewrites
-//! it: the verdict goes into a small `outcomes` value ([`Outcome`]) that readers lay
-//! over the meta.
+//! `[flags: u8][meta length: u32 BE]([record length: u16 BE][record])?[meta][raw body]`,
+//! the record (`type/id`, [`EventMeta::record`]) present when the flag [`RECORD`]
+//! is set. Dispatch never rewrites it: the verdict goes into a small `outcomes`
+//! value ([`Outcome`]) that readers lay over the meta, keyed by the record when there
+//! is one (`keys::outcome`), which makes the outcomes the by-record index at no extra
+//! write. The record sits in the header so that finding an event's outcome key needs
+//! no meta parsing.
 //!
 //! The meta is binary (`encode_meta`: about half the bytes of its JSON, which was
 //! mostly field names), or the JSON of a version-1 store's migrated events, told apart
@@ -26,27 +30,41 @@ use crate::store::{EventFlag, EventId, EventMeta, EventNameOrigin, EventStatus, 
 const RECEIVED: u8 = 0x01;
 /// Flag: a body is stored (a rejected event has none, which is not an empty body).
 const HAS_BODY: u8 = 0x02;
-/// Bytes before the meta.
+/// Flag: a record (`type/id`) follows the header.
+const RECORD: u8 = 0x04;
+/// Bytes before the meta (or the record).
 const HEADER: usize = 5;
 
 /// Encodes an event as ingest stores it.
 pub(crate) fn encode_record(meta: &EventMeta, body: Option<&[u8]>) -> Result<Vec<u8>, StoreError> {
-    encode_raw(meta.status == EventStatus::Received, &encode_meta(meta), body)
+    encode_raw(
+        meta.status == EventStatus::Received,
+        meta.record.as_deref(),
+        &encode_meta(meta),
+        body,
+    )
 }
 
-/// Encodes a record from its meta's JSON (the v1 migration already holds it encoded).
+/// Encodes a record from its encoded meta (the v1 migration holds its JSON).
 pub(crate) fn encode_raw(
     received: bool,
+    record: Option<&str>,
     meta: &[u8],
     body: Option<&[u8]>,
 ) -> Result<Vec<u8>, StoreError> {
-    let len = u32::try_from(meta.len()).map_err(|_| StoreError::Corrupt {
+    let too_long = |what: &str| StoreError::Corrupt {
         table: super::RECORDS,
         key: String::new(),
-        reason: "meta over 4 GiB".into(),
-    })?;
+        reason: format!("{what} too long to store"),
+    };
+    let len = u32::try_from(meta.len()).map_err(|_| too_long("meta"))?;
+    let record_len = match record {
+        Some(r) => Some(u16::try_from(r.len()).map_err(|_| too_long("record"))?),
+        None => None,
+    };
     let body_len = body.map_or(0, <[u8]>::len);
-    let mut out = Vec::with_capacity(HEADER + meta.len() + body_len);
+    let mut out =
+        Vec::with_capacity(HEADER + 2 + record.map_or(0, str::len) + meta.len() + body_len);
     let mut flags = 0;
     if received {
         flags |= RECEIVED;
@@ -54,8 +72,15 @@ pub(crate) fn encode_raw(
     if body.is_some() {
         flags |= HAS_BODY;
     }
+    if record.is_some() {
+        flags |= RECORD;
+    }
     out.push(flags);
     out.extend_from_slice(&len.to_be_bytes());
+    if let (Some(record), Some(record_len)) = (record, record_len) {
+        out.extend_from_slice(&record_len.to_be_bytes());
+        out.extend_from_slice(record.as_bytes());
+    }
     out.extend_from_slice(meta);
     out.extend_from_slice(body.unwrap_or_default());
     Ok(out)
@@ -65,18 +90,35 @@ pub(crate) fn encode_raw(
 pub(crate) struct RecordRef<'a> {
     pub(crate) meta: &'a [u8],
     pub(crate) body: Option<&'a [u8]>,
+    /// What the event is about (`type/id`), when the body named it.
+    pub(crate) record: Option<&'a str>,
 }
 
 /// Splits a record without parsing its meta.
 pub(crate) fn split_record(value: &[u8]) -> Result<RecordRef<'_>, String> {
     let (&flags, rest) = value.split_first().ok_or("empty record")?;
-    let (len, rest) = rest.split_first_chunk::<4>().ok_or("record shorter than its header")?;
+    let (len, mut rest) = rest.split_first_chunk::<4>().ok_or("record shorter than its header")?;
     let len = u32::from_be_bytes(*len) as usize;
+    let mut record = None;
+    if flags & RECORD != 0 {
+        let (n, tail) = rest.split_first_chunk::<2>().ok_or("record length missing")?;
+        let n = u16::from_be_bytes(*n) as usize;
+        let (text, tail) = tail.split_at_checked(n).ok_or("record exceeds the value")?;
+        record = Some(std::str::from_utf8(text).map_err(|e| format!("record: {e}"))?);
+        rest = tail;
+    }
     if rest.len() < len {
         return Err(format!("meta length {len} exceeds the record"));
     }
     let (meta, body) = rest.split_at(len);
-    Ok(RecordRef { meta, body: (flags & HAS_BODY != 0).then_some(body) })
+    Ok(RecordRef { meta, body: (flags & HAS_BODY != 0).then_some(body), record })
+}
+
+/// The key of a stored event's outcome (`keys::outcome`), from its `records` key
+/// and value, without parsing its meta.
+pub(crate) fn outcome_key(key: &[u8], value: &[u8]) -> Result<Vec<u8>, String> {
+    let id = EventId::from_key(key).ok_or("key is not 8 bytes")?;
+    Ok(super::keys::outcome(id, split_record(value)?.record))
 }
 
 /// Whether a record still waits for dispatch's outcome, read from its first byte.
@@ -84,9 +126,15 @@ pub(crate) fn awaits_outcome(value: &[u8]) -> bool {
     value.first().is_some_and(|f| f & RECEIVED != 0)
 }
 
-/// Parses a record's meta as stored, without the outcome laid over it.
+/// Parses a record's meta as stored (with its record), without the outcome laid
+/// over it.
 pub(crate) fn decode_meta(value: &[u8]) -> Result<EventMeta, String> {
-    parse_meta(split_record(value)?.meta)
+    let parts = split_record(value)?;
+    let mut meta = parse_meta(parts.meta)?;
+    if parts.record.is_some() {
+        meta.record = parts.record.map(str::to_owned);
+    }
+    Ok(meta)
 }
 
 const META_VERSION: u8 = 1;
@@ -211,6 +259,7 @@ pub(crate) fn parse_meta(bytes: &[u8]) -> Result<EventMeta, String> {
         reason,
         duplicate_of,
         destinations,
+        record: None,
     })
 }
 
@@ -263,6 +312,7 @@ mod tests {
             reason: None,
             duplicate_of: None,
             destinations: Vec::new(),
+            record: None,
         }
     }
 
@@ -282,6 +332,26 @@ mod tests {
         assert!(split_record(&bytes[..3]).is_err());
         assert!(split_record(&bytes[..10]).is_err());
         assert!(split_record(b"").is_err());
+    }
+
+    #[test]
+    fn the_record_travels_in_the_header() {
+        let mut m = meta(EventStatus::Received);
+        m.record = Some("actions/5".into());
+        let bytes = encode_record(&m, Some(b"{}")).unwrap();
+        let parts = split_record(&bytes).unwrap();
+        assert_eq!((parts.record, parts.body), (Some("actions/5"), Some(&b"{}"[..])));
+        assert_eq!(decode_meta(&bytes).unwrap(), m);
+        let id = EventId::new(7);
+        assert_eq!(
+            outcome_key(&id.to_key(), &bytes).unwrap(),
+            super::super::keys::outcome(id, Some("actions/5"))
+        );
+        let plain = encode_record(&meta(EventStatus::Received), None).unwrap();
+        assert_eq!(outcome_key(&id.to_key(), &plain).unwrap(), id.to_key());
+        for cut in 5..bytes.len() - 2 {
+            assert!(decode_meta(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
-use super::codec::{awaits_outcome, decode_meta, parse_meta, split_record};
+use super::codec::{awaits_outcome, decode_meta, outcome_key, parse_meta, split_record};
 use super::{hex, keys, Inner, DEDUP, RECORDS};
 use crate::lock::lock;
 use crate::store::lifecycle::{self, Staged};
@@ -27,7 +27,9 @@ impl Inner {
             let corrupt =
                 |reason: String| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
             let id = EventId::from_key(&key).ok_or_else(|| corrupt("key is not 8 bytes".into()))?;
-            if !awaits_outcome(&value) || self.outcomes.contains_key(&key)? {
+            if !awaits_outcome(&value)
+                || self.outcomes.contains_key(outcome_key(&key, &value).map_err(corrupt)?)?
+            {
                 if let Some(run) = settled_run.as_mut() {
                     *run = id.raw();
                 }
@@ -35,7 +37,8 @@ impl Inner {
             }
             settled_run = None;
             let record = split_record(&value).map_err(corrupt)?;
-            let meta = parse_meta(record.meta).map_err(corrupt)?;
+            let mut meta = parse_meta(record.meta).map_err(corrupt)?;
+            meta.record = record.record.map(str::to_owned);
             // The body shares the value sled read (no copy): it ends the record.
             let body_len = record.body.map_or(0, <[u8]>::len);
             let body = bytes::Bytes::from_owner(value.clone()).slice(value.len() - body_len..);
@@ -57,19 +60,24 @@ impl Inner {
         let mut outcomes = Vec::with_capacity(plans.len());
         for plan in plans {
             let key = plan.id.to_key();
+            let corrupt =
+                |reason: String| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
             let value = match self.records.get(key)? {
-                Some(v) if awaits_outcome(&v) && !self.outcomes.contains_key(key)? => v,
+                Some(v)
+                    if awaits_outcome(&v)
+                        && !self
+                            .outcomes
+                            .contains_key(outcome_key(&key, &v).map_err(corrupt)?)? =>
+                {
+                    v
+                }
                 _ => {
                     outcomes.push(DispatchOutcome::Gone);
                     continue;
                 }
             };
             // No outcome yet (just checked): the meta as stored is the event's.
-            let meta = decode_meta(&value).map_err(|reason| StoreError::Corrupt {
-                table: RECORDS,
-                key: hex(&key),
-                reason,
-            })?;
+            let meta = decode_meta(&value).map_err(corrupt)?;
             outcomes.push(lifecycle::dispatch(&mut st, meta, plan, now_us)?);
         }
         let changes = st.into_changes();
@@ -90,7 +98,9 @@ impl Inner {
             let Some(id) = EventId::from_key(&key) else { break };
             let settled = dispatched.contains(&id)
                 || !awaits_outcome(&value)
-                || self.outcomes.contains_key(&key)?;
+                || self.outcomes.contains_key(outcome_key(&key, &value).map_err(|reason| {
+                    StoreError::Corrupt { table: RECORDS, key: hex(&key), reason }
+                })?)?;
             if !settled {
                 break;
             }
@@ -115,9 +125,7 @@ impl Inner {
                 purged += 1;
             }
         }
-        let n = purged as u64;
-        self.dedup_count
-            .fetch_sub(n.min(self.dedup_count.load(Ordering::Relaxed)), Ordering::Relaxed);
+        self.dedup_count.fetch_sub(super::apply::signed(purged as u64), Ordering::Relaxed);
         self.durable()?;
         Ok(purged)
     }

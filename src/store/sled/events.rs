@@ -13,7 +13,7 @@ impl Inner {
     /// once with its body; then waits for durability.
     pub(super) fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
         let mut records = sled::Batch::default();
-        let mut received = 0;
+        let mut received: i64 = 0;
         let mut ids = Vec::with_capacity(batch.len());
         // Held across the write: ids reach the tree in the order they were handed out,
         // so a visible id means every lower one is visible too (the dispatch cursor
@@ -59,6 +59,9 @@ impl Inner {
 
     /// The newest `filter.limit` events that match `filter`, newest first.
     pub(super) fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        if let Some(record) = &filter.record {
+            return self.list_by_record(record, filter);
+        }
         let iter = match filter.after {
             Some(after) => self.records.range(..after.to_key()),
             None => self.records.iter(),
@@ -70,15 +73,59 @@ impl Inner {
             }
             let (key, value) = item?;
             let record = self.decode(&key, &value)?;
-            let m = &record.meta;
-            if filter.source.as_ref().is_some_and(|s| *s != m.source)
-                || filter.event.as_ref().is_some_and(|e| *e != m.event)
-                || filter.status.is_some_and(|s| s != m.status)
-            {
-                continue;
+            if filter.matches(&record.meta) {
+                out.push(record);
             }
-            out.push(record);
         }
         Ok(out)
+    }
+
+    /// [`Inner::list_events`] about one record: the events still in the inbox (a scan
+    /// of the inbox, which dispatch keeps near empty), then the record's prefix of
+    /// `outcomes` for the dispatched ones (`keys::outcome`). In that order: an event
+    /// dispatched between the two reads is seen twice (and listed once), never missed.
+    fn list_by_record(
+        &self,
+        record: &str,
+        filter: &EventFilter,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let below = |id: EventId| filter.after.is_none_or(|a| id < a);
+        let mut found = std::collections::BTreeMap::new();
+        let start = EventId::new(self.cursor.load(Ordering::Acquire).saturating_add(1));
+        for item in self.records.range(start.to_key()..) {
+            let (key, value) = item?;
+            if !super::codec::awaits_outcome(&value) {
+                continue;
+            }
+            let event = self.decode(&key, &value)?;
+            if below(event.id) && filter.matches(&event.meta) {
+                found.insert(event.id, event);
+            }
+        }
+        let prefix = super::keys::by_record_prefix(record);
+        let mut indexed = 0;
+        for item in self.outcomes.scan_prefix(&prefix).rev() {
+            let (key, _) = item?;
+            let Some(id) = EventId::from_key(&key[prefix.len()..]) else {
+                return Err(StoreError::Corrupt {
+                    table: super::OUTCOMES,
+                    key: hex(&key),
+                    reason: "no event id after the record".into(),
+                });
+            };
+            if !below(id) || found.contains_key(&id) {
+                continue;
+            }
+            // Pruned since (its outcome goes in the same transaction): skip.
+            let Some(event) = self.event(id)? else { continue };
+            if filter.matches(&event.meta) {
+                found.insert(id, event);
+                indexed += 1;
+                if indexed >= filter.limit {
+                    break;
+                }
+            }
+        }
+        Ok(found.into_values().rev().take(filter.limit).collect())
     }
 }

@@ -34,7 +34,7 @@ pub(super) fn from_v1(db: &sled::Db) -> Result<(), StoreError> {
     for item in events.iter() {
         let (key, meta) = item?;
         let body = bodies.get(&key)?;
-        batch.insert(&key, encode_raw(false, &meta, body.as_deref())?);
+        batch.insert(&key, encode_raw(false, None, &meta, body.as_deref())?);
         in_batch += 1;
         if in_batch == BATCH {
             records.apply_batch(std::mem::take(&mut batch))?;
@@ -52,7 +52,7 @@ pub(super) fn from_v1(db: &sled::Db) -> Result<(), StoreError> {
             return Err(corrupt(V1_INBOX, &key, format!("meta length {len} exceeds the entry")));
         }
         let (meta, body) = rest.split_at(len);
-        batch.insert(&key, encode_raw(true, meta, Some(body))?);
+        batch.insert(&key, encode_raw(true, None, meta, Some(body))?);
         in_batch += 1;
         if in_batch == BATCH {
             records.apply_batch(std::mem::take(&mut batch))?;
@@ -104,6 +104,7 @@ mod tests {
             reason: None,
             duplicate_of: None,
             destinations: destinations.iter().map(|d| (*d).to_owned()).collect(),
+            record: None,
         })
         .unwrap()
     }

@@ -37,7 +37,7 @@ mod store;
 mod view;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,9 +107,13 @@ pub(super) struct Inner {
     /// forward only, over settled records, so the scan for pending events starts here.
     cursor: AtomicU64,
     /// Events awaiting dispatch, and entries in `dedup`: sled's own `len()` walks the
-    /// whole tree.
-    inbox_count: AtomicU64,
-    dedup_count: AtomicU64,
+    /// whole tree. Signed, because the writer that adds and the one that subtracts
+    /// update them after their writes, in either order: dispatch can take an event
+    /// before `append` has counted it, and the sum is right once both are done (an
+    /// unsigned count clamped at zero lost that decrement and stayed above the inbox
+    /// for good). Read through [`non_negative`].
+    inbox_count: AtomicI64,
+    dedup_count: AtomicI64,
     /// The last event id handed out.
     last_id: Mutex<u64>,
     flusher: flush::GroupFlush,
@@ -181,8 +185,8 @@ impl SledStore {
             ordering: db.open_tree(ORDERING)?,
             upstream: db.open_tree(UPSTREAM)?,
             cursor: AtomicU64::new(0),
-            inbox_count: AtomicU64::new(0),
-            dedup_count: AtomicU64::new(dedup.len() as u64),
+            inbox_count: AtomicI64::new(0),
+            dedup_count: AtomicI64::new(apply::signed(dedup.len() as u64)),
             dedup,
             meta,
             db,
@@ -277,11 +281,16 @@ impl Inner {
             None => 0,
         };
         self.cursor.store(cursor, Ordering::Relaxed);
-        let mut awaiting = 0;
+        let mut awaiting: i64 = 0;
         for item in self.records.range(EventId::new(cursor.saturating_add(1)).to_key()..) {
             let (key, value) = item?;
-            if codec::awaits_outcome(&value) && !self.outcomes.contains_key(&key)? {
-                awaiting += 1;
+            if codec::awaits_outcome(&value) {
+                let outcome = codec::outcome_key(&key, &value).map_err(|reason| {
+                    StoreError::Corrupt { table: RECORDS, key: hex(&key), reason }
+                })?;
+                if !self.outcomes.contains_key(outcome)? {
+                    awaiting += 1;
+                }
             }
         }
         self.inbox_count.store(awaiting, Ordering::Relaxed);
@@ -331,7 +340,8 @@ impl Inner {
             EventId::from_key(key).ok_or_else(|| corrupt(RECORDS, "key is not 8 bytes".into()))?;
         let mut meta: EventMeta = decode_meta(value).map_err(|r| corrupt(RECORDS, r))?;
         if codec::awaits_outcome(value) {
-            if let Some(outcome) = self.outcomes.get(key)? {
+            let outcome_key = codec::outcome_key(key, value).map_err(|r| corrupt(RECORDS, r))?;
+            if let Some(outcome) = self.outcomes.get(outcome_key)? {
                 serde_json::from_slice::<Outcome>(&outcome)
                     .map_err(|e| corrupt(OUTCOMES, e.to_string()))?
                     .apply_to(&mut meta);
@@ -339,6 +349,12 @@ impl Inner {
         }
         Ok(EventRecord { id, meta })
     }
+}
+
+/// A signed count as reported: transiently negative while a subtraction has
+/// overtaken its addition (see `Inner::inbox_count`), which reads as empty.
+pub(super) fn non_negative(count: &AtomicI64) -> u64 {
+    u64::try_from(count.load(Ordering::Relaxed)).unwrap_or(0)
 }
 
 pub(super) fn hex(bytes: &[u8]) -> String {

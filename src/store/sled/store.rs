@@ -69,7 +69,7 @@ impl Store for SledStore {
     }
 
     async fn inbox_len(&self) -> Result<u64, StoreError> {
-        Ok(self.inner.inbox_count.load(std::sync::atomic::Ordering::Relaxed))
+        Ok(super::non_negative(&self.inner.inbox_count))
     }
 
     async fn size_on_disk(&self) -> Result<u64, StoreError> {
@@ -111,7 +111,7 @@ impl Store for SledStore {
     }
 
     async fn dedup_len(&self) -> Result<u64, StoreError> {
-        Ok(self.inner.dedup_count.load(std::sync::atomic::Ordering::Relaxed))
+        Ok(super::non_negative(&self.inner.dedup_count))
     }
 
     async fn claim_due(
