@@ -523,7 +523,8 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     tokio::spawn(connection);
     client
         .batch_execute(
-            "DROP TABLE hookrelay.relays, hookrelay.received; UPDATE hookrelay.schema_version SET version = 1",
+            "DROP TABLE hookrelay.relays, hookrelay.received; ALTER TABLE hookrelay.events DROP COLUMN record;
+             UPDATE hookrelay.schema_version SET version = 1",
         )
         .await
         .unwrap();
@@ -533,6 +534,7 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     assert!(ok && text.contains("was at version 1, is at version 5"), "{text}");
     client.query_one("SELECT count(*) FROM hookrelay.relays", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.received", &[]).await.unwrap();
+    client.query_one("SELECT count(*) FROM hookrelay.events WHERE record = 'a/1'", &[]).await.unwrap();
 
     client.execute("UPDATE hookrelay.schema_version SET version = 99", &[]).await.unwrap();
     let (ok, text) = migrate(&[]);
