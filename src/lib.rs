@@ -6,6 +6,7 @@
 //! ARCHITECTURE.md.
 
 mod admin;
+mod api;
 mod cli;
 mod config;
 mod daemon;

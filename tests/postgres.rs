@@ -534,7 +534,10 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     assert!(ok && text.contains("was at version 1, is at version 5"), "{text}");
     client.query_one("SELECT count(*) FROM hookrelay.relays", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.received", &[]).await.unwrap();
-    client.query_one("SELECT count(*) FROM hookrelay.events WHERE record = 'a/1'", &[]).await.unwrap();
+    client
+        .query_one("SELECT count(*) FROM hookrelay.events WHERE record = 'a/1'", &[])
+        .await
+        .unwrap();
 
     client.execute("UPDATE hookrelay.schema_version SET version = 99", &[]).await.unwrap();
     let (ok, text) = migrate(&[]);

@@ -5,8 +5,8 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 use super::events::store_error;
-use super::views::DeliveryView;
-use super::{error, AdminState};
+use super::{error, views, AdminState};
+use crate::api;
 use crate::store::{unix_micros, DeadLetterFilter, EventId};
 
 const DEFAULT_LIMIT: usize = 50;
@@ -64,9 +64,8 @@ pub(super) async fn list(
         Ok(records) => {
             let next_after =
                 (records.len() == limit).then(|| records.last().map(|r| r.event)).flatten();
-            let views: Vec<DeliveryView<'_>> = records.iter().map(DeliveryView::from).collect();
-            HttpResponse::Ok()
-                .json(serde_json::json!({ "dead_letters": views, "next_after": next_after }))
+            let dead_letters = records.iter().map(views::delivery).collect();
+            HttpResponse::Ok().json(api::DeadLetterPage { dead_letters, next_after })
         }
         Err(e) => store_error(&e),
     }
@@ -131,7 +130,7 @@ pub(super) async fn replay(
         state.destinations.wake(d);
     }
     tracing::info!(replayed = destinations.len(), "dead letters replayed");
-    HttpResponse::Ok().json(serde_json::json!({ "replayed": destinations.len() }))
+    HttpResponse::Ok().json(api::Replayed { replayed: destinations.len() })
 }
 
 /// Deletes every dead letter matching the filters: the deliveries become `discarded`
@@ -143,7 +142,7 @@ pub(super) async fn delete(
     match bulk(&state, query, Bulk::Delete).await {
         Ok(deleted) => {
             tracing::info!(deleted = deleted.len(), "dead letters deleted");
-            HttpResponse::Ok().json(serde_json::json!({ "deleted": deleted.len() }))
+            HttpResponse::Ok().json(api::Deleted { deleted: deleted.len() })
         }
         Err(resp) => resp,
     }

@@ -6,6 +6,7 @@ use actix_web::{web, HttpResponse};
 use super::events::store_error;
 use super::views::age_seconds;
 use super::{error, AdminState};
+use crate::api;
 
 /// Every destination with its state and queue.
 pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
@@ -15,24 +16,34 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
             Ok(q) => q,
             Err(e) => return store_error(&e),
         };
-        list.push(serde_json::json!({
-            "name": d.dest.name,
-            "url": d.dest.display_url(),
-            "paused": d.is_paused(),
-            "circuit": d.circuit.describe(),
-            "in_flight": d.in_flight(),
-            "queue": { "pending": q.pending, "held": q.held, "retrying": q.retrying, "dead": q.dead },
-            "oldest_age_seconds": q.oldest.map(age_seconds),
-        }));
+        let circuit = match d.circuit.describe() {
+            "open" => api::Circuit::Open,
+            "half_open" => api::Circuit::HalfOpen,
+            _ => api::Circuit::Closed,
+        };
+        list.push(api::DestinationStatus {
+            name: d.dest.name.clone(),
+            url: d.dest.display_url(),
+            paused: d.is_paused(),
+            circuit,
+            in_flight: d.in_flight() as u64,
+            queue: api::Queue {
+                pending: q.pending,
+                held: q.held,
+                retrying: q.retrying,
+                dead: q.dead,
+            },
+            oldest_age_seconds: q.oldest.map(age_seconds),
+        });
     }
-    HttpResponse::Ok().json(serde_json::json!({ "destinations": list }))
+    HttpResponse::Ok().json(api::DestinationList { destinations: list })
 }
 
 /// Pauses (`pause = true`) or resumes a destination: its deliveries wait, nothing is
 /// dropped, and the pause survives restarts and reaches every relay on the store.
 async fn set_paused(state: web::Data<AdminState>, name: String, pause: bool) -> HttpResponse {
     match state.destinations.set_paused(&name, pause).await {
-        Ok(true) => HttpResponse::Ok().json(serde_json::json!({ "name": name, "paused": pause })),
+        Ok(true) => HttpResponse::Ok().json(api::Paused { name, paused: pause }),
         Ok(false) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
         Err(e) => store_error(&e),
     }

@@ -5,8 +5,8 @@ use actix_web::{web, HttpResponse};
 use base64::Engine;
 use serde::Deserialize;
 
-use super::views::{DeliveryView, EventView};
-use super::{error, AdminState};
+use super::{error, views, AdminState};
+use crate::api;
 use crate::store::{EventFilter, EventId, EventStatus, StoreError};
 
 const DEFAULT_LIMIT: usize = 50;
@@ -77,12 +77,15 @@ pub(super) async fn list(
         }
     }
     let next_after = (records.len() == limit).then(|| records.last().map(|r| r.id)).flatten();
-    let events: Vec<EventView<'_>> = records
+    let events = records
         .iter()
         .enumerate()
-        .map(|(i, r)| EventView::from(r).with_deliveries(deliveries.get(i)))
+        .map(|(i, r)| api::EventSummary {
+            deliveries: deliveries.get(i).map(|d: &Vec<_>| views::delivery_states(d)),
+            ..views::event_summary(r)
+        })
         .collect();
-    HttpResponse::Ok().json(serde_json::json!({ "events": events, "next_after": next_after }))
+    HttpResponse::Ok().json(api::EventPage { events, next_after })
 }
 
 /// One event with its headers and body (UTF-8 text as is, anything else in base64).
@@ -105,32 +108,24 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
         Ok((None, _, _)) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
         Err(e) => return store_error(&e),
     };
-    let (body, encoding) = match body {
+    let (body, body_encoding) = match body {
         None => (None, None),
         Some(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => (Some(text), Some("utf8")),
+            Ok(text) => (Some(text), Some(api::BodyEncoding::Utf8)),
             Err(e) => (
                 Some(base64::engine::general_purpose::STANDARD.encode(e.as_bytes())),
-                Some("base64"),
+                Some(api::BodyEncoding::Base64),
             ),
         },
     };
-    let mut view = serde_json::to_value(EventView::from(&record)).unwrap_or_default();
-    if let Some(obj) = view.as_object_mut() {
-        let headers: serde_json::Map<String, serde_json::Value> = record
-            .meta
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
-            .collect();
-        obj.insert("headers".into(), headers.into());
-        obj.insert("remote_addr".into(), record.meta.remote_addr.clone().into());
-        obj.insert("body".into(), body.into());
-        obj.insert("body_encoding".into(), encoding.into());
-        let deliveries: Vec<DeliveryView<'_>> = deliveries.iter().map(DeliveryView::from).collect();
-        obj.insert("deliveries".into(), serde_json::to_value(deliveries).unwrap_or_default());
-    }
-    HttpResponse::Ok().json(view)
+    HttpResponse::Ok().json(api::EventDetail {
+        summary: views::event_summary(&record),
+        headers: record.meta.headers.iter().cloned().collect(),
+        remote_addr: record.meta.remote_addr.clone(),
+        body,
+        body_encoding,
+        delivery_records: deliveries.iter().map(views::delivery).collect(),
+    })
 }
 
 pub(super) fn store_error(e: &dyn std::fmt::Display) -> HttpResponse {
@@ -138,25 +133,31 @@ pub(super) fn store_error(e: &dyn std::fmt::Display) -> HttpResponse {
     error(StatusCode::INTERNAL_SERVER_ERROR, format!("store read failed: {e}"))
 }
 
-/// Body of `POST /admin/events/{id}/replay`: which destinations (default: the ones
-/// the event was routed to).
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ReplayRequest {
-    destinations: Option<Vec<String>>,
-}
-
 /// Schedules the event again for all or some destinations, whatever their state.
 pub(super) async fn replay(
     state: web::Data<AdminState>,
     id: web::Path<String>,
-    body: Option<web::Json<ReplayRequest>>,
+    body: web::Bytes,
 ) -> HttpResponse {
     let id = match id.parse::<EventId>() {
         Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("id: {e}")),
     };
-    let requested = body.and_then(|b| b.into_inner().destinations);
+    // No body means the default; a body that is not a ReplayRequest is refused (it
+    // was once taken for no body, and replayed to every destination).
+    let requested = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        match serde_json::from_slice::<api::ReplayRequest>(&body) {
+            Ok(request) => request.destinations,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("body: not a replay request ({e}); send {{\"destinations\": [\"name\", ...]}} or no body"),
+                )
+            }
+        }
+    };
     let record = match state.store.event(id).await {
         Ok(Some(record)) => record,
         Ok(None) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
@@ -188,8 +189,11 @@ pub(super) async fn replay(
                 state.destinations.wake(d);
             }
             tracing::info!(%id, destinations = ?targets, "event replayed");
-            HttpResponse::Ok()
-                .json(serde_json::json!({ "event": id, "replayed": n, "destinations": targets }))
+            HttpResponse::Ok().json(api::EventReplayed {
+                event: id,
+                replayed: n,
+                destinations: targets,
+            })
         }
         Err(e) => store_error(&e),
     }

@@ -6,6 +6,9 @@ use actix_web::{web, HttpResponse};
 
 use super::AdminState;
 
+/// The probes answer plain text (and say so: the OpenAPI document promises it).
+const TEXT: &str = "text/plain; charset=utf-8";
+
 /// Whether the relay should receive traffic: false until the store is open and
 /// recovery has finished, from the moment shutdown begins, and for good once a
 /// background task has died (with the reason, shown by `/readyz`).
@@ -49,14 +52,16 @@ impl Readiness {
 
 /// The process is up and serving HTTP.
 pub(super) async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().body("ok\n")
+    HttpResponse::Ok().content_type(TEXT).body("ok\n")
 }
 
 /// 200 once ready, 503 before that and while shutting down.
 pub(super) async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
     match not_ready(&state) {
-        None => HttpResponse::Ok().body("ready\n"),
-        Some(reason) => HttpResponse::ServiceUnavailable().body(format!("not ready: {reason}\n")),
+        None => HttpResponse::Ok().content_type(TEXT).body("ready\n"),
+        Some(reason) => HttpResponse::ServiceUnavailable()
+            .content_type(TEXT)
+            .body(format!("not ready: {reason}\n")),
     }
 }
 

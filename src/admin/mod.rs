@@ -36,30 +36,84 @@ pub(crate) struct AdminState {
     pub(crate) upstream: Arc<crate::upstream::Reconciler>,
 }
 
-/// Routes of the admin listener.
+/// Routes of the admin listener. Each path answers its own methods; any other gets
+/// 405 with `Allow` (not 404: the path exists).
 pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(health::healthz))
-        .route("/readyz", web::get().to(health::readyz))
-        .route("/metrics", web::get().to(health::metrics))
+    use actix_web::http::Method;
+    let get = || Method::GET;
+    cfg.service(resource("/healthz", vec![(get(), web::to(health::healthz))]))
+        .service(resource("/readyz", vec![(get(), web::to(health::readyz))]))
+        .service(resource("/metrics", vec![(get(), web::to(health::metrics))]))
         .service(
             web::scope("/admin")
                 .wrap(from_fn(auth::require_token))
-                .route("/events", web::get().to(events::list))
-                .route("/events/{id}", web::get().to(events::show))
-                .route("/events/{id}/replay", web::post().to(events::replay))
-                .route("/dead-letters", web::get().to(dead_letters::list))
-                .route("/dead-letters", web::delete().to(dead_letters::delete))
-                .route("/dead-letters/replay", web::post().to(dead_letters::replay))
-                .route("/destinations", web::get().to(destinations::list))
-                .route("/destinations/{name}/pause", web::post().to(destinations::pause))
-                .route("/destinations/{name}/resume", web::post().to(destinations::resume))
-                .route("/hooks", web::get().to(hooks::list))
-                .route("/hooks/sync", web::post().to(hooks::sync))
+                .service(resource("/openapi.json", vec![(get(), web::to(openapi))]))
+                .service(resource("/events", vec![(get(), web::to(events::list))]))
+                .service(resource("/events/{id}", vec![(get(), web::to(events::show))]))
+                .service(resource(
+                    "/events/{id}/replay",
+                    vec![(Method::POST, web::to(events::replay))],
+                ))
+                .service(resource(
+                    "/dead-letters",
+                    vec![
+                        (get(), web::to(dead_letters::list)),
+                        (Method::DELETE, web::to(dead_letters::delete)),
+                    ],
+                ))
+                .service(resource(
+                    "/dead-letters/replay",
+                    vec![(Method::POST, web::to(dead_letters::replay))],
+                ))
+                .service(resource("/destinations", vec![(get(), web::to(destinations::list))]))
+                .service(resource(
+                    "/destinations/{name}/pause",
+                    vec![(Method::POST, web::to(destinations::pause))],
+                ))
+                .service(resource(
+                    "/destinations/{name}/resume",
+                    vec![(Method::POST, web::to(destinations::resume))],
+                ))
+                .service(resource("/hooks", vec![(get(), web::to(hooks::list))]))
+                .service(resource("/hooks/sync", vec![(Method::POST, web::to(hooks::sync))]))
                 .default_service(web::to(|| async {
-                    HttpResponse::NotFound()
-                        .json(serde_json::json!({"error": "no such admin endpoint"}))
+                    error(
+                        actix_web::http::StatusCode::NOT_FOUND,
+                        "no such admin endpoint (GET /admin/openapi.json lists them)",
+                    )
                 })),
         );
+}
+
+/// A path with its methods; any other method is answered 405 with `Allow`.
+fn resource(
+    path: &str,
+    methods: Vec<(actix_web::http::Method, actix_web::Route)>,
+) -> actix_web::Resource {
+    let allow: Vec<String> = methods.iter().map(|(m, _)| m.to_string()).collect();
+    let allow = allow.join(", ");
+    let mut r = web::resource(path);
+    for (method, route) in methods {
+        r = r.route(route.method(method));
+    }
+    r.default_service(web::to(move || {
+        let allow = allow.clone();
+        async move {
+            let mut resp = error(
+                actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+                format!("method not allowed here; allowed: {allow}"),
+            );
+            if let Ok(value) = actix_web::http::header::HeaderValue::from_str(&allow) {
+                resp.headers_mut().insert(actix_web::http::header::ALLOW, value);
+            }
+            resp
+        }
+    }))
+}
+
+/// `GET /admin/openapi.json`: the OpenAPI document of this listener.
+async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().json(crate::api::openapi::document())
 }
 
 /// Binds the admin listener (one worker: it serves people and scrapers).
@@ -83,5 +137,5 @@ pub(crate) fn error(
     status: actix_web::http::StatusCode,
     message: impl Into<String>,
 ) -> HttpResponse {
-    HttpResponse::build(status).json(serde_json::json!({ "error": message.into() }))
+    HttpResponse::build(status).json(crate::api::ApiError { error: message.into() })
 }

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::client::{query, AdminClient};
 use super::table;
+use crate::api;
 use crate::config::{Config, DEFAULT_PATH};
 
 /// Where the relay's admin API is, and how to print.
@@ -166,37 +167,54 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         print!("{text}");
     }
     // A sync that left an account failing is a failed command (scripts check it).
-    let failing =
-        value["accounts"].as_array().map_or(0, |a| a.iter().filter(|a| a["ok"] != true).count());
-    if sync && failing > 0 {
-        anyhow::bail!("{failing} upstream account(s) could not be reconciled (see above)");
+    if sync {
+        let accounts: api::Accounts = typed(&value)?;
+        let failing = accounts.accounts.iter().filter(|a| !a.ok).count();
+        if failing > 0 {
+            anyhow::bail!("{failing} upstream account(s) could not be reconciled (see above)");
+        }
     }
     Ok(())
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// The answer as this CLI's build of the API types (`crate::api`): a relay of another
+/// version that answers differently is named, not misprinted.
+fn typed<T: serde::de::DeserializeOwned>(v: &Value) -> anyhow::Result<T> {
+    T::deserialize(v).context(
+        "the relay's answer does not match this hookrelay's admin API (a different version?); --json prints it as is",
+    )
+}
+
+/// An optional value, or `-`.
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".into(), ToString::to_string)
+}
+
+/// A value as its JSON word (`dispatched`, `half_open`).
+fn word<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
     }
 }
 
-/// One table row per element of the JSON array `v` (none if it is not an array).
-fn rows(v: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
-    v.as_array().map(|a| a.iter().map(row).collect()).unwrap_or_default()
-}
-
-fn list(v: &Value) -> String {
-    v.as_array().map_or_else(|| "-".into(), |a| a.iter().map(s).collect::<Vec<_>>().join(","))
+/// Comma-separated words, or `-` for none.
+fn words<T: serde::Serialize>(v: &[T]) -> String {
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.iter().map(word).collect::<Vec<_>>().join(",")
+    }
 }
 
 /// `crm=delivered,erp=retrying`, or `-` for none.
-fn delivery_states(v: &Value) -> String {
+fn delivery_states(v: Option<&[api::DeliveryStatus]>) -> String {
     let states: Vec<String> = v
-        .as_array()
-        .map(|a| a.iter().map(|d| format!("{}={}", s(&d["destination"]), s(&d["state"]))).collect())
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .iter()
+        .map(|d| format!("{}={}", d.destination, word(&d.state)))
+        .collect();
     if states.is_empty() {
         "-".into()
     } else {
@@ -217,67 +235,86 @@ async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<(Value, Str
                 ("after", after),
             ]);
             let v = client.get(&format!("/admin/events{q}")).await?;
-            let rows = rows(&v["events"], |e| {
-                let mut row = vec![
-                    s(&e["id"]),
-                    s(&e["received_at"]),
-                    s(&e["source"]),
-                    s(&e["event"]),
-                    s(&e["status"]),
-                    s(&e["size"]),
-                    list(&e["flags"]),
-                ];
-                if by_record {
-                    row.push(delivery_states(&e["deliveries"]));
-                }
-                row
-            });
+            let page: api::EventPage = typed(&v)?;
+            let rows: Vec<Vec<String>> = page
+                .events
+                .iter()
+                .map(|e| {
+                    let mut row = vec![
+                        e.id.to_string(),
+                        e.received_at.clone(),
+                        e.source.clone(),
+                        e.event.clone(),
+                        word(&e.status),
+                        e.size.to_string(),
+                        words(&e.flags),
+                    ];
+                    if by_record {
+                        row.push(delivery_states(e.deliveries.as_deref()));
+                    }
+                    row
+                })
+                .collect();
             let mut header = vec!["ID", "RECEIVED", "SOURCE", "EVENT", "STATUS", "SIZE", "FLAGS"];
             if by_record {
                 header.push("DELIVERIES");
             }
             let mut text = table::render(&header, &rows);
-            if let Some(next) = v["next_after"].as_str() {
+            if let Some(next) = page.next_after {
                 text.push_str(&format!("more: --after {next}\n"));
             }
             Ok((v, text))
         }
         Events::Show { id } => {
             let v = client.get(&format!("/admin/events/{id}")).await?;
+            let e: api::EventDetail = typed(&v)?;
+            let m = &e.summary;
             let mut text = format!(
                 "event {}  {} from {}  status {}  received {}  {} bytes  flags {}\n",
-                s(&v["id"]),
-                s(&v["event"]),
-                s(&v["source"]),
-                s(&v["status"]),
-                s(&v["received_at"]),
-                s(&v["size"]),
-                list(&v["flags"])
+                m.id,
+                m.event,
+                m.source,
+                word(&m.status),
+                m.received_at,
+                m.size,
+                words(&m.flags)
             );
-            if !v["duplicate_of"].is_null() {
-                text.push_str(&format!("duplicate of {}\n", s(&v["duplicate_of"])));
+            if let Some(original) = m.duplicate_of {
+                text.push_str(&format!("duplicate of {original}\n"));
             }
-            let rows = rows(&v["deliveries"], |d| {
-                vec![
-                    s(&d["destination"]),
-                    s(&d["state"]),
-                    s(&d["total_attempts"]),
-                    s(&d["last_status"]),
-                    s(&d["last_error"]),
-                    s(&d["next_attempt_at"]),
-                ]
-            });
+            if let Some(record) = &m.record {
+                text.push_str(&format!("about {record}\n"));
+            }
+            let rows: Vec<Vec<String>> = e
+                .delivery_records
+                .iter()
+                .map(|d| {
+                    vec![
+                        d.destination.clone(),
+                        word(&d.state),
+                        d.total_attempts.to_string(),
+                        opt(&d.last_status),
+                        opt(&d.last_error),
+                        opt(&d.next_attempt_at),
+                    ]
+                })
+                .collect();
             text.push_str(&table::render(
                 &["DESTINATION", "STATE", "ATTEMPTS", "LAST STATUS", "LAST ERROR", "NEXT ATTEMPT"],
                 &rows,
             ));
-            text.push_str(&format!("body ({}):\n{}\n", s(&v["body_encoding"]), s(&v["body"])));
+            let encoding = e.body_encoding.as_ref().map_or_else(|| "-".into(), word);
+            text.push_str(&format!("body ({encoding}):\n{}\n", opt(&e.body)));
             Ok((v, text))
         }
         Events::Replay { id, destinations } => {
-            let body = (!destinations.is_empty()).then(|| json!({ "destinations": destinations }));
+            let request = api::ReplayRequest {
+                destinations: (!destinations.is_empty()).then_some(destinations),
+            };
+            let body = request.destinations.is_some().then(|| json!(request));
             let v = client.post(&format!("/admin/events/{id}/replay"), body).await?;
-            let text = format!("event {id} replayed to {}\n", list(&v["destinations"]));
+            let done: api::EventReplayed = typed(&v)?;
+            let text = format!("event {id} replayed to {}\n", done.destinations.join(","));
             Ok((v, text))
         }
     }
@@ -295,15 +332,20 @@ async fn dead_letters(client: &AdminClient, cmd: DeadLetters) -> anyhow::Result<
     match cmd {
         DeadLetters::List { filter, limit } => {
             let v = client.get(&format!("/admin/dead-letters{}", q(filter, Some(limit)))).await?;
-            let rows = rows(&v["dead_letters"], |d| {
-                vec![
-                    s(&d["event"]),
-                    s(&d["destination"]),
-                    s(&d["total_attempts"]),
-                    s(&d["last_status"]),
-                    s(&d["last_error"]),
-                ]
-            });
+            let page: api::DeadLetterPage = typed(&v)?;
+            let rows: Vec<Vec<String>> = page
+                .dead_letters
+                .iter()
+                .map(|d| {
+                    vec![
+                        d.event.to_string(),
+                        d.destination.clone(),
+                        d.total_attempts.to_string(),
+                        opt(&d.last_status),
+                        opt(&d.last_error),
+                    ]
+                })
+                .collect();
             let text = table::render(
                 &["EVENT", "DESTINATION", "ATTEMPTS", "LAST STATUS", "LAST ERROR"],
                 &rows,
@@ -312,15 +354,15 @@ async fn dead_letters(client: &AdminClient, cmd: DeadLetters) -> anyhow::Result<
         }
         DeadLetters::Delete { filter } => {
             let v = client.delete(&format!("/admin/dead-letters{}", q(filter, None))).await?;
-            let text = format!("{} dead letters deleted\n", s(&v["deleted"]));
-            Ok((v, text))
+            let done: api::Deleted = typed(&v)?;
+            Ok((v, format!("{} dead letters deleted\n", done.deleted)))
         }
         DeadLetters::Replay { filter } => {
             let v = client
                 .post(&format!("/admin/dead-letters/replay{}", q(filter, None)), None)
                 .await?;
-            let text = format!("{} dead letters replayed\n", s(&v["replayed"]));
-            Ok((v, text))
+            let done: api::Replayed = typed(&v)?;
+            Ok((v, format!("{} dead letters replayed\n", done.replayed)))
         }
     }
 }
@@ -329,20 +371,24 @@ async fn destinations(client: &AdminClient, cmd: Destinations) -> anyhow::Result
     match cmd {
         Destinations::List => {
             let v = client.get("/admin/destinations").await?;
-            let rows = rows(&v["destinations"], |d| {
-                let q = &d["queue"];
-                vec![
-                    s(&d["name"]),
-                    if d["paused"] == true { "paused".into() } else { "active".into() },
-                    s(&d["circuit"]),
-                    s(&d["in_flight"]),
-                    s(&q["pending"]),
-                    s(&q["retrying"]),
-                    s(&q["dead"]),
-                    d["oldest_age_seconds"].as_f64().map_or("-".into(), |a| format!("{a:.0}s")),
-                    s(&d["url"]),
-                ]
-            });
+            let list: api::DestinationList = typed(&v)?;
+            let rows: Vec<Vec<String>> = list
+                .destinations
+                .iter()
+                .map(|d| {
+                    vec![
+                        d.name.clone(),
+                        if d.paused { "paused".into() } else { "active".into() },
+                        word(&d.circuit),
+                        d.in_flight.to_string(),
+                        d.queue.pending.to_string(),
+                        d.queue.retrying.to_string(),
+                        d.queue.dead.to_string(),
+                        d.oldest_age_seconds.map_or("-".into(), |a| format!("{a:.0}s")),
+                        d.url.clone(),
+                    ]
+                })
+                .collect();
             let text = table::render(
                 &[
                     "NAME",
@@ -364,11 +410,13 @@ async fn destinations(client: &AdminClient, cmd: Destinations) -> anyhow::Result
         }
         Destinations::Pause { name } => {
             let v = client.post(&format!("/admin/destinations/{name}/pause"), None).await?;
-            Ok((v, format!("{name} paused\n")))
+            let done: api::Paused = typed(&v)?;
+            Ok((v, format!("{} paused\n", done.name)))
         }
         Destinations::Resume { name } => {
             let v = client.post(&format!("/admin/destinations/{name}/resume"), None).await?;
-            Ok((v, format!("{name} resumed\n")))
+            let done: api::Paused = typed(&v)?;
+            Ok((v, format!("{} resumed\n", done.name)))
         }
     }
 }
@@ -378,22 +426,16 @@ async fn hooks(client: &AdminClient, cmd: Hooks) -> anyhow::Result<(Value, Strin
         Hooks::List => client.get("/admin/hooks").await?,
         Hooks::Sync => client.post("/admin/hooks/sync", None).await?,
     };
-    let Some(accounts) = v["accounts"].as_array() else {
-        return Ok((v, "no answer\n".into()));
-    };
-    if accounts.is_empty() {
-        return Ok((v.clone(), "no upstream accounts configured\n".into()));
+    let accounts: api::Accounts = typed(&v)?;
+    if accounts.accounts.is_empty() {
+        return Ok((v, "no upstream accounts configured\n".into()));
     }
     let mut text = String::new();
-    for a in accounts {
-        let state = if a["ok"] == true {
-            "ok".to_owned()
-        } else {
-            format!("FAILING: {}", list(&a["errors"]))
-        };
+    for a in &accounts.accounts {
+        let state = if a.ok { "ok".to_owned() } else { format!("FAILING: {}", a.errors.join(",")) };
         // How old the shown data is, and a warning when no relay reconciles any more.
-        let age = match a["age_seconds"].as_u64() {
-            Some(secs) if a["stale"] == true => {
+        let age = match a.age_seconds {
+            Some(secs) if a.stale => {
                 format!(" ({secs}s ago, STALE: no relay has reconciled since)")
             }
             Some(secs) => format!(" ({secs}s ago)"),
@@ -401,32 +443,31 @@ async fn hooks(client: &AdminClient, cmd: Hooks) -> anyhow::Result<(Value, Strin
         };
         text.push_str(&format!(
             "{}/{}  {}  last reconcile {}{age}  foreign hooks {}\n",
-            s(&a["source"]),
-            s(&a["account"]),
+            a.source,
+            a.account,
             state,
-            s(&a["last_reconcile"]),
-            s(&a["foreign_hooks"])
+            opt(&a.last_reconcile),
+            a.foreign_hooks
         ));
-        let rows = rows(&a["hooks"], |h| {
-            vec![
-                s(&h["id"]),
-                s(&h["event"]),
-                s(&h["status"]),
-                s(&h["triggered_count"]),
-                s(&h["last_triggered"]),
-            ]
-        });
+        let rows: Vec<Vec<String>> = a
+            .hooks
+            .iter()
+            .map(|h| {
+                vec![
+                    h.id.clone(),
+                    h.event.clone(),
+                    h.status.clone(),
+                    h.triggered_count.to_string(),
+                    opt(&h.last_triggered),
+                ]
+            })
+            .collect();
         text.push_str(&table::render(
             &["ID", "EVENT", "STATUS", "TRIGGERED", "LAST TRIGGERED"],
             &rows,
         ));
-        for c in a["changes"].as_array().into_iter().flatten() {
-            text.push_str(&format!(
-                "  {} {} -> hook {}\n",
-                s(&c["action"]),
-                s(&c["event"]),
-                s(&c["hook_id"])
-            ));
+        for c in &a.changes {
+            text.push_str(&format!("  {} {} -> hook {}\n", c.action, c.event, c.hook_id));
         }
     }
     Ok((v, text))

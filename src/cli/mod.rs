@@ -45,6 +45,11 @@ enum Command {
     /// same time migrate once); refuses a schema newer than this build. With --dry-run,
     /// says what would be applied and changes nothing. Nothing to do for sled.
     Migrate(MigrateArgs),
+    /// Print the admin API's OpenAPI 3.1 document (as served at /admin/openapi.json).
+    ///
+    /// The same document is committed as docs/openapi.json; regenerate it with
+    /// `hookrelay openapi > docs/openapi.json` after changing the API.
+    Openapi,
     /// Stored events: list, show, replay (through the admin API).
     Events {
         #[command(flatten)]
@@ -112,6 +117,10 @@ pub fn run() -> ExitCode {
         Command::CheckConfig(args) => check_config(&args.config, &env),
         Command::Serve(args) => serve(&args.config, cli.log_format, &env),
         Command::Migrate(args) => migrate(&args.config.config, args.dry_run, &env),
+        Command::Openapi => {
+            print!("{}", crate::api::openapi::pretty());
+            ExitCode::SUCCESS
+        }
         Command::Events { target, command } => run_admin(target, admin::Op::Events(command)),
         Command::DeadLetters { target, command } => {
             run_admin(target, admin::Op::DeadLetters(command))

@@ -50,7 +50,7 @@ pub(crate) enum DispatchOutcome {
 }
 
 /// Where a delivery stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum DeliveryState {
     /// Scheduled, never attempted (or replayed).

@@ -38,6 +38,21 @@ impl fmt::Display for EventId {
     }
 }
 
+/// In the admin API's schema: the sixteen hex digits of [`fmt::Display`].
+impl schemars::JsonSchema for EventId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EventId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[0-9a-f]{16}$",
+            "description": "An event id: its receive time in microseconds, as 16 hex digits."
+        })
+    }
+}
+
 /// Why a string is not an event id.
 #[derive(Debug, thiserror::Error)]
 #[error("not an event id (expected 16 hex digits)")]
@@ -68,7 +83,7 @@ impl<'de> Deserialize<'de> for EventId {
 
 /// Where an event stands. The ingress writes `received` or `rejected`; dispatch moves
 /// `received` events on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum EventStatus {
     /// Stored and waiting in the inbox for dispatch.
@@ -96,7 +111,7 @@ impl EventStatus {
 }
 
 /// Where the event name came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum EventNameOrigin {
     /// The `/hooks/{source}/{token}/{eventName}` path segment.
@@ -110,7 +125,7 @@ pub(crate) enum EventNameOrigin {
 }
 
 /// Something unusual about a callback, kept for inspection (the event is stored anyway).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum EventFlag {
     /// The body was empty.

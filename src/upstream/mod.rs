@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::store::SharedStore;
 
 pub(crate) use reconcile::Reconciler;
+pub(crate) use status::AccountStatus;
 
 /// Names an account: the source it serves and its own name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

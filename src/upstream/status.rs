@@ -6,7 +6,7 @@ use super::model::Hook;
 use crate::timefmt::format_admin;
 
 /// A hook as the admin API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct HookView {
     pub(crate) id: String,
     pub(crate) event: String,
@@ -17,7 +17,7 @@ pub(crate) struct HookView {
 }
 
 /// A change the reconciler made.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct Change {
     /// `created`, `recreated` or `pruned`.
     pub(crate) action: String,
@@ -30,7 +30,7 @@ pub(crate) struct Change {
 /// One account as of its last reconcile, by whichever relay made it: each relay
 /// stores the status of its passes (`upstream` key `status/{source}/{account}`), so
 /// that any relay of a fleet shows the same.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub(crate) struct AccountStatus {
     pub(crate) source: String,
     pub(crate) account: String,

@@ -1,0 +1,225 @@
+//! The admin API's contract: every request and response body, shared by the server
+//! (`admin/`, which builds them) and the CLI (`cli/`, which reads them), so that the
+//! two cannot drift apart, and described by the OpenAPI document generated from these
+//! very types (`openapi.rs`, served at `GET /admin/openapi.json`, committed as
+//! `docs/openapi.json`).
+
+pub(crate) mod openapi;
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::store::{DeliveryState, EventFlag, EventId, EventNameOrigin, EventStatus};
+use crate::upstream::AccountStatus;
+
+/// Every error answer: what went wrong, in words meant for the operator.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ApiError {
+    pub(crate) error: String,
+}
+
+/// An event as listings show it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct EventSummary {
+    pub(crate) id: EventId,
+    pub(crate) source: String,
+    pub(crate) event: String,
+    pub(crate) event_from: EventNameOrigin,
+    /// RFC 3339, UTC, microseconds (as every time of this API).
+    #[schemars(with = "Timestamp")]
+    pub(crate) received_at: String,
+    pub(crate) size: u64,
+    pub(crate) content_type: Option<String>,
+    pub(crate) status: EventStatus,
+    pub(crate) flags: Vec<EventFlag>,
+    /// Why it was rejected, when it was.
+    pub(crate) reason: Option<String>,
+    /// The event this one duplicates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) duplicate_of: Option<EventId>,
+    /// Where dispatch routed it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) destinations: Vec<String>,
+    /// The record it is about: `type/id` of the body's `data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) record: Option<String>,
+    /// Where each delivery stands: in a listing by record only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) deliveries: Option<Vec<DeliveryStatus>>,
+}
+
+/// Where one delivery of an event stands.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct DeliveryStatus {
+    pub(crate) destination: String,
+    pub(crate) state: DeliveryState,
+}
+
+/// `GET /admin/events`: one page, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct EventPage {
+    pub(crate) events: Vec<EventSummary>,
+    /// Pass as `after` for the next page; none when this was the last.
+    pub(crate) next_after: Option<EventId>,
+}
+
+/// How a body is carried in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BodyEncoding {
+    /// The body is UTF-8 text, as is.
+    Utf8,
+    /// Anything else, in standard base64.
+    Base64,
+}
+
+/// `GET /admin/events/{id}`: the event with its headers, body and deliveries.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct EventDetail {
+    #[serde(flatten)]
+    pub(crate) summary: EventSummary,
+    /// The request headers kept (never credentials).
+    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) remote_addr: Option<String>,
+    /// None for a rejected event (its body was not kept).
+    pub(crate) body: Option<String>,
+    pub(crate) body_encoding: Option<BodyEncoding>,
+    #[serde(rename = "deliveries")]
+    pub(crate) delivery_records: Vec<Delivery>,
+}
+
+/// One attempt of a delivery.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Attempt {
+    #[schemars(with = "Timestamp")]
+    pub(crate) at: String,
+    pub(crate) duration_ms: f64,
+    /// The HTTP status, when there was an answer.
+    pub(crate) status: Option<u16>,
+    /// Why there was no (good) answer.
+    pub(crate) error: Option<String>,
+}
+
+/// A delivery with its attempts.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Delivery {
+    pub(crate) event: EventId,
+    pub(crate) destination: String,
+    pub(crate) state: DeliveryState,
+    #[schemars(with = "Timestamp")]
+    pub(crate) created_at: String,
+    #[schemars(with = "Option<Timestamp>")]
+    pub(crate) next_attempt_at: Option<String>,
+    #[schemars(with = "Option<Timestamp>")]
+    pub(crate) delivered_at: Option<String>,
+    pub(crate) total_attempts: u32,
+    pub(crate) last_status: Option<u16>,
+    pub(crate) last_error: Option<String>,
+    /// The start of the destination's last answer.
+    pub(crate) last_response: Option<String>,
+    /// The latest attempts, oldest first.
+    pub(crate) attempts: Vec<Attempt>,
+}
+
+/// `GET /admin/dead-letters`: one page, newest event first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct DeadLetterPage {
+    pub(crate) dead_letters: Vec<Delivery>,
+    pub(crate) next_after: Option<EventId>,
+}
+
+/// `POST /admin/events/{id}/replay`: which destinations (default: those the event
+/// was routed to).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReplayRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) destinations: Option<Vec<String>>,
+}
+
+/// The answer to `POST /admin/events/{id}/replay`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct EventReplayed {
+    pub(crate) event: EventId,
+    /// Deliveries scheduled again.
+    pub(crate) replayed: usize,
+    pub(crate) destinations: Vec<String>,
+}
+
+/// The answer to `POST /admin/dead-letters/replay`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Replayed {
+    pub(crate) replayed: usize,
+}
+
+/// The answer to `DELETE /admin/dead-letters`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Deleted {
+    pub(crate) deleted: usize,
+}
+
+/// A destination's queue.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Queue {
+    pub(crate) pending: u64,
+    pub(crate) held: u64,
+    pub(crate) retrying: u64,
+    pub(crate) dead: u64,
+}
+
+/// Whether a destination's circuit lets deliveries through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Circuit {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+/// One destination as `GET /admin/destinations` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct DestinationStatus {
+    pub(crate) name: String,
+    /// Without any password.
+    pub(crate) url: String,
+    pub(crate) paused: bool,
+    pub(crate) circuit: Circuit,
+    /// Requests in flight from this relay.
+    pub(crate) in_flight: u64,
+    pub(crate) queue: Queue,
+    /// Age of the oldest pending or retrying delivery's event.
+    pub(crate) oldest_age_seconds: Option<f64>,
+}
+
+/// `GET /admin/destinations`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct DestinationList {
+    pub(crate) destinations: Vec<DestinationStatus>,
+}
+
+/// The answer to pausing or resuming a destination.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Paused {
+    pub(crate) name: String,
+    pub(crate) paused: bool,
+}
+
+/// `GET /admin/hooks` and `POST /admin/hooks/sync`: every upstream account.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Accounts {
+    pub(crate) accounts: Vec<AccountStatus>,
+}
+
+/// An RFC 3339 time in UTC with microseconds, as every time of this API.
+#[derive(JsonSchema)]
+#[schemars(transform = date_time)]
+#[allow(dead_code)]
+struct Timestamp(String);
+
+/// Marks a string schema as an RFC 3339 time.
+fn date_time(schema: &mut schemars::Schema) {
+    schema.insert("format".into(), "date-time".into());
+}

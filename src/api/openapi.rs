@@ -1,0 +1,197 @@
+//! The OpenAPI 3.1 document of the admin listener, generated from the types of
+//! [`crate::api`] (their JSON Schemas, by `schemars`) and the routes below. Served at
+//! `GET /admin/openapi.json`, printed by `hookrelay openapi`, committed as
+//! `docs/openapi.json` (a test fails when that copy is out of date), and checked
+//! against a running relay by schemathesis in CI (`tests/openapi.rs`).
+
+use schemars::generate::SchemaSettings;
+use schemars::SchemaGenerator;
+use serde_json::{json, Map, Value};
+
+use super::{
+    Accounts, ApiError, DeadLetterPage, Deleted, DestinationList, EventDetail, EventPage,
+    EventReplayed, Paused, ReplayRequest, Replayed,
+};
+use crate::store::{EventId, EventStatus};
+
+/// Builds the document (deterministic: the committed copy is compared byte for byte).
+pub(crate) fn document() -> Value {
+    let settings = SchemaSettings::draft2020_12().with(|s| {
+        s.definitions_path = "/components/schemas".into();
+        s.meta_schema = None;
+    });
+    let mut g = SchemaGenerator::new(settings);
+    let schema = |g: &mut SchemaGenerator, f: fn(&mut SchemaGenerator) -> schemars::Schema| {
+        serde_json::to_value(f(g)).unwrap_or(Value::Null)
+    };
+    let event_page = schema(&mut g, |g| g.subschema_for::<EventPage>());
+    let event_detail = schema(&mut g, |g| g.subschema_for::<EventDetail>());
+    let replay_request = schema(&mut g, |g| g.subschema_for::<ReplayRequest>());
+    let event_replayed = schema(&mut g, |g| g.subschema_for::<EventReplayed>());
+    let dead_page = schema(&mut g, |g| g.subschema_for::<DeadLetterPage>());
+    let deleted = schema(&mut g, |g| g.subschema_for::<Deleted>());
+    let replayed = schema(&mut g, |g| g.subschema_for::<Replayed>());
+    let destinations = schema(&mut g, |g| g.subschema_for::<DestinationList>());
+    let paused = schema(&mut g, |g| g.subschema_for::<Paused>());
+    let accounts = schema(&mut g, |g| g.subschema_for::<Accounts>());
+    let event_id = schema(&mut g, |g| g.subschema_for::<EventId>());
+    let status = schema(&mut g, |g| g.subschema_for::<EventStatus>());
+    let error = schema(&mut g, |g| g.subschema_for::<ApiError>());
+    let schemas: Map<String, Value> = g.take_definitions(true).into_iter().collect();
+
+    let json_body = |schema: &Value, description: &str| json!({ "description": description, "content": { "application/json": { "schema": schema } } });
+    let text = |description: &str| json!({ "description": description, "content": { "text/plain": { "schema": { "type": "string" } } } });
+    let err = |description: &str| json_body(&error, description);
+    // Every `/admin` operation: the token, and what any of them may answer.
+    let admin = |summary: &str, params: Vec<Value>, ok: Value, mut more: Map<String, Value>| {
+        more.insert("200".into(), ok);
+        more.insert("401".into(), err("no or wrong `Authorization: Bearer` admin token"));
+        more.insert("403".into(), err("the relay has no admin token configured"));
+        more.insert("500".into(), err("the store could not be read or written"));
+        json!({
+            "summary": summary,
+            "security": [{ "admin_token": [] }],
+            "parameters": params,
+            "responses": more,
+        })
+    };
+    let query = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description });
+    let path_param = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "path", "required": true, "schema": schema, "description": description });
+    let bad = |m: &mut Map<String, Value>| {
+        m.insert("400".into(), err("a parameter is malformed or out of range"));
+    };
+    let with = |codes: &[(&str, &str)]| {
+        let mut m = Map::new();
+        for (code, why) in codes {
+            m.insert((*code).into(), err(why));
+        }
+        m
+    };
+    let limit = query(
+        "limit",
+        json!({ "type": "integer", "minimum": 1, "maximum": 1000, "default": 50 }),
+        "page size",
+    );
+    let after = query(
+        "after",
+        event_id.clone(),
+        "continue after this id (the previous page's `next_after`)",
+    );
+    let name = |what: &str| json!({ "type": "string", "description": what });
+    let source = query("source", name("a configured source"), "only events of this source");
+    let event = query("event", name("an event name"), "only events with this name");
+    let destination = query(
+        "destination",
+        name("a configured destination"),
+        "only deliveries to this destination",
+    );
+    let id = path_param("id", event_id.clone(), "the event's id");
+    let dest_name = path_param("name", name("a configured destination"), "the destination");
+
+    let mut events_errors = Map::new();
+    bad(&mut events_errors);
+    let mut dead_errors = Map::new();
+    bad(&mut dead_errors);
+    let mut replay_op = admin(
+        "Deliver an event again, to the destinations it was routed to or to those named",
+        vec![id.clone()],
+        json_body(&event_replayed, "the deliveries scheduled again"),
+        with(&[
+            ("400", "the id is malformed or a destination is unknown"),
+            ("404", "no such event"),
+            (
+                "409",
+                "the event was never dispatched, or routed nowhere and no destination was named",
+            ),
+        ]),
+    );
+    replay_op["requestBody"] = json!({ "required": false, "content": { "application/json": { "schema": replay_request } } });
+    let dead_filters =
+        vec![source.clone(), event.clone(), destination.clone(), after.clone(), limit.clone()];
+
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "hookrelay admin API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The admin listener of a hookrelay relay (`admin.listen`): stored events, deliveries, dead letters, destinations and the upstream hooks. Times are RFC 3339 in UTC with microseconds. Every `/admin` path needs `Authorization: Bearer <admin.token>`.",
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": { "admin_token": { "type": "http", "scheme": "bearer" } },
+        },
+        "paths": {
+            "/healthz": { "get": { "summary": "Liveness: the process serves HTTP", "responses": { "200": text("ok") } } },
+            "/readyz": { "get": { "summary": "Readiness: the store is open and recovery done",
+                "responses": { "200": text("ready"), "503": text("not ready, and why") } } },
+            "/metrics": { "get": { "summary": "Prometheus metrics (text exposition format)",
+                "responses": { "200": text("the metrics") } } },
+            "/admin/openapi.json": { "get": admin("This document", vec![],
+                json!({ "description": "the OpenAPI document", "content": { "application/json": { "schema": { "type": "object" } } } }),
+                Map::new()) },
+            "/admin/events": { "get": admin("Stored events, newest first",
+                vec![source.clone(), event.clone(),
+                     query("status", status, "only events in this state"),
+                     query("record", json!({ "type": "string", "pattern": "^[^/]+/.+$" }),
+                        "only events about this record, `type/id` (e.g. `actions/5`), each with its deliveries' states"),
+                     after.clone(), limit.clone()],
+                json_body(&event_page, "one page of events"), events_errors) },
+            "/admin/events/{id}": { "get": admin("One event: headers, body, dedup outcome, deliveries and attempts",
+                vec![id.clone()], json_body(&event_detail, "the event"),
+                with(&[("400", "the id is malformed"), ("404", "no such event")])) },
+            "/admin/events/{id}/replay": { "post": replay_op },
+            "/admin/dead-letters": {
+                "get": admin("Dead deliveries, newest event first", dead_filters.clone(),
+                    json_body(&dead_page, "one page of dead letters"), dead_errors.clone()),
+                "delete": admin("Delete every matching dead letter (it becomes `discarded`: never retried)",
+                    dead_filters.clone(), json_body(&deleted, "how many were deleted"), dead_errors.clone()),
+            },
+            "/admin/dead-letters/replay": { "post": admin("Replay every matching dead letter", dead_filters,
+                json_body(&replayed, "how many were replayed"), dead_errors) },
+            "/admin/destinations": { "get": admin("Every destination: paused, circuit, queue", vec![],
+                json_body(&destinations, "the destinations"), Map::new()) },
+            "/admin/destinations/{name}/pause": { "post": admin("Hold a destination's deliveries (on every relay sharing the store)",
+                vec![dest_name.clone()], json_body(&paused, "paused"), with(&[("404", "no such destination")])) },
+            "/admin/destinations/{name}/resume": { "post": admin("Release a paused destination",
+                vec![dest_name], json_body(&paused, "resumed"), with(&[("404", "no such destination")])) },
+            "/admin/hooks": { "get": admin("The upstream accounts and their hooks, as of the last reconcile by any relay", vec![],
+                json_body(&accounts, "the accounts"), Map::new()) },
+            "/admin/hooks/sync": { "post": admin("Reconcile every account now", vec![],
+                json_body(&accounts, "the accounts after the pass"), Map::new()) },
+        },
+    })
+}
+
+/// The document as committed (`docs/openapi.json`): pretty, with a final newline.
+pub(crate) fn pretty() -> String {
+    let mut text = serde_json::to_string_pretty(&document()).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committed_document_is_up_to_date() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json");
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == pretty(),
+            "docs/openapi.json is not what this build serves: run `cargo run -- openapi > docs/openapi.json`"
+        );
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let doc = document();
+        let text = doc.to_string();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for part in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = &part[..part.find('"').unwrap()];
+            assert!(schemas.contains_key(name), "dangling $ref {name}");
+        }
+        assert!(schemas.contains_key("EventSummary") && schemas.contains_key("Delivery"));
+    }
+}
