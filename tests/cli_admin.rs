@@ -83,6 +83,7 @@ async fn the_admin_commands_list_show_replay_pause_and_resume() {
     assert_eq!((code, out.as_str()), (0, "crm paused\n"));
     let (code, out, _) = cli(&relay, d, &["destinations", "list"]);
     assert_eq!(code, 0);
+    assert!(out.lines().next().unwrap().contains("PENDING  HELD  RETRYING"), "{out}");
     assert!(out.contains("crm") && out.contains("paused") && out.contains("closed"), "{out}");
     let (code, _, _) = cli(&relay, d, &["events", "replay", &id, "--destination", "crm"]);
     assert_eq!(code, 0);

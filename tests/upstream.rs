@@ -528,4 +528,9 @@ async fn the_readme_local_loop_works() {
     assert_eq!(received[0]["path"], "/sim/sink/crm");
     assert_eq!(received[0]["body"]["data"]["id"], "5");
     assert!(received[0]["headers"]["webhook-id"].is_string());
+    // A sub-path lists what was delivered there (the README's /sim/sink/gaps).
+    let crm: Value = reqwest::get(sim.url("/sim/sink/crm")).await.unwrap().json().await.unwrap();
+    assert_eq!(crm["received"].as_array().unwrap().len(), 1, "{crm}");
+    let gaps: Value = reqwest::get(sim.url("/sim/sink/gaps")).await.unwrap().json().await.unwrap();
+    assert_eq!(gaps["received"], serde_json::json!([]), "nothing was delivered to gaps");
 }

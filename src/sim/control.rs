@@ -32,6 +32,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/sim/sink", web::get().to(sink_list))
         .route("/sim/sink", web::post().to(sink_receive))
         .route("/sim/sink/{rest:.*}", web::post().to(sink_receive))
+        .route("/sim/sink/{rest:.*}", web::get().to(sink_list))
         .route("/oauth/token", web::post().to(token))
         .route("/healthz", web::get().to(|| async { HttpResponse::Ok().body("ok\n") }));
 }
@@ -144,8 +145,13 @@ async fn sink_receive(
     HttpResponse::Ok().finish()
 }
 
-async fn sink_list(state: web::Data<SimState>) -> HttpResponse {
-    let received: Vec<Value> = lock(&state.sink).iter().cloned().collect();
+/// What the sink received: all of it at `/sim/sink`, and at `/sim/sink/gaps` (any
+/// sub-path) only what was delivered there.
+async fn sink_list(req: HttpRequest, state: web::Data<SimState>) -> HttpResponse {
+    let path = req.path();
+    let all = path == "/sim/sink";
+    let received: Vec<Value> =
+        lock(&state.sink).iter().filter(|d| all || d["path"] == path).cloned().collect();
     HttpResponse::Ok().json(json!({ "received": received }))
 }
 
