@@ -5,10 +5,12 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, so that a source change does not rebuild them.
+# vendor/: actix-http with the ingress's widened HTTP limits ([patch.crates-io]).
 COPY Cargo.toml Cargo.lock ./
+COPY vendor ./vendor
 RUN mkdir src benches \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && echo 'fn main() {}' > benches/ingest.rs && cp benches/ingest.rs benches/delivery.rs \
+    && for b in ingest delivery footprint fleet; do echo 'fn main() {}' > "benches/$b.rs"; done \
     && cargo build --release --locked \
     && rm -rf src benches
 COPY src ./src
