@@ -5,7 +5,7 @@
 //! against a running relay by schemathesis in CI (`tests/openapi.rs`).
 
 use schemars::generate::SchemaSettings;
-use schemars::SchemaGenerator;
+use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::{
@@ -21,22 +21,19 @@ pub(crate) fn document() -> Value {
         s.meta_schema = None;
     });
     let mut g = SchemaGenerator::new(settings);
-    let schema = |g: &mut SchemaGenerator, f: fn(&mut SchemaGenerator) -> schemars::Schema| {
-        serde_json::to_value(f(g)).unwrap_or(Value::Null)
-    };
-    let event_page = schema(&mut g, |g| g.subschema_for::<EventPage>());
-    let event_detail = schema(&mut g, |g| g.subschema_for::<EventDetail>());
-    let replay_request = schema(&mut g, |g| g.subschema_for::<ReplayRequest>());
-    let event_replayed = schema(&mut g, |g| g.subschema_for::<EventReplayed>());
-    let dead_page = schema(&mut g, |g| g.subschema_for::<DeadLetterPage>());
-    let deleted = schema(&mut g, |g| g.subschema_for::<Deleted>());
-    let replayed = schema(&mut g, |g| g.subschema_for::<Replayed>());
-    let destinations = schema(&mut g, |g| g.subschema_for::<DestinationList>());
-    let paused = schema(&mut g, |g| g.subschema_for::<Paused>());
-    let accounts = schema(&mut g, |g| g.subschema_for::<Accounts>());
-    let event_id = schema(&mut g, |g| g.subschema_for::<EventId>());
-    let status = schema(&mut g, |g| g.subschema_for::<EventStatus>());
-    let error = schema(&mut g, |g| g.subschema_for::<ApiError>());
+    let event_page = subschema::<EventPage>(&mut g);
+    let event_detail = subschema::<EventDetail>(&mut g);
+    let replay_request = subschema::<ReplayRequest>(&mut g);
+    let event_replayed = subschema::<EventReplayed>(&mut g);
+    let dead_page = subschema::<DeadLetterPage>(&mut g);
+    let deleted = subschema::<Deleted>(&mut g);
+    let replayed = subschema::<Replayed>(&mut g);
+    let destinations = subschema::<DestinationList>(&mut g);
+    let paused = subschema::<Paused>(&mut g);
+    let accounts = subschema::<Accounts>(&mut g);
+    let event_id = subschema::<EventId>(&mut g);
+    let status = subschema::<EventStatus>(&mut g);
+    let error = subschema::<ApiError>(&mut g);
     let schemas: Map<String, Value> = g.take_definitions(true).into_iter().collect();
 
     let json_body = |schema: &Value, description: &str| json!({ "description": description, "content": { "application/json": { "schema": schema } } });
@@ -160,6 +157,11 @@ pub(crate) fn document() -> Value {
                 json_body(&accounts, "the accounts after the pass"), Map::new()) },
         },
     })
+}
+
+/// `T`'s schema as a `$ref` into `components/schemas` (where `g` collects it).
+fn subschema<T: JsonSchema>(g: &mut SchemaGenerator) -> Value {
+    serde_json::to_value(g.subschema_for::<T>()).unwrap_or(Value::Null)
 }
 
 /// The document as committed (`docs/openapi.json`): pretty, with a final newline.
