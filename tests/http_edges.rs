@@ -5,25 +5,12 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{Relay, SOURCE, TOKEN};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-/// Writes `request` to the relay's ingress (closing our side after it when
-/// `half_close`), and returns the status code and the whole answer.
+/// The status code and the whole answer to raw `request` bytes.
 async fn raw(relay: &Relay, request: &[u8], half_close: bool) -> (u16, String) {
-    let mut s = TcpStream::connect(relay.ingress).await.unwrap();
-    s.write_all(request).await.unwrap();
-    if half_close {
-        s.shutdown().await.unwrap();
-    }
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer)).await;
-    assert!(read.is_ok(), "no complete answer within 10 s: {}", String::from_utf8_lossy(&answer));
-    let text = String::from_utf8_lossy(&answer).into_owned();
+    let text = relay.raw_exchange(request, half_close).await;
     let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     (status, text)
 }

@@ -232,22 +232,6 @@ async fn without_an_admin_token_the_admin_api_is_disabled() {
     assert!(relay.logs().contains("admin.token is not set"));
 }
 
-/// Sends raw bytes on a fresh connection and returns whatever comes back before EOF.
-async fn raw_exchange(relay: &Relay, request: &[u8], half_close: bool) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(relay.ingress).await.unwrap();
-    conn.write_all(request).await.unwrap();
-    if half_close {
-        conn.shutdown().await.unwrap();
-    }
-    let mut answer = Vec::new();
-    let read = conn.read_to_end(&mut answer);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), read)
-        .await
-        .expect("connection closed");
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
 #[tokio::test]
 async fn broken_bodies_get_no_error_status_and_store_nothing() {
     let (_dir, relay) = start("").await;
@@ -255,13 +239,13 @@ async fn broken_bodies_get_no_error_status_and_store_nothing() {
     // The client gives up half-way through its body.
     let truncated =
         format!("POST {path} HTTP/1.1\r\nHost: relay\r\nContent-Length: 100\r\n\r\n{{\"data\":");
-    let answer = raw_exchange(&relay, truncated.as_bytes(), true).await;
+    let answer = relay.raw_exchange(truncated.as_bytes(), true).await;
     assert!(!answer.starts_with("HTTP/1.1 4") && !answer.starts_with("HTTP/1.1 5"), "{answer}");
     // A chunked body with a malformed chunk header, client still listening.
     let bad_chunk = format!(
         "POST {path} HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n"
     );
-    let answer = raw_exchange(&relay, bad_chunk.as_bytes(), false).await;
+    let answer = relay.raw_exchange(bad_chunk.as_bytes(), false).await;
     assert!(!answer.starts_with("HTTP/1.1 4") && !answer.starts_with("HTTP/1.1 5"), "{answer}");
 
     assert!(relay.all_event_ids().await.is_empty());

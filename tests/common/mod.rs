@@ -194,6 +194,23 @@ impl Relay {
     }
 
     /// Posts a callback and returns the response.
+    /// Sends raw bytes to the ingress on a fresh connection (closing our side after
+    /// them when `half_close`) and returns whatever comes back before EOF, within 10 s:
+    /// for requests no HTTP client writes.
+    pub async fn raw_exchange(&self, request: &[u8], half_close: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(self.ingress).await.unwrap();
+        conn.write_all(request).await.unwrap();
+        if half_close {
+            conn.shutdown().await.unwrap();
+        }
+        let mut answer = Vec::new();
+        let read = conn.read_to_end(&mut answer);
+        let done = tokio::time::timeout(std::time::Duration::from_secs(10), read).await;
+        assert!(done.is_ok(), "no EOF within 10 s after: {}", String::from_utf8_lossy(&answer));
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
     pub async fn callback(
         &self,
         event: Option<&str>,
