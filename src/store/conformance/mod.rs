@@ -401,6 +401,38 @@ async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
     assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
 }
 
+/// A delivery that becomes due *before* the ones claimed last (dispatched by a relay
+/// whose clock is behind; a lease that expired) is still claimed, within a bound: a
+/// backend that reads its schedule from where it last stopped must come back for it.
+async fn an_earlier_due_delivery_is_still_claimed(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        vec![received("demo", "A", S, "{}"), received("demo", "A", S + 1, "{}")],
+    )
+    .await;
+    store.dispatch(vec![plan(ids[0], 1, &["a"])], 10 * S).await.unwrap();
+    assert_eq!(store.claim_due("a", "r1", 10 * S, LEASE, 5).await.unwrap().len(), 1);
+    // The same again from the floor: nothing more is due.
+    assert!(store.claim_due("a", "r1", 10 * S, LEASE, 5).await.unwrap().is_empty());
+    store.dispatch(vec![plan(ids[1], 2, &["a"])], 5 * S).await.unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let claims = store.claim_due("a", "r1", 10 * S, LEASE, 5).await.unwrap();
+        if let [claim] = claims.as_slice() {
+            assert_eq!(claim.event, ids[1]);
+            break;
+        }
+        assert!(claims.is_empty(), "{claims:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the earlier-due delivery is never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    store.close().await.unwrap();
+}
+
 async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
     let store = h.open().await;
     let events: Vec<NewEvent> =
@@ -788,6 +820,10 @@ macro_rules! conformance {
             #[tokio::test]
             async fn claims_are_leased_and_checked() {
                 super::claims_are_leased_and_checked(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn an_earlier_due_delivery_is_still_claimed() {
+                super::an_earlier_due_delivery_is_still_claimed(&mut $make).await;
             }
             #[tokio::test]
             async fn attempts_are_recorded_in_batches() {

@@ -95,7 +95,8 @@ impl PgServer {
         for _ in 0..5 {
             let port = free_port();
             let opts = format!(
-                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=on -c max_connections=200",
+                // autovacuum_naptime as docs/deploy.md recommends for a fleet.
+                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=on -c max_connections=200 -c autovacuum_naptime=5s",
                 dir.path().display()
             );
             let log = dir.path().join("server.log");
