@@ -395,6 +395,12 @@ async fn per_resource_ordering_holds_back_only_the_same_record() {
             })
             .collect()
     };
+    // w2 waits for w1's answer, and then for a worker: wait for it rather than assume
+    // it came before matter 5's second attempt (a busy machine reorders those).
+    let deadline = std::time::Instant::now() + WAIT;
+    while names(&a.received(), true).len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let got = a.received();
     assert_eq!(names(&got, true), ["w1", "w2"], "the other record is not held back");
     assert!(names(&got, false).iter().all(|n| n != "v2"), "v2 must wait for v1");
