@@ -16,16 +16,11 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
             Ok(q) => q,
             Err(e) => return store_error(&e),
         };
-        let circuit = match d.circuit.describe() {
-            "open" => api::Circuit::Open,
-            "half_open" => api::Circuit::HalfOpen,
-            _ => api::Circuit::Closed,
-        };
         list.push(api::DestinationStatus {
             name: d.dest.name.clone(),
             url: d.dest.display_url(),
             paused: d.is_paused(),
-            circuit,
+            circuit: d.circuit.phase(),
             in_flight: d.in_flight() as u64,
             queue: api::Queue {
                 pending: q.pending,

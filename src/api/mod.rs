@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::delivery::Phase;
 use crate::store::{DeliveryState, EventFlag, EventId, EventNameOrigin, EventStatus};
 use crate::upstream::AccountStatus;
 
@@ -170,15 +171,6 @@ pub(crate) struct Queue {
     pub(crate) dead: u64,
 }
 
-/// Whether a destination's circuit lets deliveries through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Circuit {
-    Closed,
-    Open,
-    HalfOpen,
-}
-
 /// One destination as `GET /admin/destinations` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct DestinationStatus {
@@ -186,7 +178,7 @@ pub(crate) struct DestinationStatus {
     /// Without any password.
     pub(crate) url: String,
     pub(crate) paused: bool,
-    pub(crate) circuit: Circuit,
+    pub(crate) circuit: Phase,
     /// Requests in flight from this relay.
     pub(crate) in_flight: u64,
     pub(crate) queue: Queue,

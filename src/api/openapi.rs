@@ -54,9 +54,6 @@ pub(crate) fn document() -> Value {
     };
     let query = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description });
     let path_param = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "path", "required": true, "schema": schema, "description": description });
-    let bad = |m: &mut Map<String, Value>| {
-        m.insert("400".into(), err("a parameter is malformed or out of range"));
-    };
     let with = |codes: &[(&str, &str)]| {
         let mut m = Map::new();
         for (code, why) in codes {
@@ -85,10 +82,8 @@ pub(crate) fn document() -> Value {
     let id = path_param("id", event_id.clone(), "the event's id");
     let dest_name = path_param("name", name("a configured destination"), "the destination");
 
-    let mut events_errors = Map::new();
-    bad(&mut events_errors);
-    let mut dead_errors = Map::new();
-    bad(&mut dead_errors);
+    // What a listing or a bulk operation answers to a malformed filter.
+    let bad_query = with(&[("400", "a parameter is malformed or out of range")]);
     let mut replay_op = admin(
         "Deliver an event again, to the destinations it was routed to or to those named",
         vec![id.clone()],
@@ -132,19 +127,19 @@ pub(crate) fn document() -> Value {
                      query("record", json!({ "type": "string", "pattern": "^[^/]+/.+$" }),
                         "only events about this record, `type/id` (e.g. `actions/5`), each with its deliveries' states"),
                      after.clone(), limit.clone()],
-                json_body(&event_page, "one page of events"), events_errors) },
+                json_body(&event_page, "one page of events"), bad_query.clone()) },
             "/admin/events/{id}": { "get": admin("One event: headers, body, dedup outcome, deliveries and attempts",
                 vec![id.clone()], json_body(&event_detail, "the event"),
                 with(&[("400", "the id is malformed"), ("404", "no such event")])) },
             "/admin/events/{id}/replay": { "post": replay_op },
             "/admin/dead-letters": {
                 "get": admin("Dead deliveries, newest event first", dead_filters.clone(),
-                    json_body(&dead_page, "one page of dead letters"), dead_errors.clone()),
+                    json_body(&dead_page, "one page of dead letters"), bad_query.clone()),
                 "delete": admin("Delete every matching dead letter (it becomes `discarded`: never retried)",
-                    dead_filters.clone(), json_body(&deleted, "how many were deleted"), dead_errors.clone()),
+                    dead_filters.clone(), json_body(&deleted, "how many were deleted"), bad_query.clone()),
             },
             "/admin/dead-letters/replay": { "post": admin("Replay every matching dead letter", dead_filters,
-                json_body(&replayed, "how many were replayed"), dead_errors) },
+                json_body(&replayed, "how many were replayed"), bad_query) },
             "/admin/destinations": { "get": admin("Every destination: paused, circuit, queue", vec![],
                 json_body(&destinations, "the destinations"), Map::new()) },
             "/admin/destinations/{name}/pause": { "post": admin("Hold a destination's deliveries (on every relay sharing the store)",

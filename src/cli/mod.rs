@@ -3,6 +3,7 @@
 
 mod admin;
 mod client;
+mod commands;
 mod table;
 
 use std::collections::HashMap;

@@ -3,6 +3,8 @@
 //! each outcome. Destinations never wait for each other.
 
 mod circuit;
+
+pub(crate) use circuit::Phase;
 mod recorder;
 mod worker;
 

@@ -110,21 +110,18 @@ impl Store for PostgresStore {
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventRecord>, StoreError> {
         let client = self.client().await?;
         // By record: from `events_record` (record, id), newest first, whatever else
-        // is filtered; otherwise along the primary key.
-        let sql = if filter.record.is_some() {
+        // is filtered (the record condition is spelled out so that the index is
+        // certain to serve it); otherwise along the primary key.
+        let record = if filter.record.is_some() { "record = $6" } else { "$6::text IS NULL" };
+        let sql = format!(
             "SELECT id, meta FROM events
-             WHERE record = $6 AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
+             WHERE {record} AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
                AND ($3::text IS NULL OR event = $3) AND ($4::text IS NULL OR status = $4)
              ORDER BY id DESC LIMIT $5"
-        } else {
-            "SELECT id, meta FROM events
-             WHERE ($6::text IS NULL) AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
-               AND ($3::text IS NULL OR event = $3) AND ($4::text IS NULL OR status = $4)
-             ORDER BY id DESC LIMIT $5"
-        };
+        );
         let rows = client
             .query(
-                sql,
+                &sql,
                 &[
                     &filter.after.map(sql_id),
                     &filter.source,

@@ -65,19 +65,23 @@ impl PayloadLength {
     }
 }
 
-/// hookrelay: `path` with every byte the `http` crate does not take in a URI
-/// percent-encoded (those above 0x7e, controls, and `"<>\\^`{|}` and space).
-fn percent_encode_path(path: &[u8]) -> String {
-    let mut out = String::with_capacity(path.len() * 3);
-    for &b in path {
-        let plain = (0x21..=0x7e).contains(&b) && !b"\"<>\\^`{|}".contains(&b);
-        if plain {
+/// hookrelay: `bytes` with every byte that is not `plain` percent-encoded.
+fn percent_encode(bytes: &[u8], plain: impl Fn(u8) -> bool) -> String {
+    let mut out = String::with_capacity(bytes.len() * 3);
+    for &b in bytes {
+        if plain(b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
         }
     }
     out
+}
+
+/// hookrelay: what the `http` crate takes in a URI as is (not controls, space,
+/// `"<>\\^`{|}` or bytes above 0x7e).
+fn uri_plain(b: u8) -> bool {
+    (0x21..=0x7e).contains(&b) && !b"\"<>\\^`{|}".contains(&b)
 }
 
 pub(crate) trait MessageType: Sized {
@@ -282,14 +286,9 @@ impl MessageType for Request {
         // token (the odd segment is then an event name the relay does not take).
         if let Some(line_end) = src.iter().position(|&b| b == b'\n') {
             if src[..line_end].iter().any(|&b| b > 0x7e) {
-                let mut rewritten = BytesMut::with_capacity(src.len() + 64);
-                for &b in &src[..line_end] {
-                    if b > 0x7e {
-                        rewritten.extend_from_slice(format!("%{b:02X}").as_bytes());
-                    } else {
-                        rewritten.extend_from_slice(&[b]);
-                    }
-                }
+                let line = percent_encode(&src[..line_end], |b| b <= 0x7e);
+                let mut rewritten = BytesMut::with_capacity(line.len() + src.len() - line_end);
+                rewritten.extend_from_slice(line.as_bytes());
                 rewritten.extend_from_slice(&src[line_end..]);
                 *src = rewritten;
             }
@@ -316,7 +315,7 @@ impl MessageType for Request {
                     // `"`, `{`...) are percent-encoded instead of refused with 400.
                     let uri = match Uri::try_from(path) {
                         Ok(uri) => uri,
-                        Err(_) => Uri::try_from(percent_encode_path(path.as_bytes()))?,
+                        Err(_) => Uri::try_from(percent_encode(path.as_bytes(), uri_plain))?,
                     };
                     let version = if req.version.unwrap() == 1 {
                         Version::HTTP_11
