@@ -1,0 +1,437 @@
+//! Conformance scenarios of deliveries: dispatch, claims and leases, attempts,
+//! retries and dead letters, per-resource order, retention, shared small state.
+
+use super::*;
+
+pub(super) async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        vec![
+            received("demo", "ActionCreated", 10 * S, "{}"),
+            received("demo", "ActionCreated", 11 * S, "{}"),
+            received("demo", "ActionCreated", 700 * S, "{}"),
+            received("demo", "ActionCreated", 701 * S, "{}"),
+            received("demo", "ActionCreated", 702 * S, "{}"),
+        ],
+    )
+    .await;
+    let pending = store.pending(10).await.unwrap();
+    assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
+    let outcomes = store
+        .dispatch(
+            vec![
+                plan(ids[0], 7, &["a", "b"]),
+                plan(ids[1], 7, &["a", "b"]), // same key, in the window: duplicate
+                plan(ids[2], 7, &["a"]),      // same key, window over: a new original
+                plan(ids[3], 8, &[]),         // nobody wants it
+                DispatchPlan { dedup: None, ..plan(ids[4], 7, &["b"]) }, // dedup off
+                plan(EventId::new(99), 9, &["a"]), // not in the inbox
+            ],
+            800 * S,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            DispatchOutcome::Dispatched(2),
+            DispatchOutcome::Duplicate { original: ids[0] },
+            DispatchOutcome::Dispatched(1),
+            DispatchOutcome::Unrouted,
+            DispatchOutcome::Dispatched(1),
+            DispatchOutcome::Gone,
+        ]
+    );
+    assert_eq!(store.inbox_len().await.unwrap(), 0);
+    assert_eq!(store.dedup_len().await.unwrap(), 2, "keys 7 and 8 (unrouted events hold theirs)");
+    let dup = store.event(ids[1]).await.unwrap().unwrap();
+    assert_eq!((dup.meta.status, dup.meta.duplicate_of), (EventStatus::Duplicate, Some(ids[0])));
+    assert_eq!(store.body(ids[1]).await.unwrap().unwrap(), b"{}", "duplicates keep their body");
+    assert_eq!(store.event(ids[3]).await.unwrap().unwrap().meta.status, EventStatus::Unrouted);
+    assert_eq!(store.event(ids[0]).await.unwrap().unwrap().meta.destinations, ["a", "b"]);
+    // Dispatching again finds nothing: a second relay or a retry after a crash.
+    let again = store.dispatch(vec![plan(ids[0], 7, &["a"])], 800 * S).await.unwrap();
+    assert_eq!(again, [DispatchOutcome::Gone]);
+    let q = store.queue_stats("a").await.unwrap();
+    assert_eq!(q, QueueStats { pending: 2, oldest: Some(ids[0]), ..QueueStats::default() });
+    let claims = store.claim_due("a", "r1", 800 * S, LEASE, 10).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[0], ids[2]]);
+    assert!(claims.iter().all(|c| c.record.state == DeliveryState::Pending && c.due_us == 800 * S));
+    assert_eq!(store.next_due_after("a", 799 * S).await.unwrap(), Some(800 * S));
+    assert_eq!(store.next_due_after("a", 800 * S).await.unwrap(), None);
+    // Key 7 (renewed by ids[2]) ends at 1,300 s, key 8 a second later.
+    assert_eq!(store.purge_dedup(1_300 * S).await.unwrap(), 1);
+    assert_eq!(store.dedup_len().await.unwrap(), 1);
+}
+
+pub(super) async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let id = append_all(&store, vec![received("demo", "ActionCreated", S, "{}")]).await[0];
+    store.dispatch(vec![plan(id, 1, &["a"])], 2 * S).await.unwrap();
+    let first = store.claim_due("a", "r1", 2 * S, LEASE, 5).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].owner, "r1");
+    // What the attempt sends comes with the claim.
+    assert_eq!(first[0].meta.as_ref().map(|m| m.event.as_str()), Some("ActionCreated"));
+    assert_eq!(first[0].body.as_deref(), Some(&b"{}"[..]));
+    assert!(
+        store.claim_due("a", "r2", 3 * S, LEASE, 5).await.unwrap().is_empty(),
+        "a delivery is never claimed twice within its lease"
+    );
+    // r1 stalls past its lease: r2 takes the delivery over, the same one (so the
+    // same webhook-id), and r1's late record is refused.
+    let later = 2 * S + 61 * S;
+    let second = store.claim_due("a", "r2", later, LEASE, 5).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!((second[0].event, second[0].destination.as_str()), (id, "a"));
+    assert_ne!(second[0].token, first[0].token);
+    let lost = record(&store, &first[0], report(Outcome::Success, later)).await;
+    assert_eq!(lost, Recorded::ClaimLost);
+    assert_eq!(states(&store, id).await["a"], DeliveryState::Pending, "nothing written");
+    // Released: due again at once, for anyone.
+    store.release(&second[0]).await.unwrap();
+    let third = store.claim_due("a", "r3", later, LEASE, 5).await.unwrap();
+    assert_eq!(third.len(), 1);
+    let done = record(&store, &third[0], report(Outcome::Success, later)).await;
+    assert_eq!(done, Recorded::Done(Verdict::Success));
+    assert_eq!(states(&store, id).await["a"], DeliveryState::Delivered);
+    assert!(store.claim_due("a", "r1", later + 100 * S, LEASE, 5).await.unwrap().is_empty());
+    assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
+}
+
+/// A delivery that becomes due *before* the ones claimed last (dispatched by a relay
+/// whose clock is behind; a lease that expired) is still claimed, within a bound: a
+/// backend that reads its schedule from where it last stopped must come back for it.
+pub(super) async fn an_earlier_due_delivery_is_still_claimed(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        vec![received("demo", "A", S, "{}"), received("demo", "A", S + 1, "{}")],
+    )
+    .await;
+    store.dispatch(vec![plan(ids[0], 1, &["a"])], 10 * S).await.unwrap();
+    assert_eq!(store.claim_due("a", "r1", 10 * S, LEASE, 5).await.unwrap().len(), 1);
+    // The same again from the floor: nothing more is due.
+    assert!(store.claim_due("a", "r1", 10 * S, LEASE, 5).await.unwrap().is_empty());
+    store.dispatch(vec![plan(ids[1], 2, &["a"])], 5 * S).await.unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let claims = store.claim_due("a", "r1", 10 * S, LEASE, 5).await.unwrap();
+        if let [claim] = claims.as_slice() {
+            assert_eq!(claim.event, ids[1]);
+            break;
+        }
+        assert!(claims.is_empty(), "{claims:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the earlier-due delivery is never claimed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    store.close().await.unwrap();
+}
+
+pub(super) async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let events: Vec<NewEvent> =
+        (1..=4).map(|i| received("demo", "ActionUpdated", i * S, "{}")).collect();
+    let ids = append_all(&store, events).await;
+    let plans = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| DispatchPlan {
+            // ids[0] and ids[1] are one record, in order; ids[2] and ids[3] free.
+            ordered: vec!["a".into()],
+            resource: (i < 2).then_some([3; 16]),
+            ..plan(*id, i as u8, &["a"])
+        })
+        .collect();
+    store.dispatch(plans, 5 * S).await.unwrap();
+    let claims = store.claim_due("a", "r1", 5 * S, LEASE, 10).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[0], ids[2], ids[3]]);
+    // ids[3]'s claim is lost to r2 before the batch is recorded.
+    store.release(&claims[2]).await.unwrap();
+    let taken = store.claim_due("a", "r2", 5 * S, LEASE, 10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    let batch = vec![
+        (claims[0].clone(), report(Outcome::Success, 6 * S)),
+        (claims[1].clone(), report(Outcome::Retry { retry_after: None }, 6 * S)),
+        (claims[2].clone(), report(Outcome::Success, 6 * S)),
+    ];
+    let out = store.record_attempts(batch, &policy()).await.unwrap();
+    assert_eq!(
+        out,
+        [Recorded::Done(Verdict::Success), Recorded::Done(Verdict::Retry), Recorded::ClaimLost]
+    );
+    // The head's success handed the turn to ids[1] in the same write.
+    let next = store.claim_due("a", "r1", 6 * S + 1_000, LEASE, 10).await.unwrap();
+    assert_eq!(next.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[1]]);
+    let q = store.queue_stats("a").await.unwrap();
+    assert_eq!((q.pending, q.retrying, q.held), (2, 1, 0));
+    assert!(store.record_attempts(Vec::new(), &policy()).await.unwrap().is_empty());
+}
+
+pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let id = append_all(&store, vec![received("demo", "ActionCreated", S, "{}")]).await[0];
+    store.dispatch(vec![plan(id, 1, &["a", "b"])], S).await.unwrap();
+    let mut now = S;
+    for attempt in 1..=3 {
+        let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
+        assert_eq!(claims.len(), 1, "attempt {attempt}");
+        let r = record(&store, &claims[0], report(Outcome::Retry { retry_after: None }, now)).await;
+        let q = store.queue_stats("a").await.unwrap();
+        if attempt < 3 {
+            assert_eq!(r, Recorded::Done(Verdict::Retry));
+            // The retry is persisted: not due before its time, due at it.
+            let next = now + 1_000 + S;
+            assert!(store.claim_due("a", "r1", next - 1, LEASE, 5).await.unwrap().is_empty());
+            assert_eq!(store.next_due_after("a", now).await.unwrap(), Some(next));
+            assert_eq!((q.pending, q.retrying, q.dead), (0, 1, 0));
+            now = next;
+        } else {
+            assert_eq!(r, Recorded::Done(Verdict::Dead));
+            assert_eq!((q.pending, q.retrying, q.dead), (0, 0, 1));
+        }
+    }
+    let dead =
+        store.dead_letters(DeadLetterFilter { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(
+        dead.iter().map(|d| (d.event, d.destination.as_str())).collect::<Vec<_>>(),
+        [(id, "a")]
+    );
+    assert_eq!(dead[0].total_attempts, 3);
+    assert_eq!(dead[0].last_response.as_deref(), Some("answer"));
+    let only_b =
+        DeadLetterFilter { destination: Some("b".into()), limit: 10, ..Default::default() };
+    assert!(store.dead_letters(only_b).await.unwrap().is_empty());
+    let wrong_source =
+        DeadLetterFilter { source: Some("other".into()), limit: 10, ..Default::default() };
+    assert!(store.dead_letters(wrong_source).await.unwrap().is_empty());
+    // Replayed: pending, due now, a new round; out of the dead letters.
+    now += 10 * S;
+    assert_eq!(store.replay(id, vec!["a".into()], now).await.unwrap(), 1);
+    let rec =
+        store.deliveries_of(id).await.unwrap().into_iter().find(|d| d.destination == "a").unwrap();
+    assert_eq!(
+        (rec.state, rec.next_attempt_us, rec.round_attempts, rec.total_attempts),
+        (DeliveryState::Pending, Some(now), 0, 3)
+    );
+    assert_eq!(store.queue_stats("a").await.unwrap().dead, 0);
+    // Dead again (permanent), then discarded: never retried, kept in the history.
+    let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
+    let r = record(&store, &claims[0], report(Outcome::Permanent, now)).await;
+    assert_eq!(r, Recorded::Done(Verdict::Failed));
+    assert!(store.discard(id, "a").await.unwrap());
+    assert!(!store.discard(id, "a").await.unwrap(), "only a dead letter can be discarded");
+    assert_eq!(states(&store, id).await["a"], DeliveryState::Discarded);
+    assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
+    // Replay to a destination the event was never routed to creates the delivery.
+    assert_eq!(store.replay(id, vec!["c".into()], now).await.unwrap(), 1);
+    assert_eq!(states(&store, id).await["c"], DeliveryState::Pending);
+    // Nothing to replay for an unknown event.
+    assert_eq!(store.replay(EventId::new(3), vec!["a".into()], now).await.unwrap(), 0);
+    // A stale claim: replayed while in flight, the late answer is not recorded.
+    let claims = store.claim_due("c", "r1", now, LEASE, 5).await.unwrap();
+    store.replay(id, vec!["c".into()], now + 5).await.unwrap();
+    let r = record(&store, &claims[0], report(Outcome::Success, now)).await;
+    assert_eq!(r, Recorded::Stale);
+    assert_eq!(states(&store, id).await["c"], DeliveryState::Pending);
+    // Counts survive a restart.
+    let before: Vec<QueueStats> =
+        futures_util::future::join_all(["a", "b", "c"].map(|d| store.queue_stats(d)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    drop(store);
+    let store = h.reopen().await;
+    let after: Vec<QueueStats> =
+        futures_util::future::join_all(["a", "b", "c"].map(|d| store.queue_stats(d)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    assert_eq!(before, after);
+}
+
+pub(super) async fn per_resource_order(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let events: Vec<NewEvent> =
+        (1..=3).map(|i| received("demo", "ActionUpdated", i * S, "{}")).collect();
+    let ids = append_all(&store, events).await;
+    let plans = ids
+        .iter()
+        .map(|id| DispatchPlan {
+            ordered: vec!["o".into()],
+            resource: Some([4; 16]),
+            ..plan(*id, id.raw() as u8, &["o", "free"])
+        })
+        .collect();
+    store.dispatch(plans, 5 * S).await.unwrap();
+    let q = store.queue_stats("o").await.unwrap();
+    assert_eq!((q.pending, q.held), (1, 2));
+    assert_eq!(
+        store.queue_stats("free").await.unwrap().pending,
+        3,
+        "unordered destinations are not held"
+    );
+    let mut now = 5 * S;
+    for (i, id) in ids.iter().enumerate() {
+        let claims = store.claim_due("o", "r1", now, LEASE, 10).await.unwrap();
+        assert_eq!(
+            claims.iter().map(|c| c.event).collect::<Vec<_>>(),
+            [*id],
+            "only the head, in order"
+        );
+        // The head dies: the turn passes on all the same.
+        let outcome = if i == 1 { Outcome::Permanent } else { Outcome::Success };
+        record(&store, &claims[0], report(outcome, now)).await;
+        now += S;
+    }
+    let q = store.queue_stats("o").await.unwrap();
+    assert_eq!((q.pending, q.held, q.dead), (0, 0, 1));
+    // A replay of the dead one is delivered on its own (its turn has passed).
+    assert_eq!(store.replay(ids[1], vec!["o".into()], now).await.unwrap(), 1);
+    let claims = store.claim_due("o", "r1", now, LEASE, 10).await.unwrap();
+    assert_eq!(claims.len(), 1);
+    record(&store, &claims[0], report(Outcome::Success, now)).await;
+    // A new event of the same record starts a new queue.
+    let id = append_all(&store, vec![received("demo", "ActionUpdated", now, "{}")]).await[0];
+    let p =
+        DispatchPlan { ordered: vec!["o".into()], resource: Some([4; 16]), ..plan(id, 99, &["o"]) };
+    store.dispatch(vec![p], now).await.unwrap();
+    assert_eq!(store.claim_due("o", "r1", now, LEASE, 10).await.unwrap().len(), 1);
+}
+
+pub(super) async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        vec![
+            received("demo", "A", S, "{}"),
+            received("demo", "A", S + 1, "{}"),
+            received("demo", "A", S + 2, "{}"),
+            rejected(S + 3),
+            received("demo", "A", S + 4, "{}"), // stays in the inbox
+        ],
+    )
+    .await;
+    store
+        .dispatch(
+            vec![plan(ids[0], 1, &["a"]), plan(ids[1], 2, &["a"]), plan(ids[2], 3, &[])],
+            2 * S,
+        )
+        .await
+        .unwrap();
+    // ids[0] delivered; ids[1] dead.
+    for (outcome, _) in [(Outcome::Success, ids[0]), (Outcome::Permanent, ids[1])] {
+        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 1).await.unwrap();
+        record(&store, &claims[0], report(outcome, 2 * S)).await;
+    }
+    assert_eq!(store.prune(S, 100).await.unwrap(), 0, "nothing received before the cutoff");
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 3, "delivered, unrouted, rejected");
+    assert_eq!(store.event(ids[0]).await.unwrap(), None);
+    assert_eq!(store.body(ids[0]).await.unwrap(), None);
+    assert!(store.deliveries_of(ids[0]).await.unwrap().is_empty(), "with its deliveries");
+    assert!(store.event(ids[1]).await.unwrap().is_some(), "a dead letter keeps its event");
+    assert!(store.event(ids[4]).await.unwrap().is_some(), "the inbox is never pruned");
+    // Replayed and delivered: then it goes, and the limit holds.
+    store.replay(ids[1], vec!["a".into()], 3 * S).await.unwrap();
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 0, "a scheduled delivery keeps its event");
+    let claims = store.claim_due("a", "r1", 3 * S, LEASE, 1).await.unwrap();
+    record(&store, &claims[0], report(Outcome::Success, 3 * S)).await;
+    assert_eq!(store.prune(10 * S, 0).await.unwrap(), 0);
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 1);
+    assert_eq!(
+        store.claim_due("a", "r1", 100 * S, LEASE, 10).await.unwrap().len(),
+        0,
+        "no orphan schedule entry"
+    );
+}
+
+/// The retention race: a replay committed between retention's decision and its delete
+/// left a schedule entry without a delivery record, retried every second forever.
+/// Prune and replay run concurrently here; afterwards every event is either gone
+/// whole or has its replayed delivery, and every due entry has its record.
+pub(super) async fn prune_and_replay_race_leaves_no_orphan(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let n = 200u64;
+    let events: Vec<NewEvent> = (0..n).map(|i| received("demo", "A", S + i, "{}")).collect();
+    let ids = append_all(&store, events).await;
+    let plans = ids
+        .iter()
+        .map(|id| plan(*id, (id.raw() % 250) as u8, &["a"]))
+        .map(|p| DispatchPlan { dedup: None, ..p })
+        .collect();
+    store.dispatch(plans, 2 * S).await.unwrap();
+    loop {
+        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 64).await.unwrap();
+        if claims.is_empty() {
+            break;
+        }
+        let batch = claims.into_iter().map(|c| (c, report(Outcome::Success, 2 * S))).collect();
+        store.record_attempts(batch, &policy()).await.unwrap();
+    }
+    let pruner = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut pruned = 0;
+            for _ in 0..50 {
+                pruned += store.prune(10 * S + n, 5).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            pruned
+        })
+    };
+    let replayer = {
+        let (store, ids) = (store.clone(), ids.clone());
+        tokio::spawn(async move {
+            let mut replayed = 0;
+            for id in ids.iter().rev() {
+                replayed += store.replay(*id, vec!["a".into()], 3 * S).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            replayed
+        })
+    };
+    let (pruned, replayed) = (pruner.await.unwrap(), replayer.await.unwrap());
+    assert_eq!(pruned + replayed, n as usize, "each event was pruned or replayed, not both");
+    let mut pending = 0;
+    for id in &ids {
+        let event = store.event(*id).await.unwrap();
+        let deliveries = store.deliveries_of(*id).await.unwrap();
+        match event {
+            None => assert!(deliveries.is_empty(), "a pruned event took its deliveries"),
+            Some(_) => {
+                assert_eq!(deliveries.len(), 1);
+                assert_eq!(deliveries[0].state, DeliveryState::Pending);
+                pending += 1;
+            }
+        }
+    }
+    assert_eq!(pending, replayed);
+    assert_eq!(store.queue_stats("a").await.unwrap().pending, replayed as u64);
+    let due = store.claim_due("a", "r1", 4 * S, LEASE, 10_000).await.unwrap();
+    assert_eq!(due.len(), replayed, "every due entry has its record, and no entry is orphaned");
+}
+
+pub(super) async fn pauses_and_upstream_state_are_shared_and_durable(h: &mut dyn Harness) {
+    let store = h.open().await;
+    store.set_paused("a", true).await.unwrap();
+    store.set_paused("b", true).await.unwrap();
+    store.set_paused("b", false).await.unwrap();
+    store.upstream_put("oauth/demo/alice", Some(b"t1".to_vec())).await.unwrap();
+    store.upstream_put("gap/demo/alice/A", Some(b"g".to_vec())).await.unwrap();
+    store.upstream_put("gap/demo/alice/B", Some(b"h".to_vec())).await.unwrap();
+    store.upstream_put("gap/demo/alice/B", None).await.unwrap();
+    drop(store);
+    let store = h.reopen().await;
+    assert_eq!(store.paused().await.unwrap(), ["a".to_owned()].into());
+    assert_eq!(store.upstream_get("oauth/demo/alice").await.unwrap().as_deref(), Some(&b"t1"[..]));
+    assert_eq!(store.upstream_get("nope").await.unwrap(), None);
+    let gaps = store.upstream_scan("gap/demo/").await.unwrap();
+    assert_eq!(gaps, [("gap/demo/alice/A".to_owned(), b"g".to_vec())]);
+    store.close().await.unwrap();
+}
