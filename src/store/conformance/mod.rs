@@ -206,6 +206,13 @@ macro_rules! conformance {
             async fn concurrent_appends_get_unique_ids() {
                 super::events::concurrent_appends_get_unique_ids(&mut $make).await;
             }
+            #[tokio::test]
+            async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched() {
+                super::events::ids_after_pruning_the_newest_and_a_restart_are_dispatched(
+                    &mut $make,
+                )
+                .await;
+            }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn counts_survive_concurrent_append_and_dispatch() {
                 super::events::counts_survive_concurrent_append_and_dispatch(&mut $make).await;

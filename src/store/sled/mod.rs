@@ -281,6 +281,13 @@ impl Inner {
             None => 0,
         };
         self.cursor.store(cursor, Ordering::Relaxed);
+        // Never hand out an id at or below the cursor: retention may have deleted the
+        // newest records (the highest key is then lower than ids already settled), and
+        // an event stored there would be taken as settled and never dispatched.
+        {
+            let mut last_id = crate::lock::lock(&self.last_id);
+            *last_id = (*last_id).max(cursor);
+        }
         let mut awaiting: i64 = 0;
         for item in self.records.range(EventId::new(cursor.saturating_add(1)).to_key()..) {
             let (key, value) = item?;
