@@ -18,7 +18,8 @@ if ! command -v promtool >/dev/null 2>&1; then
   }
   install_prometheus || { $sudo apt-get update -qq && install_prometheus; }
 fi
-promtool --version | head -n 1
+# (no `| head` anywhere: under pipefail a writer killed by SIGPIPE fails the run)
+version=$(promtool --version 2>&1 || true); echo "${version%%$'\n'*}"
 # The Python tools live in their own virtualenv under target/ (nothing installed into
 # the system's Python; pinned, so that a new release cannot change what passes),
 # appended to PATH so that python3 stays the system one: the deployment checkers, and
@@ -35,7 +36,7 @@ fi
 # schemathesis (the admin API's fuzzer, tests/openapi.rs) in a virtualenv of its own:
 # its dependencies (hypothesis, jsonschema) must not meet checkov's.
 fuzz=target/schemathesis
-if ! "$fuzz/bin/schemathesis" --version 2>/dev/null | grep -q "4.32.5"; then
+if [[ "$("$fuzz/bin/schemathesis" --version 2>/dev/null || true)" != *4.32.5* ]]; then
   python3 -m venv "$fuzz"
   "$fuzz/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 fi
@@ -46,7 +47,7 @@ command -v kubectl >/dev/null 2>&1 || {
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubectl >/dev/null
 }
-kubectl version --client 2>/dev/null | head -n 1
+version=$(kubectl version --client 2>/dev/null || true); echo "${version%%$'\n'*}"
 command -v systemd-analyze >/dev/null 2>&1 || {
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
@@ -61,7 +62,8 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ex
   }
   install_pg || { $sudo apt-get update -qq && install_pg; }
 fi
-echo "postgresql $(ls -d /usr/lib/postgresql/*/bin | head -n 1), mkfs.ext4: ok"
+pg_bins=(/usr/lib/postgresql/*/bin)
+echo "postgresql ${pg_bins[0]}, mkfs.ext4: ok"
 echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze: ok"
 
 echo "== cargo fmt --check"

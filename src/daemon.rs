@@ -84,7 +84,16 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let fleet_task =
         fleet_task.map(|task| supervisor.watch("fleet", "fleet heartbeat".into(), task));
     let delivery_tasks: Vec<_> = destinations
-        .start(&owner, fleet, metrics.clone(), client, stop.clone())
+        .start(
+            &crate::delivery::RelayContext {
+                owner: owner.clone(),
+                fleet,
+                space: space.clone(),
+                metrics: metrics.clone(),
+                client,
+            },
+            stop.clone(),
+        )
         .into_iter()
         .map(|(name, handle)| supervisor.watch("delivery", name, handle))
         .collect();
@@ -96,8 +105,14 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
             tokio::spawn(destinations.clone().follow_wakeups(wakeups, stop.clone())),
         )
     });
-    let dispatcher =
-        Dispatcher::new(&config, store.clone(), metrics.clone(), destinations.clone(), committed);
+    let dispatcher = Dispatcher::new(
+        &config,
+        store.clone(),
+        metrics.clone(),
+        destinations.clone(),
+        committed,
+        space.clone(),
+    );
     let dispatch_task = supervisor.watch(
         "dispatcher",
         "dispatcher".into(),
@@ -130,6 +145,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
             store.clone(),
             config.retention.clone(),
             metrics.clone(),
+            space.clone(),
             stop.clone(),
         )),
     );

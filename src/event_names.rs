@@ -56,6 +56,17 @@ pub(crate) fn closest(name: &str) -> Option<&'static str> {
         .map(|(_, k)| k)
 }
 
+/// Whether `name`, from a callback's path or body, is a plausible event name:
+/// `[A-Za-z0-9_.-]`, 1 to 128 bytes, with at least one letter (so not `..`). Both are
+/// arbitrary input and a name ends up in a delivery header, a log line and a database
+/// row: anything else (a control character, a NUL) is not taken as the name, and the
+/// event is stored under the other source's name or `unknown`; never refused.
+pub(crate) fn is_plausible(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
 /// Names the relay reserves for its own events; only explicit `hookrelay.*` routes
 /// take them, and no callback can claim one.
 pub(crate) fn is_internal(name: &str) -> bool {
@@ -81,6 +92,28 @@ mod tests {
         assert_eq!(closest("actioncreated"), Some("ActionCreated"));
         assert_eq!(closest("FileNoteUpdate"), Some("FileNoteUpdated"));
         assert_eq!(closest("Banana"), None);
+    }
+
+    #[test]
+    fn only_plain_names_are_event_names() {
+        for good in ["ActionCreated", "hookrelay.HookGap", "a-b_c.9"] {
+            assert!(is_plausible(good), "{good}");
+        }
+        let long = "A".repeat(129);
+        for bad in [
+            "",
+            "a b",
+            "..",
+            ".",
+            "-_.9",
+            &long,
+            "Action\nCreated",
+            "Action\0",
+            "Actión",
+            "a\u{7f}",
+        ] {
+            assert!(!is_plausible(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -72,6 +72,8 @@ pub(crate) struct Metrics {
     pub(crate) queue_depth: IntGaugeVec,
     pub(crate) queue_oldest_age: GaugeVec,
     pub(crate) circuit_open: IntGaugeVec,
+    pub(crate) destination_stalled: IntGaugeVec,
+    pub(crate) worker_restarts: IntCounterVec,
     pub(crate) destination_paused: IntGaugeVec,
     pub(crate) events_pruned: IntCounter,
     pub(crate) task_failures: IntCounterVec,
@@ -265,6 +267,18 @@ impl Metrics {
                 "1 while a destination's circuit is open (failing: one probe at a time).",
                 &["destination"],
             )?,
+            destination_stalled: gauge_vec(
+                "hookrelay_destination_stalled",
+                "1 while a destination has due deliveries and this relay has started no \
+                 attempt for longer than its own bounds allow (the progress watchdog).",
+                &["destination"],
+            )?,
+            worker_restarts: counter_vec(
+                "hookrelay_destination_worker_restarts_total",
+                "Delivery workers restarted by the progress watchdog after a stall \
+                 (at most 3 an hour per destination).",
+                &["destination"],
+            )?,
             events_pruned: counter(
                 "hookrelay_events_pruned_total",
                 "Finished events deleted by retention.",
@@ -365,6 +379,8 @@ impl Metrics {
             for o in DELIVERY_OUTCOMES {
                 self.deliveries.with_label_values(&[destination, o]).inc_by(0);
             }
+            self.destination_stalled.with_label_values(&[destination]).set(0);
+            self.worker_restarts.with_label_values(&[destination]).inc_by(0);
         }
     }
 
@@ -458,6 +474,8 @@ mod tests {
         m.store_size.set(1);
         m.storage_free.set(1);
         m.storage_floor.set(1);
+        m.destination_stalled.with_label_values(&["crm"]).set(0);
+        m.worker_restarts.with_label_values(&["crm"]).inc();
         m.store_failed.set(1);
         m.store_reachable.set(1);
         m.fleet_relays.set(1);

@@ -1,9 +1,16 @@
-//! Free-space admission: the relay stops taking callbacks while the data directory's
-//! filesystem has less free space than the configured floor, before the store ever
-//! sees ENOSPC. A write that fails half-way on a full disk is where stores lose or
-//! wedge data (sled does both); refusing new callbacks early keeps the room that
-//! dispatch, delivery and retention need to drain and free space, while the upstream
-//! retries the refused callbacks (their connections are closed, never answered).
+//! Free-space admission: while the data directory's filesystem has less free space
+//! than the configured floor, the relay makes no write of its own choosing, before the
+//! store ever sees ENOSPC. A write that fails half-way on a full disk is where stores
+//! lose or wedge data (sled does both), and on sled every write, a delete included,
+//! appends to the log before any space comes back. Below the floor:
+//! - callbacks are refused (their connections are closed, never answered: the
+//!   upstream retries);
+//! - dispatch, new delivery attempts, the dedup purge and retention wait;
+//! - what is already in flight finishes: a group being committed, attempts being
+//!   recorded (a few KiB, which is what the floor is for), and the final flush of a
+//!   shutdown, so SIGTERM still exits 0.
+//!
+//! Once space is back above the floor everything resumes by itself.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -20,6 +27,9 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// ...and how often once it is within twice the floor, where a burst of callbacks
 /// could cross it between two looks.
 const CLOSE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How often a writer held below the floor looks again.
+pub(crate) const HOLD_POLL: Duration = Duration::from_millis(200);
 
 /// The floor and the last measurement.
 pub(crate) struct Space {
@@ -108,12 +118,12 @@ impl Space {
         if self.below.swap(below, Ordering::SeqCst) != below {
             if below {
                 tracing::error!(free = free, floor = self.floor(), data_dir = %self.path.display(),
-                    "free space below storage.min_free_bytes / min_free_percent: refusing callbacks (connections closed, the upstream retries) until space is freed");
+                    "free space below storage.min_free_bytes / min_free_percent: refusing callbacks (connections closed, the upstream retries) and holding dispatch, delivery, purges and retention until space is freed");
             } else {
                 tracing::info!(
                     free = free,
                     floor = self.floor(),
-                    "free space back above the floor: taking callbacks again"
+                    "free space back above the floor: taking callbacks and delivering again"
                 );
             }
         }
@@ -129,7 +139,7 @@ impl Space {
     pub(crate) fn describe(&self) -> String {
         format!(
             "free space on the data directory's filesystem ({} of {}) is below the floor of {} \
-             (storage.min_free_bytes / storage.min_free_percent): callbacks are refused until space is freed",
+             (storage.min_free_bytes / storage.min_free_percent): callbacks are refused and deliveries held until space is freed",
             mib(self.free.load(Ordering::Relaxed)),
             mib(self.total.load(Ordering::Relaxed)),
             mib(self.floor()),

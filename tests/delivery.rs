@@ -437,3 +437,32 @@ async fn a_slow_destination_does_not_slow_the_others() {
     assert!(started.elapsed() < Duration::from_secs(3), "fast waited {:?}", started.elapsed());
     assert_eq!(slow.count(), 1, "the slow one has its single request in flight");
 }
+
+/// An event name from the body obeys the rule a name from the path does: a control
+/// character or a NUL (which made every attempt fail while building the
+/// `hookrelay-event` header, retried for 72 h, and made PostgreSQL refuse the whole
+/// commit group) is not taken as the name: the event is stored as `unknown` and
+/// delivered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_event_name_with_control_characters_is_not_taken() {
+    let sink = Sink::start().await;
+    let (_dir, relay) = start(&destination("crm", &sink.url(), "")).await;
+    let names = ["Action\nCreated", "Action\u{0}Created", "Action\rX-Injected: 1", "Actión"];
+    for (i, name) in names.iter().enumerate() {
+        let body = json!({"data": {"type": "actions", "id": i.to_string()},
+                          "meta": {"debug": {"resthook": {"event_name": name}}}});
+        let r = relay.callback(None, "application/json", body.to_string()).await;
+        assert_eq!(r.status(), 200);
+        let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+        let (_, e) = relay.admin_get(&format!("/admin/events/{id}")).await;
+        assert_eq!(
+            (e["event"].as_str(), e["event_from"].as_str()),
+            (Some("unknown"), Some("unknown")),
+            "{e}"
+        );
+    }
+    let got = sink.wait_for(names.len(), WAIT).await;
+    for r in &got {
+        assert_eq!(r.header("hookrelay-event"), Some("unknown"));
+    }
+}

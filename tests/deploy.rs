@@ -398,3 +398,71 @@ fn the_systemd_postgres_example_is_a_valid_config() {
     assert_eq!(env.len(), 4, "{env:?}");
     assert_config_valid("deploy/systemd/postgres.example.toml", &toml, &env);
 }
+
+/// The test command must not fail on its own plumbing: under `pipefail`, a pipe into
+/// a reader that stops early (`head`, `grep -q`) kills the writer with SIGPIPE and
+/// fails the run with exit 141 and no message (seen on a new user's first run).
+#[test]
+fn the_test_script_has_no_pipe_that_can_die_of_sigpipe() {
+    let script = read("scripts/test.sh");
+    assert!(script.contains("pipefail"), "the script runs under pipefail");
+    for (n, line) in script.lines().enumerate() {
+        let code = line.split('#').next().unwrap_or_default();
+        for reader in ["| head", "|head", "| grep -q", "| grep -m"] {
+            assert!(
+                !code.contains(reader),
+                "scripts/test.sh:{}: `{reader}` under pipefail: {line}",
+                n + 1
+            );
+        }
+    }
+}
+
+/// The declared minimum Rust version is the highest any crate we build needs (the
+/// vendored actix-http needs 1.89; the manifest once said 1.85).
+#[test]
+fn the_declared_rust_version_covers_every_dependency() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let rustc = run("rustc", &["-vV"]);
+    let host = text(&rustc)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_owned)
+        .expect("host");
+    let manifest = format!("{ROOT}/Cargo.toml");
+    let out = run(
+        &cargo,
+        &[
+            "metadata",
+            "--manifest-path",
+            &manifest,
+            "--format-version",
+            "1",
+            "--locked",
+            "--offline",
+            "--filter-platform",
+            &host,
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let version = |v: &serde_json::Value| -> Option<(u64, u64)> {
+        let mut parts = v.as_str()?.split('.').map(|p| p.parse::<u64>().ok());
+        Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
+    };
+    let used: std::collections::HashSet<&str> =
+        m["resolve"]["nodes"].as_array().unwrap().iter().filter_map(|n| n["id"].as_str()).collect();
+    let ours = m["packages"].as_array().unwrap().iter().find(|p| p["name"] == "hookrelay").unwrap();
+    let declared = version(&ours["rust_version"]).expect("hookrelay declares rust-version");
+    for p in m["packages"].as_array().unwrap() {
+        if let (Some(needs), true) =
+            (version(&p["rust_version"]), used.contains(p["id"].as_str().unwrap_or("")))
+        {
+            assert!(
+                needs <= declared,
+                "{} needs Rust {needs:?}, Cargo.toml declares {declared:?}",
+                p["name"]
+            );
+        }
+    }
+}

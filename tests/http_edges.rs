@@ -127,3 +127,52 @@ async fn beyond_the_widened_limits_the_answer_is_431() {
     let (status, answer) = raw(&relay, req.as_bytes(), false).await;
     assert_eq!(status, 431, "{answer}");
 }
+
+/// A `Content-Length` + chunked callback with a second request pipelined behind it on
+/// the same connection (no `Connection: close` of its own): one answer, then the
+/// connection closes. Behind a proxy that honours `Content-Length`, answering the
+/// second would desync the answers: an upstream callback could receive someone else's
+/// 404, and its hook be disabled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_pipelined_behind_a_smuggling_shaped_callback_is_answered() {
+    let (_dir, relay) = start().await;
+    let first = format!(
+        "POST /hooks/{SOURCE}/{TOKEN}/ActionUpdated HTTP/1.1\r\nHost: relay\r\n\
+         Content-Type: application/json\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n\
+         9\r\n{{\"a\":456}}\r\n0\r\n\r\n"
+    );
+    let body = r#"{"b":1}"#;
+    let behind = [
+        "GET /hooks HTTP/1.1\r\nHost: relay\r\n\r\n".to_owned(),
+        format!(
+            "POST /hooks/{SOURCE}/{TOKEN}/ActionCreated HTTP/1.1\r\nHost: relay\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    ];
+    for second in behind {
+        let answer = relay.raw_exchange(format!("{first}{second}").as_bytes(), false).await;
+        assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "exactly one answer: {answer}");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+        let v = stored_body(&relay, &id_of(&answer)).await;
+        assert_eq!(v["body"], r#"{"a":456}"#);
+    }
+    // Nothing was stored from the request behind it.
+    let (status, list) = relay.admin_get("/admin/events?event=ActionCreated").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["events"].as_array().map(Vec::len), Some(0), "{list}");
+    // An ordinary keep-alive connection still answers pipelined requests.
+    let ok = format!(
+        "POST /hooks/{SOURCE}/{TOKEN}/TaskCreated HTTP/1.1\r\nHost: relay\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = relay
+        .raw_exchange(
+            format!("{ok}{ok}GET /x HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+            false,
+        )
+        .await;
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 3, "{answer}");
+}

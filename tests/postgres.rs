@@ -543,3 +543,78 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     let (ok, text) = migrate(&[]);
     assert!(!ok && text.contains("schema version 99"), "{text}");
 }
+
+/// A stall is never silent: with the `deliveries` table locked by another session,
+/// the worker's store calls wait (slow, not failed: the write watchdog is set far out),
+/// no attempt starts, and the progress watchdog reports it (log line with the state,
+/// `/readyz` degraded but 200), restarts the worker within its budget, and once the
+/// lock goes, everything due is delivered and the stall is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stuck_on_the_store_is_reported_restarted_and_recovers() {
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let url = server.database("stall");
+    let sink = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Stall bound: probe interval 1 s + timeout 1 s + 2 s of sleeps + 10 s = 14 s.
+    let text = config_crm(dir.path(), &url, &sink, "timeout = \"1s\"\n")
+        .replace("[storage]", "[storage]\nwrite_timeout = \"10m\"")
+        + "\n[delivery]\ncircuit_probe_interval = \"1s\"\n";
+    let relay = Relay::start(dir.path(), &text).await;
+    assert_eq!(
+        relay.callback(Some("ActionCreated"), "application/json", body(1)).await.status(),
+        200
+    );
+    sink.wait_for(1, Duration::from_secs(20)).await;
+
+    let (locker, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    locker
+        .batch_execute("BEGIN; LOCK TABLE hookrelay.deliveries IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    for n in 2..5 {
+        let r = relay.callback(Some("ActionCreated"), "application/json", body(n)).await;
+        assert_eq!(r.status(), 200, "ingest does not wait on deliveries");
+    }
+    // Reported within the bound and a check interval, restarted, and still reported.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while !relay.logs().contains("restarting its worker") {
+        assert!(std::time::Instant::now() < deadline, "no stall reported:\n{}", relay.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let logs = relay.logs();
+    let line = logs.lines().find(|l| l.contains("destination stalled")).unwrap();
+    for field in ["\"destination\":\"crm\"", "idle_seconds", "circuit", "in_flight"] {
+        assert!(line.contains(field), "{field} missing in {line}");
+    }
+    let ready = reqwest::get(format!("http://{}/readyz", relay.admin)).await.unwrap();
+    assert_eq!(ready.status(), 200, "ingest is unaffected: readiness stays");
+    let text = ready.text().await.unwrap();
+    assert!(text.contains("degraded") && text.contains("crm"), "{text}");
+
+    // The lock goes: what was due is delivered, and the stall is over.
+    locker.batch_execute("COMMIT").await.unwrap();
+    sink.wait_for(4, Duration::from_secs(30)).await;
+    let metrics = relay.metrics().await;
+    let stalled = || async {
+        common::metric(
+            &relay.metrics().await,
+            "hookrelay_destination_stalled",
+            &[("destination", "crm")],
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while stalled().await != Some(0.0) {
+        assert!(std::time::Instant::now() < deadline, "still stalled after progress");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let restarts = common::metric(
+        &metrics,
+        "hookrelay_destination_worker_restarts_total",
+        &[("destination", "crm")],
+    );
+    assert!(restarts.is_some_and(|r| (1.0..=3.0).contains(&r)), "{restarts:?}");
+    assert!(relay.logs().contains("destination makes progress again"));
+    let ready = reqwest::get(format!("http://{}/readyz", relay.admin)).await.unwrap();
+    assert_eq!(ready.text().await.unwrap(), "ready\n");
+}

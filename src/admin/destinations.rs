@@ -20,7 +20,8 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
             name: d.dest.name.clone(),
             url: d.dest.display_url(),
             paused: d.is_paused(),
-            circuit: d.circuit.phase(),
+            circuit: d.phase(),
+            stalled: d.is_stalled(),
             in_flight: d.in_flight() as u64,
             queue: api::Queue {
                 pending: q.pending,

@@ -55,14 +55,35 @@ pub(super) async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type(TEXT).body("ok\n")
 }
 
-/// 200 once ready, 503 before that and while shutting down.
+/// 200 once ready, 503 before that and while shutting down. A stalled destination
+/// is said, but keeps the answer 200: readiness steers callbacks to the relay, and
+/// taking it out of rotation for a delivery problem would only make the upstream's
+/// callbacks fail (and disable hooks) without delivering anything sooner.
 pub(super) async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
     match not_ready(&state) {
-        None => HttpResponse::Ok().content_type(TEXT).body("ready\n"),
+        None => HttpResponse::Ok().content_type(TEXT).body(match stalled(&state) {
+            None => "ready\n".to_owned(),
+            Some(names) => format!(
+                "ready, degraded: destination {names} stalled (deliveries due, no attempt \
+                 started; the worker is restarted at most 3 times an hour; see \
+                 hookrelay_destination_stalled and docs/runbook.md). Callbacks are still taken\n"
+            ),
+        }),
         Some(reason) => HttpResponse::ServiceUnavailable()
             .content_type(TEXT)
             .body(format!("not ready: {reason}\n")),
     }
+}
+
+/// The destinations the progress watchdog finds stalled, if any.
+fn stalled(state: &AdminState) -> Option<String> {
+    let names: Vec<&str> = state
+        .destinations
+        .iter()
+        .filter(|d| d.is_stalled())
+        .map(|d| d.dest.name.as_str())
+        .collect();
+    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// Why the relay should get no traffic now, if it should not: the one verdict behind
@@ -126,7 +147,9 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
             }
         }
         m.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
-        m.circuit_open.with_label_values(&[name]).set(i64::from(d.circuit.is_open()));
+        m.circuit_open
+            .with_label_values(&[name])
+            .set(i64::from(d.phase() != crate::delivery::Phase::Closed));
     }
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(m.render())
 }

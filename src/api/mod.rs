@@ -179,6 +179,9 @@ pub(crate) struct DestinationStatus {
     pub(crate) url: String,
     pub(crate) paused: bool,
     pub(crate) circuit: Phase,
+    /// The progress watchdog finds deliveries due and no attempt starting on this
+    /// relay (see `hookrelay_destination_stalled`).
+    pub(crate) stalled: bool,
     /// Requests in flight from this relay.
     pub(crate) in_flight: u64,
     pub(crate) queue: Queue,

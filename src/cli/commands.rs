@@ -216,7 +216,11 @@ pub(super) async fn destinations(
                 .map(|d| {
                     vec![
                         d.name.clone(),
-                        if d.paused { "paused".into() } else { "active".into() },
+                        match (d.paused, d.stalled) {
+                            (true, _) => "paused".into(),
+                            (false, true) => "STALLED".into(),
+                            (false, false) => "active".into(),
+                        },
                         word(&d.circuit),
                         d.in_flight.to_string(),
                         d.queue.pending.to_string(),

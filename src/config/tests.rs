@@ -269,6 +269,7 @@ max_attempts = 0
 name = "a"
 url = "relative/path"
 secret = "whsec_c2hvcnQ="
+rate_limit = 1e-300
 "#
     );
     let p = problems(&text, &[]);
@@ -286,6 +287,7 @@ secret = "whsec_c2hvcnQ="
         "destinations[1].name: \"a\" is used twice",
         "destinations[1].url: \"relative/path\" is not an absolute http(s) URL",
         "destinations[1].secret: key too short",
+        "destinations[1].rate_limit: must be a positive number of requests per second, at least one an hour",
     ];
     for e in expect {
         assert!(p.iter().any(|x| x.starts_with(e)), "missing {e:?} in {p:#?}");

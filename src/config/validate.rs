@@ -289,9 +289,13 @@ fn check_destination(
     if dest.max_concurrency.is_some_and(|c| !(1..=1024).contains(&c)) {
         problems.push(format!("{key}.max_concurrency: must be between 1 and 1024"));
     }
-    if dest.rate_limit.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
-        problems
-            .push(format!("{key}.rate_limit: must be a positive number of requests per second"));
+    // Below one request an hour a rate limit is a pause: say so instead of computing
+    // an interval no clock can hold (a tiny rate once panicked the worker).
+    if dest.rate_limit.is_some_and(|r| !(r >= 1.0 / 3600.0 && r.is_finite())) {
+        problems.push(format!(
+            "{key}.rate_limit: must be a positive number of requests per second, at least \
+             one an hour (0.000278); to stop deliveries, pause the destination"
+        ));
     }
 }
 

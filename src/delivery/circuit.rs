@@ -6,8 +6,11 @@
 //!
 //! Only failures that say "the consumer is unwell" count: 5xx, 408, 429, timeouts
 //! and connection errors. A 4xx rejection of one event says nothing about the rest.
+//!
+//! A plain value with the clock passed in: the [`super::pacer::Pacer`] owns it and is
+//! the only one to move it, so the probe can be handed out only when an attempt really
+//! starts (see the pacer for why that matters).
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,103 +45,85 @@ pub(crate) enum Phase {
 /// The first probe's delay after the circuit opens (or the interval, if shorter).
 const FIRST_PROBE: Duration = Duration::from_secs(1);
 
-/// What the worker may do now.
+/// What the circuit allows at a moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Gate {
     /// Closed: as many attempts as permits allow.
     Open,
-    /// One attempt, the probe.
+    /// One attempt, the probe, may start (it is handed out by [`Circuit::start_probe`]).
     Probe,
-    /// Nothing before this long.
+    /// Open: nothing before this long.
     Wait(Duration),
+    /// The probe is in flight: nothing until it answers.
+    Probing,
 }
 
 /// One destination's circuit.
+#[derive(Debug, Clone)]
 pub(crate) struct Circuit {
-    state: Mutex<State>,
+    state: State,
     threshold: u32,
     interval: Duration,
 }
 
 impl Circuit {
     pub(crate) fn new(threshold: u32, interval: Duration) -> Self {
-        Self { state: Mutex::new(State::Closed { failures: 0 }), threshold, interval }
+        Self { state: State::Closed { failures: 0 }, threshold, interval }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        // A poisoned lock only means a panic elsewhere mid-update: the state is a
-        // plain value and still usable.
-        let mut guard = crate::lock::lock(&self.state);
-        f(&mut guard)
-    }
-
-    /// Asks to start attempts; moving from open to probing hands out the probe.
-    pub(crate) fn gate(&self) -> Gate {
-        self.with(|s| match *s {
+    /// What may start at `now`; asking changes nothing.
+    pub(crate) fn gate(&self, now: Instant) -> Gate {
+        match self.state {
             State::Closed { .. } => Gate::Open,
-            State::Probing { wait } => Gate::Wait(wait),
-            State::Open { until, wait } => {
-                let now = Instant::now();
-                if now >= until {
-                    *s = State::Probing { wait };
-                    Gate::Probe
-                } else {
-                    Gate::Wait(until - now)
-                }
-            }
-        })
+            State::Probing { .. } => Gate::Probing,
+            State::Open { until, .. } if now >= until => Gate::Probe,
+            State::Open { until, .. } => Gate::Wait(until - now),
+        }
     }
 
-    /// Gives back a probe that was not used (nothing was due after all).
-    pub(crate) fn cancel_probe(&self) {
-        self.with(|s| {
-            if let State::Probing { wait } = *s {
-                *s = State::Open { until: Instant::now(), wait };
-            }
-        });
+    /// The probe's attempt starts: nothing else starts until it answers.
+    pub(crate) fn start_probe(&mut self) {
+        if let State::Open { wait, .. } = self.state {
+            self.state = State::Probing { wait };
+        }
     }
 
-    /// Reports an attempt's result (`healthy`: the consumer answered sensibly).
-    /// Returns true when this report changed whether the circuit is open.
-    pub(crate) fn report(&self, healthy: bool) -> bool {
-        self.with(|s| {
-            let was_open = !matches!(s, State::Closed { .. });
-            let now = Instant::now();
-            *s = match (*s, healthy) {
-                (_, true) => State::Closed { failures: 0 },
-                (State::Closed { failures }, false) if failures + 1 < self.threshold => {
-                    State::Closed { failures: failures + 1 }
-                }
-                (open @ State::Open { .. }, false) => open,
-                (State::Probing { wait }, false) => {
-                    let wait = wait.saturating_mul(2).min(self.interval);
-                    State::Open { until: now + wait, wait }
-                }
-                (State::Closed { .. }, false) => {
-                    let wait = FIRST_PROBE.min(self.interval);
-                    State::Open { until: now + wait, wait }
-                }
-            };
-            was_open != !matches!(s, State::Closed { .. })
-        })
+    /// The probe's attempt ended without the consumer saying anything (no request was
+    /// sent): the next look may probe at once.
+    pub(crate) fn cancel_probe(&mut self, now: Instant) {
+        if let State::Probing { wait } = self.state {
+            self.state = State::Open { until: now, wait };
+        }
+    }
+
+    /// Reports an attempt's result at `now` (`healthy`: the consumer answered
+    /// sensibly). Returns true when this report changed whether the circuit is open.
+    pub(crate) fn report(&mut self, now: Instant, healthy: bool) -> bool {
+        let was_open = self.is_open();
+        self.state = match (self.state, healthy) {
+            (_, true) => State::Closed { failures: 0 },
+            (State::Closed { failures }, false) if failures + 1 < self.threshold => {
+                State::Closed { failures: failures + 1 }
+            }
+            (open @ State::Open { .. }, false) => open,
+            (State::Probing { wait }, false) => {
+                let wait = wait.saturating_mul(2).min(self.interval);
+                State::Open { until: now + wait, wait }
+            }
+            (State::Closed { .. }, false) => {
+                let wait = FIRST_PROBE.min(self.interval);
+                State::Open { until: now + wait, wait }
+            }
+        };
+        was_open != self.is_open()
     }
 
     /// Where the circuit stands, as the admin API shows it.
     pub(crate) fn phase(&self) -> Phase {
-        self.with(|s| match s {
+        match self.state {
             State::Closed { .. } => Phase::Closed,
             State::Open { .. } => Phase::Open,
             State::Probing { .. } => Phase::HalfOpen,
-        })
-    }
-
-    /// The phase as its API word (the tests read better with it).
-    #[cfg(test)]
-    fn describe(&self) -> &'static str {
-        match self.phase() {
-            Phase::Closed => "closed",
-            Phase::Open => "open",
-            Phase::HalfOpen => "half_open",
         }
     }
 
@@ -151,33 +136,39 @@ impl Circuit {
 mod tests {
     use super::*;
 
+    const MS: Duration = Duration::from_millis(1);
+
     #[test]
     fn opens_after_the_threshold_and_probes_once_per_interval() {
-        let c = Circuit::new(3, Duration::from_millis(50));
-        assert_eq!(c.gate(), Gate::Open);
-        assert!(!c.report(false));
-        assert!(!c.report(false));
-        c.report(true); // a success resets the count
-        assert!(!c.report(false));
-        assert!(!c.report(false));
-        assert!(c.report(false), "third consecutive failure opens");
-        assert_eq!(c.describe(), "open");
-        assert!(matches!(c.gate(), Gate::Wait(d) if d <= Duration::from_millis(50)));
-        std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(c.gate(), Gate::Probe);
-        assert!(matches!(c.gate(), Gate::Wait(_)), "one probe at a time");
-        assert_eq!(c.describe(), "half_open");
-        assert!(!c.report(false), "a failed probe keeps it open");
-        assert!(matches!(c.gate(), Gate::Wait(_)));
-        std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(c.gate(), Gate::Probe);
-        assert!(c.report(true), "a good probe closes it");
-        assert_eq!(c.gate(), Gate::Open);
+        let t0 = Instant::now();
+        let mut c = Circuit::new(3, MS * 50);
+        assert_eq!(c.gate(t0), Gate::Open);
+        assert!(!c.report(t0, false));
+        assert!(!c.report(t0, false));
+        c.report(t0, true); // a success resets the count
+        assert!(!c.report(t0, false));
+        assert!(!c.report(t0, false));
+        assert!(c.report(t0, false), "third consecutive failure opens");
+        assert_eq!(c.phase(), Phase::Open);
+        assert!(matches!(c.gate(t0), Gate::Wait(d) if d <= MS * 50));
+        let t1 = t0 + MS * 60;
+        assert_eq!(c.gate(t1), Gate::Probe);
+        assert_eq!(c.gate(t1), Gate::Probe, "asking hands nothing out");
+        c.start_probe();
+        assert_eq!(c.gate(t1), Gate::Probing, "one probe at a time");
+        assert_eq!(c.phase(), Phase::HalfOpen);
+        assert!(!c.report(t1, false), "a failed probe keeps it open");
+        assert!(matches!(c.gate(t1), Gate::Wait(_)));
+        let t2 = t1 + MS * 120;
+        assert_eq!(c.gate(t2), Gate::Probe);
+        c.start_probe();
+        assert!(c.report(t2, true), "a good probe closes it");
+        assert_eq!(c.gate(t2), Gate::Open);
     }
 
     /// Probe spacing, after the circuit opened and each failed probe.
     fn spacing(c: &Circuit) -> Duration {
-        match *crate::lock::lock(&c.state) {
+        match c.state {
             State::Open { wait, .. } | State::Probing { wait } => wait,
             State::Closed { .. } => Duration::ZERO,
         }
@@ -185,34 +176,34 @@ mod tests {
 
     #[test]
     fn probes_start_after_a_second_and_back_off_to_the_interval() {
-        let c = Circuit::new(1, Duration::from_secs(30));
-        c.report(false);
+        let mut now = Instant::now();
+        let mut c = Circuit::new(1, Duration::from_secs(30));
+        c.report(now, false);
         let mut seen = vec![spacing(&c)];
         for _ in 0..7 {
-            // Fail the probe (forced due, as if its time had come).
-            let current = *crate::lock::lock(&c.state);
-            if let State::Open { wait, .. } = current {
-                *crate::lock::lock(&c.state) = State::Probing { wait };
-            }
-            c.report(false);
+            now += spacing(&c);
+            assert_eq!(c.gate(now), Gate::Probe);
+            c.start_probe();
+            c.report(now, false);
             seen.push(spacing(&c));
         }
         let secs: Vec<u64> = seen.iter().map(Duration::as_secs).collect();
         assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30, 30]);
-        c.report(true);
-        assert_eq!(c.describe(), "closed");
-        c.report(false);
+        c.report(now, true);
+        assert_eq!(c.phase(), Phase::Closed);
+        c.report(now, false);
         assert_eq!(spacing(&c), Duration::from_secs(1), "a new outage starts short again");
     }
 
     #[test]
     fn an_unused_probe_is_handed_back() {
-        let c = Circuit::new(1, Duration::from_millis(10));
-        c.report(false);
-        std::thread::sleep(Duration::from_millis(15));
-        assert_eq!(c.gate(), Gate::Probe);
-        c.cancel_probe();
-        assert_eq!(c.gate(), Gate::Probe, "the next look may probe at once");
-        assert_eq!(c.describe(), "half_open");
+        let t0 = Instant::now();
+        let mut c = Circuit::new(1, MS * 10);
+        c.report(t0, false);
+        let t1 = t0 + MS * 15;
+        c.start_probe();
+        c.cancel_probe(t1);
+        assert_eq!(c.gate(t1), Gate::Probe, "the next look may probe at once");
+        assert_eq!(c.phase(), Phase::Open);
     }
 }

@@ -3,14 +3,17 @@
 //! each outcome. Destinations never wait for each other.
 
 mod circuit;
+mod pacer;
+mod recorder;
+mod watchdog;
+mod worker;
 
 pub(crate) use circuit::Phase;
-mod recorder;
-mod worker;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
 
@@ -18,12 +21,21 @@ use crate::config::Config;
 use crate::destinations::Destination;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{SharedStore, StoreError};
+use crate::store::{Claim, SharedStore, StoreError};
 
 /// A destination and its worker's live state, shared with dispatch and the admin API.
 pub(crate) struct DestinationState {
     pub(crate) dest: Destination,
-    pub(crate) circuit: circuit::Circuit,
+    /// The worker's decisions (circuit, rate slot, claims taken ahead): one state
+    /// machine, moved only under this lock.
+    pacer: Mutex<pacer::Pacer<Claim>>,
+    circuit_threshold: u32,
+    circuit_interval: Duration,
+    /// The worker's last progress: an attempt started, or a look that found nothing
+    /// it may do (the watchdog's measure).
+    progress: Mutex<Option<Instant>>,
+    /// The watchdog finds due deliveries and no attempt starting.
+    stalled: AtomicBool,
     wake: Notify,
     /// The pause as last read from the store (which every relay shares).
     paused: AtomicBool,
@@ -42,6 +54,37 @@ impl DestinationState {
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
     }
+
+    /// Where the circuit stands.
+    pub(crate) fn phase(&self) -> Phase {
+        crate::lock::lock(&self.pacer).phase()
+    }
+
+    /// Whether the progress watchdog finds this destination stalled on this relay.
+    pub(crate) fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::SeqCst)
+    }
+
+    /// A pacer as at start-up: circuit closed, nothing claimed.
+    fn fresh_pacer(&self) -> pacer::Pacer<Claim> {
+        new_pacer(&self.dest, self.circuit_threshold, self.circuit_interval)
+    }
+}
+
+fn new_pacer(dest: &Destination, threshold: u32, interval: Duration) -> pacer::Pacer<Claim> {
+    pacer::Pacer::new(circuit::Circuit::new(threshold, interval), dest.timeout)
+}
+
+/// What the workers of one relay share.
+pub(crate) struct RelayContext {
+    /// This relay's name on its claims.
+    pub(crate) owner: String,
+    /// This relay's share of each destination's limits.
+    pub(crate) fleet: Arc<crate::fleet::FleetShare>,
+    /// The free-space floor: below it no attempt starts.
+    pub(crate) space: Arc<crate::space::Space>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) client: reqwest::Client,
 }
 
 /// Every configured destination, by name.
@@ -57,11 +100,14 @@ impl Destinations {
         let mut by_name = BTreeMap::new();
         for dc in &config.destinations {
             let dest = Destination::new(dc, &config.delivery)?;
+            let (threshold, interval) =
+                (config.delivery.circuit_failure_threshold, config.delivery.circuit_probe_interval);
             let state = DestinationState {
-                circuit: circuit::Circuit::new(
-                    config.delivery.circuit_failure_threshold,
-                    config.delivery.circuit_probe_interval,
-                ),
+                pacer: Mutex::new(new_pacer(&dest, threshold, interval)),
+                circuit_threshold: threshold,
+                circuit_interval: interval,
+                progress: Mutex::new(None),
+                stalled: AtomicBool::new(false),
                 permits: Arc::new(Semaphore::new(dest.max_concurrency)),
                 paused: AtomicBool::new(paused.contains(&dc.name)),
                 wake: Notify::new(),
@@ -73,14 +119,10 @@ impl Destinations {
         Ok(Self { by_name, store })
     }
 
-    /// Starts one worker per destination; `owner` names this relay on its claims.
-    /// `fleet` is this relay's share of each destination's limits.
+    /// Starts one worker per destination, each with what this relay shares with them.
     pub(crate) fn start(
         &self,
-        owner: &str,
-        fleet: Arc<crate::fleet::FleetShare>,
-        metrics: Arc<Metrics>,
-        client: reqwest::Client,
+        relay: &RelayContext,
         stop: Stop,
     ) -> Vec<(String, tokio::task::JoinHandle<()>)> {
         self.by_name
@@ -91,15 +133,14 @@ impl Destinations {
                         self.store.clone(),
                         state.dest.retry.clone(),
                     ),
-                    ready: std::sync::Mutex::new(std::collections::VecDeque::new()),
-                    owner: owner.to_owned(),
-                    fleet: fleet.clone(),
-                    next_slot: std::sync::Mutex::new(std::time::Instant::now()),
+                    owner: relay.owner.clone(),
+                    fleet: relay.fleet.clone(),
+                    space: relay.space.clone(),
                     pause_read: std::sync::Mutex::new(None),
                     state: state.clone(),
                     store: self.store.clone(),
-                    metrics: metrics.clone(),
-                    client: client.clone(),
+                    metrics: relay.metrics.clone(),
+                    client: relay.client.clone(),
                 };
                 (format!("delivery:{}", state.dest.name), tokio::spawn(worker.run(stop.clone())))
             })

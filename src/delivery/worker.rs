@@ -1,14 +1,16 @@
-//! The worker of one destination: claim due deliveries, send, have the store record.
+//! The worker of one destination: the imperative shell around its [`Pacer`]. It asks
+//! the pacer what to do, does it (claim, release, start a request, sleep), reports
+//! each answer back, and runs the destination's progress [`watchdog`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+
 use tracing::Instrument;
 
-use std::collections::VecDeque;
-
-use super::circuit::Gate;
+use super::pacer::{self, Answer, CircuitChange, Now, Room, Step, MAX_IDLE, PAUSE_REFRESH};
 use super::recorder::Recorder;
+use super::watchdog::{Change, Watch};
 use super::DestinationState;
 use crate::destinations::{Outcome, Request};
 use crate::lock::lock;
@@ -17,25 +19,26 @@ use crate::shutdown::Stop;
 use crate::store::lifecycle::{AttemptReport, Verdict};
 use crate::store::{unix_micros, Attempt, Claim, Recorded, SharedStore};
 
-/// Longest sleep between two looks at the schedule (new entries also wake it).
-const MAX_IDLE: Duration = Duration::from_secs(1);
-/// How old the pause state may be: a pause made through any relay stops this one
-/// within this long.
-const PAUSE_REFRESH: Duration = Duration::from_millis(500);
+/// A claim's lease beyond the request's timeout: room to record the attempt. An
+/// attempt outliving it (a stalled relay) may be made again by another relay.
+const LEASE_MARGIN: Duration = Duration::from_secs(60);
+
+impl pacer::Leased for Claim {
+    fn expires_us(&self) -> u64 {
+        self.expires_us
+    }
+}
 
 pub(super) struct Worker {
     /// This relay's name on its claims.
     pub(super) owner: String,
     /// This relay's share of the destination's limits (all of them, alone).
     pub(super) fleet: Arc<crate::fleet::FleetShare>,
-    /// Claimed deliveries waiting for a permit: claimed a few at a time, ahead of the
-    /// permits, so that a claim costs a fraction of a store call.
-    pub(super) ready: std::sync::Mutex<VecDeque<Claim>>,
+    /// Below the free-space floor no attempt starts (its record is a write).
+    pub(super) space: Arc<crate::space::Space>,
     /// Records finished attempts in groups.
     pub(super) recorder: Recorder,
     pub(super) state: Arc<DestinationState>,
-    /// Earliest start of the next request under `rate_limit`.
-    pub(super) next_slot: std::sync::Mutex<Instant>,
     /// When the pause state was last read from the store.
     pub(super) pause_read: std::sync::Mutex<Option<Instant>>,
     pub(super) store: SharedStore,
@@ -44,37 +47,69 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Claims due deliveries while permits are free; sleeps until the next due time, a
-    /// wake-up (new deliveries, a finished attempt, resume) or `stop`.
-    pub(super) async fn run(self, mut stop: Stop) {
+    /// Runs the destination until `stop`: looks at the schedule whenever the pacer
+    /// says, woken early by new deliveries, finished attempts and resumes; beside it,
+    /// the watchdog, which restarts the looking (a fresh pacer) when it stalls.
+    pub(super) async fn run(self, stop: Stop) {
         let this = Arc::new(self);
-        while !stop.is_stopped() {
-            let idle = match this.claim_due().await {
-                Ok(idle) => idle,
-                Err(e) => {
-                    tracing::error!(destination = %this.state.dest.name, error = %e, "reading the schedule failed");
-                    MAX_IDLE
-                }
-            };
+        // The watch outlives the restarts it makes: it knows the stall is still on.
+        let mut watch = Watch::new(Instant::now());
+        loop {
             tokio::select! {
-                _ = this.state.wake.notified() => {}
-                _ = tokio::time::sleep(idle) => {}
-                _ = stop.wait() => {}
+                () = this.clone().look_until(stop.clone()) => break,
+                () = this.watch(&mut watch) => this.restart().await,
             }
         }
         // Give back what was claimed but not started, and let attempts in flight
         // finish and be recorded (the daemon bounds this by its grace period; one cut
         // short stays scheduled and is made again).
-        this.release_ready().await;
+        let waiting = lock(&this.state.pacer).drain();
+        this.release(waiting).await;
         while this.state.in_flight() > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    /// How long a claim is held: the request's timeout plus room to record it. An
-    /// attempt outliving it (a stalled relay) may be made again by another.
+    async fn look_until(self: Arc<Self>, mut stop: Stop) {
+        while !stop.is_stopped() {
+            let idle = match self.look().await {
+                Ok(idle) => idle,
+                Err(e) => {
+                    tracing::error!(destination = %self.state.dest.name, error = %e, "reading the schedule failed");
+                    MAX_IDLE
+                }
+            };
+            tokio::select! {
+                _ = self.state.wake.notified() => {}
+                _ = tokio::time::sleep(idle) => {}
+                _ = stop.wait() => {}
+            }
+        }
+    }
+
+    /// How long a claim is held: the request's timeout plus room to record it.
     fn lease(&self) -> Duration {
-        self.state.dest.timeout + Duration::from_secs(60)
+        self.state.dest.timeout + LEASE_MARGIN
+    }
+
+    fn now() -> Now {
+        Now { at: Instant::now(), wall_us: unix_micros(SystemTime::now()) }
+    }
+
+    /// What the pacer needs to know now.
+    fn room(&self) -> Room {
+        let state = &self.state;
+        let (max, available) = (state.dest.max_concurrency, state.permits.available_permits());
+        let share = self.fleet.concurrency(max);
+        let requests = max.saturating_sub(available);
+        Room {
+            // Below the free-space floor, as paused: claims go back, nothing starts,
+            // and the watchdog counts no stall (attempts in flight are recorded).
+            paused: state.is_paused() || self.space.below_floor(),
+            share,
+            free: share.saturating_sub(requests).min(available),
+            interval: state.dest.rate_limit.map(|r| pacer::rate_interval(self.fleet.rate(r))),
+        }
     }
 
     /// Reads the shared pause state when the cached one is older than [`PAUSE_REFRESH`].
@@ -88,123 +123,118 @@ impl Worker {
         Ok(())
     }
 
-    /// Gives every claim waiting in [`Worker::ready`] back to the store.
-    async fn release_ready(&self) {
-        let waiting: Vec<Claim> = lock(&self.ready).drain(..).collect();
-        for claim in waiting {
+    /// Gives claims back to the store; one that cannot be expires with its lease.
+    async fn release(&self, claims: Vec<Claim>) {
+        for claim in claims {
             if let Err(e) = self.store.release(&claim).await {
                 tracing::warn!(destination = %self.state.dest.name, error = %e, "cannot release a claim; it expires with its lease");
             }
         }
     }
 
-    /// Starts attempts for due deliveries; returns how long to sleep at most.
-    async fn claim_due(self: &Arc<Self>) -> anyhow::Result<Duration> {
-        let state = &self.state;
+    /// One look: does what the pacer says until it says sleep; returns how long.
+    async fn look(self: &Arc<Self>) -> anyhow::Result<Duration> {
         self.refresh_pause().await?;
-        if state.is_paused() {
-            self.release_ready().await;
-            return Ok(PAUSE_REFRESH);
-        }
-        let mut free = self.free_permits();
-        if free == 0 {
-            return Ok(MAX_IDLE);
-        }
-        let probe = match state.circuit.gate() {
-            Gate::Open => false,
-            Gate::Probe => true,
-            Gate::Wait(d) => return Ok(d.min(MAX_IDLE)),
-        };
-        if probe {
-            free = 1;
-        }
-        let now = unix_micros(SystemTime::now());
-        let name = &state.dest.name;
-        let queued = lock(&self.ready).len();
-        if queued < free {
-            // Claim ahead: up to twice this relay's permits, so the next free permits
-            // find a claim waiting.
-            let want =
-                (2 * self.fleet.concurrency(state.dest.max_concurrency)).saturating_sub(queued);
-            let claims = self.store.claim_due(name, &self.owner, now, self.lease(), want).await?;
-            lock(&self.ready).extend(claims);
-        }
-        if lock(&self.ready).is_empty() {
-            if probe {
-                // Nothing to send after all: hand the probe back.
-                state.circuit.cancel_probe();
-            }
-            let next = self.store.next_due_after(name, now).await?;
-            return Ok(next_sleep(next, now));
-        }
-        let rate_wait = self.start_attempts(free, now).await?;
-        Ok(rate_wait.unwrap_or(Duration::ZERO))
-    }
-
-    /// Requests this relay may start now: its share of `max_concurrency` (all of it,
-    /// alone) less the requests in flight.
-    fn free_permits(&self) -> usize {
-        let (max, available) =
-            (self.state.dest.max_concurrency, self.state.permits.available_permits());
-        let in_flight = max.saturating_sub(available);
-        self.fleet.concurrency(max).saturating_sub(in_flight).min(available)
-    }
-
-    /// Starts up to `n` waiting claims while permits and the rate limit allow; returns
-    /// how long until the next rate-limit slot, if it stopped there.
-    async fn start_attempts(
-        self: &Arc<Self>,
-        n: usize,
-        now_us: u64,
-    ) -> anyhow::Result<Option<Duration>> {
-        let state = &self.state;
-        // This relay's part of the fleet's rate: N relays, each every N intervals.
-        let interval =
-            state.dest.rate_limit.map(|r| Duration::from_secs_f64(1.0 / self.fleet.rate(r)));
-        // A claim whose lease would end during its request is given back and claimed
-        // afresh: an attempt never outlives its claim.
-        let must_last = u64::try_from(state.dest.timeout.as_micros()).unwrap_or(u64::MAX);
-        for _ in 0..n {
-            if let Some(interval) = interval {
-                // One request per interval, no burst: a rate limit is a promise to the
-                // consumer.
-                let now = Instant::now();
-                let mut slot = lock(&self.next_slot);
-                if *slot > now {
-                    return Ok(Some((*slot - now).min(MAX_IDLE)));
+        let name = &self.state.dest.name;
+        lock(&self.state.pacer).begin();
+        loop {
+            let now = Self::now();
+            let step = lock(&self.state.pacer).next(now, self.room());
+            match step {
+                Step::Release(claims) => self.release(claims).await,
+                Step::Claim(want) => {
+                    let claims = self
+                        .store
+                        .claim_due(name, &self.owner, now.wall_us, self.lease(), want)
+                        .await?;
+                    lock(&self.state.pacer).claimed(claims);
                 }
-                *slot = now + interval;
+                Step::Start { claim, probe } => {
+                    let Ok(permit) = self.state.permits.clone().try_acquire_owned() else {
+                        lock(&self.state.pacer).not_started(now, claim, probe);
+                        return Ok(MAX_IDLE);
+                    };
+                    self.state.in_flight.fetch_add(1, Ordering::SeqCst);
+                    self.progress(now.at);
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        this.attempt(claim, permit, probe).await;
+                        this.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+                Step::Idle => {
+                    self.progress(now.at);
+                    let next = self.store.next_due_after(name, now.wall_us).await?;
+                    return Ok(next_sleep(next, now.wall_us));
+                }
+                Step::Rest(d) => {
+                    self.progress(now.at);
+                    return Ok(d);
+                }
+                Step::Sleep(d) => return Ok(d),
             }
-            let Some(claim) = lock(&self.ready).pop_front() else { break };
-            if claim.expires_us.saturating_sub(now_us) <= must_last {
-                self.store.release(&claim).await?;
-                continue;
-            }
-            let permit = match self.free_permits() {
-                0 => None,
-                _ => state.permits.clone().try_acquire_owned().ok(),
-            };
-            let Some(permit) = permit else {
-                lock(&self.ready).push_front(claim);
-                break;
-            };
-            state.in_flight.fetch_add(1, Ordering::SeqCst);
-            let this = self.clone();
-            tokio::spawn(async move {
-                this.attempt(claim, permit).await;
-                this.state.in_flight.fetch_sub(1, Ordering::SeqCst);
-            });
         }
-        Ok(None)
+    }
+
+    /// Marks progress for the watchdog: an attempt started, or a look found nothing
+    /// this worker may do.
+    fn progress(&self, at: Instant) {
+        *lock(&self.state.progress) = Some(at);
+    }
+
+    /// Watches progress; returns when the worker should be restarted.
+    async fn watch(&self, watch: &mut Watch) {
+        let state = &self.state;
+        loop {
+            let room = self.room();
+            let bound =
+                pacer::stall_bound(state.circuit_interval, state.dest.timeout, room.interval);
+            tokio::time::sleep(
+                (bound / 10).clamp(Duration::from_millis(500), Duration::from_secs(5)),
+            )
+            .await;
+            let change = watch.observe(Instant::now(), *lock(&state.progress), bound);
+            state.stalled.store(watch.is_stalled(), Ordering::SeqCst);
+            match change {
+                Some(Change::Stalled { idle, heal }) => {
+                    let dest = &state.dest.name;
+                    let m = &self.metrics;
+                    m.destination_stalled.with_label_values(&[dest]).set(1);
+                    tracing::error!(destination = %dest, idle_seconds = idle.as_secs(),
+                        circuit = ?lock(&state.pacer).phase(), in_flight = state.in_flight(),
+                        share = room.share, free = room.free, restart = heal,
+                        "destination stalled: deliveries are due and no attempt started; {}",
+                        if heal { "restarting its worker" } else { "restarts did not help: see docs/runbook.md" });
+                    if heal {
+                        m.worker_restarts.with_label_values(&[dest]).inc();
+                        return;
+                    }
+                }
+                Some(Change::Recovered) => {
+                    self.metrics.destination_stalled.with_label_values(&[&state.dest.name]).set(0);
+                    tracing::info!(destination = %state.dest.name, "destination makes progress again");
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// A fresh start after a stall: claims taken ahead go back, the pacer starts over
+    /// (circuit closed, as after a process restart). Attempts in flight finish.
+    async fn restart(&self) {
+        let fresh = self.state.fresh_pacer();
+        let mut old = std::mem::replace(&mut *lock(&self.state.pacer), fresh);
+        self.release(old.drain()).await;
+        *lock(&self.pause_read) = None;
     }
 
     /// Makes one attempt for a claimed delivery and records its outcome, in a span
     /// that names the event (id, source, name) and the destination. A debug span,
     /// free at info level; warnings name their event and destination themselves.
-    async fn attempt(&self, claim: Claim, permit: tokio::sync::OwnedSemaphorePermit) {
+    async fn attempt(&self, claim: Claim, permit: tokio::sync::OwnedSemaphorePermit, probe: bool) {
         let span = tracing::debug_span!("delivery", id = %claim.event, destination = %self.state.dest.name,
             source = tracing::field::Empty, event = tracing::field::Empty);
-        if let Err(e) = self.try_attempt(&claim, permit).instrument(span.clone()).await {
+        if let Err(e) = self.try_attempt(&claim, permit, probe).instrument(span.clone()).await {
             // Nothing was recorded: the claim expires and the delivery is tried again.
             span.in_scope(|| tracing::error!(id = %claim.event, destination = %self.state.dest.name, error = %e, "delivery attempt not recorded"));
         }
@@ -214,6 +244,7 @@ impl Worker {
         &self,
         claim: &Claim,
         permit: tokio::sync::OwnedSemaphorePermit,
+        probe: bool,
     ) -> anyhow::Result<()> {
         let dest = &self.state.dest;
         let started_us = unix_micros(SystemTime::now());
@@ -238,12 +269,12 @@ impl Worker {
                     )
                     .await;
                 drop(permit);
-                self.state.wake.notify_one();
+                let healthy = !matches!(answer.outcome, Outcome::Retry { .. });
+                self.finished(probe, if healthy { Answer::Healthy } else { Answer::Unwell });
                 self.metrics
                     .delivery_attempt_duration
                     .with_label_values(&[&dest.name])
                     .observe(answer.duration.as_secs_f64());
-                self.report_to_circuit(!matches!(answer.outcome, Outcome::Retry { .. }));
                 let report = AttemptReport {
                     attempt: Attempt {
                         at_us: started_us,
@@ -259,6 +290,7 @@ impl Worker {
             }
             _ => {
                 drop(permit);
+                self.finished(probe, Answer::NotSent);
                 let error = "the event is no longer stored".to_owned();
                 let report = AttemptReport {
                     attempt: Attempt {
@@ -311,11 +343,14 @@ impl Worker {
         Ok(())
     }
 
-    /// Tells the circuit breaker how the destination answered.
-    fn report_to_circuit(&self, healthy: bool) {
+    /// Tells the pacer how an attempt ended (the circuit hears of it) and wakes the
+    /// worker: a permit is free, and the circuit may have moved.
+    fn finished(&self, probe: bool, answer: Answer) {
         let dest = &self.state.dest;
-        if self.state.circuit.report(healthy) {
-            let open = self.state.circuit.is_open();
+        let change = lock(&self.state.pacer).finished(Self::now(), probe, answer);
+        self.state.wake.notify_one();
+        if let Some(change) = change {
+            let open = change == CircuitChange::Opened;
             self.metrics.circuit_open.with_label_values(&[&dest.name]).set(i64::from(open));
             if open {
                 tracing::warn!(destination = %dest.name, "circuit open: probing once per interval");

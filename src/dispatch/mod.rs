@@ -69,6 +69,8 @@ pub(crate) struct Dispatcher {
     metrics: Arc<Metrics>,
     destinations: Arc<Destinations>,
     wake: Arc<Notify>,
+    /// Below the free-space floor, dispatch (a write) waits for space.
+    space: Arc<crate::space::Space>,
 }
 
 impl Dispatcher {
@@ -80,6 +82,7 @@ impl Dispatcher {
         metrics: Arc<Metrics>,
         destinations: Arc<Destinations>,
         wake: Arc<Notify>,
+        space: Arc<crate::space::Space>,
     ) -> Self {
         let dedup = config
             .sources
@@ -99,14 +102,27 @@ impl Dispatcher {
                 .collect(),
             dedup,
         };
-        Self { store, rules: Arc::new(rules), metrics, destinations, wake }
+        Self { store, rules: Arc::new(rules), metrics, destinations, wake, space }
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
     pub(crate) async fn run(self, mut stop: Stop) {
-        let purger =
-            tokio::spawn(purge_dedup(self.store.clone(), self.metrics.clone(), stop.clone()));
+        let purger = tokio::spawn(purge_dedup(
+            self.store.clone(),
+            self.metrics.clone(),
+            self.space.clone(),
+            stop.clone(),
+        ));
         while !stop.is_stopped() {
+            if self.space.below_floor() {
+                // Every write adds to the data directory: below the floor only what
+                // frees space or finishes work in flight goes on (see space.rs).
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::space::HOLD_POLL) => {}
+                    _ = stop.wait() => {}
+                }
+                continue;
+            }
             match self.dispatch_batch().await {
                 // The inbox is drained (a part-full batch took all there was): the
                 // next commit brings a whole group. Looping at once would dispatch
@@ -174,15 +190,36 @@ impl Dispatcher {
     }
 }
 
+/// The purge's clock. The dedup verdict compares receive times (a key holds against
+/// copies received before its window ends), so a key may go only once its window
+/// ended before the receive time of every event still waiting in the inbox, not
+/// merely before now: with a backlog older than the window, a copy received inside
+/// the window was otherwise dispatched after its key was purged, and delivered twice.
+async fn purge_cutoff(store: &SharedStore, now_us: u64) -> Result<u64, crate::store::StoreError> {
+    let oldest = store.pending(1).await?.first().map(|p| p.meta.received_at_us);
+    Ok(oldest.map_or(now_us, |received| received.min(now_us)))
+}
+
 /// Removes expired dedup keys now and then, so that the index stays bounded by the
 /// traffic of one dedup window.
-async fn purge_dedup(store: SharedStore, metrics: Arc<Metrics>, mut stop: Stop) {
+async fn purge_dedup(
+    store: SharedStore,
+    metrics: Arc<Metrics>,
+    space: Arc<crate::space::Space>,
+    mut stop: Stop,
+) {
     loop {
-        // One relay of a fleet purges (and reports the fleet's count) for all.
-        match store.lead("dedup-purge").await {
+        // One relay of a fleet purges (and reports the fleet's count) for all; below
+        // the free-space floor nobody does (deletes append to sled's log too).
+        let leads = if space.below_floor() { Ok(false) } else { store.lead("dedup-purge").await };
+        match leads {
             Ok(true) => {
                 let now = unix_micros(SystemTime::now());
-                match store.purge_dedup(now).await {
+                let purged = match purge_cutoff(&store, now).await {
+                    Ok(cutoff) => store.purge_dedup(cutoff).await,
+                    Err(e) => Err(e),
+                };
+                match purged {
                     Ok(n) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
                     Ok(_) => {}
                     Err(e) => tracing::error!(error = %e, "dedup purge failed"),
@@ -199,5 +236,39 @@ async fn purge_dedup(store: SharedStore, metrics: Arc<Metrics>, mut stop: Stop) 
             _ = tokio::time::sleep(PURGE_INTERVAL) => {}
             _ = stop.wait() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::purge_cutoff;
+    use crate::store::conformance::{plan, received};
+    use crate::store::memory::MemoryStore;
+    use crate::store::{DispatchOutcome, EventStatus, SharedStore};
+
+    const S: u64 = 1_000_000;
+
+    /// An original dispatched, its copy received 10 s later but still in the inbox
+    /// behind a backlog when the window (600 s) has passed by the wall clock: the
+    /// purge keeps the key, and the copy is found a duplicate.
+    #[tokio::test]
+    async fn a_copy_waiting_in_the_inbox_keeps_its_key_from_the_purge() {
+        let store: SharedStore = Arc::new(MemoryStore::default());
+        let original =
+            store.append(received("demo", "ActionCreated", 100 * S, "{}")).await.unwrap();
+        store.dispatch(vec![plan(original, 7, &["a"])], 100 * S).await.unwrap();
+        let copy = store.append(received("demo", "ActionCreated", 110 * S, "{}")).await.unwrap();
+        let now = 2_000 * S;
+        let cutoff = purge_cutoff(&store, now).await.unwrap();
+        assert_eq!(cutoff, 110 * S, "the oldest receive time waiting, not the wall clock");
+        store.purge_dedup(cutoff).await.unwrap();
+        let outcome = store.dispatch(vec![plan(copy, 7, &["a"])], now).await.unwrap();
+        assert!(matches!(outcome[..], [DispatchOutcome::Duplicate { .. }]), "{outcome:?}");
+        assert_eq!(store.event(copy).await.unwrap().unwrap().meta.status, EventStatus::Duplicate);
+        // With the inbox empty, the wall clock: the key (window ended at 700 s) goes.
+        assert_eq!(purge_cutoff(&store, now).await.unwrap(), now);
+        assert_eq!(store.purge_dedup(now).await.unwrap(), 1);
     }
 }

@@ -9,7 +9,7 @@ use std::any::Any;
 use std::os::fd::{AsRawFd, RawFd};
 
 use actix_web::dev::Extensions;
-use actix_web::HttpRequest;
+use actix_web::{HttpRequest, HttpResponse};
 
 /// The descriptor of the connection a request came in on.
 #[derive(Clone, Copy)]
@@ -23,15 +23,49 @@ pub(super) fn remember_socket(conn: &dyn Any, ext: &mut Extensions) {
 }
 
 /// Shuts the request's connection down in both directions, so that the client reads
-/// end-of-stream instead of a response. Returns false if that was not possible.
-pub(super) fn close_without_answer(req: &HttpRequest) -> bool {
+/// end-of-stream instead of a response.
+fn shut(req: &HttpRequest) -> std::io::Result<()> {
     let Some(fd) = req.conn_data::<ConnFd>() else {
-        return false;
+        return Err(std::io::Error::other("no socket noted for this connection"));
     };
     // SAFETY: the descriptor belongs to the connection this request arrived on. actix
     // keeps that connection (and so the descriptor) open until the request's handler
     // has finished or been dropped, and we are inside that handler. shutdown(2) does
     // not close or otherwise invalidate the descriptor.
-    let rc = unsafe { libc::shutdown(fd.0, libc::SHUT_RDWR) };
-    rc == 0
+    if unsafe { libc::shutdown(fd.0, libc::SHUT_RDWR) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Ends a callback without an answer, at every site that must (store failure, full
+/// disk, trickled or broken body): the socket is shut, and the status returned for
+/// actix's sake is written to nobody. If the socket cannot be shut (and the peer is
+/// not already gone), the request is held until the client gives up, which it also
+/// treats as transient: a status would reach the upstream and disable its hook.
+pub(super) async fn no_answer(req: &HttpRequest) -> HttpResponse {
+    match shut(req) {
+        Ok(()) => HttpResponse::ServiceUnavailable().finish(),
+        // Not connected: the peer is gone, nobody reads what is written.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            HttpResponse::ServiceUnavailable().finish()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot shut a callback's connection; holding it without an answer until the client gives up");
+            std::future::pending().await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Without a socket to shut, nothing is answered (a 503 here disabled hooks).
+    #[actix_web::test]
+    async fn a_connection_that_cannot_be_shut_gets_no_answer() {
+        let req = actix_web::test::TestRequest::default().to_http_request();
+        let answer =
+            tokio::time::timeout(std::time::Duration::from_millis(200), super::no_answer(&req));
+        assert!(answer.await.is_err(), "an answer went out");
+    }
 }

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::auth::{Auth, UNKNOWN_SOURCE};
 use super::body::{self, Body};
-use super::inspect::{inspect, path_event_name, Inspection};
+use super::inspect::{inspect, Inspection};
 use super::{abort, IngressState};
 use crate::event_names;
 use crate::metrics::outcome;
@@ -74,8 +74,7 @@ pub(super) async fn callback(
         // connection (the crossing of the floor is logged once, not per callback).
         m.ingress(source, outcome::NO_SPACE);
         m.ingress_duration.observe(started.elapsed().as_secs_f64());
-        abort::close_without_answer(&req);
-        return HttpResponse::ServiceUnavailable().finish();
+        return abort::no_answer(&req).await;
     }
 
     // Everything from here on is about one event of a known source: one span, so its
@@ -115,8 +114,7 @@ async fn store(
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
             tracing::warn!(source, timeout = ?state.body_timeout,
                 "callback body not complete within ingress.body_timeout; connection closed, nothing stored");
-            abort::close_without_answer(&req);
-            return HttpResponse::ServiceUnavailable().finish();
+            return abort::no_answer(&req).await;
         }
         Ok(Err(e)) => {
             // Usually the client went away mid-body; if it is still there (say, a
@@ -124,8 +122,7 @@ async fn store(
             m.ingress(source, outcome::INCOMPLETE);
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
             tracing::warn!(source, error = %e, "callback body incomplete; nothing stored");
-            abort::close_without_answer(&req);
-            return HttpResponse::ServiceUnavailable().finish();
+            return abort::no_answer(&req).await;
         }
     };
 
@@ -156,13 +153,7 @@ async fn store(
             m.ingress_duration.observe(started.elapsed().as_secs_f64());
             tracing::error!(source, event = %event_name, error = %e,
                 "cannot store callback; closing the connection so the upstream retries");
-            if abort::close_without_answer(&req) {
-                // The socket is shut: whatever we return now is never seen.
-                return HttpResponse::ServiceUnavailable().finish();
-            }
-            // No socket to shut (never the case with our server): hold the request
-            // until the client gives up, which it also treats as transient.
-            std::future::pending().await
+            abort::no_answer(&req).await
         }
     }
 }
@@ -202,10 +193,12 @@ fn new_event(
     if status == EventStatus::Rejected {
         flags.push(EventFlag::Oversized);
     }
-    // `hookrelay.*` names are the relay's own events: a callback cannot claim one.
-    let body_event = body_event.filter(|n| !event_names::is_internal(n));
-    let path_event = path_event.filter(|n| !event_names::is_internal(n));
-    let (event, event_from) = match (path_event_name(path_event), body_event) {
+    // One rule for a name from the path or the body; `hookrelay.*` names are the
+    // relay's own events: a callback cannot claim one.
+    let taken = |n: &str| event_names::is_plausible(n) && !event_names::is_internal(n);
+    let body_event = body_event.filter(|n| taken(n));
+    let path_event = path_event.filter(|n| taken(n));
+    let (event, event_from) = match (path_event, body_event) {
         (Some(name), _) => (name.to_owned(), EventNameOrigin::Path),
         (None, Some(name)) => (name, EventNameOrigin::Body),
         (None, None) => (UNKNOWN_EVENT.to_owned(), EventNameOrigin::Unknown),

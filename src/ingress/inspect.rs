@@ -189,17 +189,6 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-/// The event name in the URL, if it is a plausible one: `[A-Za-z0-9_.-]`, with at
-/// least one letter (so not `..`). The segment is arbitrary input, so anything long or
-/// odd is ignored (the body is asked instead, then `unknown`); never refused.
-pub(super) fn path_event_name(segment: Option<&str>) -> Option<&str> {
-    segment.filter(|s| {
-        (1..=128).contains(&s.len())
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-            && s.bytes().any(|b| b.is_ascii_alphabetic())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,18 +260,5 @@ mod tests {
         assert_eq!(inspect(b"a=1&b=2").flags, [EventFlag::NotJson]);
         assert_eq!(inspect(b"{\"data\":").flags, [EventFlag::NotJson]);
         assert_eq!(inspect(&[0xff, 0xfe, 0x00]).flags, [EventFlag::NotJson]);
-    }
-
-    #[test]
-    fn path_segments_must_look_like_event_names() {
-        assert_eq!(path_event_name(Some("ActionCreated")), Some("ActionCreated"));
-        assert_eq!(path_event_name(Some("hookrelay.HookGap")), Some("hookrelay.HookGap"));
-        assert_eq!(path_event_name(Some("")), None);
-        assert_eq!(path_event_name(Some("a b")), None);
-        assert_eq!(path_event_name(Some("..")), None);
-        assert_eq!(path_event_name(Some(".")), None);
-        assert_eq!(path_event_name(Some("-_.9")), None);
-        assert_eq!(path_event_name(Some(&"A".repeat(129))), None);
-        assert_eq!(path_event_name(None), None);
     }
 }

@@ -121,7 +121,8 @@ impl Throttle {
             return Some(self.retry_after);
         }
         self.seen += 1;
-        (self.every > 0 && self.seen % u64::from(self.every) == 0).then_some(self.retry_after)
+        (self.every > 0 && self.seen.is_multiple_of(u64::from(self.every)))
+            .then_some(self.retry_after)
     }
 }
 

@@ -23,7 +23,7 @@
 mod claims;
 mod commit;
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 mod counts;
 mod deliveries;
 mod error;

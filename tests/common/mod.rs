@@ -127,6 +127,19 @@ impl Relay {
         config_text: &str,
         env: &[(&str, &str)],
     ) -> Relay {
+        let relay = Self::start_listening(bin, dir, config_text, env).await;
+        relay.wait_ready().await;
+        relay
+    }
+
+    /// Starts the relay and returns once both listeners are up, ready or not (a relay
+    /// started below its free-space floor, say).
+    pub async fn start_listening(
+        bin: &str,
+        dir: &Path,
+        config_text: &str,
+        env: &[(&str, &str)],
+    ) -> Relay {
         let config_path: PathBuf = dir.join("hookrelay.toml");
         std::fs::write(&config_path, config_text).unwrap();
         let mut child = Command::new(bin)
@@ -151,18 +164,17 @@ impl Relay {
                 }
             }
         }
-        let relay = Relay {
+        Relay {
             child,
             ingress: ingress.unwrap(),
             admin: admin.unwrap(),
             logs,
             client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
-        };
-        relay.wait_ready().await;
-        relay
+        }
     }
 
-    async fn wait_ready(&self) {
+    /// Waits until `/readyz` answers 200 (at most 30 s).
+    pub async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let url = format!("http://{}/readyz", self.admin);

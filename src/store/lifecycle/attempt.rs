@@ -18,7 +18,9 @@ pub(crate) enum Outcome {
     Retry { retry_after: Option<Duration> },
     /// Any other answer: retrying will not help.
     Permanent,
-    /// 410: the consumer is gone; the destination is paused (retried once resumed).
+    /// 410: the consumer is gone; the destination is paused (retried once resumed,
+    /// within the same `max_attempts` and `give_up_after` as any failure: a consumer
+    /// that keeps answering 410 cannot keep a delivery alive for ever).
     Gone,
 }
 
@@ -134,7 +136,7 @@ fn apply(record: &mut DeliveryRecord, report: &AttemptReport, policy: &RetryPoli
     };
     let exhausted = record.round_attempts >= policy.max_attempts
         || now_us.saturating_sub(record.round_started_us) >= micros(policy.give_up_after);
-    if exhausted && report.outcome != Outcome::Gone {
+    if exhausted {
         record.state = DeliveryState::Dead;
         record.next_attempt_us = None;
         return Verdict::Dead;
@@ -248,20 +250,20 @@ mod tests {
     }
 
     #[test]
-    fn permanent_failures_die_at_once_and_gone_keeps_retrying() {
+    fn permanent_failures_die_at_once_and_gone_retries_within_the_policy() {
         let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
         assert_eq!(
             apply(&mut r, &report(Outcome::Permanent, Some(400), 1), &policy()),
             Verdict::Failed
         );
         assert_eq!(r.state, DeliveryState::Dead);
+        // 410 pauses the destination; each resume that meets 410 again is one more
+        // attempt of the round, and the round ends dead like any other.
         let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
-        for t in 1..10 {
-            assert_eq!(
-                apply(&mut r, &report(Outcome::Gone, Some(410), t), &policy()),
-                Verdict::Retry
-            );
-        }
+        let gone = |t| report(Outcome::Gone, Some(410), t);
+        let verdicts: Vec<_> = (1..=3).map(|t| apply(&mut r, &gone(t), &policy())).collect();
+        assert_eq!(verdicts, [Verdict::Retry, Verdict::Retry, Verdict::Dead]);
+        assert_eq!(r.state, DeliveryState::Dead);
     }
 
     #[test]

@@ -17,6 +17,9 @@ bitflags! {
         const HEAD               = 0b0000_0001;
         const KEEP_ALIVE_ENABLED = 0b0000_0010;
         const STREAM             = 0b0000_0100;
+        // hookrelay: a request that ends the connection was decoded: nothing pipelined
+        // behind it is decoded (it would overwrite `conn_type` and be answered).
+        const CLOSING            = 0b0000_1000;
     }
 }
 
@@ -126,6 +129,11 @@ impl Decoder for Codec {
                 }
                 None => None,
             })
+        } else if self.flags.contains(Flags::CLOSING) {
+            // hookrelay: the connection closes after the answer to the request before:
+            // bytes behind it are never read as a request (no second request can be
+            // smuggled, or desync a proxy that read the first one differently).
+            Ok(None)
         } else if let Some((req, payload)) = self.decoder.decode(src)? {
             let head = req.head();
             self.flags.set(Flags::HEAD, head.method == Method::HEAD);
@@ -136,6 +144,10 @@ impl Decoder for Codec {
                 && !self.flags.contains(Flags::KEEP_ALIVE_ENABLED)
             {
                 self.conn_type = ConnectionType::Close
+            }
+            if self.conn_type == ConnectionType::Close {
+                // hookrelay: sticky, see `Flags::CLOSING`.
+                self.flags.insert(Flags::CLOSING);
             }
 
             match payload {
