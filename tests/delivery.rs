@@ -466,3 +466,68 @@ async fn a_body_event_name_with_control_characters_is_not_taken() {
         assert_eq!(r.header("hookrelay-event"), Some("unknown"));
     }
 }
+
+/// Bulk replay and delete honour `after` and `limit` on every page, not only the
+/// first: `?after=X` handles only dead letters older than X, `?limit=N` at most N in
+/// all; and against a consumer that answers 4xx at once (each replayed one dies again
+/// before the next page is read) the request still ends, each handled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_dead_letter_operations_keep_after_and_limit_and_end() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::Status(400));
+    let (_dir, relay) = start(&(destination("a", &a.url(), "") + FAST_RETRY)).await;
+    for n in 0..5 {
+        send(&relay, "ActionCreated", occurrence("actions", &n.to_string(), "X", "1")).await;
+    }
+    let dead = relay
+        .admin_until("/admin/dead-letters", WAIT, |v| {
+            v["dead_letters"].as_array().is_some_and(|d| d.len() == 5)
+        })
+        .await;
+    // Newest first: the two oldest are older than the third newest.
+    let ids: Vec<String> = dead["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["event"].as_str().unwrap().to_owned())
+        .collect();
+    let (status, body) = relay
+        .admin_post(&format!("/admin/dead-letters/replay?destination=a&after={}", ids[2]), None)
+        .await;
+    assert_eq!((status, body["replayed"].as_u64()), (200, Some(2)), "{body}");
+    a.wait_for(7, WAIT).await;
+    let attempts = |v: &Value, id: &str| -> u64 {
+        v["deliveries"].as_array().unwrap()[0]["total_attempts"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{id}: {v}"))
+    };
+    for (i, id) in ids.iter().enumerate() {
+        let v = relay
+            .admin_until(&format!("/admin/events/{id}"), WAIT, |v| {
+                v["deliveries"][0]["state"] == "dead"
+            })
+            .await;
+        assert_eq!(attempts(&v, id), if i >= 3 { 2 } else { 1 }, "event {i} ({id})");
+    }
+    // `limit` caps the whole operation.
+    let (status, body) = relay.admin_post("/admin/dead-letters/replay?limit=1", None).await;
+    assert_eq!((status, body["replayed"].as_u64()), (200, Some(1)), "{body}");
+    a.wait_for(8, WAIT).await;
+    // Delete with `after`: the newest two stay.
+    let url = format!("http://{}/admin/dead-letters?after={}", relay.admin, ids[1]);
+    let r = relay.client.delete(url).bearer_auth(common::ADMIN_TOKEN).send().await.unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["deleted"].as_u64(), Some(3), "{v}");
+    let left = relay
+        .admin_until("/admin/dead-letters", WAIT, |v| {
+            v["dead_letters"].as_array().is_some_and(|d| d.len() == 2)
+        })
+        .await;
+    let left: Vec<&str> = left["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(left, [ids[0].as_str(), ids[1].as_str()]);
+}

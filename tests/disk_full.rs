@@ -6,86 +6,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::load::{Acked, Load};
+use common::scratch::{fill, free_bytes, Kind, Scratch};
 use common::{metric, Relay};
-
-/// A small filesystem mounted for a test: a tmpfs, or an ext4 image on a loop device.
-/// Always unmounted (and the image removed) when dropped.
-struct Scratch {
-    dir: tempfile::TempDir,
-    image: Option<tempfile::NamedTempFile>,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Tmpfs,
-    Ext4,
-}
-
-impl Scratch {
-    /// Mounts one, or fails the test saying why.
-    fn mount(kind: Kind, mib: u64) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mut image = None;
-        let out = match kind {
-            Kind::Tmpfs => Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-                .arg(dir.path())
-                .output(),
-            Kind::Ext4 => {
-                let file = tempfile::NamedTempFile::new().expect("image file");
-                file.as_file().set_len(mib << 20).expect("size the image");
-                let mkfs = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(file.path()).output();
-                match mkfs {
-                    Ok(o) if o.status.success() => {}
-                    other => panic!("mkfs.ext4 failed (is e2fsprogs installed?): {other:?}"),
-                }
-                let out = Command::new("mount")
-                    .args(["-o", "loop"])
-                    .arg(file.path())
-                    .arg(dir.path())
-                    .output();
-                image = Some(file);
-                out
-            }
-        };
-        match out {
-            Ok(o) if o.status.success() => Self { dir, image },
-            Ok(o) => panic!(
-                "cannot mount a {kind:?} for this full-disk test (it needs root and loop \
-                 devices, as in CI): {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
-            Err(e) => panic!("cannot run mount for this full-disk test (util-linux): {e}"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // Lazy, so a file still open somewhere cannot keep the mount.
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
-        let _ = self.image.take();
-    }
-}
-
-/// Writes `mib` MiB of zeros to `path`.
-fn fill(path: &PathBuf, mib: usize) {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).expect("filler");
-    let chunk = vec![0u8; 1 << 20];
-    for _ in 0..mib {
-        f.write_all(&chunk).expect("filler write");
-    }
-    f.sync_all().expect("filler sync");
-}
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -302,16 +227,6 @@ async fn a_stop_on_a_full_disk_ends_within_the_grace_period() {
         let (status, _) = relay.admin_get(&format!("/admin/events/{id}")).await;
         assert_eq!(status, 200, "acknowledged {id} lost");
     }
-}
-
-/// Free bytes of the filesystem holding `path` (as an unprivileged writer sees them).
-fn free_bytes(path: &Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path and a writable statvfs.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0, "statvfs");
-    st.f_bavail as u64 * st.f_frsize as u64
 }
 
 /// Loads the relay until it refuses callbacks (below the floor), then watches free

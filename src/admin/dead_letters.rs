@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::events::store_error;
 use super::{error, views, AdminState};
 use crate::api;
-use crate::store::{unix_micros, DeadLetterFilter, EventId};
+use crate::store::{unix_micros, DeadLetterFilter, DeliveryState, EventId};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 1000;
@@ -78,41 +78,74 @@ enum Bulk {
     Delete,
 }
 
-/// Applies `op` to every dead letter matching the query, page by page. Each one
-/// leaves the dead letters as it is handled, so every page starts from the top again
-/// (`after` only narrows the first). Returns the destinations of those handled.
+/// Applies `op` to the dead letters matching the query, newest first: those older
+/// than `after` if it is given, and at most `limit` of them if it is given (else all).
+/// A cursor walks the dead letters from newest to oldest and only moves older, so a
+/// dead letter is met once even if it dies again at once (a consumer answering 4xx
+/// immediately): the request ends. Returns the destinations of those handled.
 async fn bulk(
     state: &web::Data<AdminState>,
     query: Result<web::Query<Query>, actix_web::Error>,
     op: Bulk,
 ) -> Result<Vec<String>, HttpResponse> {
-    let mut filter =
-        filter(query, MAX_LIMIT, MAX_LIMIT).map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+    let bad = |m| error(StatusCode::BAD_REQUEST, m);
+    let cap = match &query {
+        Ok(q) if q.limit.is_some_and(|l| l == 0) => {
+            return Err(bad("limit: must be at least 1".into()))
+        }
+        Ok(q) => q.limit,
+        Err(_) => None,
+    };
+    let mut filter = filter(query, MAX_LIMIT, usize::MAX).map_err(bad)?;
     let store = &state.store;
     let mut handled = Vec::new();
+    let now = unix_micros(std::time::SystemTime::now());
+    let handle = |event: EventId, dest: String| async move {
+        match op {
+            Bulk::Replay => {
+                store.replay(event, vec![dest.clone()], now).await.map(|n| (n > 0, dest))
+            }
+            Bulk::Delete => store.discard(event, &dest).await.map(|done| (done, dest)),
+        }
+        .map_err(|e| store_error(&e))
+    };
     loop {
+        let left = cap.map_or(usize::MAX, |c| c.saturating_sub(handled.len()));
+        if left == 0 {
+            return Ok(handled);
+        }
+        filter.limit = left.min(MAX_LIMIT);
         let page = store.dead_letters(filter.clone()).await.map_err(|e| store_error(&e))?;
-        if page.is_empty() {
-            return Ok(handled);
-        }
-        let now = unix_micros(std::time::SystemTime::now());
-        let before = handled.len();
-        for record in &page {
-            let (event, dest) = (record.event, &record.destination);
-            let done = match op {
-                Bulk::Replay => store.replay(event, vec![dest.clone()], now).await.map(|n| n > 0),
-                Bulk::Delete => store.discard(event, dest).await,
+        let Some(last) = page.last().map(|r| r.event) else { return Ok(handled) };
+        let full = page.len() == filter.limit;
+        let mut seen_last = Vec::new();
+        for record in page {
+            if record.event == last {
+                seen_last.push(record.destination.clone());
             }
-            .map_err(|e| store_error(&e))?;
-            if done {
-                handled.push(dest.clone());
+            if let (true, dest) = handle(record.event, record.destination).await? {
+                handled.push(dest);
             }
         }
-        if handled.len() == before {
-            // Nothing on this page could be handled: stop rather than loop on it.
-            return Ok(handled);
+        if full {
+            // The page may have cut the last event's dead letters short; the cursor
+            // moves past the event, so the rest of it is handled here.
+            let rest = store.deliveries_of(last).await.map_err(|e| store_error(&e))?;
+            for d in rest {
+                let wanted = filter.destination.as_ref().is_none_or(|f| *f == d.destination);
+                let fits = cap.is_none_or(|c| handled.len() < c);
+                if d.state == DeliveryState::Dead
+                    && wanted
+                    && fits
+                    && !seen_last.contains(&d.destination)
+                {
+                    if let (true, dest) = handle(last, d.destination).await? {
+                        handled.push(dest);
+                    }
+                }
+            }
         }
-        filter.after = None;
+        filter.after = Some(last);
     }
 }
 

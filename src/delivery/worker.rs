@@ -308,7 +308,12 @@ impl Worker {
         };
         let (status, error, outcome) =
             (report.attempt.status, report.attempt.error.clone(), report.outcome);
-        let recorded = self.recorder.record(claim.clone(), report).await?;
+        let recorded = self.recorder.record(claim.clone(), report).await;
+        // The record may have made the next delivery of an ordered record due: look
+        // now, not at the next poll (a look woken by the answer raced this record, and
+        // an ordered destination on PostgreSQL drained one delivery per record a second).
+        self.state.wake.notify_one();
+        let recorded = recorded?;
         let verdict = match recorded {
             Recorded::Done(v) => v,
             Recorded::Stale | Recorded::ClaimLost => {

@@ -7,6 +7,7 @@ pub mod load;
 #[path = "../../src/store/postgres/test_server.rs"]
 pub mod pg;
 pub mod proxy;
+pub mod scratch;
 pub mod sim;
 pub mod sink;
 

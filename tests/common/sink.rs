@@ -13,6 +13,10 @@ pub struct Received {
     pub at: Instant,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The status the sink answered (or will, for a slow answer).
+    pub status: u16,
+    /// When the answer went out (or the handler was dropped); `None` while pending.
+    pub answered: Option<Instant>,
 }
 
 impl Received {
@@ -32,6 +36,12 @@ pub enum Mode {
     Slow(Duration),
     /// Answer this status to requests whose body contains the text, 200 to others.
     FailIfContains(String, u16),
+    /// Alternate between this status and 200 every `period` (a flapping consumer).
+    Flap {
+        status: u16,
+        period: Duration,
+        since: Instant,
+    },
 }
 
 #[derive(Default)]
@@ -41,6 +51,24 @@ struct State {
     /// Requests being answered now, and the most there ever were at once.
     in_flight: usize,
     max_in_flight: usize,
+}
+
+/// Ends a request's stay in flight when its handler ends or is dropped, and notes
+/// when it was answered.
+struct InFlight {
+    state: web::Data<Mutex<State>>,
+    /// Its entry in `received`.
+    index: usize,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut s = self.state.lock().unwrap();
+        s.in_flight -= 1;
+        if let Some(r) = s.received.get_mut(self.index) {
+            r.answered = Some(Instant::now());
+        }
+    }
 }
 
 /// A running sink.
@@ -60,15 +88,40 @@ async fn handle(
         s.in_flight += 1;
         s.max_in_flight = s.max_in_flight.max(s.in_flight);
     }
-    let response = answer(req, body, &state).await;
-    state.lock().unwrap().in_flight -= 1;
-    response
+    answer(req, body, &state).await
 }
 
-async fn answer(req: HttpRequest, body: web::Bytes, state: &Mutex<State>) -> HttpResponse {
+async fn answer(
+    req: HttpRequest,
+    body: web::Bytes,
+    state: &web::Data<Mutex<State>>,
+) -> HttpResponse {
     let mode = {
         let mut s = state.lock().unwrap();
+        let mode = s.mode.clone().unwrap_or(Mode::Ok);
+        let status = match &mode {
+            Mode::Ok | Mode::Slow(_) => 200,
+            Mode::Status(code) => *code,
+            Mode::RetryAfter(_) => 429,
+            Mode::FailIfContains(text, code) => {
+                if String::from_utf8_lossy(&body).contains(text.as_str()) {
+                    *code
+                } else {
+                    200
+                }
+            }
+            Mode::Flap { status, period, since } => {
+                let phase = since.elapsed().as_millis() / period.as_millis().max(1);
+                if phase % 2 == 0 {
+                    *status
+                } else {
+                    200
+                }
+            }
+        };
+        let index = s.received.len();
         s.received.push(Received {
+            answered: None,
             at: Instant::now(),
             headers: req
                 .headers()
@@ -76,13 +129,22 @@ async fn answer(req: HttpRequest, body: web::Bytes, state: &Mutex<State>) -> Htt
                 .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
                 .collect(),
             body: body.to_vec(),
+            status,
         });
-        s.mode.clone().unwrap_or(Mode::Ok)
+        let mode = match mode {
+            Mode::Flap { .. } => Mode::Status(status),
+            other => other,
+        };
+        (mode, index)
     };
+    let (mode, index) = mode;
+    let _answered = InFlight { state: state.clone(), index };
     match mode {
         Mode::Ok => HttpResponse::Ok().body("thanks"),
         Mode::Status(s) => HttpResponse::build(actix_web::http::StatusCode::from_u16(s).unwrap())
             .body(format!("sink says {s}")),
+        // Resolved to a status when the request arrived.
+        Mode::Flap { .. } => HttpResponse::Ok().body("thanks"),
         Mode::RetryAfter(secs) => HttpResponse::TooManyRequests()
             .insert_header(("retry-after", secs.to_string()))
             .body("slow down"),
@@ -141,6 +203,11 @@ impl Sink {
 
     pub fn count(&self) -> usize {
         self.state.lock().unwrap().received.len()
+    }
+
+    /// Stops listening without giving up what it received (read it afterwards).
+    pub async fn halt(&self) {
+        self.handle.stop(false).await;
     }
 
     /// Stops listening: afterwards connections to its port are refused.

@@ -16,6 +16,8 @@ impl Inner {
     pub(super) fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
         let mut out = Vec::new();
         let from = self.cursor.load(Ordering::Acquire).saturating_add(1);
+        // Read before the scan: every id up to it was visible when the scan began.
+        let committed = self.committed.load(Ordering::Acquire);
         // Settled records right after the cursor (rejected ones, say) are stepped over
         // once, not at every poll.
         let mut settled_run = Some(from.saturating_sub(1));
@@ -45,7 +47,7 @@ impl Inner {
             out.push(PendingEvent { id, meta, body });
         }
         if let Some(run) = settled_run {
-            self.cursor.fetch_max(run, Ordering::AcqRel);
+            self.cursor.fetch_max(run.min(committed), Ordering::AcqRel);
         }
         Ok(out)
     }
@@ -89,13 +91,19 @@ impl Inner {
     }
 
     /// Where the cursor can move once `dispatched` have their outcomes: over every
-    /// following record that is settled. `None` when it stays.
+    /// following record that is settled, never past the committed watermark. `None`
+    /// when it stays.
     fn cursor_after(&self, dispatched: &HashSet<EventId>) -> Result<Option<u64>, StoreError> {
         let start = self.cursor.load(Ordering::Acquire);
+        // Read before the scan: every id up to it was visible when the scan began.
+        let committed = self.committed.load(Ordering::Acquire);
         let mut cursor = start;
         for item in self.records.range(EventId::new(start.saturating_add(1)).to_key()..) {
             let (key, value) = item?;
             let Some(id) = EventId::from_key(&key) else { break };
+            if id.raw() > committed {
+                break;
+            }
             let settled = dispatched.contains(&id)
                 || !awaits_outcome(&value)
                 || self.outcomes.contains_key(outcome_key(&key, &value).map_err(|reason| {

@@ -35,6 +35,9 @@ impl Inner {
             records.insert(&id.to_key(), encode_record(&ev.meta, body)?);
         }
         self.records.apply_batch(records)?;
+        // The whole group is written: the dispatch cursor may pass it now (still under
+        // `last_id`, so the watermark only moves forward).
+        self.committed.fetch_max(*last, Ordering::AcqRel);
         self.inbox_count.fetch_add(received, Ordering::Relaxed);
         drop(last);
         self.durable()?;

@@ -106,6 +106,11 @@ pub(super) struct Inner {
     /// Every event id up to this one is settled (dispatched, or stored final); moved
     /// forward only, over settled records, so the scan for pending events starts here.
     cursor: AtomicU64,
+    /// Every id up to this one is written with its whole group: published by `append`
+    /// after its batch is applied. sled's iterators are not snapshots, so a scan may
+    /// see a group's later ids before its earlier ones; the cursor never passes this
+    /// watermark, so it never steps over an id that is not visible yet.
+    committed: AtomicU64,
     /// Events awaiting dispatch, and entries in `dedup`: sled's own `len()` walks the
     /// whole tree. Signed, because the writer that adds and the one that subtracts
     /// update them after their writes, in either order: dispatch can take an event
@@ -185,6 +190,7 @@ impl SledStore {
             ordering: db.open_tree(ORDERING)?,
             upstream: db.open_tree(UPSTREAM)?,
             cursor: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
             inbox_count: AtomicI64::new(0),
             dedup_count: AtomicI64::new(apply::signed(dedup.len() as u64)),
             dedup,
@@ -287,6 +293,8 @@ impl Inner {
         {
             let mut last_id = crate::lock::lock(&self.last_id);
             *last_id = (*last_id).max(cursor);
+            // Everything stored is visible at open.
+            self.committed.store(*last_id, Ordering::Release);
         }
         let mut awaiting: i64 = 0;
         for item in self.records.range(EventId::new(cursor.saturating_add(1)).to_key()..) {
@@ -427,5 +435,39 @@ mod tests {
         .err()
         .unwrap();
         assert!(err.to_string().contains("schema version 99"), "{err}");
+    }
+
+    /// sled's iterators are not snapshots: a group's later id can be seen before an
+    /// earlier one. The cursor, which steps over settled records, must not pass an id
+    /// whose group is not all written yet, or that event is never dispatched.
+    #[test]
+    fn the_cursor_never_passes_an_id_whose_group_is_not_written_yet() {
+        use crate::store::conformance::received;
+        let dir = tempfile::tempdir().unwrap();
+        let store = testutil::open(dir.path());
+        let inner = &store.inner;
+        let (first, second) = (EventId::new(1_000), EventId::new(1_001));
+        // Mid-group: the second event (stored final: rejected) is visible, the first
+        // is not yet.
+        let mut rejected = received("demo", "TaskCreated", 1_001, "").meta;
+        rejected.status = crate::store::EventStatus::Rejected;
+        inner
+            .records
+            .insert(second.to_key(), codec::encode_record(&rejected, None).unwrap())
+            .unwrap();
+        assert!(inner.pending(10).unwrap().is_empty());
+        assert!(
+            inner.cursor.load(Ordering::Acquire) < first.raw(),
+            "the cursor passed an id whose group is not written yet"
+        );
+        // The group is written and published.
+        let meta = received("demo", "TaskCreated", 1_000, "{}").meta;
+        inner
+            .records
+            .insert(first.to_key(), codec::encode_record(&meta, Some(b"{}")).unwrap())
+            .unwrap();
+        inner.committed.fetch_max(second.raw(), Ordering::AcqRel);
+        let pending: Vec<EventId> = inner.pending(10).unwrap().iter().map(|p| p.id).collect();
+        assert_eq!(pending, [first], "the first event is still found");
     }
 }
