@@ -144,6 +144,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         tokio::spawn(crate::retention::run(
             store.clone(),
             config.retention.clone(),
+            config.destinations.iter().map(|d| d.name.clone()).collect(),
             metrics.clone(),
             space.clone(),
             stop.clone(),

@@ -1,13 +1,18 @@
 //! Retention: finished events are deleted after `retention.delivered`; dead letters
-//! and anything still scheduled are kept.
+//! and anything still scheduled are kept. Deliveries to a destination removed from
+//! the config go dead after `retention.removed_destinations` (they would otherwise stay
+//! scheduled for ever, and keep their events).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::config::RetentionConfig;
+use crate::config::{RetentionConfig, RetryPolicy};
+use crate::destinations::Outcome;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{unix_micros, SharedStore};
+use crate::store::lifecycle::AttemptReport;
+use crate::store::{unix_micros, Attempt, Recorded, SharedStore, StoreError};
 
 /// Events deleted per store call, so one pass never holds the store for long.
 const CHUNK: usize = 1000;
@@ -16,10 +21,12 @@ const CHUNK: usize = 1000;
 pub(crate) async fn run(
     store: SharedStore,
     config: RetentionConfig,
+    configured: BTreeSet<String>,
     metrics: Arc<Metrics>,
     space: Arc<crate::space::Space>,
     mut stop: Stop,
 ) {
+    let owner = format!("retention-{}", std::process::id());
     loop {
         let cutoff = SystemTime::now().checked_sub(config.delivered).map_or(0, unix_micros);
         // One relay of a fleet prunes for all; another takes over if it dies.
@@ -36,6 +43,13 @@ pub(crate) async fn run(
                 false
             }
         };
+        if leads {
+            if let Err(e) =
+                retire_removed(&store, &configured, config.removed_destinations, &owner).await
+            {
+                tracing::error!(error = %e, "cannot retire the deliveries of removed destinations; trying again next pass");
+            }
+        }
         while leads && !stop.is_stopped() {
             match store.prune(cutoff, CHUNK).await {
                 Ok(n) => {
@@ -58,4 +72,84 @@ pub(crate) async fn run(
             _ = stop.wait() => return,
         }
     }
+}
+
+/// The store key remembering since when (µs) a destination with deliveries is gone
+/// from the config: shared by every relay, so that a restart does not postpone it.
+fn removed_key(destination: &str) -> String {
+    format!("removed/{destination}")
+}
+
+/// Deliveries to destinations no longer configured: noted (and logged) when first
+/// found, made dead after `grace` (claimed and recorded as a permanent failure with the
+/// reason, through the same rules as any attempt: an ordered record's next delivery
+/// follows). A destination that comes back is forgotten. Returns how many went dead.
+async fn retire_removed(
+    store: &SharedStore,
+    configured: &BTreeSet<String>,
+    grace: Duration,
+    owner: &str,
+) -> Result<usize, StoreError> {
+    let open = store.open_destinations().await?;
+    for (key, _) in store.upstream_scan("removed/").await? {
+        let dest = key.trim_start_matches("removed/");
+        if configured.contains(dest) || !open.iter().any(|d| d == dest) {
+            store.upstream_put(&key, None).await?;
+        }
+    }
+    let now = unix_micros(SystemTime::now());
+    let mut retired = 0;
+    for dest in open.iter().filter(|d| !configured.contains(*d)) {
+        let key = removed_key(dest);
+        let since =
+            store.upstream_get(&key).await?.and_then(|v| v.try_into().ok()).map(u64::from_be_bytes);
+        let Some(since) = since else {
+            let q = store.queue_stats(dest).await?;
+            tracing::warn!(destination = %dest, pending = q.pending, retrying = q.retrying, held = q.held, grace = ?grace,
+                "a destination with deliveries to make is no longer in the config: they go dead after retention.removed_destinations unless it comes back");
+            store.upstream_put(&key, Some(now.to_be_bytes().to_vec())).await?;
+            continue;
+        };
+        let gone_for = Duration::from_micros(now.saturating_sub(since));
+        if gone_for < grace {
+            continue;
+        }
+        let reason = format!(
+            "destination {dest} is no longer in the config (gone for {}); replay this dead letter once it is back",
+            humantime::format_duration(Duration::from_secs(gone_for.as_secs()))
+        );
+        let mut dead = 0;
+        loop {
+            // Due ones only: a retrying delivery goes at its due time, a held one when its
+            // record's earlier delivery is dead (the next loop turn).
+            let claims = store.claim_due(dest, owner, now, Duration::from_secs(60), 256).await?;
+            if claims.is_empty() {
+                break;
+            }
+            let reports = claims
+                .into_iter()
+                .map(|claim| {
+                    let report = AttemptReport {
+                        attempt: Attempt {
+                            at_us: now,
+                            duration_us: 0,
+                            status: None,
+                            error: Some(reason.clone()),
+                        },
+                        outcome: Outcome::Permanent,
+                        excerpt: None,
+                        jitter: 0.0,
+                    };
+                    (claim, report)
+                })
+                .collect();
+            let recorded = store.record_attempts(reports, &RetryPolicy::default()).await?;
+            dead += recorded.iter().filter(|r| matches!(r, Recorded::Done(_))).count();
+        }
+        if dead > 0 {
+            tracing::warn!(destination = %dest, dead, "deliveries to a removed destination are now dead letters: replay them once it is back in the config, or delete them");
+        }
+        retired += dead;
+    }
+    Ok(retired)
 }

@@ -531,3 +531,58 @@ async fn bulk_dead_letter_operations_keep_after_and_limit_and_end() {
         .collect();
     assert_eq!(left, [ids[0].as_str(), ids[1].as_str()]);
 }
+
+/// Deliveries to a destination removed from the config do not stay scheduled for
+/// ever: after `retention.removed_destinations` they are dead letters with the reason
+/// (which bulk replay leaves alone while the destination is gone), and once it is back
+/// they can be replayed and are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_to_a_removed_destination_go_dead_and_can_be_replayed_once_it_is_back() {
+    let a = Sink::start().await;
+    let down = closed_port();
+    let retention = "\n[retention]\ninterval = \"1s\"\nremoved_destinations = \"2s\"\n";
+    let both = destination("a", &a.url(), "")
+        + &destination("b", &format!("http://{down}/x"), "")
+        + FAST_RETRY
+        + retention;
+    let dir = tempfile::tempdir().unwrap();
+    let config = |tail: &str| common::config_with(&dir.path().join("data"), "", tail);
+    let mut relay = Relay::start(dir.path(), &config(&both)).await;
+    for n in 0..3 {
+        send(&relay, "ActionCreated", occurrence("actions", &n.to_string(), "X", "1")).await;
+    }
+    a.wait_for(3, WAIT).await;
+    relay.signal(libc::SIGTERM);
+    relay.wait_exit(WAIT);
+
+    // `b` is gone from the config: noted, then dead after the grace period.
+    let relay = Relay::start(
+        dir.path(),
+        &config(&(destination("a", &a.url(), "") + FAST_RETRY + retention)),
+    )
+    .await;
+    let dead = relay
+        .admin_until("/admin/dead-letters?destination=b", WAIT, |v| {
+            v["dead_letters"].as_array().is_some_and(|d| d.len() == 3)
+        })
+        .await;
+    let error = dead["dead_letters"][0]["last_error"].as_str().unwrap_or_default().to_owned();
+    assert!(error.contains("no longer in the config"), "{dead}");
+    assert!(relay.logs().contains("is no longer in the config"), "noticed and said");
+    let (status, body) = relay.admin_post("/admin/dead-letters/replay", None).await;
+    assert_eq!(
+        (status, body["replayed"].as_u64()),
+        (200, Some(0)),
+        "kept dead while it is gone: {body}"
+    );
+    drop(relay);
+
+    // Back in the config: replayed and delivered.
+    let b = Sink::start().await;
+    let back =
+        destination("a", &a.url(), "") + &destination("b", &b.url(), "") + FAST_RETRY + retention;
+    let relay = Relay::start(dir.path(), &config(&back)).await;
+    let (status, body) = relay.admin_post("/admin/dead-letters/replay?destination=b", None).await;
+    assert_eq!((status, body["replayed"].as_u64()), (200, Some(3)), "{body}");
+    b.wait_for(3, WAIT).await;
+}

@@ -283,6 +283,45 @@ async fn a_disabled_hook_is_recreated_and_its_gap_reported() {
         metric(&m, "hookrelay_events_stored_total", &[("event", "hookrelay.HookGap")]),
         Some(1.0)
     );
+
+    // A crash between storing the HookGap event and forgetting the gap leaves the gap,
+    // closed, in the store. The next pass raises it again with the same body: a copy
+    // of the same occurrence, dropped by dedup; and the gap is forgotten.
+    let closed = json!({
+        "hook_ids": [old_id], "window_start": start, "triggered_count": attrs["triggeredCount"],
+        "detected_at": attrs["detectedAt"], "closed": {"window_end": end, "new_hook_id": new_id},
+    });
+    let Setup { _dir: dir, sim: _sim, proxy, mut relay } = s;
+    relay.signal(libc::SIGTERM);
+    assert!(relay.wait_exit(Duration::from_secs(10)).success());
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("upstream").unwrap();
+        tree.insert(
+            format!("gap/{SOURCE}/alice/FileNoteCreated"),
+            serde_json::to_vec(&closed).unwrap(),
+        )
+        .unwrap();
+        db.flush().unwrap();
+    }
+    let text = std::fs::read_to_string(dir.path().join("hookrelay.toml")).unwrap();
+    let relay = Relay::start(dir.path(), &text).await;
+    proxy.forward_to(relay.ingress);
+    let a = &sync(&relay).await[0];
+    assert_eq!(a["ok"], true, "{a}");
+    let events = relay
+        .admin_until("/admin/events?event=hookrelay.HookGap", WAIT, |v| {
+            v["events"].as_array().is_some_and(|e| e.len() == 2 && e[0]["status"] != "received")
+        })
+        .await;
+    assert_eq!(events["events"][0]["status"], "duplicate", "{events}");
+    assert_eq!(events["events"][0]["duplicate_of"], events["events"][1]["id"], "{events}");
+    // Forgotten: another pass raises nothing.
+    sync(&relay).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, again) = relay.admin_get("/admin/events?event=hookrelay.HookGap").await;
+    assert_eq!(again["events"].as_array().map(Vec::len), Some(2), "{again}");
+    assert_eq!(gaps.count(), 1, "the gap was delivered once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -123,6 +123,10 @@ async fn bulk(
             if record.event == last {
                 seen_last.push(record.destination.clone());
             }
+            if matches!(op, Bulk::Replay) && state.destinations.get(&record.destination).is_none() {
+                // A destination no longer configured: kept dead until it is back.
+                continue;
+            }
             if let (true, dest) = handle(record.event, record.destination).await? {
                 handled.push(dest);
             }
@@ -134,9 +138,12 @@ async fn bulk(
             for d in rest {
                 let wanted = filter.destination.as_ref().is_none_or(|f| *f == d.destination);
                 let fits = cap.is_none_or(|c| handled.len() < c);
+                let configured =
+                    matches!(op, Bulk::Delete) || state.destinations.get(&d.destination).is_some();
                 if d.state == DeliveryState::Dead
                     && wanted
                     && fits
+                    && configured
                     && !seen_last.contains(&d.destination)
                 {
                     if let (true, dest) = handle(last, d.destination).await? {

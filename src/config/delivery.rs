@@ -168,10 +168,20 @@ pub(crate) struct RetentionConfig {
     /// How often the pruner runs.
     #[serde(with = "duration")]
     pub(crate) interval: Duration,
+    /// Deliveries to a destination removed from the config wait this long (from when
+    /// a relay first finds it gone, in case it comes back) and then go dead with the
+    /// reason, to be replayed if it returns or deleted; until then they keep their
+    /// events from being pruned.
+    #[serde(with = "duration")]
+    pub(crate) removed_destinations: Duration,
 }
 
 impl Default for RetentionConfig {
     fn default() -> Self {
-        Self { delivered: Duration::from_secs(7 * 24 * 3600), interval: Duration::from_secs(300) }
+        Self {
+            delivered: Duration::from_secs(7 * 24 * 3600),
+            interval: Duration::from_secs(300),
+            removed_destinations: Duration::from_secs(24 * 3600),
+        }
     }
 }

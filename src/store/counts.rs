@@ -71,6 +71,18 @@ impl QueueCounts {
         }
     }
 
+    /// Destinations with a delivery still to make (pending, retrying or held).
+    pub(crate) fn open_destinations(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .by_dest
+            .iter()
+            .filter(|(_, c)| c.pending + c.retrying + c.held > 0)
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     pub(crate) fn stats(&self, dest: &str) -> QueueStats {
         self.by_dest.get(dest).map_or_else(QueueStats::default, |c| QueueStats {
             pending: c.pending,

@@ -369,6 +369,10 @@ impl Store for MemoryStore {
         Ok(lock(&self.data).counts.stats(destination))
     }
 
+    async fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
+        Ok(lock(&self.data).counts.open_destinations())
+    }
+
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
         Ok(lock(&self.data).paused.iter().cloned().collect())
     }

@@ -190,6 +190,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     ) -> Result<Vec<DeliveryRecord>, StoreError>;
     /// Counts of a destination's queue, kept current (no scan).
     async fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError>;
+    /// Destinations with deliveries still to make (pending, retrying or held), sorted:
+    /// retention finds those of destinations no longer configured.
+    async fn open_destinations(&self) -> Result<Vec<String>, StoreError>;
     /// Paused destinations, shared by every relay on the store.
     async fn paused(&self) -> Result<HashSet<String>, StoreError>;
     async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError>;

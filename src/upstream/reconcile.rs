@@ -289,6 +289,17 @@ impl Reconciler {
         progress.ours =
             hooks.into_iter().filter(|h| h.target_url.starts_with(&account.prefix)).collect();
         let mut pending = self.pending_gaps(account).await;
+        // Gaps closed but not forgotten (a crash after their event was stored): raised
+        // again with the same body (a copy for dedup), never merged into a new gap.
+        let closed: Vec<String> =
+            pending.iter().filter(|(_, g)| g.closed.is_some()).map(|(e, _)| e.clone()).collect();
+        for event in closed {
+            if let Some(gap) = pending.remove(&event) {
+                if let Err(e) = self.report_gap(account, &event, gap).await {
+                    progress.errors.push(format!("reporting the {event} hook gap: {e}"));
+                }
+            }
+        }
 
         for (event, old) in plan.recreate {
             let earlier = pending.remove(&event);
@@ -347,7 +358,7 @@ impl Reconciler {
         tracing::warn!(source = %account.id().source, account = %account.id().account, event, old = ?ids, new = %new.id,
             window_start = gap.window_start.as_deref().unwrap_or("unknown"), "disabled hook re-created; raising HookGap");
         self.gauges.track_created(account.id(), event, &new.id);
-        self.report_gap(account, event, &gap, &new.id).await?;
+        self.report_gap(account, event, gap.close(&new.id, SystemTime::now())).await?;
         progress.changes.push(Change {
             action: "recreated".into(),
             event: event.to_owned(),
@@ -373,7 +384,7 @@ impl Reconciler {
             // The Disabled hook was deleted by an earlier pass whose create failed.
             Some(gap) => {
                 self.gauges.transition(account.id(), event, "Disabled", "Active");
-                self.report_gap(account, event, &gap, &new.id).await?;
+                self.report_gap(account, event, gap.close(&new.id, SystemTime::now())).await?;
                 "recreated"
             }
             None => "created",
@@ -388,15 +399,20 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Stores the `HookGap` event, then forgets the pending gap.
+    /// Stores the closed gap, then its `HookGap` event, then forgets the gap: each
+    /// step durable before the next, so a crash anywhere raises the same event again
+    /// (see `gap.rs`), never a different one.
     async fn report_gap(
         &self,
         account: &Account,
         event: &str,
-        gap: &PendingGap,
-        new_id: &str,
+        gap: PendingGap,
     ) -> Result<(), UpstreamError> {
-        let new_event = gap::event(account.id(), event, gap, new_id, SystemTime::now());
+        let Some(closed) = gap.closed.clone() else {
+            return Err(UpstreamError::Store("a hook gap reported before it was closed".into()));
+        };
+        self.save_gap(account, event, Some(&gap)).await?;
+        let new_event = gap::event(account.id(), event, &gap, &closed, SystemTime::now());
         let stored =
             self.store.append(new_event).await.map_err(|e| UpstreamError::Store(e.to_string()))?;
         tracing::info!(id = %stored, source = %account.id().source, account = %account.id().account, event, "HookGap event stored");

@@ -435,3 +435,38 @@ pub(super) async fn pauses_and_upstream_state_are_shared_and_durable(h: &mut dyn
     assert_eq!(gaps, [("gap/demo/alice/A".to_owned(), b"g".to_vec())]);
     store.close().await.unwrap();
 }
+
+/// Destinations with deliveries still to make are listed (retention retires those of a
+/// destination removed from the config); one whose deliveries all ended is not, and
+/// the list survives a reopen.
+pub(super) async fn open_destinations_are_listed(h: &mut dyn Harness) {
+    let store = h.open().await;
+    assert!(store.open_destinations().await.unwrap().is_empty());
+    let ids = append_all(
+        &store,
+        vec![
+            received("demo", "ActionCreated", S, "{}"),
+            received("demo", "ActionCreated", 2 * S, "{\"b\":1}"),
+        ],
+    )
+    .await;
+    store
+        .dispatch(vec![plan(ids[0], 1, &["b", "a"]), plan(ids[1], 2, &["c"])], 3 * S)
+        .await
+        .unwrap();
+    assert_eq!(store.open_destinations().await.unwrap(), ["a", "b", "c"]);
+    // `c` retrying still counts; `a` delivered does not; `b` dead does not.
+    for (dest, outcome) in [
+        ("a", Outcome::Success),
+        ("b", Outcome::Permanent),
+        ("c", Outcome::Retry { retry_after: None }),
+    ] {
+        let claims = store.claim_due(dest, "r1", 3 * S, LEASE, 5).await.unwrap();
+        assert_eq!(claims.len(), 1, "{dest}");
+        record(&store, &claims[0], report(outcome, 3 * S)).await;
+    }
+    assert_eq!(store.open_destinations().await.unwrap(), ["c"]);
+    drop(store);
+    let store = h.reopen().await;
+    assert_eq!(store.open_destinations().await.unwrap(), ["c"]);
+}

@@ -238,6 +238,10 @@ macro_rules! conformance {
                 super::deliveries::attempts_retry_die_replay_and_discard(&mut $make).await;
             }
             #[tokio::test]
+            async fn open_destinations_are_listed() {
+                super::deliveries::open_destinations_are_listed(&mut $make).await;
+            }
+            #[tokio::test]
             async fn per_resource_order() {
                 super::deliveries::per_resource_order(&mut $make).await;
             }

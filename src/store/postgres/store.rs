@@ -439,6 +439,18 @@ impl Store for PostgresStore {
         })
     }
 
+    async fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT DISTINCT destination FROM deliveries
+                 WHERE state IN ('pending', 'retrying', 'held') ORDER BY destination",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
         let client = self.client().await?;
         let rows = client.query("SELECT destination FROM paused", &[]).await?;

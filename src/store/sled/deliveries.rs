@@ -207,6 +207,10 @@ impl Inner {
         lock(&self.counts).stats(dest)
     }
 
+    pub(super) fn open_destinations(&self) -> Vec<String> {
+        lock(&self.counts).open_destinations()
+    }
+
     /// Decides and deletes under the lifecycle lock, one event at a time, so a replay
     /// can never slip between the decision and the delete.
     pub(super) fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {

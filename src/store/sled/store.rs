@@ -178,6 +178,10 @@ impl Store for SledStore {
         Ok(self.inner.queue_stats(destination))
     }
 
+    async fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.inner.open_destinations())
+    }
+
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
         self.run(Inner::paused).await
     }
