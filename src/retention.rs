@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::{RetentionConfig, RetryPolicy};
-use crate::destinations::Outcome;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::AttemptReport;
-use crate::store::{unix_micros, Attempt, Recorded, SharedStore, StoreError};
+use crate::store::{unix_micros, Recorded, SharedStore, StoreError};
 
 /// Events deleted per store call, so one pass never holds the store for long.
 const CHUNK: usize = 1000;
@@ -128,20 +127,7 @@ async fn retire_removed(
             }
             let reports = claims
                 .into_iter()
-                .map(|claim| {
-                    let report = AttemptReport {
-                        attempt: Attempt {
-                            at_us: now,
-                            duration_us: 0,
-                            status: None,
-                            error: Some(reason.clone()),
-                        },
-                        outcome: Outcome::Permanent,
-                        excerpt: None,
-                        jitter: 0.0,
-                    };
-                    (claim, report)
-                })
+                .map(|c| (c, AttemptReport::not_sent(now, reason.clone())))
                 .collect();
             let recorded = store.record_attempts(reports, &RetryPolicy::default()).await?;
             dead += recorded.iter().filter(|r| matches!(r, Recorded::Done(_))).count();

@@ -697,18 +697,8 @@ fn order_violations(got: &[Received]) -> Vec<String> {
 /// Whether the acknowledged event's deliveries (or its original's, for a copy) are
 /// each delivered or dead.
 async fn dead_by_policy(admin: SocketAddr, id: &str) -> bool {
-    let http = reqwest::Client::new();
-    let get = |id: String| {
-        let http = http.clone();
-        async move {
-            let r = http
-                .get(format!("http://{admin}/admin/events/{id}"))
-                .bearer_auth(common::ADMIN_TOKEN)
-                .send()
-                .await
-                .ok()?;
-            r.json::<Value>().await.ok()
-        }
+    let get = |id: String| async move {
+        serde_json::from_str::<Value>(&admin_get(admin, &format!("/admin/events/{id}")).await).ok()
     };
     let Some(mut event) = get(id.to_owned()).await else { return false };
     if let Some(original) = event["duplicate_of"].as_str() {
@@ -729,21 +719,7 @@ async fn diagnose(
     missing: &[String],
 ) -> String {
     let admin = relay.admin();
-    let http = reqwest::Client::new();
-    let get = |path: String| {
-        let http = http.clone();
-        async move {
-            let r = http
-                .get(format!("http://{admin}{path}"))
-                .bearer_auth(common::ADMIN_TOKEN)
-                .send()
-                .await;
-            match r {
-                Ok(r) => r.text().await.unwrap_or_default(),
-                Err(e) => format!("({e})"),
-            }
-        }
-    };
+    let get = |path: String| async move { admin_get(admin, &path).await };
     let mut out = format!("destinations: {}\n", get("/admin/destinations".into()).await);
     for m in missing.iter().take(3) {
         let event = get(format!("/admin/events/{}", acked[m])).await;
@@ -762,4 +738,17 @@ async fn diagnose(
     }
     out.push_str(&format!("relay log lines (this incarnation): {lines:#?}"));
     out
+}
+
+/// The text of an admin API answer (or the error, for a diagnosis).
+async fn admin_get(admin: SocketAddr, path: &str) -> String {
+    let sent = reqwest::Client::new()
+        .get(format!("http://{admin}{path}"))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await;
+    match sent {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => format!("({e})"),
+    }
 }

@@ -291,18 +291,8 @@ impl Worker {
             _ => {
                 drop(permit);
                 self.finished(probe, Answer::NotSent);
-                let error = "the event is no longer stored".to_owned();
-                let report = AttemptReport {
-                    attempt: Attempt {
-                        at_us: started_us,
-                        duration_us: 0,
-                        status: None,
-                        error: Some(error.clone()),
-                    },
-                    outcome: Outcome::Permanent,
-                    excerpt: Some(error),
-                    jitter: 0.0,
-                };
+                let report =
+                    AttemptReport::not_sent(started_us, "the event is no longer stored".into());
                 (report, None)
             }
         };

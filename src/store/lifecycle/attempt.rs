@@ -61,6 +61,18 @@ pub(crate) struct AttemptReport {
 }
 
 impl AttemptReport {
+    /// An attempt that sent nothing and never can (the event is gone, the destination
+    /// is no longer configured): a permanent failure at `at_us`, with `reason` as its
+    /// error and answer.
+    pub(crate) fn not_sent(at_us: u64, reason: String) -> Self {
+        Self {
+            attempt: Attempt { at_us, duration_us: 0, status: None, error: Some(reason.clone()) },
+            outcome: Outcome::Permanent,
+            excerpt: Some(reason),
+            jitter: 0.0,
+        }
+    }
+
     /// When the attempt ended: the clock of every decision it causes.
     fn ended_us(&self) -> u64 {
         self.attempt.at_us.saturating_add(self.attempt.duration_us)
