@@ -59,7 +59,7 @@ struct Args {
 fn args() -> Option<Args> {
     let mut args = Args {
         seed: fastrand::u64(..),
-        seconds: 45,
+        seconds: 30,
         backends: vec![Backend::Sled, Backend::Postgres],
     };
     if let Ok(seed) = std::env::var("CHAOS_SEED") {
@@ -124,6 +124,10 @@ fn main() {
             }
         }
     }
+    // Tasks a failed run left behind (its supervisor) still hold relays: dropping the
+    // runtime cancels them, and each relay is killed as it is dropped. `exit` would
+    // skip those destructors and leave the processes running.
+    drop(rt);
     println!("chaos: {passed} passed, {failed} failed");
     std::process::exit(i32::from(failed > 0));
 }

@@ -79,7 +79,8 @@ enum Bulk {
 }
 
 /// Applies `op` to the dead letters matching the query, newest first: those older
-/// than `after` if it is given, and at most `limit` of them if it is given (else all).
+/// than `after` if it is given, and at most `limit` (1 to 1,000) of them if it is given,
+/// else all.
 /// A cursor walks the dead letters from newest to oldest and only moves older, so a
 /// dead letter is met once even if it dies again at once (a consumer answering 4xx
 /// immediately): the request ends. Returns the destinations of those handled.
@@ -89,14 +90,10 @@ async fn bulk(
     op: Bulk,
 ) -> Result<Vec<String>, HttpResponse> {
     let bad = |m| error(StatusCode::BAD_REQUEST, m);
-    let cap = match &query {
-        Ok(q) if q.limit.is_some_and(|l| l == 0) => {
-            return Err(bad("limit: must be at least 1".into()))
-        }
-        Ok(q) => q.limit,
-        Err(_) => None,
-    };
-    let mut filter = filter(query, MAX_LIMIT, usize::MAX).map_err(bad)?;
+    // `limit` (1 to 1,000, as the API document says) caps the whole operation;
+    // without it, every match is handled.
+    let cap = query.as_ref().ok().and_then(|q| q.limit);
+    let mut filter = filter(query, MAX_LIMIT, MAX_LIMIT).map_err(bad)?;
     let store = &state.store;
     let mut handled = Vec::new();
     let now = unix_micros(std::time::SystemTime::now());
