@@ -450,38 +450,4 @@ mod tests {
         .unwrap();
         assert!(err.to_string().contains("schema version 99"), "{err}");
     }
-
-    /// sled's iterators are not snapshots: a group's later id can be seen before an
-    /// earlier one. The cursor, which steps over settled records, must not pass an id
-    /// whose group is not all written yet, or that event is never dispatched.
-    #[test]
-    fn the_cursor_never_passes_an_id_whose_group_is_not_written_yet() {
-        use crate::store::conformance::received;
-        let dir = tempfile::tempdir().unwrap();
-        let store = testutil::open(dir.path());
-        let inner = &store.inner;
-        let (first, second) = (EventId::new(1_000), EventId::new(1_001));
-        // Mid-group: the second event (stored final: rejected) is visible, the first
-        // is not yet.
-        let mut rejected = received("demo", "TaskCreated", 1_001, "").meta;
-        rejected.status = crate::store::EventStatus::Rejected;
-        inner
-            .records
-            .insert(second.to_key(), codec::encode_record(&rejected, None).unwrap())
-            .unwrap();
-        assert!(inner.pending(10).unwrap().is_empty());
-        assert!(
-            inner.cursor.load(Ordering::Acquire) < first.raw(),
-            "the cursor passed an id whose group is not written yet"
-        );
-        // The group is written and published.
-        let meta = received("demo", "TaskCreated", 1_000, "{}").meta;
-        inner
-            .records
-            .insert(first.to_key(), codec::encode_record(&meta, Some(b"{}")).unwrap())
-            .unwrap();
-        inner.committed.fetch_max(second.raw(), Ordering::AcqRel);
-        let pending: Vec<EventId> = inner.pending(10).unwrap().iter().map(|p| p.id).collect();
-        assert_eq!(pending, [first], "the first event is still found");
-    }
 }
