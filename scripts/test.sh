@@ -18,7 +18,8 @@ if ! command -v promtool >/dev/null 2>&1; then
   }
   install_prometheus || { $sudo apt-get update -qq && install_prometheus; }
 fi
-# (no `| head` anywhere: under pipefail a writer killed by SIGPIPE fails the run)
+# (nothing is piped into a reader that stops early: under pipefail its writer dies of
+# SIGPIPE and fails the run, as `kubectl version` once did)
 version=$(promtool --version 2>&1 || true); echo "${version%%$'\n'*}"
 # The Python tools live in their own virtualenv under target/ (nothing installed into
 # the system's Python; pinned, so that a new release cannot change what passes),
