@@ -76,8 +76,11 @@ pub(crate) async fn run(
 /// The store key remembering since when (µs) a destination with deliveries is gone
 /// from the config: shared by every relay, so that a restart does not postpone it.
 fn removed_key(destination: &str) -> String {
-    format!("removed/{destination}")
+    format!("{REMOVED}{destination}")
 }
+
+/// The prefix of [`removed_key`].
+const REMOVED: &str = "removed/";
 
 /// Deliveries to destinations no longer configured: noted (and logged) when first
 /// found, made dead after `grace` (claimed and recorded as a permanent failure with the
@@ -90,8 +93,8 @@ async fn retire_removed(
     owner: &str,
 ) -> Result<usize, StoreError> {
     let open = store.open_destinations().await?;
-    for (key, _) in store.upstream_scan("removed/").await? {
-        let dest = key.trim_start_matches("removed/");
+    for (key, _) in store.upstream_scan(REMOVED).await? {
+        let dest = key.trim_start_matches(REMOVED);
         if configured.contains(dest) || !open.iter().any(|d| d == dest) {
             store.upstream_put(&key, None).await?;
         }

@@ -97,8 +97,11 @@ async fn bulk(
     let store = &state.store;
     let mut handled = Vec::new();
     let now = unix_micros(std::time::SystemTime::now());
+    // One dead letter: `(done, destination)`. A destination no longer configured is
+    // not replayed: its dead letters stay until it is back.
     let handle = |event: EventId, dest: String| async move {
         match op {
+            Bulk::Replay if state.destinations.get(&dest).is_none() => Ok((false, dest)),
             Bulk::Replay => {
                 store.replay(event, vec![dest.clone()], now).await.map(|n| (n > 0, dest))
             }
@@ -120,10 +123,6 @@ async fn bulk(
             if record.event == last {
                 seen_last.push(record.destination.clone());
             }
-            if matches!(op, Bulk::Replay) && state.destinations.get(&record.destination).is_none() {
-                // A destination no longer configured: kept dead until it is back.
-                continue;
-            }
             if let (true, dest) = handle(record.event, record.destination).await? {
                 handled.push(dest);
             }
@@ -135,12 +134,9 @@ async fn bulk(
             for d in rest {
                 let wanted = filter.destination.as_ref().is_none_or(|f| *f == d.destination);
                 let fits = cap.is_none_or(|c| handled.len() < c);
-                let configured =
-                    matches!(op, Bulk::Delete) || state.destinations.get(&d.destination).is_some();
                 if d.state == DeliveryState::Dead
                     && wanted
                     && fits
-                    && configured
                     && !seen_last.contains(&d.destination)
                 {
                     if let (true, dest) = handle(last, d.destination).await? {
