@@ -57,9 +57,10 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         readiness: readiness.clone(),
         failed: failed_tx,
     });
-    let store: SharedStore = crate::store::open(storage, commits)
-        .await
-        .with_context(|| format!("opening the store ({location})"))?;
+    let Some(store) = open_store(&config, commits, &metrics, &location).await? else {
+        tracing::info!("stopped while waiting for the database");
+        return Ok(());
+    };
     tracing::info!(
         backend = ?storage.backend,
         store = %location,
@@ -261,6 +262,78 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     })?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// First wait between two tries to open a database that is not there, doubled after
+/// each try up to [`OPEN_BACKOFF_MAX`].
+const OPEN_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+const OPEN_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Opens the store. A database that cannot be reached (down, starting, failing over,
+/// refusing this user for now) is waited for, with backoff, the admin listener up
+/// meanwhile (`admin/waiting.rs`: alive, not ready and why); what no waiting mends (a
+/// schema newer than this build, a URL that does not parse) fails at once. `None`:
+/// SIGTERM or SIGINT came first.
+async fn open_store(
+    config: &Config,
+    observer: Arc<Commits>,
+    metrics: &Arc<Metrics>,
+    location: &str,
+) -> anyhow::Result<Option<SharedStore>> {
+    let storage = &config.storage;
+    let first = crate::store::open(storage, observer.clone()).await;
+    let error = match first {
+        Ok(store) => return Ok(Some(store)),
+        Err(e) if storage.backend == crate::config::StorageBackend::Sled || !e.is_transient() => {
+            return Err(e).with_context(|| format!("opening the store ({location})"));
+        }
+        Err(e) => e,
+    };
+    metrics.store_reachable.set(0);
+    let waiting = Arc::new(admin::waiting::Waiting {
+        why: std::sync::Mutex::new(format!("waiting for the database: {error}")),
+        metrics: metrics.clone(),
+    });
+    let server = admin::waiting::server(config.admin.listen, waiting.clone())
+        .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
+    let handle = server.handle();
+    let server_task = tokio::spawn(server);
+    tracing::info!(listener = "admin", addr = %config.admin.listen,
+        "admin listener up while waiting for the database (/healthz, /readyz, /metrics)");
+    crate::notify::notify("STATUS=waiting for the database");
+    let mut backoff = OPEN_BACKOFF;
+    let mut error = error;
+    let signal = crate::shutdown::signal();
+    tokio::pin!(signal);
+    let opened = loop {
+        tracing::warn!(error = %error, retry_in = ?backoff,
+            "cannot open the store ({location}); waiting for the database (not ready meanwhile)");
+        *crate::lock::lock(&waiting.why) = format!("waiting for the database: {error}");
+        tokio::select! {
+            sig = &mut signal => {
+                let sig = sig.context("installing signal handlers")?;
+                tracing::info!(signal = sig, "shutting down while waiting for the database");
+                break None;
+            }
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        match crate::store::open(storage, observer.clone()).await {
+            Ok(store) => break Some(store),
+            Err(e) if !e.is_transient() => {
+                handle.stop(true).await;
+                return Err(e).with_context(|| format!("opening the store ({location})"));
+            }
+            Err(e) => error = e,
+        }
+        backoff = (backoff * 2).min(OPEN_BACKOFF_MAX);
+    };
+    // The real admin listener binds the same address next.
+    handle.stop(true).await;
+    let _ = server_task.await;
+    if opened.is_some() {
+        tracing::info!("the database is there: opening the relay");
+    }
+    Ok(opened)
 }
 
 /// Where the store reports: group commits are counted in the metrics, and each stored

@@ -10,7 +10,7 @@
 //! is left unused for that long rather than given out twice. A store that one
 //! process owns has no fleet: the whole limit is this relay's.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,12 @@ use crate::store::SharedStore;
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long a relay counts as live after its last announcement.
 pub(crate) const LIVE_FOR: Duration = Duration::from_secs(10);
+/// A relay whose heartbeat has not worked for this long (counted from when the last
+/// one that did was sent) starts no attempt until it works again. Shorter than
+/// [`LIVE_FOR`]: once the others stop counting a silent relay, they take over its
+/// claims after its attempts' own bound ([`crate::store::owner_silence`]), and by then
+/// it has sent nothing for that long.
+pub(crate) const FENCE: Duration = Duration::from_secs(5);
 
 /// This relay's place in the fleet, read by the delivery workers.
 pub(crate) struct FleetShare {
@@ -29,12 +35,20 @@ pub(crate) struct FleetShare {
     size: AtomicUsize,
     /// False until the other relays have seen this one: until then it takes no share.
     active: AtomicBool,
+    /// When the last heartbeat that worked was sent, in ms after `since` (`None`: a
+    /// relay alone, never fenced).
+    fresh: Option<(Instant, AtomicU64)>,
 }
 
 impl FleetShare {
     /// The whole fleet: one relay, active.
     pub(crate) fn single() -> Self {
-        Self { rank: AtomicUsize::new(0), size: AtomicUsize::new(1), active: AtomicBool::new(true) }
+        Self {
+            rank: AtomicUsize::new(0),
+            size: AtomicUsize::new(1),
+            active: AtomicBool::new(true),
+            fresh: None,
+        }
     }
 
     /// A member of a fleet not yet seen by the others.
@@ -43,7 +57,29 @@ impl FleetShare {
             rank: AtomicUsize::new(0),
             size: AtomicUsize::new(1),
             active: AtomicBool::new(false),
+            fresh: Some((Instant::now(), AtomicU64::new(0))),
         }
+    }
+
+    /// Notes that a heartbeat sent at `sent` worked.
+    fn heard(&self, sent: Instant) {
+        if let Some((since, at)) = &self.fresh {
+            let ms = u64::try_from(sent.saturating_duration_since(*since).as_millis());
+            at.fetch_max(ms.unwrap_or(u64::MAX), Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the relay may start no attempt: its heartbeat has not worked for
+    /// [`FENCE`].
+    fn fenced(&self) -> bool {
+        self.fenced_at(Instant::now())
+    }
+
+    fn fenced_at(&self, now: Instant) -> bool {
+        self.fresh.as_ref().is_some_and(|(since, at)| {
+            let last = *since + Duration::from_millis(at.load(Ordering::SeqCst));
+            now.saturating_duration_since(last) >= FENCE
+        })
     }
 
     fn set(&self, rank: usize, size: usize, active: bool) {
@@ -54,7 +90,7 @@ impl FleetShare {
 
     /// This relay's part of a destination's `max_concurrency`.
     pub(crate) fn concurrency(&self, max: usize) -> usize {
-        if !self.active.load(Ordering::SeqCst) {
+        if !self.active.load(Ordering::SeqCst) || self.fenced() {
             return 0;
         }
         split(max, self.rank.load(Ordering::SeqCst), self.size.load(Ordering::SeqCst))
@@ -81,17 +117,32 @@ pub(crate) async fn follow(
     metrics: Arc<Metrics>,
     stop: Stop,
 ) -> (Arc<FleetShare>, Option<tokio::task::JoinHandle<()>>) {
-    match store.heartbeat(&owner, LIVE_FOR).await {
+    let sent = Instant::now();
+    match beat(&store, &owner).await {
         Ok(None) => (Arc::new(FleetShare::single()), None),
         first => {
             let share = Arc::new(FleetShare::joining());
             if let Ok(Some(fleet)) = &first {
+                share.heard(sent);
                 share.set(fleet.rank, fleet.size, false);
             }
             let task = tokio::spawn(run(store, owner, share.clone(), metrics, stop));
             (share, Some(task))
         }
     }
+}
+
+/// One heartbeat; the store's clock it reads sets the relay's ([`crate::clock`]).
+async fn beat(
+    store: &SharedStore,
+    owner: &str,
+) -> Result<Option<crate::store::Fleet>, crate::store::StoreError> {
+    let (sent, at) = (crate::clock::local_us(), Instant::now());
+    let answer = store.heartbeat(owner, LIVE_FOR).await;
+    if let Ok(Some(fleet)) = &answer {
+        crate::clock::observe_store(fleet.store_us, sent, at.elapsed());
+    }
+    answer
 }
 
 /// Announces this relay every [`HEARTBEAT`] and updates `share`.
@@ -109,13 +160,23 @@ async fn run(
     let mut failing = false;
     let mut last_ok = Instant::now();
     loop {
-        match store.heartbeat(&owner, LIVE_FOR).await {
+        let sent = Instant::now();
+        // A heartbeat that hangs must not keep the fence open: given up on in time.
+        let answer = match tokio::time::timeout(FENCE, beat(&store, &owner)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(crate::store::StoreError::Backend {
+                backend: "fleet",
+                message: format!("no answer to the heartbeat within {FENCE:?}"),
+            }),
+        };
+        match answer {
             Ok(Some(fleet)) => {
                 if last_ok.elapsed() >= LIVE_FOR {
                     // The others stopped counting this relay meanwhile: it joins again.
                     since = Instant::now();
                 }
                 last_ok = Instant::now();
+                share.heard(sent);
                 share.set(fleet.rank, fleet.size, since.elapsed() >= settle);
                 metrics.fleet_relays.set(i64::try_from(fleet.size).unwrap_or(i64::MAX));
                 if failing {
@@ -125,9 +186,10 @@ async fn run(
             }
             Ok(None) => return,
             Err(e) => {
-                // Keep the last share: the limits stay divided as they were.
+                // Keep the last share: the limits stay divided as they were; after
+                // FENCE without a heartbeat, the relay starts no attempt.
                 if !failing {
-                    tracing::warn!(error = %e, "fleet heartbeat failed; keeping this relay's last share of the destinations' limits");
+                    tracing::warn!(error = %e, "fleet heartbeat failed; this relay keeps its last share of the destinations' limits, and starts no attempt once it has had no heartbeat for {FENCE:?} (the others then take its deliveries over)");
                     failing = true;
                 }
             }
@@ -171,6 +233,23 @@ mod tests {
         assert_eq!(share.concurrency(8), 4);
         assert_eq!(share.concurrency(3), 1);
         assert!((share.rate(10.0) - 5.0).abs() < 1e-9);
+        assert_eq!(FleetShare::single().concurrency(8), 8);
+    }
+
+    #[test]
+    fn a_relay_whose_heartbeat_stopped_working_starts_nothing() {
+        let share = FleetShare::joining();
+        share.set(0, 1, true);
+        let (since, _) = share.fresh.as_ref().map(|(s, a)| (*s, a)).unwrap();
+        let sent = since + Duration::from_secs(1);
+        share.heard(sent);
+        assert!(!share.fenced_at(sent + FENCE - Duration::from_millis(1)));
+        assert!(share.fenced_at(sent + FENCE), "no heartbeat for FENCE: fenced");
+        // A later heartbeat lifts it; an older one does not move it back.
+        share.heard(sent + FENCE);
+        share.heard(sent);
+        assert!(!share.fenced_at(sent + FENCE + Duration::from_secs(1)));
+        assert!(!FleetShare::single().fenced_at(Instant::now() + FENCE * 10), "alone: never");
         assert_eq!(FleetShare::single().concurrency(8), 8);
     }
 }

@@ -8,6 +8,7 @@
 mod admin;
 mod api;
 mod cli;
+mod clock;
 mod config;
 mod daemon;
 mod delivery;

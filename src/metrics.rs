@@ -59,6 +59,7 @@ pub(crate) struct Metrics {
     pub(crate) store_failed: IntGauge,
     pub(crate) store_reachable: IntGauge,
     pub(crate) fleet_relays: IntGauge,
+    pub(crate) dispatch_leader: IntGauge,
     pub(crate) store_probe_failures: IntCounter,
     pub(crate) inbox_events: IntGauge,
     pub(crate) ready: IntGauge,
@@ -207,6 +208,11 @@ impl Metrics {
                 "Relays sharing the store, as this relay last read it (PostgreSQL); each \
                  destination's max_concurrency and rate_limit are divided among them. 1 for \
                  sled.",
+            )?,
+            dispatch_leader: gauge(
+                "hookrelay_dispatch_leader",
+                "1 while this relay dispatches the inbox (one relay of a fleet at a time, on a \
+                 lease that moves within seconds when it dies; always 1 for sled).",
             )?,
             store_probe_failures: counter(
                 "hookrelay_store_probe_failures_total",

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::config::{RetentionConfig, RetryPolicy};
 use crate::metrics::Metrics;
@@ -27,7 +27,7 @@ pub(crate) async fn run(
 ) {
     let owner = format!("retention-{}", std::process::id());
     loop {
-        let cutoff = SystemTime::now().checked_sub(config.delivered).map_or(0, unix_micros);
+        let cutoff = crate::clock::now().checked_sub(config.delivered).map_or(0, unix_micros);
         // One relay of a fleet prunes for all; another takes over if it dies.
         // Below the free-space floor no pass: on sled a delete appends to the log
         // before any space comes back (see space.rs).
@@ -99,7 +99,7 @@ async fn retire_removed(
             store.upstream_put(&key, None).await?;
         }
     }
-    let now = unix_micros(SystemTime::now());
+    let now = crate::clock::now_us();
     let mut retired = 0;
     for dest in open.iter().filter(|d| !configured.contains(*d)) {
         let key = removed_key(dest);

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::events::store_error;
 use super::{error, views, AdminState};
 use crate::api;
-use crate::store::{unix_micros, DeadLetterFilter, DeliveryState, EventId};
+use crate::store::{DeadLetterFilter, DeliveryState, EventId};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 1000;
@@ -96,7 +96,7 @@ async fn bulk(
     let mut filter = filter(query, MAX_LIMIT, MAX_LIMIT).map_err(bad)?;
     let store = &state.store;
     let mut handled = Vec::new();
-    let now = unix_micros(std::time::SystemTime::now());
+    let now = crate::clock::now_us();
     // One dead letter: `(done, destination)`. A destination no longer configured is
     // not replayed: its dead letters stay until it is back.
     let handle = |event: EventId, dest: String| async move {

@@ -182,7 +182,7 @@ pub(super) async fn replay(
     if let Some(unknown) = targets.iter().find(|d| state.destinations.get(d).is_none()) {
         return error(StatusCode::BAD_REQUEST, format!("no destination named {unknown:?}"));
     }
-    let now = crate::store::unix_micros(std::time::SystemTime::now());
+    let now = crate::clock::now_us();
     match state.store.replay(id, targets.clone(), now).await {
         Ok(n) => {
             for d in &targets {

@@ -10,6 +10,7 @@ mod events;
 mod health;
 mod hooks;
 mod views;
+pub(crate) mod waiting;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The admin API's bodies (`crate::api`) built from what the store holds.
 
 use crate::api;
-use crate::store::{unix_micros, Attempt, DeliveryRecord, EventId, EventRecord};
+use crate::store::{Attempt, DeliveryRecord, EventId, EventRecord};
 
 /// Microseconds since the epoch as RFC 3339.
 pub(super) fn time(us: u64) -> String {
@@ -66,6 +66,6 @@ pub(super) fn delivery(d: &DeliveryRecord) -> api::Delivery {
 
 /// Seconds since the event with this id arrived (ids start from the receive time).
 pub(super) fn age_seconds(id: EventId) -> f64 {
-    let now = unix_micros(std::time::SystemTime::now());
+    let now = crate::clock::now_us();
     now.saturating_sub(id.raw()) as f64 / 1e6
 }

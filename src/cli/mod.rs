@@ -161,7 +161,8 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
 }
 
 fn migrate(path: &Path, dry_run: bool, env: &HashMap<String, String>) -> ExitCode {
-    let config = match Config::load(path, env) {
+    // The database settings only: migrating needs no token nor secret.
+    let config = match Config::load_storage(path, env) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("hookrelay: {e}");

@@ -175,6 +175,29 @@ pub(crate) struct PostgresConfig {
     /// The server cancels any statement running longer than this.
     #[serde(with = "duration")]
     pub(crate) statement_timeout: Duration,
+    /// TLS to the database, as libpq's `sslmode` (wins over the URL's `sslmode`);
+    /// unset: the URL's, else `prefer`.
+    pub(crate) sslmode: Option<SslMode>,
+    /// PEM file of the CA(s) the server's certificate must be signed by (wins over the
+    /// URL's `sslrootcert`); unset with verify-ca or verify-full: the public CAs.
+    pub(crate) ca_file: Option<PathBuf>,
+}
+
+/// libpq's `sslmode` (`store/postgres/tls.rs` says what each one checks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum SslMode {
+    /// Never TLS.
+    Disable,
+    /// TLS if the server offers it; its certificate is not checked.
+    #[default]
+    Prefer,
+    /// Always TLS; the certificate is not checked (unless a CA file is given).
+    Require,
+    /// Always TLS, the certificate signed by a trusted CA.
+    VerifyCa,
+    /// As verify-ca, and issued for the host connected to.
+    VerifyFull,
 }
 
 impl Default for PostgresConfig {
@@ -187,6 +210,8 @@ impl Default for PostgresConfig {
             pool_size: 16,
             schema: "hookrelay".into(),
             statement_timeout: Duration::from_secs(5),
+            sslmode: None,
+            ca_file: None,
         }
     }
 }
@@ -215,9 +240,10 @@ pub(crate) struct StorageConfig {
     /// has less free space than the larger of these two.
     pub(crate) min_free_bytes: u64,
     pub(crate) min_free_percent: f64,
-    /// A store write that has not returned after this fails the store: callbacks
+    /// sled: a store write that has not returned after this fails the store: callbacks
     /// waiting on it are closed, the relay turns unready and exits non-zero so that its
-    /// service manager restarts it.
+    /// service manager restarts it. PostgreSQL: the write fails (its caller retries)
+    /// and the relay goes on: restarting does not make a slow database faster.
     #[serde(with = "duration")]
     pub(crate) write_timeout: Duration,
     /// The database, when `backend = "postgres"`.
@@ -339,6 +365,22 @@ impl Config {
     /// Reads `path`, overlays the `HOOKRELAY__…` variables of `env`, resolves secrets and
     /// validates the result.
     pub(crate) fn load(path: &Path, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        Self::load_checking(path, env, Config::validate)
+    }
+
+    /// [`Config::load`] checking only the storage settings (`hookrelay migrate`).
+    pub(crate) fn load_storage(
+        path: &Path,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        Self::load_checking(path, env, Config::validate_storage_only)
+    }
+
+    fn load_checking(
+        path: &Path,
+        env: &HashMap<String, String>,
+        check: impl FnOnce(&mut Config, EnvLookup<'_>) -> Result<(), Vec<String>>,
+    ) -> Result<Self, ConfigError> {
         if !path.is_file() {
             return Err(ConfigError::Missing(path.to_owned()));
         }
@@ -360,8 +402,7 @@ impl Config {
             .and_then(config::Config::try_deserialize)
             .map_err(load_err)?;
         let lookup = |name: &str| env.get(name).cloned();
-        config
-            .validate(&lookup)
+        check(&mut config, &lookup)
             .map_err(|problems| ConfigError::Invalid { path: path.to_owned(), problems })?;
         Ok(config)
     }

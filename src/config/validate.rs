@@ -16,6 +16,79 @@ pub(crate) const MIN_TOKEN_LEN: usize = 16;
 const MAX_BODY_LIMIT: u64 = 1024 * 1024 * 1024;
 
 impl Config {
+    /// Resolves and checks the storage settings alone: what `hookrelay migrate` needs
+    /// (not the tokens and secrets of the sources, destinations and admin API).
+    pub(crate) fn validate_storage_only(&mut self, env: EnvLookup<'_>) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        self.validate_storage(env, &mut problems);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// The `[storage]` checks, into `problems`.
+    fn validate_storage(&mut self, env: EnvLookup<'_>, problems: &mut Vec<String>) {
+        let pg = &self.storage.postgres;
+        let spec = SecretSpec {
+            inline: pg.url.as_ref(),
+            file: pg.url_file.as_deref(),
+            env: pg.url_env.as_deref(),
+        };
+        match spec.resolve("storage.postgres.url", env) {
+            Ok(url) => self.storage.postgres.resolved_url = url,
+            Err(e) => problems.push(e),
+        }
+        let pg = &self.storage.postgres;
+        if self.storage.backend == super::StorageBackend::Postgres {
+            match &pg.resolved_url {
+                None => problems.push(
+                    "storage.postgres.url: missing (backend = \"postgres\" needs `url`, \
+                     `url_file` or `url_env`: postgres://user:password@host:port/database)"
+                        .into(),
+                ),
+                Some(url) => problems.extend(crate::store::postgres_url_problem(url.expose())),
+            }
+        }
+        if !(1..=1000).contains(&pg.pool_size) {
+            problems.push("storage.postgres.pool_size: must be between 1 and 1000".into());
+        }
+        if !valid_schema(&pg.schema) {
+            problems.push(format!(
+                "storage.postgres.schema: {:?} must be 1 to 63 characters of a-z 0-9 _, \
+                 starting with a letter",
+                pg.schema
+            ));
+        }
+        if let Some(ca) = &pg.ca_file {
+            if let Err(e) = std::fs::File::open(ca) {
+                problems
+                    .push(format!("storage.postgres.ca_file: cannot read {}: {e}", ca.display()));
+            }
+        }
+        if pg.statement_timeout < Duration::from_millis(100) {
+            problems.push("storage.postgres.statement_timeout: must be at least 100ms".into());
+        }
+        if self.storage.data_dir.as_os_str().is_empty() {
+            problems.push("storage.data_dir: must not be empty".into());
+        }
+        if !(1..=10_000).contains(&self.storage.commit_max_batch) {
+            problems.push("storage.commit_max_batch: must be between 1 and 10000".into());
+        }
+        if !(0.0..=50.0).contains(&self.storage.min_free_percent) {
+            problems.push("storage.min_free_percent: must be between 0 and 50".into());
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(600))
+            .contains(&self.storage.write_timeout)
+        {
+            problems.push("storage.write_timeout: must be between 1s and 10m".into());
+        }
+        if self.storage.flush_interval.is_zero() {
+            problems.push("storage.flush_interval: must be greater than 0".into());
+        }
+    }
+
     /// Resolves every secret and checks every value, collecting all problems.
     pub(crate) fn validate(&mut self, env: EnvLookup<'_>) -> Result<(), Vec<String>> {
         let mut problems = Vec::new();
@@ -49,63 +122,7 @@ impl Config {
         {
             problems.push("ingress.body_timeout: must be between 1s and 1h".into());
         }
-        let pg = &self.storage.postgres;
-        let spec = SecretSpec {
-            inline: pg.url.as_ref(),
-            file: pg.url_file.as_deref(),
-            env: pg.url_env.as_deref(),
-        };
-        match spec.resolve("storage.postgres.url", env) {
-            Ok(url) => self.storage.postgres.resolved_url = url,
-            Err(e) => problems.push(e),
-        }
-        let pg = &self.storage.postgres;
-        if self.storage.backend == super::StorageBackend::Postgres {
-            match &pg.resolved_url {
-                None => problems.push(
-                    "storage.postgres.url: missing (backend = \"postgres\" needs `url`, \
-                     `url_file` or `url_env`: postgres://user:password@host:port/database)"
-                        .into(),
-                ),
-                Some(url) if url.expose().parse::<tokio_postgres::Config>().is_err() => problems
-                    .push(
-                        "storage.postgres.url: not a PostgreSQL URL \
-                         (postgres://user:password@host:port/database)"
-                            .into(),
-                    ),
-                Some(_) => {}
-            }
-        }
-        if !(1..=1000).contains(&pg.pool_size) {
-            problems.push("storage.postgres.pool_size: must be between 1 and 1000".into());
-        }
-        if !valid_schema(&pg.schema) {
-            problems.push(format!(
-                "storage.postgres.schema: {:?} must be 1 to 63 characters of a-z 0-9 _, \
-                 starting with a letter",
-                pg.schema
-            ));
-        }
-        if pg.statement_timeout < Duration::from_millis(100) {
-            problems.push("storage.postgres.statement_timeout: must be at least 100ms".into());
-        }
-        if self.storage.data_dir.as_os_str().is_empty() {
-            problems.push("storage.data_dir: must not be empty".into());
-        }
-        if !(1..=10_000).contains(&self.storage.commit_max_batch) {
-            problems.push("storage.commit_max_batch: must be between 1 and 10000".into());
-        }
-        if !(0.0..=50.0).contains(&self.storage.min_free_percent) {
-            problems.push("storage.min_free_percent: must be between 0 and 50".into());
-        }
-        if !(Duration::from_secs(1)..=Duration::from_secs(600))
-            .contains(&self.storage.write_timeout)
-        {
-            problems.push("storage.write_timeout: must be between 1s and 10m".into());
-        }
-        if self.storage.flush_interval.is_zero() {
-            problems.push("storage.flush_interval: must be greater than 0".into());
-        }
+        self.validate_storage(env, &mut problems);
         if self.shutdown.grace.is_zero() {
             problems.push("shutdown.grace: must be greater than 0".into());
         }

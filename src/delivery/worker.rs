@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
@@ -17,11 +17,7 @@ use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::{AttemptReport, Verdict};
-use crate::store::{unix_micros, Attempt, Claim, Recorded, SharedStore};
-
-/// A claim's lease beyond the request's timeout: room to record the attempt. An
-/// attempt outliving it (a stalled relay) may be made again by another relay.
-const LEASE_MARGIN: Duration = Duration::from_secs(60);
+use crate::store::{Attempt, Claim, Recorded, SharedStore};
 
 impl pacer::Leased for Claim {
     fn expires_us(&self) -> u64 {
@@ -89,11 +85,11 @@ impl Worker {
 
     /// How long a claim is held: the request's timeout plus room to record it.
     fn lease(&self) -> Duration {
-        self.state.dest.timeout + LEASE_MARGIN
+        self.state.dest.timeout + crate::store::CLAIM_MARGIN
     }
 
     fn now() -> Now {
-        Now { at: Instant::now(), wall_us: unix_micros(SystemTime::now()) }
+        Now { at: Instant::now(), wall_us: crate::clock::now_us() }
     }
 
     /// What the pacer needs to know now.
@@ -247,7 +243,7 @@ impl Worker {
         probe: bool,
     ) -> anyhow::Result<()> {
         let dest = &self.state.dest;
-        let started_us = unix_micros(SystemTime::now());
+        let started_us = crate::clock::now_us();
         let (report, meta) = match (&claim.meta, &claim.body) {
             (Some(meta), Some(body)) => {
                 let span = tracing::Span::current();
@@ -314,7 +310,7 @@ impl Worker {
         let m = &self.metrics;
         m.deliveries.with_label_values(&[&dest.name, verdict.label()]).inc();
         if let (Verdict::Success, Some(meta)) = (verdict, &meta) {
-            let lag = SystemTime::now().duration_since(meta.received_at()).unwrap_or_default();
+            let lag = crate::clock::now().duration_since(meta.received_at()).unwrap_or_default();
             m.delivery_lag.with_label_values(&[&dest.name]).observe(lag.as_secs_f64());
         }
         tracing::debug!(

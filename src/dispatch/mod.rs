@@ -8,7 +8,7 @@ mod route;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -18,7 +18,7 @@ use crate::event_names;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::{
-    unix_micros, DedupKey, DispatchOutcome, DispatchPlan, PendingEvent, SharedStore,
+    DedupKey, DispatchOutcome, DispatchPlan, PendingEvent, SharedStore, DISPATCH_LEAD,
 };
 
 use route::Router;
@@ -28,6 +28,13 @@ use route::Router;
 /// committer and with it every acknowledgement. 32 keeps ingest fast while dispatch
 /// still keeps up with sustained load (BENCHMARKS.md: 8, 32, 64 and 256 compared).
 const BATCH: usize = 32;
+/// How long an idle dispatcher waits for a wake-up from its own committer.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+/// How long an idle dispatcher of a fleet waits before looking at the inbox again
+/// (other relays' commits do not wake it).
+const FLEET_POLL: Duration = Duration::from_millis(100);
+/// How often a relay that does not dispatch asks for the lead.
+const FOLLOW_POLL: Duration = Duration::from_secs(1);
 /// How often expired dedup keys are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -113,7 +120,36 @@ impl Dispatcher {
             self.space.clone(),
             stop.clone(),
         ));
+        // In a fleet the inbox also fills through the other relays, whose commits
+        // do not wake this one: the leader looks again this often when idle.
+        let idle = if self.store.wakeups().is_some() { FLEET_POLL } else { IDLE_POLL };
+        let mut leading = false;
         while !stop.is_stopped() {
+            // One relay of a fleet dispatches for all (the lease moves within seconds
+            // when it dies): two dispatchers would split a record's updates between
+            // them, and their commits could put a later one first.
+            match self.store.lead(DISPATCH_LEAD).await {
+                Ok(true) => {
+                    if !leading {
+                        self.metrics.dispatch_leader.set(1);
+                    }
+                    leading = true;
+                }
+                answer => {
+                    self.metrics.dispatch_leader.set(0);
+                    if let Err(e) = answer {
+                        tracing::warn!(error = %e, "cannot tell which relay dispatches the inbox; asking again in 1s");
+                    } else if leading {
+                        tracing::info!("another relay dispatches the inbox now");
+                        leading = false;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(FOLLOW_POLL) => {}
+                        _ = stop.wait() => {}
+                    }
+                    continue;
+                }
+            }
             if self.space.below_floor() {
                 // Every write adds to the data directory: below the floor only what
                 // frees space or finishes work in flight goes on (see space.rs).
@@ -131,7 +167,7 @@ impl Dispatcher {
                 Ok(n) if n < BATCH => {
                     tokio::select! {
                         _ = self.wake.notified() => {}
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = tokio::time::sleep(idle) => {}
                         _ = stop.wait() => {}
                     }
                 }
@@ -148,11 +184,13 @@ impl Dispatcher {
         let _ = purger.await;
     }
 
-    /// Dispatches one batch; returns how many events it took from the inbox.
+    /// Dispatches one batch; returns how many events it took from the inbox (none
+    /// when the store handed the whole batch to another relay: looking again at once
+    /// would fetch the same bodies again and again).
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
         let rules = self.rules.clone();
         let planner: crate::store::Planner = Arc::new(move |p| rules.plan(p));
-        let now = unix_micros(SystemTime::now());
+        let now = crate::clock::now_us();
         // Read, plan and dispatch in one store call (one hop for a blocking backend);
         // durable when it returns, as configured: the store's business.
         let (pending, plans, outcomes) = self.store.dispatch_next(BATCH, planner, now).await?;
@@ -186,7 +224,8 @@ impl Dispatcher {
                 DispatchOutcome::Gone => {}
             }
         }
-        Ok(pending.len())
+        let gone = outcomes.iter().filter(|o| matches!(o, DispatchOutcome::Gone)).count();
+        Ok(if gone == pending.len() { 0 } else { pending.len() })
     }
 }
 
@@ -214,7 +253,7 @@ async fn purge_dedup(
         let leads = if space.below_floor() { Ok(false) } else { store.lead("dedup-purge").await };
         match leads {
             Ok(true) => {
-                let now = unix_micros(SystemTime::now());
+                let now = crate::clock::now_us();
                 let purged = match purge_cutoff(&store, now).await {
                     Ok(cutoff) => store.purge_dedup(cutoff).await,
                     Err(e) => Err(e),

@@ -45,7 +45,7 @@ pub(super) async fn callback(
     state: web::Data<IngressState>,
 ) -> HttpResponse {
     let started = Instant::now();
-    let received_at = SystemTime::now();
+    let received_at = crate::clock::now();
     let m = &state.metrics;
     let path = path.into_inner();
 

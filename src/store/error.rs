@@ -23,6 +23,10 @@ pub(crate) enum StoreError {
     /// a serialization failure, or both inserting one key): the work is redone.
     #[error("concurrent update: {0}")]
     Conflict(String),
+    /// The store's settings are wrong in a way no waiting mends (a URL that does not
+    /// parse): the relay says so and exits.
+    #[error("{0}")]
+    Config(String),
     /// A blocking store task did not finish (panicked or was cancelled).
     #[error("store task failed: {0}")]
     Task(String),
@@ -51,9 +55,18 @@ impl StoreError {
             StoreError::Failed(reason) => StoreError::Failed(reason.clone()),
             StoreError::Conflict(message) => StoreError::Conflict(message.clone()),
             StoreError::Task(message) => StoreError::Task(message.clone()),
+            StoreError::Config(message) => StoreError::Config(message.clone()),
             #[cfg(test)]
             StoreError::Injected(what) => StoreError::Injected(what),
         }
+    }
+
+    /// Whether waiting may mend it: a database that is down, starting, failing over,
+    /// refusing a user or missing a database for now (an operator may be fixing it
+    /// while the relay waits, saying why). Not a schema newer than this build, nor
+    /// settings that cannot work.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Backend { .. } | StoreError::Conflict(_) | StoreError::Task(_))
     }
 
     /// Whether this error from a write means the engine itself failed (I/O, a full

@@ -146,7 +146,9 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Claims up to `limit` of `destination`'s deliveries due at `now_us`, earliest
     /// first, for `owner` until `now_us + lease`. A delivery claimed by anyone whose
-    /// lease has not expired is skipped; an expired claim is taken over.
+    /// lease has not expired is skipped; an expired claim is taken over, and so, in a
+    /// fleet, is the claim of a relay silent for [`owner_silence`]`(lease)` (its
+    /// heartbeat lapsed: it died, or it is cut off and starts nothing).
     async fn claim_due(
         &self,
         destination: &str,
@@ -213,10 +215,11 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     // ---- work that runs on one relay at a time
 
-    /// Whether this relay leads `task`: periodic work that one relay of those sharing
-    /// the store does for all (retention, the dedup purge, the hook reconciler). Asked
-    /// before each pass; a relay that dies loses the lead, and another takes it at its
-    /// next ask (within one interval). A single-process store always leads.
+    /// Whether this relay leads `task`: work that one relay of those sharing the store
+    /// does for all (dispatch, retention, the dedup purge, the hook reconciler). Asked
+    /// before each pass; the lead is a lease the store renews while the relay lives: a
+    /// relay that dies or is cut off loses it within seconds, and another takes it at
+    /// its next ask. A single-process store always leads.
     async fn lead(&self, _task: &str) -> Result<bool, StoreError> {
         Ok(true)
     }
@@ -268,6 +271,25 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn close(&self) -> Result<(), StoreError>;
 }
 
+/// The task whose leader dispatches the inbox ([`Store::lead`]): one dispatcher for
+/// the fleet, reading the inbox in id order, keeps one order per record.
+pub(crate) const DISPATCH_LEAD: &str = "dispatch";
+
+/// A claim's lease beyond its attempt's own bound (the request's timeout): room to
+/// record the attempt. An attempt outliving it (a stalled relay) may be made again by
+/// another relay.
+pub(crate) const CLAIM_MARGIN: Duration = Duration::from_secs(60);
+
+/// How long after its owner last announced itself (a fleet heartbeat, on the store's
+/// clock) a claim of `lease` is taken over: the attempt's bound (`lease` less
+/// [`CLAIM_MARGIN`]) after [`crate::fleet::LIVE_FOR`]. A relay starts no attempt once
+/// its heartbeat has failed for [`crate::fleet::FENCE`] (shorter), so by then its last
+/// attempt has ended: the delivery is never in flight twice at once. A killed relay's
+/// deliveries move on within seconds instead of a whole lease.
+pub(crate) fn owner_silence(lease: Duration) -> Duration {
+    lease.saturating_sub(CLAIM_MARGIN) + crate::fleet::LIVE_FOR
+}
+
 /// The relays sharing a store (see [`Store::heartbeat`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Fleet {
@@ -275,6 +297,9 @@ pub(crate) struct Fleet {
     pub(crate) rank: usize,
     /// How many are live, this one included.
     pub(crate) size: usize,
+    /// The store's clock when it counted, in µs since the epoch: the fleet's one
+    /// clock ([`crate::clock`]).
+    pub(crate) store_us: u64,
 }
 
 /// A wake-up from another relay (see [`Store::wakeups`]).
@@ -309,10 +334,17 @@ pub(crate) type Planner = Arc<dyn Fn(&PendingEvent) -> DispatchPlan + Send + Syn
 pub(crate) type SharedStore = Arc<dyn Store>;
 
 /// The database URL of `[storage.postgres]` (validated with the config).
+/// What is wrong with `url` as a PostgreSQL URL (libpq's TLS parameters included), if
+/// anything; never quoting it (it holds a password).
+pub(crate) fn postgres_url_problem(url: &str) -> Option<String> {
+    postgres::url_problem(url)
+}
+
 fn postgres_url(config: &StorageConfig) -> Result<&crate::config::Secret, StoreError> {
-    config.postgres.resolved_url.as_ref().ok_or_else(|| StoreError::Backend {
-        backend: "postgres",
-        message: "storage.postgres.url is not set".into(),
+    config.postgres.resolved_url.as_ref().ok_or_else(|| {
+        StoreError::Config(
+            "storage.postgres.url is not set (nor url_file, nor url_env): set one of them".into(),
+        )
     })
 }
 
@@ -328,7 +360,8 @@ pub(crate) async fn migrate(config: &StorageConfig, dry_run: bool) -> Result<Str
         StorageBackend::Postgres => {
             let pg = &config.postgres;
             let url = postgres_url(config)?;
-            postgres::migrate_only(url.expose(), &pg.schema, dry_run).await
+            let tls = postgres::TlsSettings { mode: pg.sslmode, ca_file: pg.ca_file.clone() };
+            postgres::migrate_only(url.expose(), &pg.schema, tls, dry_run).await
         }
     }
 }
@@ -364,6 +397,7 @@ pub(crate) async fn open(
                 pool_size: pg.pool_size,
                 schema: pg.schema.clone(),
                 statement_timeout: pg.statement_timeout,
+                tls: postgres::TlsSettings { mode: pg.sslmode, ca_file: pg.ca_file.clone() },
                 commit_max_batch: config.commit_max_batch,
                 write_timeout: config.write_timeout,
                 observer,

@@ -178,7 +178,7 @@ impl Reconciler {
     /// two reconcile intervals is stale.
     pub(crate) async fn shared_statuses(&self) -> Vec<AccountStatus> {
         let interval = self.interval;
-        let now_us = crate::store::unix_micros(SystemTime::now());
+        let now_us = crate::clock::now_us();
         let mut out = Vec::new();
         for mut status in self.statuses() {
             let key = status_key(&status.source, &status.account);

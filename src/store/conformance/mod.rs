@@ -79,6 +79,7 @@ impl Postgres {
             pool_size: 4,
             schema: "hookrelay".into(),
             statement_timeout: Duration::from_secs(30),
+            tls: super::postgres::TlsSettings::default(),
             commit_max_batch: 64,
             write_timeout: Duration::from_secs(60),
             observer: Arc::new(super::NoObserver),

@@ -41,6 +41,7 @@ impl Inner {
             config.application_name(APPLICATION_NAME);
             tokio::spawn(listen(
                 config,
+                self.tls.clone(),
                 self.channel.clone(),
                 self.instance.clone(),
                 sender.clone(),
@@ -118,13 +119,14 @@ async fn notify_due(
 /// with a growing delay when the connection ends. Ends once nobody subscribes.
 async fn listen(
     config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     channel: String,
     instance: String,
     sender: broadcast::Sender<Wake>,
 ) {
     let mut delay = RETRY_FIRST;
     loop {
-        match listen_once(&config, &channel, &instance, &sender).await {
+        match listen_once(&config, &tls, &channel, &instance, &sender).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(
@@ -146,11 +148,15 @@ async fn listen(
 /// connection failed or ended.
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: &tokio_postgres_rustls::MakeRustlsConnect,
     channel: &str,
     instance: &str,
     sender: &broadcast::Sender<Wake>,
 ) -> Result<(), StoreError> {
-    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+    let (client, mut connection) = config
+        .connect(tls.clone())
+        .await
+        .map_err(|e| super::explain::Target::of(config).explain(&e))?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     // The connection must be polled for its messages: notifications arrive there.
     let driver = tokio::spawn(async move {

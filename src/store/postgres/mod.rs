@@ -12,7 +12,12 @@
 //!   relays inserting the same dedup key or delivery collide on its primary key, one
 //!   transaction fails, and its work is done again later.
 //! - **Ids** are the receive time in µs, made unique per relay by a local counter and
-//!   across relays by the primary key (`ON CONFLICT DO NOTHING`, then the next id).
+//!   across relays by the primary key (`ON CONFLICT DO NOTHING`, then the next id),
+//!   and raised above every id committed before the group's insert: receive order
+//!   across relays follows the upstream's own (a callback sent after another's answer
+//!   has the larger id), whatever each relay's clock says.
+//! - **Dispatch** is one relay's at a time (the `dispatch` lease, `lead.rs`): it reads
+//!   the inbox in id order, so a record's updates are queued in receive order.
 //! - **Claims** live in the `deliveries` row (owner, token from a sequence, lease
 //!   expiry): claimed with `FOR UPDATE SKIP LOCKED`, checked when recording.
 //! - **Durability** is PostgreSQL's: a write returns after its commit.
@@ -22,6 +27,7 @@
 //!   channel; every relay listens on a connection of its own (`listen.rs`).
 
 mod apply;
+mod explain;
 mod lead;
 mod listen;
 mod prune;
@@ -29,6 +35,7 @@ pub(super) mod schema;
 mod store;
 #[cfg(test)]
 pub(crate) mod test_server;
+mod tls;
 mod view;
 
 use std::sync::atomic::AtomicU64;
@@ -36,6 +43,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+pub(crate) use tls::TlsSettings;
 
 use super::{Committer, EventId, EventStatus, Health, NewEvent, StoreError, StoreObserver};
 
@@ -64,14 +73,15 @@ impl From<tokio_postgres::Error> for StoreError {
     }
 }
 
-impl From<deadpool_postgres::PoolError> for StoreError {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
-        StoreError::Backend { backend: "postgres", message: format!("connection pool: {e}") }
-    }
-}
+/// A session of this relay idle in a transaction for this long is ended by the server.
+const IDLE_IN_TRANSACTION_MS: u64 = 30_000;
+
+/// Beyond `write_timeout`, how long a write may go on before the store counts it hung
+/// (its own timeout did not fire: never expected).
+const HUNG_MARGIN: Duration = Duration::from_secs(60);
 
 /// Longest wait for a pooled connection, a new one, or a health check of one.
-const POOL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const POOL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to open the store.
 pub(crate) struct PostgresOptions {
@@ -82,9 +92,12 @@ pub(crate) struct PostgresOptions {
     pub(crate) schema: String,
     /// Every statement is cancelled by the server after this.
     pub(crate) statement_timeout: Duration,
+    /// TLS settings beside the URL's (they win over it).
+    pub(crate) tls: TlsSettings,
     /// Most callbacks one group commit takes.
     pub(crate) commit_max_batch: usize,
-    /// A write that has not returned after this fails the store.
+    /// A write that has not returned after this fails (and is retried by its
+    /// caller); the store goes on.
     pub(crate) write_timeout: Duration,
     pub(crate) observer: Arc<dyn StoreObserver>,
 }
@@ -98,17 +111,20 @@ pub(crate) struct PostgresStore {
 }
 
 pub(super) struct Inner {
-    pool: Pool,
-    /// To open the leadership connection.
+    pool: explain::Pool,
+    /// To open the wake-ups' connection.
     config: tokio_postgres::Config,
+    /// TLS for it, as for the pool's.
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     /// Distinguishes this fleet's advisory locks from another schema's.
     schema: String,
-    /// A connection of its own holding the session advisory locks of the tasks this
-    /// relay leads: they go with it when the relay dies.
-    leader: tokio::sync::Mutex<Option<lead::Leader>>,
+    /// The leases of the tasks this relay leads (`lead.rs`).
+    held: lead::Held,
     /// The last id this relay handed out.
     last_id: AtomicU64,
     health: Arc<Health>,
+    /// How long one write may take before it fails.
+    write_timeout: Duration,
     /// The fleet's wake-ups, once something subscribed (`listen.rs`).
     wakeups: std::sync::OnceLock<tokio::sync::broadcast::Sender<super::Wake>>,
     /// The schema's notification channel (`listen.rs`).
@@ -126,27 +142,47 @@ fn connect_pool(
     url: &str,
     schema: &str,
     statement_timeout: Duration,
+    tls: &TlsSettings,
     size: usize,
-) -> Result<(Pool, tokio_postgres::Config), StoreError> {
+) -> Result<
+    (explain::Pool, tokio_postgres::Config, tokio_postgres_rustls::MakeRustlsConnect),
+    StoreError,
+> {
+    let (url, in_url) = tls::split_url(url)?;
     let mut config: tokio_postgres::Config = url.parse().map_err(|_| {
         // The parser's message may quote the URL: say what is wrong without it.
-        StoreError::Backend {
-            backend: "postgres",
-            message: "storage.postgres.url is not a valid PostgreSQL URL \
-                      (postgres://user:password@host:port/database)"
+        StoreError::Config(
+            "storage.postgres.url is not a valid PostgreSQL URL \
+             (postgres://user:password@host:port/database)"
                 .into(),
-        }
+        )
     })?;
     let timeout_ms = statement_timeout.as_millis();
+    // The server ends a session of this relay that sits in a transaction doing
+    // nothing (a relay frozen or cut off mid-transaction keeps its row locks, and the
+    // dispatch lease's, only that long), and probes an idle client's socket, so that
+    // a vanished relay's session goes in about a minute, not two hours.
     config.options(format!(
-        "-c search_path={} -c statement_timeout={timeout_ms}",
+        "-c search_path={} -c statement_timeout={timeout_ms} \
+         -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} \
+         -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3",
         schema::quote_ident(schema)
     ));
     config.application_name("hookrelay");
-    config.connect_timeout(Duration::from_secs(10));
+    config.connect_timeout(explain::CONNECT_TIMEOUT);
+    // And the relay probes the server's: a connection to a vanished server fails in
+    // about a minute instead of hanging its caller.
+    config.keepalives(true);
+    config.keepalives_idle(Duration::from_secs(30));
+    config.keepalives_interval(Duration::from_secs(10));
+    config.keepalives_retries(3);
+    config.tcp_user_timeout(Duration::from_secs(60));
+    let mode = tls.mode.or(in_url.mode).unwrap_or_default();
+    let ca_file = tls.ca_file.as_deref().or(in_url.ca_file.as_deref());
+    let connector = tls::connector(&mut config, mode, ca_file)?;
     let manager = Manager::from_config(
         config.clone(),
-        tokio_postgres::NoTls,
+        connector.clone(),
         ManagerConfig { recycling_method: RecyclingMethod::Fast },
     );
     let pool = Pool::builder(manager)
@@ -161,16 +197,29 @@ fn connect_pool(
             backend: "postgres",
             message: format!("connection pool: {e}"),
         })?;
-    Ok((pool, config))
+    let target = explain::Target::of(&config);
+    Ok((explain::Pool { pool, target }, config, connector))
+}
+
+/// See [`crate::store::postgres_url_problem`].
+pub(crate) fn url_problem(url: &str) -> Option<String> {
+    match tls::split_url(url) {
+        Err(e) => Some(e.to_string()),
+        Ok((rest, _)) => rest.parse::<tokio_postgres::Config>().err().map(|_| {
+            "storage.postgres.url: not a PostgreSQL URL (postgres://user:password@host:port/database)"
+                .to_owned()
+        }),
+    }
 }
 
 /// `hookrelay migrate`: applies the migrations (or, `dry_run`, lists them).
 pub(crate) async fn migrate_only(
     url: &str,
     schema_name: &str,
+    tls: TlsSettings,
     dry_run: bool,
 ) -> Result<String, StoreError> {
-    let (pool, _) = connect_pool(url, schema_name, Duration::from_secs(60), 2)?;
+    let (pool, _, _) = connect_pool(url, schema_name, Duration::from_secs(60), &tls, 2)?;
     let mut client = pool.get().await?;
     let found = schema::version(&client, schema_name).await?;
     let known = schema::MIGRATIONS.len() as i32;
@@ -195,28 +244,40 @@ pub(crate) async fn migrate_only(
 impl PostgresStore {
     /// Connects, migrates the schema (or refuses a newer one), and starts group commit.
     pub(crate) async fn open(opts: PostgresOptions) -> Result<Self, StoreError> {
-        let (pool, config) =
-            connect_pool(&opts.url, &opts.schema, opts.statement_timeout, opts.pool_size)?;
+        let (pool, config, tls) = connect_pool(
+            &opts.url,
+            &opts.schema,
+            opts.statement_timeout,
+            &opts.tls,
+            opts.pool_size,
+        )?;
         let mut client = pool.get().await?;
         schema::migrate(&mut client, &opts.schema).await?;
         // Ids keep increasing across a restart even if the clock stepped back.
         let last: Option<i64> = client.query_one("SELECT max(id) FROM events", &[]).await?.get(0);
         drop(client);
-        let health = Health::new("postgres", opts.write_timeout, opts.observer.clone());
+        // Every write gives up after write_timeout (a slow database is not a failed
+        // one: the write fails, its caller retries, the relay goes on); the watchdog
+        // only catches a call that never returns even so.
+        let hung = opts.write_timeout + HUNG_MARGIN;
+        let health = Health::new("postgres", hung, opts.observer.clone());
         Health::start_watchdog(&health)?;
         let last_id = AtomicU64::new(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)));
         let inner = Arc::new(Inner {
             pool,
             config,
+            tls,
             schema: opts.schema.clone(),
-            leader: tokio::sync::Mutex::new(None),
+            held: lead::Held::default(),
             last_id,
             health: health.clone(),
+            write_timeout: opts.write_timeout,
             wakeups: std::sync::OnceLock::new(),
             channel: listen::channel_of(&opts.schema),
             instance: format!("{:016x}", fastrand::u64(..)),
             fleet_size: std::sync::atomic::AtomicUsize::new(0),
         });
+        lead::start_renewing(Arc::downgrade(&inner));
         let writer = inner.clone();
         let runtime = tokio::runtime::Handle::current();
         let (committer, thread) = Committer::start(
@@ -224,7 +285,9 @@ impl PostgresStore {
             Box::new(move |events| {
                 // A lost connection is not the end of the store: the next group
                 // reconnects (no fail-stop on PostgreSQL's errors).
-                writer.health.write(|_| false, || runtime.block_on(writer.append(events)))
+                writer
+                    .health
+                    .write(|_| false, || runtime.block_on(writer.bounded(writer.append(events))))
             }),
             opts.commit_max_batch,
             opts.observer.clone(),
@@ -235,6 +298,24 @@ impl PostgresStore {
 }
 
 impl Inner {
+    /// `work`, given up after `write_timeout`: the database waited on a lock, failed
+    /// over or went away; the caller retries the write later.
+    pub(super) async fn bounded<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.write_timeout, work).await.unwrap_or_else(|_| {
+            Err(StoreError::Backend {
+                backend: "postgres",
+                message: format!(
+                    "the database did not finish a write within {:?} (storage.write_timeout): \
+                     it is slow, waiting on a lock, failing over or unreachable; the write is retried",
+                    self.write_timeout
+                ),
+            })
+        })
+    }
+
     /// Adds a group's callbacks to this relay's counts per (source, event), in the
     /// group's transaction (`Store::received_counts`).
     async fn count_received(
@@ -293,11 +374,21 @@ impl Inner {
         let body: Vec<Option<&[u8]>> = batch.iter().map(|e| e.body.as_deref()).collect();
         let mut client = self.pool.get().await?;
         let tx = client.transaction().await?;
+        // An id is above every id committed before the insert's snapshot, whatever
+        // this relay's clock says: a callback the upstream sends once it has the
+        // answer to another (through any relay of the fleet) gets a larger id, and the
+        // dispatcher, reading the inbox in id order, sees it after that one. Ids of a
+        // group keep the group's order (both terms grow with the ordinal).
         let insert = tx
             .prepare_cached(
-                "INSERT INTO events (id, inbox, source, event, status, meta, body, record)
-                 SELECT * FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[])
-                 ON CONFLICT (id) DO NOTHING RETURNING id",
+                "WITH top AS (SELECT coalesce(max(id), 0) AS top FROM events),
+                 k AS (SELECT greatest(k.proposed, top.top + k.n) AS id, k.*
+                       FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[])
+                            WITH ORDINALITY AS k(proposed, inbox, source, event, status, meta, body, record, n), top),
+                 ins AS (INSERT INTO events (id, inbox, source, event, status, meta, body, record)
+                         SELECT id, inbox, source, event, status, meta, body, record FROM k
+                         ON CONFLICT (id) DO NOTHING RETURNING id)
+                 SELECT k.id, EXISTS (SELECT 1 FROM ins WHERE ins.id = k.id) FROM k ORDER BY k.n",
             )
             .await?;
         // Ids another relay took meanwhile (same µs) get the next ones, until all fit.
@@ -326,8 +417,17 @@ impl Inner {
             } else {
                 insert.await?
             };
-            let taken: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
-            todo.retain(|&i| !taken.contains(&ids[i]));
+            // One row per proposed id, in the order sent.
+            let mut left = Vec::new();
+            for (&i, row) in todo.iter().zip(&rows) {
+                let (id, stored): (i64, bool) = (row.get(0), row.get(1));
+                self.last_id.fetch_max(u64::try_from(id).unwrap_or(0), Ordering::SeqCst);
+                ids[i] = id;
+                if !stored {
+                    left.push(i);
+                }
+            }
+            todo = left;
             if todo.is_empty() {
                 tx.commit().await?;
                 return Ok(ids.into_iter().map(|id| EventId::new(id as u64)).collect());
@@ -378,37 +478,103 @@ mod tests {
         (Postgres::connect(&url).await, Postgres::connect(&url).await)
     }
 
+    /// Runs `sql` on the database of `store` (the test's hand on the tables).
+    async fn sql(store: &super::PostgresStore, sql: &str) {
+        store.client().await.unwrap().batch_execute(sql).await.unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn one_relay_leads_a_task_and_another_takes_over_when_it_dies() {
+    async fn one_relay_leads_a_task_and_another_takes_over_when_its_lease_runs_out() {
         let (a, b) = two_relays("lead").await;
         assert!(a.lead("retention").await.unwrap());
         assert!(a.lead("retention").await.unwrap(), "a leader stays leader");
         assert!(!b.lead("retention").await.unwrap(), "two leaders");
         assert!(b.lead("reconciler").await.unwrap(), "tasks are led independently");
-        // The leader dies: its connection, and with it its locks, go.
-        a.close().await.unwrap();
-        drop(a);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !b.lead("retention").await.unwrap() {
-            assert!(Instant::now() < deadline, "nobody took over the lead");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // The holder renews its lease: past the lease's first term, it still leads.
+        tokio::time::sleep(super::lead::TTL + Duration::from_secs(2)).await;
+        assert!(!b.lead("retention").await.unwrap(), "a lease ran out while renewed");
+        assert!(a.lead("retention").await.unwrap());
+        // Its lease runs out on the database's clock (the holder cut off: no renewal
+        // arrives): the other relay takes it at its next ask, and the old holder learns
+        // it at its next renewal.
+        sql(&a, "UPDATE leases SET expires_us = 0 WHERE task = 'retention'").await;
+        assert!(b.lead("retention").await.unwrap(), "nobody took over the lead");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while a.lead("retention").await.unwrap() {
+            assert!(Instant::now() < deadline, "the old holder still believes it leads");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // A relay that closes hands its leases over at once.
+        assert!(!a.lead("reconciler").await.unwrap());
+        b.close().await.unwrap();
+        assert!(a.lead("reconciler").await.unwrap(), "a closed relay kept its lease");
+    }
+
+    /// An event stored after another was stored gets the larger id, whatever the two
+    /// relays' clocks say: the dispatcher sees them in the upstream's order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_event_stored_after_another_gets_the_larger_id_whatever_the_clocks() {
+        use crate::store::conformance::received;
+        let (a, b) = two_relays("ids").await;
+        let ahead = 4_000_000_000_000_000; // a clock decades ahead
+        let first = a.append(received("demo", "ActionUpdated", ahead, "{}")).await.unwrap();
+        let second = b.append(received("demo", "ActionUpdated", 1_000, "{}")).await.unwrap();
+        assert!(second.raw() > first.raw(), "{second:?} after {first:?}");
+        // A group keeps its order too.
+        let mut group = Vec::new();
+        for at in [5, 3, 4] {
+            group.push(b.append(received("demo", "ActionUpdated", at, "{}")));
+        }
+        let ids: Vec<u64> = futures_util::future::join_all(group)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap().raw())
+            .collect();
+        assert!(ids.iter().all(|id| *id > second.raw()), "{ids:?}");
+    }
+
+    /// A relay that lost the dispatch lease dispatches nothing, even from a batch it
+    /// read while it led: the new leader dispatches (one order per record).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_relay_that_lost_the_dispatch_lease_dispatches_nothing() {
+        use crate::store::conformance::{plan, received};
+        use crate::store::{DispatchOutcome, DISPATCH_LEAD};
+        let (a, b) = two_relays("lead").await;
+        let id = a.append(received("demo", "ActionCreated", 100, "{}")).await.unwrap();
+        assert!(a.lead(DISPATCH_LEAD).await.unwrap());
+        sql(&a, "UPDATE leases SET expires_us = 0 WHERE task = 'dispatch'").await;
+        assert!(b.lead(DISPATCH_LEAD).await.unwrap());
+        // a still believes it leads (until its next renewal), and tries.
+        let out = a.dispatch(vec![plan(id, 1, &["x"])], 200).await.unwrap();
+        assert!(matches!(out[..], [DispatchOutcome::Gone]), "{out:?}");
+        let out = b.dispatch(vec![plan(id, 1, &["x"])], 200).await.unwrap();
+        assert!(matches!(out[..], [DispatchOutcome::Dispatched(_)]), "{out:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn heartbeats_rank_the_live_relays_in_the_order_they_joined() {
         let (a, b) = two_relays("lead").await;
         let live = Duration::from_millis(1500);
-        let fleet = |rank, size| Some(crate::store::Fleet { rank, size });
-        assert_eq!(a.heartbeat("relay-a", live).await.unwrap(), fleet(0, 1));
-        assert_eq!(b.heartbeat("relay-b", live).await.unwrap(), fleet(1, 2));
-        assert_eq!(a.heartbeat("relay-a", live).await.unwrap(), fleet(0, 2), "ranks stay");
+        let fleet = |rank, size| Some((rank, size));
+        let beat = |store: &super::PostgresStore, owner: &'static str| {
+            let store = store.clone();
+            async move {
+                let f = store.heartbeat(owner, live).await.unwrap().unwrap();
+                // The database's clock comes with the fleet (this machine's, here).
+                let here = crate::store::unix_micros(std::time::SystemTime::now());
+                assert!(f.store_us.abs_diff(here) < 5_000_000, "{} vs {here}", f.store_us);
+                Some((f.rank, f.size))
+            }
+        };
+        assert_eq!(beat(&a, "relay-a").await, fleet(0, 1));
+        assert_eq!(beat(&b, "relay-b").await, fleet(1, 2));
+        assert_eq!(beat(&a, "relay-a").await, fleet(0, 2), "ranks stay");
         // relay-a stops announcing itself: once it is older than `live`, b is alone.
         tokio::time::sleep(live + Duration::from_millis(300)).await;
-        assert_eq!(b.heartbeat("relay-b", live).await.unwrap(), fleet(0, 1));
+        assert_eq!(beat(&b, "relay-b").await, fleet(0, 1));
         // It comes back: it joins again, behind b.
-        assert_eq!(a.heartbeat("relay-a", live).await.unwrap(), fleet(1, 2));
-        assert_eq!(b.heartbeat("relay-b", live).await.unwrap(), fleet(0, 2));
+        assert_eq!(beat(&a, "relay-a").await, fleet(1, 2));
+        assert_eq!(beat(&b, "relay-b").await, fleet(0, 2));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

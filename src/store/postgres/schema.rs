@@ -91,6 +91,17 @@ ALTER TABLE relays SET (fillfactor = 50);
 ALTER TABLE events ADD COLUMN record text;
 CREATE INDEX events_record ON events (record, id) WHERE record IS NOT NULL;
 "#,
+    // 6: leases of the tasks one relay runs for the fleet (`lead.rs`), on the
+    // database's clock: they run out when their holder stops renewing them, where a
+    // session lock outlived a half-open session by hours.
+    r#"
+CREATE TABLE leases (
+    task       text PRIMARY KEY,
+    holder     text NOT NULL,
+    expires_us bigint NOT NULL
+);
+ALTER TABLE leases SET (fillfactor = 50);
+"#,
 ];
 
 /// Key of the advisory lock held while migrating (any constant shared by all relays).

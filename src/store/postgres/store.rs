@@ -33,8 +33,8 @@ fn limit(n: usize) -> i64 {
 }
 
 impl PostgresStore {
-    /// Runs the write `work` under the store's health: watched, and given up on as
-    /// soon as the store fails.
+    /// Runs the write `work` under the store's health: bounded by `write_timeout`
+    /// (an error, not a failed store), watched, and given up on if the store fails.
     pub(super) async fn write<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, StoreError>>,
@@ -42,7 +42,7 @@ impl PostgresStore {
         let health = &self.inner.health;
         health.check()?;
         let _ticket = health.begin();
-        health.or_failed(work).await
+        health.or_failed(self.inner.bounded(work)).await
     }
 
     /// Runs the transaction `attempt` again (a few times) when it lost a race with
@@ -67,7 +67,7 @@ impl PostgresStore {
     }
 
     pub(super) async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
-        Ok(self.inner.pool.get().await?)
+        self.inner.pool.get().await
     }
 
     /// Runs a rule over `event`'s deliveries to `destinations` in one transaction.
@@ -184,6 +184,10 @@ impl Store for PostgresStore {
         self.write(self.retrying(|| async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
+            if !self.inner.may_dispatch(&tx).await? {
+                // Another relay leads dispatch now: it takes these (in order).
+                return Ok(plans.iter().map(|_| DispatchOutcome::Gone).collect());
+            }
             let ids: Vec<i64> = plans.iter().map(|p| sql_id(p.id)).collect();
             // Another relay dispatching the same events holds their rows: skip them.
             let rows = tx
@@ -242,14 +246,20 @@ impl Store for PostgresStore {
     ) -> Result<Vec<Claim>, StoreError> {
         let expires_us =
             now_us.saturating_add(u64::try_from(lease.as_micros()).unwrap_or(u64::MAX));
+        let silence = u64::try_from(crate::store::owner_silence(lease).as_micros());
+        let silent_since = now_us.saturating_sub(silence.unwrap_or(u64::MAX));
         self.write(async {
             let client = self.client().await?;
+            // `now_us` is the store's clock as the relay reads it (crate::clock), as
+            // are the heartbeats' `seen_us`.
             let rows = client
                 .query(
                     "WITH due AS (
-                         SELECT event, destination FROM deliveries
+                         SELECT event, destination FROM deliveries d
                          WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
-                           AND (claim_expires_us IS NULL OR claim_expires_us <= $2)
+                           AND (claim_expires_us IS NULL OR claim_expires_us <= $2
+                                OR EXISTS (SELECT 1 FROM relays r
+                                           WHERE r.owner = d.claim_owner AND r.seen_us < $6))
                          ORDER BY due_us, event LIMIT $3
                          FOR UPDATE SKIP LOCKED)
                      UPDATE deliveries d
@@ -258,7 +268,14 @@ impl Store for PostgresStore {
                      RETURNING d.event, d.due_us, d.claim_token, d.record,
                          (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
                          (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)",
-                    &[&destination, &sql_us(now_us), &limit(n), &owner, &sql_us(expires_us)],
+                    &[
+                        &destination,
+                        &sql_us(now_us),
+                        &limit(n),
+                        &owner,
+                        &sql_us(expires_us),
+                        &sql_us(silent_since),
+                    ],
                 )
                 .await?;
             let mut claims = rows
@@ -524,9 +541,13 @@ impl Store for PostgresStore {
         // A connection of its own, out of the pool: closing it (dropping the hold) ends
         // the transaction and its lock, even where no runtime is left to roll back.
         let client = deadpool_postgres::Object::take(self.client().await?);
-        // Waited for (not bounded by statement_timeout; a minute at most).
+        // Waited for (not bounded by statement_timeout; a minute at most), and held
+        // through the pass's calls to the upstream (the session may sit idle in it).
         client
-            .batch_execute("BEGIN; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = '60s'")
+            .batch_execute(
+                "BEGIN; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = '60s';
+                 SET LOCAL idle_in_transaction_session_timeout = 0",
+            )
             .await?;
         client.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).await?;
         Ok(Exclusive::new(client))
@@ -551,7 +572,7 @@ impl Store for PostgresStore {
                          started_us = CASE WHEN relays.seen_us < excluded.seen_us - $2
                              THEN excluded.started_us ELSE relays.started_us END
                      RETURNING owner, started_us)
-                 SELECT owner FROM (
+                 SELECT owner, (SELECT us FROM now) FROM (
                      SELECT owner, started_us FROM relays, now
                      WHERE seen_us >= now.us - $2 AND owner <> $1
                      UNION ALL SELECT owner, started_us FROM me) AS live
@@ -567,10 +588,11 @@ impl Store for PostgresStore {
             )
             .await?;
         let owners: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let store_us = rows.first().map_or(0, |r| us_of(r.get(1)));
         let rank = owners.iter().position(|o| o == owner).unwrap_or(owners.len());
         let size = owners.len().max(rank + 1);
         self.inner.fleet_size.store(size, std::sync::atomic::Ordering::Relaxed);
-        Ok(Some(crate::store::Fleet { rank, size }))
+        Ok(Some(crate::store::Fleet { rank, size, store_us }))
     }
 
     async fn received_counts(
@@ -598,6 +620,10 @@ impl Store for PostgresStore {
 
     async fn close(&self) -> Result<(), StoreError> {
         self.committer.close_and_join(&self.committer_thread).await?;
+        // Best effort: unreleased leases run out by themselves.
+        if let Err(e) = self.inner.give_up_leases().await {
+            tracing::debug!(error = %e, "could not hand this relay's leases over");
+        }
         self.inner.pool.close();
         Ok(())
     }

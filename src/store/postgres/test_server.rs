@@ -64,6 +64,34 @@ fn run(bin: &Path, tool: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()))
 }
 
+/// Runs `openssl` with `args`; panics with its output if it fails.
+fn openssl(args: &[&str]) {
+    let out = Command::new("openssl").args(args).output().expect("the openssl command");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A new self-signed CA named `name` in `dir` (`{name}.pem`, `{name}.key`); returns its
+/// certificate's path.
+pub fn new_ca(dir: &Path, name: &str) -> PathBuf {
+    let (pem, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={name}"),
+        "-keyout",
+        key.to_str().expect("utf-8"),
+        "-out",
+        pem.to_str().expect("utf-8"),
+    ]);
+    pem
+}
+
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
     l.local_addr().expect("local addr").port()
@@ -150,6 +178,94 @@ impl PgServer {
             String::from_utf8_lossy(&out.stderr)
         );
         format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Creates `user` with `password`, and makes the server ask it for that password
+    /// over TCP (other users keep trust authentication).
+    pub fn require_password(&self, user: &str, password: &str) {
+        let psql = |sql: &str| {
+            let out = Command::new(self.bin.join("psql"))
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    "postgres",
+                    "-q",
+                    "-c",
+                ])
+                .arg(sql)
+                .output()
+                .expect("psql");
+            assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        psql(&format!("CREATE ROLE \"{user}\" LOGIN PASSWORD '{password}'"));
+        let hba = self.dir.path().join("data").join("pg_hba.conf");
+        let old = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+        let line = format!("host all {user} 127.0.0.1/32 scram-sha-256\n");
+        std::fs::write(&hba, line + &old).expect("pg_hba.conf");
+        psql("SELECT pg_reload_conf()");
+    }
+
+    /// Turns TLS on, with a certificate for the name `localhost` only (not for
+    /// `127.0.0.1`: verify-full to the address fails, verify-ca passes) signed by a new
+    /// CA; returns the CA's PEM file. Needs the `openssl` command.
+    pub fn enable_tls(&self) -> PathBuf {
+        let dir = self.dir.path().join("tls");
+        std::fs::create_dir_all(&dir).expect("tls dir");
+        let ca = new_ca(&dir, "hookrelay test CA");
+        let at = |name: &str| dir.join(name).to_str().expect("utf-8").to_owned();
+        std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").expect("san");
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &at("server.key"),
+            "-out",
+            &at("server.csr"),
+            "-subj",
+            "/CN=localhost",
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &at("server.csr"),
+            "-CA",
+            &at("hookrelay test CA.pem"),
+            "-CAkey",
+            &at("hookrelay test CA.key"),
+            "-CAcreateserial",
+            "-out",
+            &at("server.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            &at("san.ext"),
+        ]);
+        if is_root() {
+            let owned = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown");
+            assert!(owned.success(), "chown of the TLS files failed");
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.join("server.key"), std::fs::Permissions::from_mode(0o600))
+            .expect("chmod");
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-q"])
+            .args(["-c", &format!("ALTER SYSTEM SET ssl_cert_file = '{}'", at("server.pem"))])
+            .args(["-c", &format!("ALTER SYSTEM SET ssl_key_file = '{}'", at("server.key"))])
+            .args(["-c", "ALTER SYSTEM SET ssl = on", "-c", "SELECT pg_reload_conf()"])
+            .output()
+            .expect("psql");
+        assert!(out.status.success(), "enabling TLS: {}", String::from_utf8_lossy(&out.stderr));
+        ca
     }
 
     /// Stops the server (fast shutdown: open connections are cut).

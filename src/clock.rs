@@ -1,0 +1,120 @@
+//! The relay's clock: the one time every stored decision is made on (receive times,
+//! due times, claims and their leases, dedup windows, retention).
+//!
+//! Two things go wrong with the machine's wall clock as it is:
+//! - **it steps**: an NTP correction or an operator's `date -s` moves it by seconds or
+//!   hours; a backward step would hold every retry scheduled before it for that long,
+//!   and a forward one would expire every claim at once;
+//! - **relays disagree**: in a fleet, a claim taken on one relay's clock is judged
+//!   expired on another's; with more than a lease of skew, a delivery still in flight
+//!   is taken over and sent twice at once.
+//!
+//! So the clock is the wall clock read once, at start, advanced by the monotonic clock
+//! (which never steps), plus an offset: in a fleet, the offset to the store's clock
+//! (the database's), measured at every heartbeat ([`observe_store`]). Every relay of a
+//! fleet then reads the database's clock, give or take half a round trip, whatever its
+//! machine's clock says; a relay alone reads its own start-time wall clock, steps
+//! ignored until it restarts.
+//!
+//! Times shown to people and sent to consumers (the `webhook-timestamp` header, a
+//! `Retry-After` date) stay on the machine's wall clock: they are compared with other
+//! machines' wall clocks, not with stored decisions.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The wall clock at the first reading, and the monotonic instant it was read at.
+fn anchor() -> &'static (u64, Instant) {
+    static ANCHOR: OnceLock<(u64, Instant)> = OnceLock::new();
+    ANCHOR.get_or_init(|| (crate::store::unix_micros(SystemTime::now()), Instant::now()))
+}
+
+/// The relay's clock: the anchored clock plus the offset to the store's.
+pub(crate) struct Clock {
+    /// µs to add to the anchored clock to read the store's clock (0 without a fleet).
+    offset_us: AtomicI64,
+}
+
+/// The process's clock: one relay, one store, one clock.
+static CLOCK: Clock = Clock { offset_us: AtomicI64::new(0) };
+
+/// Round trips longer than this say too little about when the store read its clock.
+const MAX_RTT: Duration = Duration::from_millis(500);
+
+/// The anchored clock alone, in µs since the epoch: also what to pass to
+/// [`observe_store`] as the time a call was sent.
+pub(crate) fn local_us() -> u64 {
+    let (wall, at) = anchor();
+    wall.saturating_add(u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX))
+}
+
+impl Clock {
+    fn now_us(&self) -> u64 {
+        local_us().saturating_add_signed(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    fn observe(&self, store_us: u64, sent: u64, rtt: Duration) -> i64 {
+        if rtt <= MAX_RTT {
+            let midpoint = sent.saturating_add(u64::try_from(rtt.as_micros() / 2).unwrap_or(0));
+            self.offset_us.store(offset(store_us, midpoint), Ordering::Relaxed);
+        }
+        self.offset_us.load(Ordering::Relaxed)
+    }
+}
+
+/// Now, in µs since the epoch, on the relay's clock.
+pub(crate) fn now_us() -> u64 {
+    CLOCK.now_us()
+}
+
+/// Now, on the relay's clock.
+pub(crate) fn now() -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(now_us())
+}
+
+/// A reading of the store's clock, `store_us`, taken by a call sent at `sent` (read
+/// from [`local_us`]) and answered `rtt` later: from now on the relay reads the
+/// store's clock. A reading from a slow round trip is ignored (the last offset stays).
+/// Returns the offset now used, in µs.
+pub(crate) fn observe_store(store_us: u64, sent: u64, rtt: Duration) -> i64 {
+    CLOCK.observe(store_us, sent, rtt)
+}
+
+/// `a - b` in µs, saturated.
+fn offset(a: u64, b: u64) -> i64 {
+    if a >= b {
+        i64::try_from(a - b).unwrap_or(i64::MAX)
+    } else {
+        i64::try_from(b - a).map_or(i64::MIN, |d| -d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_never_steps_back_alone_and_follows_the_store_once_read() {
+        let clock = Clock { offset_us: AtomicI64::new(0) };
+        let a = clock.now_us();
+        std::thread::sleep(Duration::from_millis(5));
+        let b = clock.now_us();
+        assert!(b >= a + 5_000, "{a} {b}");
+        // A store an hour ahead, read over a 2 ms round trip: the relay reads its clock.
+        let sent = local_us();
+        let store = sent + 3_600_000_000 + 1_000;
+        let off = clock.observe(store, sent, Duration::from_millis(2));
+        assert_eq!(off, 3_600_000_000);
+        let c = clock.now_us();
+        assert!(c >= store - 1_000 && c < store + 1_000_000, "{c} vs {store}");
+        // A slow round trip says little: ignored.
+        assert_eq!(clock.observe(0, local_us(), Duration::from_secs(3)), off);
+        // A store behind the machine: negative offsets work too.
+        let sent = local_us();
+        assert_eq!(clock.observe(sent - 10_000_000, sent, Duration::ZERO), -10_000_000);
+        assert!(clock.now_us() < local_us());
+        assert_eq!(offset(1, 3), -2);
+        assert_eq!(offset(u64::MAX, 0), i64::MAX);
+    }
+}
