@@ -11,7 +11,9 @@
 //!     sink that answers 200 at once;
 //!   - PostgreSQL's WAL bytes per event over both (`pg_current_wal_lsn`).
 //!
-//! Run: `cargo bench --bench fleet` (env: BENCH_ROUNDS, BENCH_SECS).
+//! Run: `cargo bench --bench fleet` (env: BENCH_ROUNDS, BENCH_SECS;
+//! BENCH_BASELINE=path/to/an/older/hookrelay adds its PostgreSQL setups, side by side,
+//! each on a database of its own, in the same interleaved rounds).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -32,14 +34,20 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const CONNECTIONS: usize = 64;
 
 struct Contender {
-    label: &'static str,
+    label: String,
     relays: Vec<common::Relay>,
     /// The database, for its WAL position.
     db: Option<String>,
     _dirs: Vec<tempfile::TempDir>,
 }
 
-async fn contender(label: &'static str, n: usize, db: Option<String>, sink: &Sink) -> Contender {
+async fn contender(
+    label: String,
+    bin: &str,
+    n: usize,
+    db: Option<String>,
+    sink: &Sink,
+) -> Contender {
     let mut relays = Vec::new();
     let mut dirs = Vec::new();
     for _ in 0..n {
@@ -51,7 +59,7 @@ async fn contender(label: &'static str, n: usize, db: Option<String>, sink: &Sin
             text = text.replace("[storage]", "[storage]\nbackend = \"postgres\"")
                 + &format!("\n[storage.postgres]\nurl = \"{url}\"\n");
         }
-        relays.push(common::Relay::start(dir.path(), &text).await);
+        relays.push(common::Relay::start_binary(bin, dir.path(), &text).await);
         dirs.push(dir);
     }
     Contender { label, relays, db, _dirs: dirs }
@@ -114,17 +122,43 @@ fn main() {
         let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
         let mut contenders = Vec::new();
         let mut sinks = Vec::new();
-        for (label, n, db) in [
-            ("1 relay, sled", 1, None),
-            ("1 relay, PostgreSQL", 1, Some(server.database("bench_one"))),
-            ("2 relays, one PostgreSQL", 2, Some(server.database("bench_two"))),
-        ] {
+        let mut setups = vec![
+            ("1 relay, sled".to_owned(), common::binary().to_owned(), 1, None),
+            (
+                "1 relay, PostgreSQL".to_owned(),
+                common::binary().to_owned(),
+                1,
+                Some(server.database("bench_one")),
+            ),
+            (
+                "2 relays, one PostgreSQL".to_owned(),
+                common::binary().to_owned(),
+                2,
+                Some(server.database("bench_two")),
+            ),
+        ];
+        if let Ok(baseline) = std::env::var("BENCH_BASELINE") {
+            setups.push((
+                "1 relay, PostgreSQL (baseline)".to_owned(),
+                baseline.clone(),
+                1,
+                Some(server.database("bench_one_base")),
+            ));
+            setups.push((
+                "2 relays, one PostgreSQL (baseline)".to_owned(),
+                baseline,
+                2,
+                Some(server.database("bench_two_base")),
+            ));
+        }
+        for (label, bin, n, db) in setups {
             let sink = Sink::start().await;
-            contenders.push(contender(label, n, db, &sink).await);
+            contenders.push(contender(label, &bin, n, db, &sink).await);
             sinks.push(sink);
         }
+        let k = contenders.len();
         let (mut ingest_rates, mut drain_rates, mut wal) =
-            (vec![Vec::new(); 3], vec![Vec::new(); 3], vec![Vec::new(); 3]);
+            (vec![Vec::new(); k], vec![Vec::new(); k], vec![Vec::new(); k]);
         for round in 0..rounds {
             for (i, c) in contenders.iter().enumerate() {
                 let sink = &sinks[i];

@@ -453,6 +453,88 @@ async fn tls_to_the_database_is_verified_as_sslmode_says() {
     assert!(all > 0 && encrypted == all, "{encrypted} of {all} sessions encrypted");
 }
 
+/// Three relays on a primary with a synchronous standby (`remote_apply`), the URL
+/// listing both hosts with `target_session_attrs=read-write`, ride through, under
+/// load, a restart of the primary, a 60 s stop of it, and its loss with the standby
+/// promoted: no relay exits, ingest resumes on the new primary, and every
+/// acknowledged callback is delivered within 90 s of the failover (none lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_relays_ride_through_a_restart_a_stop_and_a_failover_to_a_synchronous_standby() {
+    use std::sync::Arc;
+    let primary = Arc::new(tokio::task::spawn_blocking(PgServer::start).await.unwrap());
+    primary.database("failover");
+    let p = primary.clone();
+    let standby = Arc::new(tokio::task::spawn_blocking(move || p.standby(true)).await.unwrap());
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/failover?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let sink = Sink::start().await;
+    let mut dirs = Vec::new();
+    let mut relays = Vec::new();
+    for _ in 0..3 {
+        let d = tempfile::tempdir().unwrap();
+        relays.push(Relay::start(d.path(), &config(d.path(), &url, &sink)).await);
+        dirs.push(d);
+    }
+    let urls: Vec<String> = relays.iter().map(|r| r.hook_url(Some("ActionCreated"))).collect();
+    let load = Load::start(4, urls, Duration::from_millis(10), Acked::default(), |k, n| {
+        format!(r#"{{"data":{{"id":"fo-{k}-{n}"}}}}"#)
+    });
+    let alive = |relays: &mut Vec<Relay>, when: &str| {
+        for (i, r) in relays.iter_mut().enumerate() {
+            assert!(r.exited().is_none(), "relay {i} exited {when}: {}", r.logs());
+        }
+    };
+    let blocking = |f: fn(&PgServer), server: &Arc<PgServer>| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || f(&server))
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A restart.
+    blocking(PgServer::stop, &primary).await.unwrap();
+    blocking(PgServer::start_again, &primary).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    alive(&mut relays, "after the restart");
+    // A 60 s stop.
+    blocking(PgServer::stop, &primary).await.unwrap();
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        alive(&mut relays, "during the 60 s stop");
+    }
+    blocking(PgServer::start_again, &primary).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The primary lost; the standby promoted.
+    let before_failover = load.acked_len();
+    blocking(PgServer::crash, &primary).await.unwrap();
+    blocking(PgServer::promote, &standby).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while load.acked_len() < before_failover + 50 {
+        assert!(std::time::Instant::now() < deadline, "ingest did not resume on the new primary");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let acked = load.stop().await;
+    alive(&mut relays, "after the failover");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let missing = undelivered(&sink, &acked);
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} acknowledged callbacks not delivered 90 s after the failover, e.g. {:?}",
+            missing.len(),
+            acked.len(),
+            &missing[..missing.len().min(3)]
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    alive(&mut relays, "at the end");
+}
+
 /// Three relays on one database, each asked to sync hooks at the same moment (and each
 /// running its own start-up pass if it leads): every hook exists once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,6 +90,11 @@ impl Target {
                     "this server is a standby: point storage.postgres.url at the primary, or \
                      list every host with target_session_attrs=read-write"
                 }
+                _ if text.contains("startup parameter") => {
+                    "a connection pooler (PgBouncer?) refuses the settings hookrelay sends at \
+                     connect: connect to PostgreSQL directly, or through a session-mode pool \
+                     that passes the startup `options` (docs/deploy.md, poolers)"
+                }
                 _ => "see the server's log for the same time",
             };
             return (format!("{} ({})", text, db.code().code()), check);

@@ -201,6 +201,25 @@ fn connect_pool(
     Ok((explain::Pool { pool, target }, config, connector))
 }
 
+/// Checks that the settings sent at connect (the startup `options`: `search_path`,
+/// the timeouts) took effect. A pooler between the relay and PostgreSQL may refuse or
+/// drop them (PgBouncer does, unless told to pass them); in transaction mode it also
+/// hands each transaction to any server session, so nothing set per session holds.
+async fn session_settings_took(client: &pg::Client, schema: &str) -> Result<(), StoreError> {
+    let row = client.query_one("SELECT current_setting('search_path')", &[]).await?;
+    let path: String = row.get(0);
+    if path.split(',').any(|p| p.trim().trim_matches('"') == schema) {
+        return Ok(());
+    }
+    Err(StoreError::Config(format!(
+        "the session settings hookrelay sends at connect did not take effect (search_path is \
+         {path:?}, not the schema {schema:?}): a connection pooler between the relay and \
+         PostgreSQL drops them. Connect to PostgreSQL directly, or through a session-mode \
+         pool (PgBouncer pool_mode = session) that passes the startup `options`; transaction \
+         pooling is not supported (docs/deploy.md, poolers)"
+    )))
+}
+
 /// See [`crate::store::postgres_url_problem`].
 pub(crate) fn url_problem(url: &str) -> Option<String> {
     match tls::split_url(url) {
@@ -252,6 +271,7 @@ impl PostgresStore {
             opts.pool_size,
         )?;
         let mut client = pool.get().await?;
+        session_settings_took(&client, &opts.schema).await?;
         schema::migrate(&mut client, &opts.schema).await?;
         // Ids keep increasing across a restart even if the clock stepped back.
         let last: Option<i64> = client.query_one("SELECT max(id) FROM events", &[]).await?.get(0);
