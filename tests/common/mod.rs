@@ -101,7 +101,13 @@ pub struct Relay {
 }
 
 pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_hookrelay")
+    // HOOKRELAY_TEST_BIN: a long run (`chaos --minutes 30`) on a copy of the binary,
+    // unaffected by builds made meanwhile.
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("HOOKRELAY_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_hookrelay").to_owned())
+    })
 }
 
 impl Relay {

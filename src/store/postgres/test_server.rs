@@ -288,16 +288,34 @@ impl PgServer {
             self.psql("ALTER SYSTEM SET synchronous_commit = 'remote_apply'");
             self.psql("SELECT pg_reload_conf()");
         }
-        let dir = tempfile::Builder::new().prefix("hookrelay-pg-standby").tempdir().expect("temp dir");
+        let dir =
+            tempfile::Builder::new().prefix("hookrelay-pg-standby").tempdir().expect("temp dir");
         if is_root() {
-            let owned = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status();
+            let owned =
+                Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status();
             assert!(owned.expect("chown").success(), "chown of the standby's directory failed");
         }
         let data = dir.path().join("data");
         let data_s = data.to_str().expect("utf-8");
         let port = self.port.to_string();
-        let out = run(&self.bin, "pg_basebackup", &["-h", "127.0.0.1", "-p", &port, "-U", "postgres",
-            "-D", data_s, "-R", "-X", "stream", "--no-sync"]);
+        let out = run(
+            &self.bin,
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-D",
+                data_s,
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+        );
         assert!(out.status.success(), "pg_basebackup: {}", String::from_utf8_lossy(&out.stderr));
         // The copy carries the primary's synchronous_standby_names: once promoted, with
         // no standby of its own, every commit would wait for ever.
@@ -310,18 +328,43 @@ impl PgServer {
             .collect();
         std::fs::write(&auto, kept).expect("postgresql.auto.conf");
         let port = free_port();
-        let opts = self.opts.replacen(&format!("-p {} ", self.port), &format!("-p {port} "), 1)
+        let opts = self
+            .opts
+            .replacen(&format!("-p {} ", self.port), &format!("-p {port} "), 1)
             .replace(&self.dir.path().display().to_string(), &dir.path().display().to_string());
         let log = dir.path().join("server.log");
-        let out = run(&self.bin, "pg_ctl", &["-D", data_s, "-o", &opts, "-l", log.to_str().expect("utf-8"),
-            "-w", "-t", "60", "start"]);
-        assert!(out.status.success(), "standby start: {}{}", String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(&log).unwrap_or_default());
+        let out = run(
+            &self.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                data_s,
+                "-o",
+                &opts,
+                "-l",
+                log.to_str().expect("utf-8"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "standby start: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
         let standby = PgServer { dir, bin: self.bin.clone(), port, opts };
         if synchronous {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            while self.psql("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'") != "1" {
-                assert!(std::time::Instant::now() < deadline, "the standby never became synchronous");
+            while self.psql("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+                != "1"
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the standby never became synchronous"
+                );
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
         }
@@ -338,7 +381,11 @@ impl PgServer {
     /// Stops the server at once, as a crash would (no checkpoint, connections cut).
     pub fn crash(&self) {
         let data = self.dir.path().join("data");
-        let out = run(&self.bin, "pg_ctl", &["-D", data.to_str().expect("utf-8"), "-m", "immediate", "-w", "stop"]);
+        let out = run(
+            &self.bin,
+            "pg_ctl",
+            &["-D", data.to_str().expect("utf-8"), "-m", "immediate", "-w", "stop"],
+        );
         assert!(out.status.success(), "stop: {}", String::from_utf8_lossy(&out.stderr));
     }
 
