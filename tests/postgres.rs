@@ -460,11 +460,43 @@ async fn tls_to_the_database_is_verified_as_sslmode_says() {
 /// acknowledged callback is delivered within 90 s of the failover (none lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_relays_ride_through_a_restart_a_stop_and_a_failover_to_a_synchronous_standby() {
+    let run = failover(true, true).await;
+    assert!(run.lost.is_empty(), "{} acknowledged callbacks lost: {:?}", run.lost.len(), run.lost);
+}
+
+/// The same failover with an asynchronous standby: what the primary had committed
+/// (and acknowledged) but not yet sent when it died is lost. Measured, not promised
+/// (docs/deploy.md): the relays still ride through, and everything the new primary
+/// has is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_an_asynchronous_standby_is_ridden_through_and_its_loss_measured() {
+    let run = failover(false, false).await;
+    eprintln!(
+        "asynchronous standby: {} of {} acknowledged callbacks lost at the failover",
+        run.lost.len(),
+        run.acked
+    );
+    assert!(run.lost.len() < run.acked, "everything lost: the relays never reached the new primary");
+}
+
+/// What a failover run saw: callbacks acknowledged, and those of them the new primary
+/// does not have.
+struct Failover {
+    acked: usize,
+    lost: Vec<String>,
+}
+
+/// Three relays under load on a primary and its standby (`synchronous` or not); with
+/// `outages_first`, a restart and a 60 s stop of the primary come before its loss.
+/// Then the primary crashes and the standby is promoted. Asserts that no relay exits,
+/// that ingest resumes on the new primary, and that every acknowledged callback the
+/// new primary holds is delivered within 90 s.
+async fn failover(synchronous: bool, outages_first: bool) -> Failover {
     use std::sync::Arc;
     let primary = Arc::new(tokio::task::spawn_blocking(PgServer::start).await.unwrap());
     primary.database("failover");
     let p = primary.clone();
-    let standby = Arc::new(tokio::task::spawn_blocking(move || p.standby(true)).await.unwrap());
+    let standby = Arc::new(tokio::task::spawn_blocking(move || p.standby(synchronous)).await.unwrap());
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/failover?target_session_attrs=read-write",
         primary.port(),
@@ -492,21 +524,24 @@ async fn three_relays_ride_through_a_restart_a_stop_and_a_failover_to_a_synchron
         tokio::task::spawn_blocking(move || f(&server))
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // A restart.
-    blocking(PgServer::stop, &primary).await.unwrap();
-    blocking(PgServer::start_again, &primary).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    alive(&mut relays, "after the restart");
-    // A 60 s stop.
-    blocking(PgServer::stop, &primary).await.unwrap();
-    for _ in 0..12 {
+    if outages_first {
+        // A restart.
+        blocking(PgServer::stop, &primary).await.unwrap();
+        blocking(PgServer::start_again, &primary).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        alive(&mut relays, "after the restart");
+        // A 60 s stop.
+        blocking(PgServer::stop, &primary).await.unwrap();
+        for _ in 0..12 {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            alive(&mut relays, "during the 60 s stop");
+        }
+        blocking(PgServer::start_again, &primary).await.unwrap();
         tokio::time::sleep(Duration::from_secs(5)).await;
-        alive(&mut relays, "during the 60 s stop");
     }
-    blocking(PgServer::start_again, &primary).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(5)).await;
     // The primary lost; the standby promoted.
     let before_failover = load.acked_len();
+    let crashed = std::time::Instant::now();
     blocking(PgServer::crash, &primary).await.unwrap();
     blocking(PgServer::promote, &standby).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -514,25 +549,55 @@ async fn three_relays_ride_through_a_restart_a_stop_and_a_failover_to_a_synchron
         assert!(std::time::Instant::now() < deadline, "ingest did not resume on the new primary");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    eprintln!("ingest resumed {:.1} s after the primary crashed", crashed.elapsed().as_secs_f64());
     tokio::time::sleep(Duration::from_secs(2)).await;
     let acked = load.stop().await;
     alive(&mut relays, "after the failover");
+    // What the new primary holds (by marker), to tell lost from undelivered.
+    let (client, connection) = tokio_postgres::connect(
+        &format!("postgres://postgres@127.0.0.1:{}/failover", standby.port()),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let bodies: Vec<String> = client
+        .query("SELECT convert_from(body, 'UTF8') FROM hookrelay.events WHERE body IS NOT NULL", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let stored = |marker: &str| bodies.iter().any(|b| b.contains(marker));
+    let mut lost = Vec::new();
+    let mut kept = Vec::new();
+    for (id, body) in &acked {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        let marker = format!("\"{}\"", v["data"]["id"].as_str().unwrap());
+        if stored(&marker) {
+            kept.push((id.clone(), body.clone()));
+        } else {
+            lost.push(marker);
+        }
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let missing = undelivered(&sink, &acked);
+        let missing = undelivered(&sink, &kept);
         if missing.is_empty() {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{} of {} acknowledged callbacks not delivered 90 s after the failover, e.g. {:?}",
+            "{} of {} stored callbacks not delivered 90 s after the failover, e.g. {:?}",
             missing.len(),
-            acked.len(),
+            kept.len(),
             &missing[..missing.len().min(3)]
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    eprintln!("everything stored delivered {:.1} s after the primary crashed", crashed.elapsed().as_secs_f64());
     alive(&mut relays, "at the end");
+    Failover { acked: acked.len(), lost }
 }
 
 /// Three relays on one database, each asked to sync hooks at the same moment (and each
