@@ -476,7 +476,10 @@ async fn a_failover_to_an_asynchronous_standby_is_ridden_through_and_its_loss_me
         run.lost.len(),
         run.acked
     );
-    assert!(run.lost.len() < run.acked, "everything lost: the relays never reached the new primary");
+    assert!(
+        run.lost.len() < run.acked,
+        "everything lost: the relays never reached the new primary"
+    );
 }
 
 /// What a failover run saw: callbacks acknowledged, and those of them the new primary
@@ -496,7 +499,8 @@ async fn failover(synchronous: bool, outages_first: bool) -> Failover {
     let primary = Arc::new(tokio::task::spawn_blocking(PgServer::start).await.unwrap());
     primary.database("failover");
     let p = primary.clone();
-    let standby = Arc::new(tokio::task::spawn_blocking(move || p.standby(synchronous)).await.unwrap());
+    let standby =
+        Arc::new(tokio::task::spawn_blocking(move || p.standby(synchronous)).await.unwrap());
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/failover?target_session_attrs=read-write",
         primary.port(),
@@ -562,7 +566,10 @@ async fn failover(synchronous: bool, outages_first: bool) -> Failover {
     .unwrap();
     tokio::spawn(connection);
     let bodies: Vec<String> = client
-        .query("SELECT convert_from(body, 'UTF8') FROM hookrelay.events WHERE body IS NOT NULL", &[])
+        .query(
+            "SELECT convert_from(body, 'UTF8') FROM hookrelay.events WHERE body IS NOT NULL",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
@@ -595,7 +602,10 @@ async fn failover(synchronous: bool, outages_first: bool) -> Failover {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("everything stored delivered {:.1} s after the primary crashed", crashed.elapsed().as_secs_f64());
+    eprintln!(
+        "everything stored delivered {:.1} s after the primary crashed",
+        crashed.elapsed().as_secs_f64()
+    );
     alive(&mut relays, "at the end");
     Failover { acked: acked.len(), lost }
 }
@@ -799,8 +809,9 @@ async fn per_resource_order_holds_across_relays() {
 /// to the next relay once the previous one was acknowledged, 8 clients interleaving
 /// the records. Each record's updates reach the consumer in the order they were sent,
 /// over `ORDER_ROUNDS` rounds (20 by default), with the relay that dispatches killed
-/// and restarted in the middle (composed with the load). Everything sent is delivered
-/// within 60 s of each round's last answer.
+/// and restarted in the middle, and frozen (SIGSTOP) for 15 s a quarter in (composed
+/// with the load). Everything sent is delivered within 60 s of each round's last
+/// answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_resource_order_holds_across_relays_under_interleaved_load() {
     use std::collections::HashMap;
@@ -845,9 +856,9 @@ async fn per_resource_order_holds_across_relays_under_interleaved_load() {
                 }
             }));
         }
-        if round == rounds / 2 {
-            // Kill the relay that dispatches (whichever it is: the first one started
-            // took the lease, and after a restart another may hold it) mid-load.
+        if round == rounds / 4 || round == rounds / 2 {
+            // The relay that dispatches (whichever it is: the first one started took
+            // the lease, and after a restart another may hold it), mid-load.
             tokio::time::sleep(Duration::from_millis(300)).await;
             let mut victim = None;
             for (i, r) in relays.iter().enumerate() {
@@ -857,9 +868,18 @@ async fn per_resource_order_holds_across_relays_under_interleaved_load() {
                 }
             }
             let victim = victim.expect("one relay dispatches");
-            relays[victim].kill();
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            relays[victim] = Relay::start(dirs[victim].path(), &texts[victim]).await;
+            if round == rounds / 4 {
+                // Frozen for 15 s, its sessions open (as a hung machine's): its lease
+                // runs out, another relay dispatches, and once thawed it must not
+                // dispatch behind the new leader's back.
+                relays[victim].signal(libc::SIGSTOP);
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                relays[victim].signal(libc::SIGCONT);
+            } else {
+                relays[victim].kill();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                relays[victim] = Relay::start(dirs[victim].path(), &texts[victim]).await;
+            }
         }
         for c in clients {
             c.await.unwrap();
@@ -888,10 +908,28 @@ async fn per_resource_order_holds_across_relays_under_interleaved_load() {
                 break seen;
             }
             let missing = RECORDS * UPDATES - seen.values().map(Vec::len).sum::<usize>();
-            assert!(
-                std::time::Instant::now() < deadline,
-                "round {round}: {missing} updates not delivered within 60 s"
-            );
+            if std::time::Instant::now() >= deadline {
+                let short: Vec<String> = (0..RECORDS)
+                    .map(|r| format!("r{round}-{r}"))
+                    .filter(|r| seen.get(r).is_none_or(|u| u.len() < UPDATES))
+                    .collect();
+                let state = rows_of(&url, &short[..short.len().min(3)]).await;
+                let mut logs = String::new();
+                for r in &relays {
+                    let lines: Vec<String> = r
+                        .logs()
+                        .lines()
+                        .filter(|l| !l.contains("\"INFO\"") || l.contains("lead"))
+                        .map(|l| l.chars().take(400).collect())
+                        .collect();
+                    logs.push_str(&format!(
+                        "relay pid {}:\n{}\n",
+                        r.pid(),
+                        lines[lines.len().saturating_sub(40)..].join("\n")
+                    ));
+                }
+                panic!("round {round}: {missing} updates not delivered within 60 s; e.g. {short:?}\n{state}\n{logs}");
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         for (record, updates) in received {
@@ -906,6 +944,49 @@ async fn per_resource_order_holds_across_relays_under_interleaved_load() {
         out_of_order.len(),
         out_of_order
     );
+}
+
+/// The events of `records` and their deliveries as the database holds them, for a
+/// failure's message.
+async fn rows_of(url: &str, records: &[String]) -> String {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let records: Vec<String> = records.iter().map(|r| format!("actions/{r}")).collect();
+    let rows = client
+        .query(
+            "SELECT e.id, e.status, e.inbox, d.state, d.due_us, d.claim_owner, d.claim_expires_us,
+                    convert_from(e.body, 'UTF8')
+             FROM hookrelay.events e LEFT JOIN hookrelay.deliveries d ON d.event = e.id
+             WHERE e.record = ANY($1) ORDER BY e.id",
+            &[&records],
+        )
+        .await
+        .unwrap();
+    let mut out = String::new();
+    for r in rows {
+        let (id, status, inbox): (i64, String, bool) = (r.get(0), r.get(1), r.get(2));
+        let (state, due): (Option<String>, Option<i64>) = (r.get(3), r.get(4));
+        let (owner, expires, body): (Option<String>, Option<i64>, Option<String>) =
+            (r.get(5), r.get(6), r.get(7));
+        let cols = (id, status, inbox, state, due, owner, expires, body);
+        out.push_str(&format!("{cols:?}\n"));
+    }
+    let queues = client
+        .query("SELECT destination, head, tail, len FROM hookrelay.queues", &[])
+        .await
+        .unwrap();
+    out.push_str(&format!("{} queues; leases: ", queues.len()));
+    for r in
+        client.query("SELECT task, holder, expires_us FROM hookrelay.leases", &[]).await.unwrap()
+    {
+        out.push_str(&format!(
+            "({}, {}, {}) ",
+            r.get::<_, String>(0),
+            r.get::<_, String>(1),
+            r.get::<_, i64>(2)
+        ));
+    }
+    out
 }
 
 /// Posts `body` to `urls[to]`, as the upstream does: a closed connection (a relay

@@ -41,6 +41,12 @@ pub(crate) struct DestinationState {
     paused: AtomicBool,
     /// Attempts of this relay between their claim and their record.
     in_flight: AtomicUsize,
+    /// The claim tokens of those attempts (the claims this worker holds, with the
+    /// pacer's taken ahead).
+    in_flight_tokens: Mutex<std::collections::HashSet<u64>>,
+    /// A claim call may have taken claims whose answer never came back (it failed or
+    /// was dropped): the next look gives back this relay's claims it does not hold.
+    unknown_claims: AtomicBool,
     /// Requests in flight to the destination: a permit is held from the send to the
     /// answer, not while the store records it.
     permits: Arc<Semaphore>,
@@ -112,6 +118,8 @@ impl Destinations {
                 paused: AtomicBool::new(paused.contains(&dc.name)),
                 wake: Notify::new(),
                 in_flight: AtomicUsize::new(0),
+                in_flight_tokens: Mutex::new(std::collections::HashSet::new()),
+                unknown_claims: AtomicBool::new(false),
                 dest,
             };
             by_name.insert(dc.name.clone(), Arc::new(state));

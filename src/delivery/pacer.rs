@@ -234,6 +234,11 @@ impl<C: Leased> Pacer<C> {
         })
     }
 
+    /// The claims taken ahead, still held.
+    pub(crate) fn ahead(&self) -> impl Iterator<Item = &C> {
+        self.ahead.iter()
+    }
+
     /// Every claim taken ahead, to give back (the worker stops or restarts).
     pub(crate) fn drain(&mut self) -> Vec<C> {
         self.ahead.drain(..).collect()

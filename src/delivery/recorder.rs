@@ -11,6 +11,43 @@ use crate::store::{Claim, Recorded, SharedStore};
 
 /// Most attempts one store call records.
 const MAX_GROUP: usize = 256;
+/// First wait before recording a group again after the store failed to, doubled up
+/// to [`RETRY_MAX`].
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(200);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Records `attempts`, again and again while the store fails and their claims still
+/// hold: the attempts were made, and a delivery whose outcome is not recorded stays
+/// claimed by this relay until its lease runs out (75 s by default). Seen when a relay
+/// frozen for 15 s came back: every write in flight had outlived
+/// `storage.write_timeout`, and the deliveries it had just made waited a whole lease.
+/// A store that failed for good is not retried.
+async fn record_while_held(
+    store: &SharedStore,
+    attempts: Vec<(Claim, AttemptReport)>,
+    policy: &RetryPolicy,
+) -> Result<Vec<Recorded>, crate::store::StoreError> {
+    let held_until = attempts.iter().map(|(c, _)| c.expires_us).min().unwrap_or(0);
+    let mut wait = RETRY_FIRST;
+    loop {
+        match store.record_attempts(attempts.clone(), policy).await {
+            Err(e)
+                if !matches!(e, crate::store::StoreError::Failed(_))
+                    && crate::clock::now_us().saturating_add(micros(wait)) < held_until =>
+            {
+                tracing::warn!(error = %e, attempts = attempts.len(), retry_in = ?wait,
+                    "recording attempts failed; trying again while their claims hold");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
 
 type Reply = oneshot::Sender<Result<Recorded, String>>;
 
@@ -34,7 +71,7 @@ impl Recorder {
                 }
                 let (attempts, replies): (Vec<_>, Vec<_>) =
                     group.into_iter().map(|(c, r, reply)| ((c, r), reply)).unzip();
-                match store.record_attempts(attempts, &policy).await {
+                match record_while_held(&store, attempts, &policy).await {
                     Ok(outcomes) => {
                         for (reply, outcome) in replies.into_iter().zip(outcomes) {
                             let _ = reply.send(Ok(outcome));

@@ -128,9 +128,31 @@ impl Worker {
         }
     }
 
+    /// Gives back this relay's claims on the destination that it does not hold, once
+    /// a claim call may have left some (see `DestinationState::unknown_claims`).
+    async fn release_unknown(&self) -> anyhow::Result<()> {
+        if !self.state.unknown_claims.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let keep: Vec<u64> = {
+            let pacer = lock(&self.state.pacer);
+            let in_flight = lock(&self.state.in_flight_tokens);
+            pacer.ahead().map(|c| c.token).chain(in_flight.iter().copied()).collect()
+        };
+        let name = &self.state.dest.name;
+        let n = self.store.release_unknown(name, &self.owner, &keep).await?;
+        self.state.unknown_claims.store(false, Ordering::SeqCst);
+        if n > 0 {
+            tracing::info!(destination = %name, claims = n,
+                "gave back claims whose claiming call had failed (they were taken, the answer lost)");
+        }
+        Ok(())
+    }
+
     /// One look: does what the pacer says until it says sleep; returns how long.
     async fn look(self: &Arc<Self>) -> anyhow::Result<Duration> {
         self.refresh_pause().await?;
+        self.release_unknown().await?;
         let name = &self.state.dest.name;
         lock(&self.state.pacer).begin();
         loop {
@@ -139,11 +161,14 @@ impl Worker {
             match step {
                 Step::Release(claims) => self.release(claims).await,
                 Step::Claim(want) => {
+                    // Until the answer is in hand, the call may have claimed for nobody.
+                    self.state.unknown_claims.store(true, Ordering::SeqCst);
                     let claims = self
                         .store
                         .claim_due(name, &self.owner, now.wall_us, self.lease(), want)
                         .await?;
                     lock(&self.state.pacer).claimed(claims);
+                    self.state.unknown_claims.store(false, Ordering::SeqCst);
                 }
                 Step::Start { claim, probe } => {
                     let Ok(permit) = self.state.permits.clone().try_acquire_owned() else {
@@ -151,10 +176,13 @@ impl Worker {
                         return Ok(MAX_IDLE);
                     };
                     self.state.in_flight.fetch_add(1, Ordering::SeqCst);
+                    lock(&self.state.in_flight_tokens).insert(claim.token);
                     self.progress(now.at);
                     let this = self.clone();
                     tokio::spawn(async move {
+                        let token = claim.token;
                         this.attempt(claim, permit, probe).await;
+                        lock(&this.state.in_flight_tokens).remove(&token);
                         this.state.in_flight.fetch_sub(1, Ordering::SeqCst);
                     });
                 }
@@ -231,7 +259,10 @@ impl Worker {
         let span = tracing::debug_span!("delivery", id = %claim.event, destination = %self.state.dest.name,
             source = tracing::field::Empty, event = tracing::field::Empty);
         if let Err(e) = self.try_attempt(&claim, permit, probe).instrument(span.clone()).await {
-            // Nothing was recorded: the claim expires and the delivery is tried again.
+            // Nothing was recorded: once the attempt is off the books, the next look
+            // gives its claim back, and the delivery is tried again.
+            lock(&self.state.in_flight_tokens).remove(&claim.token);
+            self.state.unknown_claims.store(true, Ordering::SeqCst);
             span.in_scope(|| tracing::error!(id = %claim.event, destination = %self.state.dest.name, error = %e, "delivery attempt not recorded"));
         }
     }

@@ -62,6 +62,14 @@ impl ClaimTable {
         }
     }
 
+    /// Ends every claim on `dest` whose token is not in `keep`; returns how many.
+    pub(crate) fn release_except(&self, dest: &str, keep: &[u64]) -> usize {
+        let mut held = lock(&self.held);
+        let before = held.len();
+        held.retain(|(d, _), h| d != dest || keep.contains(&h.token));
+        before - held.len()
+    }
+
     /// Forgets every claim (a restart, in tests).
     #[cfg(test)]
     pub(crate) fn clear(&self) {

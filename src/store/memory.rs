@@ -282,6 +282,15 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn release_unknown(
+        &self,
+        destination: &str,
+        _owner: &str,
+        keep: &[u64],
+    ) -> Result<usize, StoreError> {
+        Ok(self.claims.release_except(destination, keep))
+    }
+
     async fn next_due_after(
         &self,
         destination: &str,

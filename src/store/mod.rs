@@ -159,6 +159,17 @@ pub(crate) trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Claim>, StoreError>;
     /// Gives a claim back without an attempt (it is due again at once).
     async fn release(&self, claim: &Claim) -> Result<(), StoreError>;
+    /// Gives back every claim of `owner` on `destination` whose token is not in `keep`
+    /// (the claims its worker holds): claims a call took whose answer never reached
+    /// the worker (given up on by a timeout after the store had done it, or dropped
+    /// with a restarted worker), which would otherwise wait a whole lease. Returns how
+    /// many.
+    async fn release_unknown(
+        &self,
+        destination: &str,
+        owner: &str,
+        keep: &[u64],
+    ) -> Result<usize, StoreError>;
     /// When the destination's next delivery after `now_us` is due.
     async fn next_due_after(
         &self,

@@ -100,6 +100,43 @@ pub(super) async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
     assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
 }
 
+/// Claims whose claiming call's answer was lost (a timeout after the store had taken
+/// them) are given back by their owner, all but those it still holds: due again at
+/// once, for anyone; another owner's claims and another destination's stay.
+pub(super) async fn claims_nobody_holds_are_given_back(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        (1..=3).map(|i| received("demo", "ActionCreated", i * S, "{}")).collect(),
+    )
+    .await;
+    let plans = ids.iter().enumerate().map(|(i, id)| plan(*id, i as u8 + 1, &["a", "b"])).collect();
+    store.dispatch(plans, 4 * S).await.unwrap();
+    let held = store.claim_due("a", "r1", 5 * S, LEASE, 2).await.unwrap();
+    assert_eq!(held.len(), 2);
+    let other = store.claim_due("b", "r1", 5 * S, LEASE, 1).await.unwrap();
+    assert_eq!(other.len(), 1);
+    // r1's worker for "a" holds only the first of its two claims (the answer of the
+    // call that took the second was lost).
+    let n = store.release_unknown("a", "r1", &[held[0].token]).await.unwrap();
+    assert_eq!(n, 1);
+    let again = store.claim_due("a", "r2", 5 * S, LEASE, 5).await.unwrap();
+    let events: Vec<EventId> = again.iter().map(|c| c.event).collect();
+    assert_eq!(
+        events,
+        vec![held[1].event, ids[2]],
+        "the lost claim is due again, not the held one"
+    );
+    assert_eq!(
+        store.claim_due("b", "r2", 5 * S, LEASE, 5).await.unwrap().len(),
+        2,
+        "another destination's claim stays"
+    );
+    // The held claim still records.
+    let done = record(&store, &held[0], report(Outcome::Success, 5 * S)).await;
+    assert_eq!(done, Recorded::Done(Verdict::Success));
+}
+
 /// A delivery that becomes due *before* the ones claimed last (dispatched by a relay
 /// whose clock is behind; a lease that expired) is still claimed, within a bound: a
 /// backend that reads its schedule from where it last stopped must come back for it.

@@ -223,6 +223,10 @@ macro_rules! conformance {
                 super::deliveries::dispatch_dedups_routes_and_schedules(&mut $make).await;
             }
             #[tokio::test]
+            async fn claims_nobody_holds_are_given_back() {
+                super::deliveries::claims_nobody_holds_are_given_back(&mut $make).await;
+            }
+            #[tokio::test]
             async fn claims_are_leased_and_checked() {
                 super::deliveries::claims_are_leased_and_checked(&mut $make).await;
             }

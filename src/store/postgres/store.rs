@@ -317,6 +317,27 @@ impl Store for PostgresStore {
         .await
     }
 
+    async fn release_unknown(
+        &self,
+        destination: &str,
+        owner: &str,
+        keep: &[u64],
+    ) -> Result<usize, StoreError> {
+        let keep: Vec<i64> = keep.iter().map(|t| sql_us(*t)).collect();
+        self.write(async {
+            let client = self.client().await?;
+            let n = client
+                .execute(
+                    "UPDATE deliveries SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
+                     WHERE destination = $1 AND claim_owner = $2 AND NOT (claim_token = ANY($3))",
+                    &[&destination, &owner, &keep],
+                )
+                .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+        .await
+    }
+
     async fn next_due_after(
         &self,
         destination: &str,

@@ -102,7 +102,7 @@ pub(super) struct Inner {
     /// Held while a lifecycle rule reads, decides and writes.
     lifecycle: Mutex<()>,
     counts: Mutex<QueueCounts>,
-    claims: ClaimTable,
+    pub(super) claims: ClaimTable,
     /// Every event id up to this one is settled (dispatched, or stored final); moved
     /// forward only, over settled records, so the scan for pending events starts here.
     cursor: AtomicU64,
