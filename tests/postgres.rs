@@ -610,6 +610,120 @@ async fn failover(synchronous: bool, outages_first: bool) -> Failover {
     Failover { acked: acked.len(), lost }
 }
 
+/// A PgBouncer (Debian's `pgbouncer`) in front of a test server, run as `postgres`.
+struct PgBouncer {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl PgBouncer {
+    /// Starts one on a free port with `pool_mode` and any `extra` settings.
+    fn start(server: &PgServer, pool_mode: &str, extra: &str) -> PgBouncer {
+        let dir = tempfile::Builder::new().prefix("hookrelay-pgbouncer").tempdir().unwrap();
+        let port: u16 = free_addr().rsplit(':').next().unwrap().parse().unwrap();
+        let d = dir.path().display();
+        std::fs::write(dir.path().join("users.txt"), "\"postgres\" \"\"\n").unwrap();
+        std::fs::write(
+            dir.path().join("pgbouncer.ini"),
+            format!(
+                "[databases]\n* = host=127.0.0.1 port={}\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+                 listen_port = {port}\nauth_type = trust\nauth_file = {d}/users.txt\n\
+                 pool_mode = {pool_mode}\nunix_socket_dir =\nlogfile = {d}/pgbouncer.log\n\
+                 pidfile = {d}/pgbouncer.pid\n{extra}\n",
+                server.port()
+            ),
+        )
+        .unwrap();
+        let owned =
+            std::process::Command::new("chown").args(["-R", "postgres"]).arg(dir.path()).status();
+        assert!(owned.unwrap().success());
+        let out = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--", "pgbouncer", "-d"])
+            .arg(dir.path().join("pgbouncer.ini"))
+            .output()
+            .expect("pgbouncer (Debian's package; scripts/test.sh installs it)");
+        assert!(out.status.success(), "pgbouncer: {}", String::from_utf8_lossy(&out.stderr));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "pgbouncer does not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        PgBouncer { dir, port }
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.dir.path().join("pgbouncer.pid")) {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                // SAFETY: a signal to the pooler this test started.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+    }
+}
+
+/// Through PgBouncer: a transaction-mode pool, which refuses or drops the settings the
+/// relay sends at connect, is refused at start with an error that says so and what to
+/// do (the relay exits: no waiting mends it); a session-mode pool with the schema set
+/// on the role works, and delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poolers_are_refused_clearly_unless_they_keep_the_session() {
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    server.database("pooled");
+    let sink = Sink::start().await;
+    let serve = |url: String| {
+        let dir = tempfile::tempdir().unwrap();
+        let text = config(dir.path(), &url, &sink);
+        let path = dir.path().join("hookrelay.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut child = std::process::Command::new(common::binary())
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // It must exit at once: no waiting mends a pooler that drops the settings.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the relay kept running behind a pooler that drops its settings");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut text).unwrap();
+        (status.success(), text)
+    };
+    let plain = PgBouncer::start(&server, "transaction", "");
+    let (ok, text) = serve(format!("postgres://postgres@127.0.0.1:{}/pooled", plain.port));
+    assert!(!ok && text.contains("unsupported startup parameter"), "{text}");
+    assert!(text.contains("connection pooler") && text.contains("docs/deploy.md"), "{text}");
+    let dropping = PgBouncer::start(&server, "transaction", "ignore_startup_parameters = options");
+    let (ok, text) = serve(format!("postgres://postgres@127.0.0.1:{}/pooled", dropping.port));
+    assert!(!ok && text.contains("did not take effect"), "{text}");
+    assert!(text.contains("transaction pooling is not supported"), "{text}");
+    // Session pooling, the schema (and timeouts) set on the role: works.
+    server.psql(
+        "ALTER ROLE postgres IN DATABASE pooled SET search_path = hookrelay;
+         ALTER ROLE postgres IN DATABASE pooled SET statement_timeout = '5s'",
+    );
+    let session = PgBouncer::start(&server, "session", "ignore_startup_parameters = options");
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("postgres://postgres@127.0.0.1:{}/pooled", session.port);
+    let relay = Relay::start(dir.path(), &config(dir.path(), &url, &sink)).await;
+    let r = relay
+        .callback(Some("ActionCreated"), "application/json", r#"{"data":{"id":"pooled-1"}}"#)
+        .await;
+    assert_eq!(r.status(), 200);
+    sink.wait_for(1, Duration::from_secs(20)).await;
+}
+
 /// Three relays on one database, each asked to sync hooks at the same moment (and each
 /// running its own start-up pass if it leads): every hook exists once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

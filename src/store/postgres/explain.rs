@@ -52,7 +52,15 @@ impl Target {
     /// `e`, said with the server it concerns, its cause, and what to check.
     pub(crate) fn explain(&self, e: &tokio_postgres::Error) -> StoreError {
         let (cause, check) = self.cause(e);
-        self.error(&cause, check)
+        let error = self.error(&cause, check);
+        // A pooler refusing the session settings refuses them every time: no waiting
+        // mends it (a relay that waited would hide it behind "not ready").
+        match error {
+            StoreError::Backend { message, .. } if cause.contains("startup parameter") => {
+                StoreError::Config(message)
+            }
+            other => other,
+        }
     }
 
     fn error(&self, cause: &str, check: &str) -> StoreError {
