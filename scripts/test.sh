@@ -58,19 +58,20 @@ command -v systemd-analyze >/dev/null 2>&1 || {
 # Debian's PostgreSQL server for the postgres backend's tests (the harness runs its
 # own initdb + pg_ctl as the unprivileged `postgres` user); e2fsprogs for the ext4
 # full-disk test; fuse3 (libfuse3, fusermount3) for the power-loss test; openssl for
-# the test CAs of the database TLS test; pgbouncer for the poolers test. A missing one
-# fails the tests, never skips them.
+# the test CAs of the database TLS test; pgbouncer for the poolers test; libfaketime for
+# the wall-clock step test. A missing one fails the tests, never skips them.
 if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1 \
   || ! command -v fusermount3 >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
-  || ! command -v pgbouncer >/dev/null 2>&1; then
+  || ! command -v pgbouncer >/dev/null 2>&1 \
+  || ! [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   install_pg() {
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql e2fsprogs fuse3 openssl pgbouncer >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql e2fsprogs fuse3 openssl pgbouncer libfaketime >/dev/null
   }
   install_pg || { $sudo apt-get update -qq && install_pg; }
 fi
 pg_bins=(/usr/lib/postgresql/*/bin)
-echo "postgresql ${pg_bins[0]}, mkfs.ext4, openssl, pgbouncer: ok"
+echo "postgresql ${pg_bins[0]}, mkfs.ext4, openssl, pgbouncer, libfaketime: ok"
 echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze, fusermount3: ok"
 
 echo "== cargo fmt --check"

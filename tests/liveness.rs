@@ -110,3 +110,64 @@ async fn a_destination_recovers_from_outages_longer_than_a_lease_with_shipped_de
         Some(0.0)
     );
 }
+
+/// libfaketime (Debian's `libfaketime`, installed by scripts/test.sh): the relay's
+/// wall clock, moved while it runs by rewriting a file.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The machine's wall clock steps back an hour (an NTP correction, `date -s`) while
+/// deliveries wait for their retries, then forward two: no retry is held for the hour,
+/// and everything is delivered within 15 s of the consumer's recovery.
+/// The relay's clock is the wall clock read once at start, advanced by the monotonic
+/// clock (`src/clock.rs`); before it, a retry scheduled on the old clock waited out the
+/// hour. The fleet case (the database's clock) is `tests/postgres.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_stepped_back_an_hour_holds_no_retry() {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} missing: apt-get install libfaketime (scripts/test.sh does)"
+    );
+    let sink = Sink::start().await;
+    sink.set_mode(Mode::Status(503));
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("faketime");
+    std::fs::write(&offset, "+0\n").unwrap();
+    let tail = format!(
+        "\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n\
+         [delivery]\ncircuit_probe_interval = \"1s\"\n\
+         [delivery.retry]\ninitial_backoff = \"500ms\"\nmax_backoff = \"2s\"\n",
+        sink.url()
+    );
+    let text = common::config_with(&dir.path().join("data"), "", &tail);
+    let offset_s = offset.to_str().unwrap().to_owned();
+    let relay = Relay::start_env(
+        dir.path(),
+        &text,
+        &[
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", &offset_s),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    )
+    .await;
+    send(&relay, 0, 20).await;
+    // Every delivery failed at least once: each waits for a retry on the relay's clock.
+    sink.wait_for(20, Duration::from_secs(30)).await;
+    std::fs::write(&offset, "-3600s\n").unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    send(&relay, 20, 10).await;
+    let recovered = Instant::now();
+    sink.set_mode(Mode::Ok);
+    let took = delivered_since(&sink, recovered, 30, Duration::from_secs(15)).await;
+    eprintln!("delivered {took:?} after the consumer recovered, the clock an hour back");
+    // Forward two hours: new callbacks flow, nothing is left retrying, the circuit is
+    // closed.
+    std::fs::write(&offset, "+3600s\n").unwrap();
+    let since = Instant::now();
+    send(&relay, 30, 10).await;
+    delivered_since(&sink, since, 10, Duration::from_secs(15)).await;
+    let d = destination(&relay).await;
+    assert_eq!(d["queue"]["retrying"], 0, "{d}");
+    assert_eq!(d["circuit"], "closed", "{d}");
+}
