@@ -457,7 +457,7 @@ async fn tls_to_the_database_is_verified_as_sslmode_says() {
 /// listing both hosts with `target_session_attrs=read-write`, ride through, under
 /// load, a restart of the primary, a 60 s stop of it, and its loss with the standby
 /// promoted: no relay exits, ingest resumes on the new primary, and every
-/// acknowledged callback is delivered within 90 s of the failover (none lost).
+/// acknowledged callback is delivered within 45 s of the failover (none lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_relays_ride_through_a_restart_a_stop_and_a_failover_to_a_synchronous_standby() {
     let run = failover(true, true).await;
@@ -493,7 +493,8 @@ struct Failover {
 /// `outages_first`, a restart and a 60 s stop of the primary come before its loss.
 /// Then the primary crashes and the standby is promoted. Asserts that no relay exits,
 /// that ingest resumes on the new primary, and that every acknowledged callback the
-/// new primary holds is delivered within 90 s.
+/// new primary holds is delivered within 45 s: less than a claim's lease (75 s), so a
+/// claim left to its lease fails it (measured: 3.4–4.3 s).
 async fn failover(synchronous: bool, outages_first: bool) -> Failover {
     use std::sync::Arc;
     let primary = Arc::new(tokio::task::spawn_blocking(PgServer::start).await.unwrap());
@@ -587,7 +588,7 @@ async fn failover(synchronous: bool, outages_first: bool) -> Failover {
             lost.push(marker);
         }
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
     loop {
         let missing = undelivered(&sink, &kept);
         if missing.is_empty() {
@@ -595,7 +596,7 @@ async fn failover(synchronous: bool, outages_first: bool) -> Failover {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{} of {} stored callbacks not delivered 90 s after the failover, e.g. {:?}",
+            "{} of {} stored callbacks not delivered 45 s after the failover, e.g. {:?}",
             missing.len(),
             kept.len(),
             &missing[..missing.len().min(3)]

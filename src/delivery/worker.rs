@@ -119,11 +119,14 @@ impl Worker {
         Ok(())
     }
 
-    /// Gives claims back to the store; one that cannot be expires with its lease.
+    /// Gives claims back to the store; one that cannot be (the store unreachable) is
+    /// given back by the first look that can ([`Worker::release_unknown`]): this relay
+    /// lives, so nobody takes it over, and it would wait out its lease.
     async fn release(&self, claims: Vec<Claim>) {
         for claim in claims {
             if let Err(e) = self.store.release(&claim).await {
-                tracing::warn!(destination = %self.state.dest.name, error = %e, "cannot release a claim; it expires with its lease");
+                self.state.unknown_claims.store(true, Ordering::SeqCst);
+                tracing::warn!(destination = %self.state.dest.name, error = %e, "cannot release a claim now; the next look gives it back");
             }
         }
     }
