@@ -40,6 +40,26 @@ fn undelivered(sink: &Sink, acked: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
+/// Waits until the sink has had every one of `acked` (`what` they are, for the
+/// message); fails after `within`.
+async fn wait_delivered(sink: &Sink, acked: &[(String, String)], within: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let missing = undelivered(sink, acked);
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} {what} not delivered within {within:?}, e.g. {:?}",
+            missing.len(),
+            acked.len(),
+            &missing[..missing.len().min(3)]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn body(n: u64) -> String {
     format!(r#"{{"data":{{"id":"{n}","name":"Smith v Jones"}},"meta":{{"hook":"{}"}}}}"#, n * 7)
 }
@@ -207,21 +227,42 @@ async fn a_database_outage_refuses_nothing_with_an_error_and_loses_nothing() {
     );
 
     // Every acknowledged callback is delivered.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let missing = undelivered(&sink, &acked);
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} of {} acknowledged callbacks never delivered, e.g. {:?}",
-            missing.len(),
-            acked.len(),
-            &missing[..missing.len().min(3)]
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_delivered(&sink, &acked, Duration::from_secs(60), "acknowledged callbacks").await;
+}
+
+/// `hookrelay migrate` on a config of the storage settings alone (the URL from
+/// `PG_URL`, then `extra` in `[storage.postgres]`): whether it succeeded, and what it
+/// printed.
+fn migrate_with(url: &str, extra: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookrelay.toml");
+    let text = format!(
+        "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl_env = \"PG_URL\"\n{extra}"
+    );
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(common::binary())
+        .args(["migrate", "--config"])
+        .arg(&path)
+        .env("PG_URL", url)
+        .output()
+        .unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// `hookrelay serve` on `text` (written into `dir`), its stderr piped, without
+/// waiting for anything (the harness's `Relay` waits for the listeners).
+fn spawn_serve(dir: &std::path::Path, text: &str) -> std::process::Child {
+    let path = dir.join("hookrelay.toml");
+    std::fs::write(&path, text).unwrap();
+    std::process::Command::new(common::binary())
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// A free loopback address (bound, then released) for a listener of fixed port.
@@ -247,15 +288,7 @@ async fn a_relay_started_before_its_database_waits_and_is_ready_once_it_is_up() 
     let text = config(dir.path(), &url, &sink)
         .replacen("listen = \"127.0.0.1:0\"", &format!("listen = \"{ingress}\""), 1)
         .replacen("listen = \"127.0.0.1:0\"", &format!("listen = \"{admin}\""), 1);
-    let path = dir.path().join("hookrelay.toml");
-    std::fs::write(&path, text).unwrap();
-    let mut child = std::process::Command::new(common::binary())
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_serve(dir.path(), &text);
     let (logs, _) = common::read_logs(child.stderr.take().unwrap());
     let http = reqwest::Client::new();
     let get = |path: &'static str| {
@@ -324,21 +357,9 @@ async fn database_errors_name_the_server_and_the_cause() {
     let url = server.database("errors");
     server.require_password("keeper", "right-password");
     let migrate = |url: String| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hookrelay.toml");
-        std::fs::write(
-            &path,
-            "[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl_env = \"PG_URL\"\n",
-        )
-        .unwrap();
-        let out = std::process::Command::new(common::binary())
-            .args(["migrate", "--config"])
-            .arg(&path)
-            .env("PG_URL", &url)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let (ok, text) = migrate_with(&url, "");
+        assert!(!ok, "{text}");
+        text
     };
     let at = format!("127.0.0.1:{port}");
     let text = migrate(format!("postgres://keeper:wrong-password@{at}/errors"));
@@ -371,29 +392,7 @@ async fn tls_to_the_database_is_verified_as_sslmode_says() {
     let ca = server.enable_tls();
     let other = tempfile::tempdir().unwrap();
     let wrong_ca = common::pg::new_ca(other.path(), "another CA");
-    let migrate = |url: String, extra: String| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hookrelay.toml");
-        std::fs::write(
-            &path,
-            format!("[storage]\nbackend = \"postgres\"\n[storage.postgres]\nurl_env = \"PG_URL\"\n{extra}"),
-        )
-        .unwrap();
-        let out = std::process::Command::new(common::binary())
-            .args(["migrate", "--config"])
-            .arg(&path)
-            .env("PG_URL", &url)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    };
+    let migrate = |url: String, extra: String| migrate_with(&url, &extra);
     let (ip, name) = (format!("127.0.0.1:{port}"), format!("localhost:{port}"));
     let ca_s = ca.display().to_string();
     let (ok, text) =
@@ -588,21 +587,8 @@ async fn failover(synchronous: bool, outages_first: bool) -> Failover {
             lost.push(marker);
         }
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(45);
-    loop {
-        let missing = undelivered(&sink, &kept);
-        if missing.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} of {} stored callbacks not delivered 45 s after the failover, e.g. {:?}",
-            missing.len(),
-            kept.len(),
-            &missing[..missing.len().min(3)]
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_delivered(&sink, &kept, Duration::from_secs(45), "stored callbacks, after the failover")
+        .await;
     eprintln!(
         "everything stored delivered {:.1} s after the primary crashed",
         crashed.elapsed().as_secs_f64()
@@ -675,16 +661,7 @@ async fn poolers_are_refused_clearly_unless_they_keep_the_session() {
     let sink = Sink::start().await;
     let serve = |url: String| {
         let dir = tempfile::tempdir().unwrap();
-        let text = config(dir.path(), &url, &sink);
-        let path = dir.path().join("hookrelay.toml");
-        std::fs::write(&path, text).unwrap();
-        let mut child = std::process::Command::new(common::binary())
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_serve(dir.path(), &config(dir.path(), &url, &sink));
         // It must exit at once: no waiting mends a pooler that drops the settings.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let status = loop {

@@ -92,6 +92,13 @@ pub fn new_ca(dir: &Path, name: &str) -> PathBuf {
     pem
 }
 
+/// `pg_ctl start` of the data directory `data` with server options `opts`, logging to
+/// `log`, waiting up to 60 s for it to accept connections.
+fn pg_ctl_start(bin: &Path, data: &str, opts: &str, log: &Path) -> Output {
+    let log = log.to_str().expect("utf-8");
+    run(bin, "pg_ctl", &["-D", data, "-o", opts, "-l", log, "-w", "-t", "60", "start"])
+}
+
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
     l.local_addr().expect("local addr").port()
@@ -128,22 +135,7 @@ impl PgServer {
                 dir.path().display()
             );
             let log = dir.path().join("server.log");
-            let out = run(
-                &bin,
-                "pg_ctl",
-                &[
-                    "-D",
-                    data_s,
-                    "-o",
-                    &opts,
-                    "-l",
-                    log.to_str().expect("utf-8"),
-                    "-w",
-                    "-t",
-                    "60",
-                    "start",
-                ],
-            );
+            let out = pg_ctl_start(&bin, data_s, &opts, &log);
             if out.status.success() {
                 return PgServer { dir, bin, port, opts };
             }
@@ -333,22 +325,7 @@ impl PgServer {
             .replacen(&format!("-p {} ", self.port), &format!("-p {port} "), 1)
             .replace(&self.dir.path().display().to_string(), &dir.path().display().to_string());
         let log = dir.path().join("server.log");
-        let out = run(
-            &self.bin,
-            "pg_ctl",
-            &[
-                "-D",
-                data_s,
-                "-o",
-                &opts,
-                "-l",
-                log.to_str().expect("utf-8"),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
+        let out = pg_ctl_start(&self.bin, data_s, &opts, &log);
         assert!(
             out.status.success(),
             "standby start: {}{}",
@@ -406,9 +383,7 @@ impl PgServer {
         let data = self.dir.path().join("data");
         let data_s = data.to_str().expect("utf-8");
         let log = self.dir.path().join("server.log");
-        let log_s = log.to_str().expect("utf-8");
-        let args = ["-D", data_s, "-o", &self.opts, "-l", log_s, "-w", "-t", "60", "start"];
-        let out = run(&self.bin, "pg_ctl", &args);
+        let out = pg_ctl_start(&self.bin, data_s, &self.opts, &log);
         assert!(
             out.status.success(),
             "pg_ctl start failed: {}",
