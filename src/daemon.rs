@@ -281,34 +281,30 @@ async fn open_store(
     location: &str,
 ) -> anyhow::Result<Option<SharedStore>> {
     let storage = &config.storage;
-    let first = crate::store::open(storage, observer.clone()).await;
-    let error = match first {
-        Ok(store) => return Ok(Some(store)),
-        Err(e) if storage.backend == crate::config::StorageBackend::Sled || !e.is_transient() => {
-            return Err(e).with_context(|| format!("opening the store ({location})"));
-        }
-        Err(e) => e,
-    };
-    metrics.store_reachable.set(0);
-    let waiting = Arc::new(admin::waiting::Waiting {
-        why: std::sync::Mutex::new(format!("waiting for the database: {error}")),
-        metrics: metrics.clone(),
-    });
-    let server = admin::waiting::server(config.admin.listen, waiting.clone())
-        .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
-    let handle = server.handle();
-    let server_task = tokio::spawn(server);
-    tracing::info!(listener = "admin", addr = %config.admin.listen,
-        "admin listener up while waiting for the database (/healthz, /readyz, /metrics)");
-    crate::notify::notify("STATUS=waiting for the database");
-    let mut backoff = OPEN_BACKOFF;
-    let mut error = error;
+    let may_wait = storage.backend != crate::config::StorageBackend::Sled;
     let signal = crate::shutdown::signal();
     tokio::pin!(signal);
+    // Started at the first failure that waiting may mend.
+    let mut waiting: Option<Waiting> = None;
+    let mut backoff = OPEN_BACKOFF;
     let opened = loop {
+        let error = match crate::store::open(storage, observer.clone()).await {
+            Ok(store) => break Some(store),
+            Err(e) if may_wait && e.is_transient() => e,
+            Err(e) => {
+                if let Some(w) = waiting {
+                    w.stop().await;
+                }
+                return Err(e).with_context(|| format!("opening the store ({location})"));
+            }
+        };
+        let why = format!("waiting for the database: {error}");
+        match &waiting {
+            Some(w) => *crate::lock::lock(&w.state.why) = why,
+            None => waiting = Some(Waiting::start(config, metrics, why)?),
+        }
         tracing::warn!(error = %error, retry_in = ?backoff,
             "cannot open the store ({location}); waiting for the database (not ready meanwhile)");
-        *crate::lock::lock(&waiting.why) = format!("waiting for the database: {error}");
         tokio::select! {
             sig = &mut signal => {
                 let sig = sig.context("installing signal handlers")?;
@@ -317,23 +313,46 @@ async fn open_store(
             }
             _ = tokio::time::sleep(backoff) => {}
         }
-        match crate::store::open(storage, observer.clone()).await {
-            Ok(store) => break Some(store),
-            Err(e) if !e.is_transient() => {
-                handle.stop(true).await;
-                return Err(e).with_context(|| format!("opening the store ({location})"));
-            }
-            Err(e) => error = e,
-        }
         backoff = (backoff * 2).min(OPEN_BACKOFF_MAX);
     };
-    // The real admin listener binds the same address next.
-    handle.stop(true).await;
-    let _ = server_task.await;
-    if opened.is_some() {
-        tracing::info!("the database is there: opening the relay");
+    if let Some(w) = waiting {
+        // The real admin listener binds the same address next.
+        w.stop().await;
+        if opened.is_some() {
+            tracing::info!("the database is there: opening the relay");
+        }
     }
     Ok(opened)
+}
+
+/// The admin listener of a relay waiting for its database (`admin/waiting.rs`).
+struct Waiting {
+    state: Arc<admin::waiting::Waiting>,
+    handle: actix_web::dev::ServerHandle,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Waiting {
+    fn start(config: &Config, metrics: &Arc<Metrics>, why: String) -> anyhow::Result<Self> {
+        metrics.store_reachable.set(0);
+        let state = Arc::new(admin::waiting::Waiting {
+            why: std::sync::Mutex::new(why),
+            metrics: metrics.clone(),
+        });
+        let server = admin::waiting::server(config.admin.listen, state.clone())
+            .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
+        let handle = server.handle();
+        let task = tokio::spawn(server);
+        tracing::info!(listener = "admin", addr = %config.admin.listen,
+            "admin listener up while waiting for the database (/healthz, /readyz, /metrics)");
+        crate::notify::notify("STATUS=waiting for the database");
+        Ok(Self { state, handle, task })
+    }
+
+    async fn stop(self) {
+        self.handle.stop(true).await;
+        let _ = self.task.await;
+    }
 }
 
 /// Where the store reports: group commits are counted in the metrics, and each stored

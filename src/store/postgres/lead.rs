@@ -97,24 +97,23 @@ impl Inner {
             return Ok(true);
         }
         let sent = Instant::now();
-        let took = tokio::time::timeout(CALL_TIMEOUT, async {
-            let client = self.pool.get().await?;
-            let row = client
-                .query_opt(
-                    &format!(
-                        "INSERT INTO leases (task, holder, expires_us) VALUES ($1, $2, {DB_NOW} + $3)
-                         ON CONFLICT (task) DO UPDATE SET holder = excluded.holder,
-                             expires_us = excluded.expires_us
-                         WHERE leases.holder = excluded.holder OR leases.expires_us <= {DB_NOW}
-                         RETURNING task"
-                    ),
-                    &[&task, &self.instance, &ttl_us()],
-                )
-                .await?;
-            Ok::<_, StoreError>(row.is_some())
-        })
-        .await
-        .map_err(|_| timed_out("taking a lease"))??;
+        let took = self
+            .lease_call("taking a lease", |client| async move {
+                let row = client
+                    .query_opt(
+                        &format!(
+                            "INSERT INTO leases (task, holder, expires_us) VALUES ($1, $2, {DB_NOW} + $3)
+                             ON CONFLICT (task) DO UPDATE SET holder = excluded.holder,
+                                 expires_us = excluded.expires_us
+                             WHERE leases.holder = excluded.holder OR leases.expires_us <= {DB_NOW}
+                             RETURNING task"
+                        ),
+                        &[&task, &self.instance, &ttl_us()],
+                    )
+                    .await?;
+                Ok(row.is_some())
+            })
+            .await?;
         if took {
             self.held.set(task, believed_until(sent));
             tracing::info!(task, "this relay now leads the task");
@@ -129,25 +128,36 @@ impl Inner {
             return Ok(());
         }
         let sent = Instant::now();
-        let renewed = tokio::time::timeout(CALL_TIMEOUT, async {
-            let client = self.pool.get().await?;
-            let rows = client
-                .query(
-                    &format!(
-                        "UPDATE leases SET expires_us = {DB_NOW} + $3
-                         WHERE holder = $1 AND task = ANY($2) RETURNING task"
-                    ),
-                    &[&self.instance, &tasks, &ttl_us()],
-                )
-                .await?;
-            Ok::<_, StoreError>(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
-        })
-        .await
-        .map_err(|_| timed_out("renewing the leases"))??;
+        let renewed = self
+            .lease_call("renewing the leases", |client| async move {
+                let rows = client
+                    .query(
+                        &format!(
+                            "UPDATE leases SET expires_us = {DB_NOW} + $3
+                             WHERE holder = $1 AND task = ANY($2) RETURNING task"
+                        ),
+                        &[&self.instance, &tasks, &ttl_us()],
+                    )
+                    .await?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+            })
+            .await?;
         for task in self.held.renewed(&renewed, believed_until(sent)) {
             tracing::warn!(task, "this relay lost the lead of the task (its lease was taken over)");
         }
         Ok(())
+    }
+
+    /// `call` on a pooled connection, given up on after [`CALL_TIMEOUT`] (`what` it
+    /// does, for the error).
+    async fn lease_call<T, F, Fut>(&self, what: &str, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(deadpool_postgres::Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        tokio::time::timeout(CALL_TIMEOUT, async { call(self.pool.get().await?).await })
+            .await
+            .map_err(|_| timed_out(what))?
     }
 
     /// Gives up every lease (a relay shutting down hands its tasks over at once).

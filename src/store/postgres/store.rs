@@ -184,18 +184,23 @@ impl Store for PostgresStore {
         self.write(self.retrying(|| async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            if !self.inner.may_dispatch(&tx).await? {
-                // Another relay leads dispatch now: it takes these (in order).
-                return Ok(plans.iter().map(|_| DispatchOutcome::Gone).collect());
-            }
             let ids: Vec<i64> = plans.iter().map(|p| sql_id(p.id)).collect();
+            // The lease check and the inbox rows in one round trip (pipelined, run in
+            // this order); rows a relay without the lease locked go with its rollback.
             // Another relay dispatching the same events holds their rows: skip them.
-            let rows = tx
-                .query(
+            let inbox = async {
+                tx.query(
                     "SELECT id, meta FROM events WHERE id = ANY($1) AND inbox FOR UPDATE SKIP LOCKED",
                     &[&ids],
                 )
-                .await?;
+                .await
+                .map_err(StoreError::from)
+            };
+            let (may, rows) = tokio::try_join!(self.inner.may_dispatch(&tx), inbox)?;
+            if !may {
+                // Another relay leads dispatch now: it takes these (in order).
+                return Ok(plans.iter().map(|_| DispatchOutcome::Gone).collect());
+            }
             let mut inbox = HashMap::new();
             for r in &rows {
                 inbox.insert(id_of(r.get(0)), decode_meta(r.get(1))?);
