@@ -27,6 +27,7 @@
 //!   channel; every relay listens on a connection of its own (`listen.rs`).
 
 mod apply;
+mod connect;
 mod explain;
 mod lead;
 mod listen;
@@ -42,9 +43,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-
+pub(crate) use connect::url_problem;
 pub(crate) use tls::TlsSettings;
+
+use connect::{connect_pool, session_settings_took};
 
 use super::{Committer, EventId, EventStatus, Health, NewEvent, StoreError, StoreObserver};
 
@@ -72,9 +74,6 @@ impl From<tokio_postgres::Error> for StoreError {
         }
     }
 }
-
-/// A session of this relay idle in a transaction for this long is ended by the server.
-const IDLE_IN_TRANSACTION_MS: u64 = 30_000;
 
 /// Beyond `write_timeout`, how long a write may go on before the store counts it hung
 /// (its own timeout did not fire: never expected).
@@ -135,100 +134,6 @@ pub(super) struct Inner {
     /// Relays in the fleet at the last heartbeat (0: not known yet). Alone, a relay
     /// sends no notifications: nobody would listen.
     fleet_size: std::sync::atomic::AtomicUsize,
-}
-
-/// A pool of one to `url` with the relay's session settings.
-fn connect_pool(
-    url: &str,
-    schema: &str,
-    statement_timeout: Duration,
-    tls: &TlsSettings,
-    size: usize,
-) -> Result<
-    (explain::Pool, tokio_postgres::Config, tokio_postgres_rustls::MakeRustlsConnect),
-    StoreError,
-> {
-    let (url, in_url) = tls::split_url(url)?;
-    let mut config: tokio_postgres::Config = url.parse().map_err(|_| {
-        // The parser's message may quote the URL: say what is wrong without it.
-        StoreError::Config(
-            "storage.postgres.url is not a valid PostgreSQL URL \
-             (postgres://user:password@host:port/database)"
-                .into(),
-        )
-    })?;
-    let timeout_ms = statement_timeout.as_millis();
-    // The server ends a session of this relay that sits in a transaction doing
-    // nothing (a relay frozen or cut off mid-transaction keeps its row locks, and the
-    // dispatch lease's, only that long), and probes an idle client's socket, so that
-    // a vanished relay's session goes in about a minute, not two hours.
-    config.options(format!(
-        "-c search_path={} -c statement_timeout={timeout_ms} \
-         -c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS} \
-         -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3",
-        schema::quote_ident(schema)
-    ));
-    config.application_name("hookrelay");
-    config.connect_timeout(explain::CONNECT_TIMEOUT);
-    // And the relay probes the server's: a connection to a vanished server fails in
-    // about a minute instead of hanging its caller.
-    config.keepalives(true);
-    config.keepalives_idle(Duration::from_secs(30));
-    config.keepalives_interval(Duration::from_secs(10));
-    config.keepalives_retries(3);
-    config.tcp_user_timeout(Duration::from_secs(60));
-    let mode = tls.mode.or(in_url.mode).unwrap_or_default();
-    let ca_file = tls.ca_file.as_deref().or(in_url.ca_file.as_deref());
-    let connector = tls::connector(&mut config, mode, ca_file)?;
-    let manager = Manager::from_config(
-        config.clone(),
-        connector.clone(),
-        ManagerConfig { recycling_method: RecyclingMethod::Fast },
-    );
-    let pool = Pool::builder(manager)
-        .max_size(size.max(2))
-        // With the server down, a caller gets an error instead of waiting for ever.
-        .wait_timeout(Some(POOL_TIMEOUT))
-        .create_timeout(Some(POOL_TIMEOUT))
-        .recycle_timeout(Some(POOL_TIMEOUT))
-        .runtime(deadpool_postgres::Runtime::Tokio1)
-        .build()
-        .map_err(|e| StoreError::Backend {
-            backend: "postgres",
-            message: format!("connection pool: {e}"),
-        })?;
-    let target = explain::Target::of(&config);
-    Ok((explain::Pool { pool, target }, config, connector))
-}
-
-/// Checks that the settings sent at connect (the startup `options`: `search_path`,
-/// the timeouts) took effect. A pooler between the relay and PostgreSQL may refuse or
-/// drop them (PgBouncer does, unless told to pass them); in transaction mode it also
-/// hands each transaction to any server session, so nothing set per session holds.
-async fn session_settings_took(client: &pg::Client, schema: &str) -> Result<(), StoreError> {
-    let row = client.query_one("SELECT current_setting('search_path')", &[]).await?;
-    let path: String = row.get(0);
-    if path.split(',').any(|p| p.trim().trim_matches('"') == schema) {
-        return Ok(());
-    }
-    Err(StoreError::Config(format!(
-        "the session settings hookrelay sends at connect did not take effect (search_path is \
-         {path:?}, not the schema {schema:?}): a connection pooler between the relay and \
-         PostgreSQL drops them. Connect to PostgreSQL directly, or through a session-mode \
-         pool (PgBouncer pool_mode = session) that passes the startup `options`; transaction \
-         pooling is not supported (docs/deploy.md, poolers)"
-    )))
-}
-
-/// See [`crate::store::postgres_url_problem`].
-pub(crate) fn url_problem(url: &str) -> Option<String> {
-    match tls::split_url(url) {
-        Err(e) => Some(e.to_string()),
-        Ok((rest, _)) => rest.parse::<tokio_postgres::Config>().err().map(|_| {
-            "storage.postgres.url: not a PostgreSQL URL (postgres://user:password@host:port/database)"
-                .to_owned()
-        }),
-    }
 }
 
 /// `hookrelay migrate`: applies the migrations (or, `dry_run`, lists them).
