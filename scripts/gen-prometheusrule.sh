@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds deploy/kubernetes/base/prometheusrule.yaml from deploy/prometheus/alerts.yml, the
-# one source of the alert rules; tests/deploy.rs checks that the two agree.
+# one source of the alert rules; tests/integration/deploy.rs checks that the two agree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 {

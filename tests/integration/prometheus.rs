@@ -5,7 +5,7 @@
 //! evaluated through Prometheus' HTTP API. Each must parse, and each must return data:
 //! a panel on a metric the relay does not export fails here.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

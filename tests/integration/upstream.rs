@@ -1,7 +1,7 @@
 //! Hook lifecycle against the simulator: the relay and `hookrelay sim` as real
 //! processes on loopback, a forwarding proxy as the relay's public address.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! callbacks and deliver everything again. Buffered mode is measured, not asserted
 //! (docs/deploy.md states what it loses).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,7 @@
 //! Metrics and alert rules checked by Prometheus' own tool, promtool, against a relay
 //! that has seen traffic of every kind (callbacks, deliveries that fail, upstream hooks).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! freed again. Where mounting is impossible the tests fail, saying why: a fault test
 //! that passes without its fault proves nothing (run the tests as root, as CI does).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Dispatch and delivery end to end: a real relay process, real sink servers on
 //! loopback, real sled files.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The command line: help, check-config, and serve's refusal of bad config.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -1,6 +1,6 @@
 //! The callback endpoint, end to end: real relay process, real sockets, real sled.
 
-mod common;
+use crate::common;
 
 use common::{Relay, ADMIN_TOKEN, SOURCE, TOKEN};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! no answer outside the schema, no undocumented status and no undeclared method
 //! answered other than 405, on a relay with data in it.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

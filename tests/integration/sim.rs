@@ -1,7 +1,7 @@
 //! The upstream simulator, as a real process: every rule of `upstream-api.md` it
 //! implements, and the quirks of `upstream-notes.md` it can switch on.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

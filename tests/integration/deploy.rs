@@ -2,7 +2,7 @@
 //! (verify, security), kubernetes-validate, checkov, hadolint; and kept consistent with
 //! the binary (flags, config) and with each other (alert rules, grace periods).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

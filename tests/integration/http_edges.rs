@@ -3,7 +3,7 @@
 //! disables the upstream's hook (issue 14). The widened limits live in the vendored
 //! actix-http (vendor/actix-http.patch).
 
-mod common;
+use crate::common;
 
 use common::{Relay, SOURCE, TOKEN};
 use serde_json::Value;

@@ -1,6 +1,6 @@
 //! `hookrelay events|dead-letters|destinations` against a running relay.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! spread over two relays delivered once each, two users' copies arriving at
 //! different relays delivered once, and a pause made on one relay reaching the other.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

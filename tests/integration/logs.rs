@@ -2,7 +2,7 @@
 //! each delivery attempt, carries its id (and source, event name, destination) in its
 //! span, so `grep <event id>` finds them all.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Deliveries survive a crash: retries keep their due times, an attempt in flight is
 //! made again (same webhook-id, so the consumer can drop the repeat).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,6 +1,6 @@
 //! SIGTERM: readiness drops, in-flight callbacks finish and are stored, exit code 0.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,0 +1,33 @@
+//! The integration tests: the real binary, real sockets, real sled files, real
+//! PostgreSQL servers and third-party checkers, one module per part of the product.
+//!
+//! One test binary, not one per file: each binary links the whole relay and compiles
+//! the harness again, which made linking most of CI's build time. Tests of every
+//! module run side by side (as many at once as `cargo test` runs threads), so each
+//! test owns its ports, directories, mounts and servers, and its bounds hold with
+//! another test running beside it. `cargo test --test integration postgres::` runs one
+//! module.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cli;
+mod cli_admin;
+mod delivery;
+mod delivery_restart;
+mod deploy;
+mod disk_full;
+mod durability;
+mod http_edges;
+mod ingress;
+mod liveness;
+mod logs;
+mod observability;
+mod openapi;
+mod postgres;
+mod power_loss;
+mod prometheus;
+mod shutdown;
+mod signatures;
+mod sim;
+mod upstream;
