@@ -11,9 +11,10 @@ use async_trait::async_trait;
 
 use super::lifecycle::{self, AttemptReport, Changes, DedupEntry, Queue, Staged, View};
 use super::{
-    Claim, ClaimTable, DeadLetterFilter, DeliveryRecord, DeliveryState, DispatchOutcome,
-    DispatchPlan, EventFilter, EventId, EventMeta, EventRecord, EventStatus, NewEvent,
-    PendingEvent, QueueCounts, QueueStats, Recorded, Store, StoreError,
+    Claim, ClaimTable, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord,
+    DeliveryState, Dispatch, DispatchOutcome, DispatchPlan, EventFilter, EventId, EventLog,
+    EventMeta, EventRecord, EventStatus, NewEvent, PendingEvent, QueueCounts, QueueStats, Recorded,
+    SharedState, StoreError, Upkeep,
 };
 use crate::config::RetryPolicy;
 use crate::lock::lock;
@@ -134,7 +135,7 @@ fn micros(d: Duration) -> u64 {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
+impl EventLog for MemoryStore {
     async fn append(&self, event: NewEvent) -> Result<EventId, StoreError> {
         let started = std::time::Instant::now();
         let failure = *lock(&self.fail_appends);
@@ -188,12 +189,37 @@ impl Store for MemoryStore {
             .collect())
     }
 
+    async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
+        let mut d = lock(&self.data);
+        let candidates: Vec<EventId> =
+            d.events.range(..EventId::new(before_us)).map(|(id, _)| *id).collect();
+        let mut pruned = 0;
+        for id in candidates {
+            if pruned >= limit {
+                break;
+            }
+            let meta = d.events[&id].clone();
+            let deliveries: Vec<DeliveryRecord> = d
+                .deliveries
+                .range((id, String::new())..)
+                .take_while(|((e, _), _)| *e == id)
+                .map(|(_, r)| r.clone())
+                .collect();
+            let mut st = Staged::new(&*d);
+            if lifecycle::prune(&mut st, id, &meta, &deliveries, before_us)? {
+                let changes = st.into_changes();
+                d.apply(changes);
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
+    }
+}
+
+#[async_trait]
+impl Dispatch for MemoryStore {
     async fn inbox_len(&self) -> Result<u64, StoreError> {
         Ok(lock(&self.data).inbox.len() as u64)
-    }
-
-    async fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(0)
     }
 
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
@@ -239,7 +265,10 @@ impl Store for MemoryStore {
     async fn dedup_len(&self) -> Result<u64, StoreError> {
         Ok(lock(&self.data).dedup.len() as u64)
     }
+}
 
+#[async_trait]
+impl DeliveryQueue for MemoryStore {
     async fn claim_due(
         &self,
         destination: &str,
@@ -395,33 +424,13 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
+}
 
-    async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
-        let mut d = lock(&self.data);
-        let candidates: Vec<EventId> =
-            d.events.range(..EventId::new(before_us)).map(|(id, _)| *id).collect();
-        let mut pruned = 0;
-        for id in candidates {
-            if pruned >= limit {
-                break;
-            }
-            let meta = d.events[&id].clone();
-            let deliveries: Vec<DeliveryRecord> = d
-                .deliveries
-                .range((id, String::new())..)
-                .take_while(|((e, _), _)| *e == id)
-                .map(|(_, r)| r.clone())
-                .collect();
-            let mut st = Staged::new(&*d);
-            if lifecycle::prune(&mut st, id, &meta, &deliveries, before_us)? {
-                let changes = st.into_changes();
-                d.apply(changes);
-                pruned += 1;
-            }
-        }
-        Ok(pruned)
-    }
+/// The whole fleet is this process (one process owns a memory store): every default answer.
+impl Coordination for MemoryStore {}
 
+#[async_trait]
+impl SharedState for MemoryStore {
     async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(lock(&self.data).upstream.get(key).cloned())
     }
@@ -442,6 +451,13 @@ impl Store for MemoryStore {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
+    }
+}
+
+#[async_trait]
+impl Upkeep for MemoryStore {
+    async fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(0)
     }
 
     async fn close(&self) -> Result<(), StoreError> {

@@ -27,6 +27,10 @@ pub(crate) trait Harness: Send {
     async fn open(&mut self) -> SharedStore;
     /// The same data in a new process: the caller has dropped every handle.
     async fn reopen(&mut self) -> SharedStore;
+    /// Whether the backend keeps its data on disk (its size is then more than zero).
+    fn on_disk(&self) -> bool {
+        true
+    }
 }
 
 pub(crate) struct Memory(Option<MemoryStore>);
@@ -40,6 +44,9 @@ impl Harness for Memory {
     }
     async fn reopen(&mut self) -> SharedStore {
         Arc::new(self.0.as_ref().expect("opened").restart())
+    }
+    fn on_disk(&self) -> bool {
+        false
     }
 }
 
@@ -192,7 +199,7 @@ fn about(mut event: NewEvent, record: &str) -> NewEvent {
     event
 }
 
-// ---- the scenarios (`events.rs`, `deliveries.rs`), on every backend
+// ---- the scenarios, one file per trait of the contract, on every backend
 
 macro_rules! conformance {
     ($backend:ident, $make:expr) => {
@@ -201,71 +208,83 @@ macro_rules! conformance {
 
             #[tokio::test]
             async fn ids_listing_bodies_and_reopen() {
-                super::events::ids_listing_bodies_and_reopen(&mut $make).await;
+                super::event_log::ids_listing_bodies_and_reopen(&mut $make).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn concurrent_appends_get_unique_ids() {
-                super::events::concurrent_appends_get_unique_ids(&mut $make).await;
+                super::event_log::concurrent_appends_get_unique_ids(&mut $make).await;
             }
             #[tokio::test]
             async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched() {
-                super::events::ids_after_pruning_the_newest_and_a_restart_are_dispatched(
+                super::dispatch::ids_after_pruning_the_newest_and_a_restart_are_dispatched(
                     &mut $make,
                 )
                 .await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn counts_survive_concurrent_append_and_dispatch() {
-                super::events::counts_survive_concurrent_append_and_dispatch(&mut $make).await;
+                super::dispatch::counts_survive_concurrent_append_and_dispatch(&mut $make).await;
             }
             #[tokio::test]
             async fn dispatch_dedups_routes_and_schedules() {
-                super::deliveries::dispatch_dedups_routes_and_schedules(&mut $make).await;
+                super::dispatch::dispatch_dedups_routes_and_schedules(&mut $make).await;
             }
             #[tokio::test]
             async fn claims_nobody_holds_are_given_back() {
-                super::deliveries::claims_nobody_holds_are_given_back(&mut $make).await;
+                super::delivery_queue::claims_nobody_holds_are_given_back(&mut $make).await;
             }
             #[tokio::test]
             async fn claims_are_leased_and_checked() {
-                super::deliveries::claims_are_leased_and_checked(&mut $make).await;
+                super::delivery_queue::claims_are_leased_and_checked(&mut $make).await;
             }
             #[tokio::test]
             async fn an_earlier_due_delivery_is_still_claimed() {
-                super::deliveries::an_earlier_due_delivery_is_still_claimed(&mut $make).await;
+                super::delivery_queue::an_earlier_due_delivery_is_still_claimed(&mut $make).await;
             }
             #[tokio::test]
             async fn attempts_are_recorded_in_batches() {
-                super::deliveries::attempts_are_recorded_in_batches(&mut $make).await;
+                super::delivery_queue::attempts_are_recorded_in_batches(&mut $make).await;
             }
             #[tokio::test]
             async fn attempts_retry_die_replay_and_discard() {
-                super::deliveries::attempts_retry_die_replay_and_discard(&mut $make).await;
+                super::delivery_queue::attempts_retry_die_replay_and_discard(&mut $make).await;
             }
             #[tokio::test]
             async fn open_destinations_are_listed() {
-                super::deliveries::open_destinations_are_listed(&mut $make).await;
+                super::delivery_queue::open_destinations_are_listed(&mut $make).await;
             }
             #[tokio::test]
             async fn per_resource_order() {
-                super::deliveries::per_resource_order(&mut $make).await;
+                super::delivery_queue::per_resource_order(&mut $make).await;
             }
             #[tokio::test]
             async fn events_are_found_by_record() {
-                super::events::events_are_found_by_record(&mut $make).await;
+                super::event_log::events_are_found_by_record(&mut $make).await;
             }
             #[tokio::test]
             async fn prune_keeps_what_is_not_finished() {
-                super::deliveries::prune_keeps_what_is_not_finished(&mut $make).await;
+                super::event_log::prune_keeps_what_is_not_finished(&mut $make).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn prune_and_replay_race_leaves_no_orphan() {
-                super::deliveries::prune_and_replay_race_leaves_no_orphan(&mut $make).await;
+                super::event_log::prune_and_replay_race_leaves_no_orphan(&mut $make).await;
             }
             #[tokio::test]
-            async fn pauses_and_upstream_state_are_shared_and_durable() {
-                super::deliveries::pauses_and_upstream_state_are_shared_and_durable(&mut $make)
+            async fn pauses_are_durable() {
+                super::delivery_queue::pauses_are_durable(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn upstream_state_is_durable_and_scanned_by_prefix() {
+                super::shared_state::upstream_state_is_durable_and_scanned_by_prefix(&mut $make)
                     .await;
+            }
+            #[tokio::test]
+            async fn a_sole_relay_leads_and_is_the_whole_fleet() {
+                super::coordination::a_sole_relay_leads_and_is_the_whole_fleet(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn it_answers_reports_its_size_and_closes_durably() {
+                super::upkeep::it_answers_reports_its_size_and_closes_durably(&mut $make).await;
             }
             #[test]
             fn model() {
@@ -279,6 +298,10 @@ conformance!(memory, Memory(None));
 conformance!(sled, Sled::new());
 conformance!(postgres, Postgres::new());
 
-mod deliveries;
-mod events;
+mod coordination;
+mod delivery_queue;
+mod dispatch;
+mod event_log;
 mod model;
+mod shared_state;
+mod upkeep;

@@ -216,7 +216,7 @@ mod tests {
 
     use super::APPLICATION_NAME;
     use crate::store::conformance::{plan, received};
-    use crate::store::{Store, Wake};
+    use crate::store::{Coordination, DeliveryQueue, Dispatch, EventLog, Wake};
 
     /// The next wake-up that is not `All`, within 10 s.
     async fn next_due(rx: &mut Receiver<Wake>) -> String {

@@ -28,15 +28,21 @@
 
 mod apply;
 mod connect;
+mod coordination;
+mod delivery_queue;
+mod dispatch;
+mod event_log;
 mod explain;
 mod lead;
 mod listen;
 mod prune;
 pub(super) mod schema;
+mod shared_state;
 mod store;
 #[cfg(test)]
 pub(crate) mod test_server;
 mod tls;
+mod upkeep;
 mod view;
 
 use std::sync::atomic::AtomicU64;
@@ -389,7 +395,7 @@ mod tests {
 
     use super::test_server;
     use crate::store::conformance::Postgres;
-    use crate::store::Store;
+    use crate::store::{Coordination, Dispatch, EventLog, Upkeep};
 
     /// Two stores on one new database, as two relays of a fleet hold it.
     pub(super) async fn two_relays(

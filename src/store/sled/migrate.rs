@@ -86,7 +86,9 @@ pub(super) fn drop_v1_trees(db: &sled::Db) -> Result<(), StoreError> {
 mod tests {
     use super::*;
     use crate::store::sled::testutil;
-    use crate::store::{EventFilter, EventId, EventMeta, EventNameOrigin, EventStatus, Store};
+    use crate::store::{
+        Dispatch, EventFilter, EventId, EventLog, EventMeta, EventNameOrigin, EventStatus,
+    };
 
     /// Version 1 stored `EventMeta` as serde JSON, as today.
     fn meta_json(status: EventStatus, destinations: &[&str]) -> Vec<u8> {

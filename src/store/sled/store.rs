@@ -11,8 +11,9 @@ use super::{Inner, SledStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryRecord, DispatchOutcome, DispatchPlan, EventFilter, EventId,
-    EventRecord, NewEvent, PendingEvent, QueueStats, Recorded, Store, StoreError,
+    Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
+    DispatchOutcome, DispatchPlan, EventFilter, EventId, EventLog, EventRecord, NewEvent,
+    PendingEvent, QueueStats, Recorded, SharedState, StoreError, Upkeep,
 };
 
 impl SledStore {
@@ -51,7 +52,7 @@ impl SledStore {
 }
 
 #[async_trait]
-impl Store for SledStore {
+impl EventLog for SledStore {
     async fn append(&self, event: NewEvent) -> Result<EventId, StoreError> {
         self.committer.submit(event).await
     }
@@ -68,12 +69,15 @@ impl Store for SledStore {
         self.run(move |s| s.list_events(&filter)).await
     }
 
+    async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |s| s.prune(before_us, limit)).await
+    }
+}
+
+#[async_trait]
+impl Dispatch for SledStore {
     async fn inbox_len(&self) -> Result<u64, StoreError> {
         Ok(super::non_negative(&self.inner.inbox_count))
-    }
-
-    async fn size_on_disk(&self) -> Result<u64, StoreError> {
-        self.run(Inner::size_on_disk).await
     }
 
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
@@ -113,7 +117,10 @@ impl Store for SledStore {
     async fn dedup_len(&self) -> Result<u64, StoreError> {
         Ok(super::non_negative(&self.inner.dedup_count))
     }
+}
 
+#[async_trait]
+impl DeliveryQueue for SledStore {
     async fn claim_due(
         &self,
         destination: &str,
@@ -200,11 +207,13 @@ impl Store for SledStore {
         let dest = destination.to_owned();
         self.write(move |s| s.set_paused(&dest, paused)).await
     }
+}
 
-    async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
-        self.write(move |s| s.prune(before_us, limit)).await
-    }
+/// The whole fleet is this process (one process owns a sled store): every default answer.
+impl Coordination for SledStore {}
 
+#[async_trait]
+impl SharedState for SledStore {
     async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key.to_owned();
         self.run(move |s| s.upstream_get(&key)).await
@@ -218,6 +227,13 @@ impl Store for SledStore {
     async fn upstream_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let prefix = prefix.to_owned();
         self.run(move |s| s.upstream_scan(&prefix)).await
+    }
+}
+
+#[async_trait]
+impl Upkeep for SledStore {
+    async fn size_on_disk(&self) -> Result<u64, StoreError> {
+        self.run(Inner::size_on_disk).await
     }
 
     async fn close(&self) -> Result<(), StoreError> {

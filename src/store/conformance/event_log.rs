@@ -1,5 +1,5 @@
-//! Conformance scenarios of events: ids, listing, bodies, restarts, the inbox and
-//! dedup counts under races, search by record.
+//! Conformance of [`EventLog`](crate::store::EventLog): ids, listing, bodies,
+//! restarts, search by record, retention.
 
 use super::*;
 
@@ -67,59 +67,6 @@ pub(super) async fn concurrent_appends_get_unique_ids(h: &mut dyn Harness) {
     store.close().await.unwrap();
 }
 
-/// The inbox and dedup counts end where the data is when appends and dispatch race:
-/// dispatch may take an event before `append` has counted it (a sled count clamped at
-/// zero lost that decrement and reported a non-empty inbox for good).
-pub(super) async fn counts_survive_concurrent_append_and_dispatch(h: &mut dyn Harness) {
-    const WRITERS: u64 = 4;
-    const EACH: u64 = 1_000;
-    let store = h.open().await;
-    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let (store, done) = (store.clone(), done.clone());
-            tokio::spawn(async move {
-                for i in 0..EACH {
-                    let body = format!("{{\"w\":{w},\"i\":{i}}}");
-                    store.append(received("demo", "A", 1_000 + i, &body)).await.unwrap();
-                }
-                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            })
-        })
-        .collect();
-    // Every event its own dedup key (from its id), no destination.
-    let planner: crate::store::Planner = Arc::new(|p: &PendingEvent| {
-        let mut hash = [0u8; 16];
-        hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
-        DispatchPlan {
-            id: p.id,
-            dedup: Some(DedupKey { hash, window_us: 600 * S }),
-            destinations: Vec::new(),
-            ordered: Vec::new(),
-            resource: None,
-        }
-    });
-    let mut dispatched = 0u64;
-    loop {
-        let finished = done.load(std::sync::atomic::Ordering::SeqCst) == WRITERS as usize;
-        let (pending, _, _) = store.dispatch_next(8, planner.clone(), 2_000).await.unwrap();
-        dispatched += pending.len() as u64;
-        if finished && pending.is_empty() {
-            break;
-        }
-        if pending.is_empty() {
-            tokio::task::yield_now().await;
-        }
-    }
-    for w in writers {
-        w.await.unwrap();
-    }
-    assert_eq!(dispatched, WRITERS * EACH);
-    assert_eq!(store.inbox_len().await.unwrap(), 0, "the inbox is empty and so is its count");
-    assert_eq!(store.dedup_len().await.unwrap(), WRITERS * EACH);
-    store.close().await.unwrap();
-}
-
 /// Listing by record: found in the inbox and after dispatch, filtered and paged like
 /// any listing, gone with its event, and the same after a restart.
 pub(super) async fn events_are_found_by_record(h: &mut dyn Harness) {
@@ -173,24 +120,114 @@ pub(super) async fn events_are_found_by_record(h: &mut dyn Harness) {
     store.close().await.unwrap();
 }
 
-/// Retention deleted the newest events, then the relay restarted: an event stored
-/// with the same receive time (the clock stood still, or stepped back) is still
-/// pending and found by its record (sled once handed out an id at its dispatch
-/// cursor, which left the event undispatched for good; the model test found it).
-pub(super) async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched(h: &mut dyn Harness) {
+pub(super) async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     let store = h.open().await;
-    let first = append_all(&store, vec![about(received("demo", "A", S, "{}"), "actions/0")]).await;
-    store.dispatch(vec![plan(first[0], 1, &[])], 2 * S).await.unwrap();
-    assert_eq!(store.prune(10 * S, 10).await.unwrap(), 1);
-    drop(store);
-    let store = h.reopen().await;
-    let second = append_all(&store, vec![about(received("demo", "A", S, "{}"), "actions/0")]).await;
-    let pending = store.pending(10).await.unwrap();
-    assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), second, "still to dispatch");
-    let by_record =
-        EventFilter { record: Some("actions/0".into()), limit: 10, ..Default::default() };
-    let found: Vec<EventId> =
-        store.list_events(by_record).await.unwrap().into_iter().map(|r| r.id).collect();
-    assert_eq!(found, second);
-    store.close().await.unwrap();
+    let ids = append_all(
+        &store,
+        vec![
+            received("demo", "A", S, "{}"),
+            received("demo", "A", S + 1, "{}"),
+            received("demo", "A", S + 2, "{}"),
+            rejected(S + 3),
+            received("demo", "A", S + 4, "{}"), // stays in the inbox
+        ],
+    )
+    .await;
+    store
+        .dispatch(
+            vec![plan(ids[0], 1, &["a"]), plan(ids[1], 2, &["a"]), plan(ids[2], 3, &[])],
+            2 * S,
+        )
+        .await
+        .unwrap();
+    // ids[0] delivered; ids[1] dead.
+    for (outcome, _) in [(Outcome::Success, ids[0]), (Outcome::Permanent, ids[1])] {
+        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 1).await.unwrap();
+        record(&store, &claims[0], report(outcome, 2 * S)).await;
+    }
+    assert_eq!(store.prune(S, 100).await.unwrap(), 0, "nothing received before the cutoff");
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 3, "delivered, unrouted, rejected");
+    assert_eq!(store.event(ids[0]).await.unwrap(), None);
+    assert_eq!(store.body(ids[0]).await.unwrap(), None);
+    assert!(store.deliveries_of(ids[0]).await.unwrap().is_empty(), "with its deliveries");
+    assert!(store.event(ids[1]).await.unwrap().is_some(), "a dead letter keeps its event");
+    assert!(store.event(ids[4]).await.unwrap().is_some(), "the inbox is never pruned");
+    // Replayed and delivered: then it goes, and the limit holds.
+    store.replay(ids[1], vec!["a".into()], 3 * S).await.unwrap();
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 0, "a scheduled delivery keeps its event");
+    let claims = store.claim_due("a", "r1", 3 * S, LEASE, 1).await.unwrap();
+    record(&store, &claims[0], report(Outcome::Success, 3 * S)).await;
+    assert_eq!(store.prune(10 * S, 0).await.unwrap(), 0);
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 1);
+    assert_eq!(
+        store.claim_due("a", "r1", 100 * S, LEASE, 10).await.unwrap().len(),
+        0,
+        "no orphan schedule entry"
+    );
+}
+
+/// The retention race: a replay committed between retention's decision and its delete
+/// left a schedule entry without a delivery record, retried every second forever.
+/// Prune and replay run concurrently here; afterwards every event is either gone
+/// whole or has its replayed delivery, and every due entry has its record.
+pub(super) async fn prune_and_replay_race_leaves_no_orphan(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let n = 200u64;
+    let events: Vec<NewEvent> = (0..n).map(|i| received("demo", "A", S + i, "{}")).collect();
+    let ids = append_all(&store, events).await;
+    let plans = ids
+        .iter()
+        .map(|id| plan(*id, (id.raw() % 250) as u8, &["a"]))
+        .map(|p| DispatchPlan { dedup: None, ..p })
+        .collect();
+    store.dispatch(plans, 2 * S).await.unwrap();
+    loop {
+        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 64).await.unwrap();
+        if claims.is_empty() {
+            break;
+        }
+        let batch = claims.into_iter().map(|c| (c, report(Outcome::Success, 2 * S))).collect();
+        store.record_attempts(batch, &policy()).await.unwrap();
+    }
+    let pruner = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut pruned = 0;
+            for _ in 0..50 {
+                pruned += store.prune(10 * S + n, 5).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            pruned
+        })
+    };
+    let replayer = {
+        let (store, ids) = (store.clone(), ids.clone());
+        tokio::spawn(async move {
+            let mut replayed = 0;
+            for id in ids.iter().rev() {
+                replayed += store.replay(*id, vec!["a".into()], 3 * S).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            replayed
+        })
+    };
+    let (pruned, replayed) = (pruner.await.unwrap(), replayer.await.unwrap());
+    assert_eq!(pruned + replayed, n as usize, "each event was pruned or replayed, not both");
+    let mut pending = 0;
+    for id in &ids {
+        let event = store.event(*id).await.unwrap();
+        let deliveries = store.deliveries_of(*id).await.unwrap();
+        match event {
+            None => assert!(deliveries.is_empty(), "a pruned event took its deliveries"),
+            Some(_) => {
+                assert_eq!(deliveries.len(), 1);
+                assert_eq!(deliveries[0].state, DeliveryState::Pending);
+                pending += 1;
+            }
+        }
+    }
+    assert_eq!(pending, replayed);
+    assert_eq!(store.queue_stats("a").await.unwrap().pending, replayed as u64);
+    let due = store.claim_due("a", "r1", 4 * S, LEASE, 10_000).await.unwrap();
+    assert_eq!(due.len(), replayed, "every due entry has its record, and no entry is orphaned");
 }

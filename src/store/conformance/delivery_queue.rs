@@ -1,69 +1,8 @@
-//! Conformance scenarios of deliveries: dispatch, claims and leases, attempts,
-//! retries and dead letters, per-resource order, retention, shared small state.
+//! Conformance of [`DeliveryQueue`](crate::store::DeliveryQueue): claims and
+//! leases, attempts, retries and dead letters, replay and discard, per-resource order,
+//! open destinations, pauses.
 
 use super::*;
-
-pub(super) async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
-    let store = h.open().await;
-    let ids = append_all(
-        &store,
-        vec![
-            received("demo", "ActionCreated", 10 * S, "{}"),
-            received("demo", "ActionCreated", 11 * S, "{}"),
-            received("demo", "ActionCreated", 700 * S, "{}"),
-            received("demo", "ActionCreated", 701 * S, "{}"),
-            received("demo", "ActionCreated", 702 * S, "{}"),
-        ],
-    )
-    .await;
-    let pending = store.pending(10).await.unwrap();
-    assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
-    let outcomes = store
-        .dispatch(
-            vec![
-                plan(ids[0], 7, &["a", "b"]),
-                plan(ids[1], 7, &["a", "b"]), // same key, in the window: duplicate
-                plan(ids[2], 7, &["a"]),      // same key, window over: a new original
-                plan(ids[3], 8, &[]),         // nobody wants it
-                DispatchPlan { dedup: None, ..plan(ids[4], 7, &["b"]) }, // dedup off
-                plan(EventId::new(99), 9, &["a"]), // not in the inbox
-            ],
-            800 * S,
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        outcomes,
-        [
-            DispatchOutcome::Dispatched(2),
-            DispatchOutcome::Duplicate { original: ids[0] },
-            DispatchOutcome::Dispatched(1),
-            DispatchOutcome::Unrouted,
-            DispatchOutcome::Dispatched(1),
-            DispatchOutcome::Gone,
-        ]
-    );
-    assert_eq!(store.inbox_len().await.unwrap(), 0);
-    assert_eq!(store.dedup_len().await.unwrap(), 2, "keys 7 and 8 (unrouted events hold theirs)");
-    let dup = store.event(ids[1]).await.unwrap().unwrap();
-    assert_eq!((dup.meta.status, dup.meta.duplicate_of), (EventStatus::Duplicate, Some(ids[0])));
-    assert_eq!(store.body(ids[1]).await.unwrap().unwrap(), b"{}", "duplicates keep their body");
-    assert_eq!(store.event(ids[3]).await.unwrap().unwrap().meta.status, EventStatus::Unrouted);
-    assert_eq!(store.event(ids[0]).await.unwrap().unwrap().meta.destinations, ["a", "b"]);
-    // Dispatching again finds nothing: a second relay or a retry after a crash.
-    let again = store.dispatch(vec![plan(ids[0], 7, &["a"])], 800 * S).await.unwrap();
-    assert_eq!(again, [DispatchOutcome::Gone]);
-    let q = store.queue_stats("a").await.unwrap();
-    assert_eq!(q, QueueStats { pending: 2, oldest: Some(ids[0]), ..QueueStats::default() });
-    let claims = store.claim_due("a", "r1", 800 * S, LEASE, 10).await.unwrap();
-    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[0], ids[2]]);
-    assert!(claims.iter().all(|c| c.record.state == DeliveryState::Pending && c.due_us == 800 * S));
-    assert_eq!(store.next_due_after("a", 799 * S).await.unwrap(), Some(800 * S));
-    assert_eq!(store.next_due_after("a", 800 * S).await.unwrap(), None);
-    // Key 7 (renewed by ids[2]) ends at 1,300 s, key 8 a second later.
-    assert_eq!(store.purge_dedup(1_300 * S).await.unwrap(), 1);
-    assert_eq!(store.dedup_len().await.unwrap(), 1);
-}
 
 pub(super) async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
     let store = h.open().await;
@@ -342,137 +281,6 @@ pub(super) async fn per_resource_order(h: &mut dyn Harness) {
     assert_eq!(store.claim_due("o", "r1", now, LEASE, 10).await.unwrap().len(), 1);
 }
 
-pub(super) async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
-    let store = h.open().await;
-    let ids = append_all(
-        &store,
-        vec![
-            received("demo", "A", S, "{}"),
-            received("demo", "A", S + 1, "{}"),
-            received("demo", "A", S + 2, "{}"),
-            rejected(S + 3),
-            received("demo", "A", S + 4, "{}"), // stays in the inbox
-        ],
-    )
-    .await;
-    store
-        .dispatch(
-            vec![plan(ids[0], 1, &["a"]), plan(ids[1], 2, &["a"]), plan(ids[2], 3, &[])],
-            2 * S,
-        )
-        .await
-        .unwrap();
-    // ids[0] delivered; ids[1] dead.
-    for (outcome, _) in [(Outcome::Success, ids[0]), (Outcome::Permanent, ids[1])] {
-        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 1).await.unwrap();
-        record(&store, &claims[0], report(outcome, 2 * S)).await;
-    }
-    assert_eq!(store.prune(S, 100).await.unwrap(), 0, "nothing received before the cutoff");
-    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 3, "delivered, unrouted, rejected");
-    assert_eq!(store.event(ids[0]).await.unwrap(), None);
-    assert_eq!(store.body(ids[0]).await.unwrap(), None);
-    assert!(store.deliveries_of(ids[0]).await.unwrap().is_empty(), "with its deliveries");
-    assert!(store.event(ids[1]).await.unwrap().is_some(), "a dead letter keeps its event");
-    assert!(store.event(ids[4]).await.unwrap().is_some(), "the inbox is never pruned");
-    // Replayed and delivered: then it goes, and the limit holds.
-    store.replay(ids[1], vec!["a".into()], 3 * S).await.unwrap();
-    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 0, "a scheduled delivery keeps its event");
-    let claims = store.claim_due("a", "r1", 3 * S, LEASE, 1).await.unwrap();
-    record(&store, &claims[0], report(Outcome::Success, 3 * S)).await;
-    assert_eq!(store.prune(10 * S, 0).await.unwrap(), 0);
-    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 1);
-    assert_eq!(
-        store.claim_due("a", "r1", 100 * S, LEASE, 10).await.unwrap().len(),
-        0,
-        "no orphan schedule entry"
-    );
-}
-
-/// The retention race: a replay committed between retention's decision and its delete
-/// left a schedule entry without a delivery record, retried every second forever.
-/// Prune and replay run concurrently here; afterwards every event is either gone
-/// whole or has its replayed delivery, and every due entry has its record.
-pub(super) async fn prune_and_replay_race_leaves_no_orphan(h: &mut dyn Harness) {
-    let store = h.open().await;
-    let n = 200u64;
-    let events: Vec<NewEvent> = (0..n).map(|i| received("demo", "A", S + i, "{}")).collect();
-    let ids = append_all(&store, events).await;
-    let plans = ids
-        .iter()
-        .map(|id| plan(*id, (id.raw() % 250) as u8, &["a"]))
-        .map(|p| DispatchPlan { dedup: None, ..p })
-        .collect();
-    store.dispatch(plans, 2 * S).await.unwrap();
-    loop {
-        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 64).await.unwrap();
-        if claims.is_empty() {
-            break;
-        }
-        let batch = claims.into_iter().map(|c| (c, report(Outcome::Success, 2 * S))).collect();
-        store.record_attempts(batch, &policy()).await.unwrap();
-    }
-    let pruner = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let mut pruned = 0;
-            for _ in 0..50 {
-                pruned += store.prune(10 * S + n, 5).await.unwrap();
-                tokio::task::yield_now().await;
-            }
-            pruned
-        })
-    };
-    let replayer = {
-        let (store, ids) = (store.clone(), ids.clone());
-        tokio::spawn(async move {
-            let mut replayed = 0;
-            for id in ids.iter().rev() {
-                replayed += store.replay(*id, vec!["a".into()], 3 * S).await.unwrap();
-                tokio::task::yield_now().await;
-            }
-            replayed
-        })
-    };
-    let (pruned, replayed) = (pruner.await.unwrap(), replayer.await.unwrap());
-    assert_eq!(pruned + replayed, n as usize, "each event was pruned or replayed, not both");
-    let mut pending = 0;
-    for id in &ids {
-        let event = store.event(*id).await.unwrap();
-        let deliveries = store.deliveries_of(*id).await.unwrap();
-        match event {
-            None => assert!(deliveries.is_empty(), "a pruned event took its deliveries"),
-            Some(_) => {
-                assert_eq!(deliveries.len(), 1);
-                assert_eq!(deliveries[0].state, DeliveryState::Pending);
-                pending += 1;
-            }
-        }
-    }
-    assert_eq!(pending, replayed);
-    assert_eq!(store.queue_stats("a").await.unwrap().pending, replayed as u64);
-    let due = store.claim_due("a", "r1", 4 * S, LEASE, 10_000).await.unwrap();
-    assert_eq!(due.len(), replayed, "every due entry has its record, and no entry is orphaned");
-}
-
-pub(super) async fn pauses_and_upstream_state_are_shared_and_durable(h: &mut dyn Harness) {
-    let store = h.open().await;
-    store.set_paused("a", true).await.unwrap();
-    store.set_paused("b", true).await.unwrap();
-    store.set_paused("b", false).await.unwrap();
-    store.upstream_put("oauth/demo/alice", Some(b"t1".to_vec())).await.unwrap();
-    store.upstream_put("gap/demo/alice/A", Some(b"g".to_vec())).await.unwrap();
-    store.upstream_put("gap/demo/alice/B", Some(b"h".to_vec())).await.unwrap();
-    store.upstream_put("gap/demo/alice/B", None).await.unwrap();
-    drop(store);
-    let store = h.reopen().await;
-    assert_eq!(store.paused().await.unwrap(), ["a".to_owned()].into());
-    assert_eq!(store.upstream_get("oauth/demo/alice").await.unwrap().as_deref(), Some(&b"t1"[..]));
-    assert_eq!(store.upstream_get("nope").await.unwrap(), None);
-    let gaps = store.upstream_scan("gap/demo/").await.unwrap();
-    assert_eq!(gaps, [("gap/demo/alice/A".to_owned(), b"g".to_vec())]);
-    store.close().await.unwrap();
-}
-
 /// Destinations with deliveries still to make are listed (retention retires those of a
 /// destination removed from the config); one whose deliveries all ended is not, and
 /// the list survives a reopen.
@@ -506,4 +314,19 @@ pub(super) async fn open_destinations_are_listed(h: &mut dyn Harness) {
     drop(store);
     let store = h.reopen().await;
     assert_eq!(store.open_destinations().await.unwrap(), ["c"]);
+}
+
+/// Pauses are shared state of the queue: set and cleared, and still set after a restart.
+pub(super) async fn pauses_are_durable(h: &mut dyn Harness) {
+    let store = h.open().await;
+    store.set_paused("a", true).await.unwrap();
+    store.set_paused("b", true).await.unwrap();
+    store.set_paused("b", false).await.unwrap();
+    assert_eq!(store.paused().await.unwrap(), ["a".to_owned()].into());
+    drop(store);
+    let store = h.reopen().await;
+    assert_eq!(store.paused().await.unwrap(), ["a".to_owned()].into());
+    store.set_paused("a", false).await.unwrap();
+    assert!(store.paused().await.unwrap().is_empty());
+    store.close().await.unwrap();
 }

@@ -1,0 +1,108 @@
+//! The delivery queue: each destination's deliveries, claimed by a worker, attempted,
+//! retried, dead, replayed, paused.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::config::RetryPolicy;
+use crate::store::lifecycle::AttemptReport;
+use crate::store::{
+    Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, Recorded, StoreError,
+};
+
+/// A claim's lease beyond its attempt's own bound (the request's timeout): room to
+/// record the attempt. An attempt outliving it (a stalled relay) may be made again by
+/// another relay.
+pub(crate) const CLAIM_MARGIN: Duration = Duration::from_secs(60);
+
+/// How long after its owner last announced itself (a fleet heartbeat, on the store's
+/// clock) a claim of `lease` is taken over: the attempt's bound (`lease` less
+/// [`CLAIM_MARGIN`]) after [`crate::fleet::LIVE_FOR`]. A relay starts no attempt once
+/// its heartbeat has failed for [`crate::fleet::FENCE`] (shorter), so by then its last
+/// attempt has ended: the delivery is never in flight twice at once. A killed relay's
+/// deliveries move on within seconds instead of a whole lease.
+pub(crate) fn owner_silence(lease: Duration) -> Duration {
+    lease.saturating_sub(CLAIM_MARGIN) + crate::fleet::LIVE_FOR
+}
+
+/// The deliveries: claimed and recorded by the delivery workers, listed, replayed,
+/// discarded and paused by the admin API.
+#[async_trait]
+pub(crate) trait DeliveryQueue: Send + Sync {
+    /// Claims up to `limit` of `destination`'s deliveries due at `now_us`, earliest
+    /// first, for `owner` until `now_us + lease`. A delivery claimed by anyone whose
+    /// lease has not expired is skipped; an expired claim is taken over, and so, in a
+    /// fleet, is the claim of a relay silent for [`owner_silence`]`(lease)` (its
+    /// heartbeat lapsed: it died, or it is cut off and starts nothing).
+    async fn claim_due(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claim>, StoreError>;
+    /// Gives a claim back without an attempt (it is due again at once).
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError>;
+    /// Gives back every claim of `owner` on `destination` whose token is not in `keep`
+    /// (the claims its worker holds): claims a call took whose answer never reached
+    /// the worker (given up on by a timeout after the store had done it, or dropped
+    /// with a restarted worker), which would otherwise wait a whole lease. Returns how
+    /// many.
+    async fn release_unknown(
+        &self,
+        destination: &str,
+        owner: &str,
+        keep: &[u64],
+    ) -> Result<usize, StoreError>;
+    /// When the destination's next delivery after `now_us` is due.
+    async fn next_due_after(
+        &self,
+        destination: &str,
+        now_us: u64,
+    ) -> Result<Option<u64>, StoreError>;
+    /// Records attempts, each made under its claim, by [`lifecycle::record_attempts`],
+    /// in one atomic write, and ends the claims; returns what became of each, in order.
+    /// Nothing is written for an attempt whose claim was lost (its lease expired and
+    /// someone else claimed the delivery) or whose delivery moved meanwhile. Workers
+    /// group the attempts that finish together, as the committer groups callbacks.
+    ///
+    /// [`lifecycle::record_attempts`]: crate::store::lifecycle::record_attempts
+    async fn record_attempts(
+        &self,
+        attempts: Vec<(Claim, AttemptReport)>,
+        policy: &RetryPolicy,
+    ) -> Result<Vec<Recorded>, StoreError>;
+    /// Every delivery of one event, one per destination.
+    async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
+    /// [`lifecycle::replay`] for each of `destinations`; returns how many were scheduled.
+    ///
+    /// [`lifecycle::replay`]: crate::store::lifecycle::replay
+    async fn replay(
+        &self,
+        event: EventId,
+        destinations: Vec<String>,
+        now_us: u64,
+    ) -> Result<usize, StoreError>;
+    /// [`lifecycle::discard`]: false if the delivery was not dead.
+    ///
+    /// [`lifecycle::discard`]: crate::store::lifecycle::discard
+    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError>;
+    /// Dead deliveries, newest event first.
+    async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> Result<Vec<DeliveryRecord>, StoreError>;
+    /// Counts of a destination's queue by state: kept current by the embedded
+    /// backends, counted by PostgreSQL per call (over an index of open states).
+    async fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError>;
+    /// Destinations with deliveries still to make (pending, retrying or held), sorted:
+    /// retention finds those of destinations no longer configured.
+    async fn open_destinations(&self) -> Result<Vec<String>, StoreError>;
+    /// Paused destinations, shared by every relay on the store.
+    async fn paused(&self) -> Result<HashSet<String>, StoreError>;
+    /// Pauses or resumes a destination for every relay on the store.
+    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError>;
+}

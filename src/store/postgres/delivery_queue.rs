@@ -1,0 +1,294 @@
+//! The delivery queue on PostgreSQL: claims as leased columns of `deliveries`,
+//! attempts recorded by the lifecycle rules in one transaction per batch.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::apply::apply;
+use super::store::{id_of, limit, us_of};
+use super::view::{decode_meta, decode_record, Prefetch};
+use super::{sql_id, sql_us, PostgresStore};
+use crate::config::RetryPolicy;
+use crate::store::lifecycle::{self, AttemptReport};
+use crate::store::{
+    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats, Recorded,
+    StoreError,
+};
+
+#[async_trait]
+impl DeliveryQueue for PostgresStore {
+    async fn claim_due(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        n: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let expires_us =
+            now_us.saturating_add(u64::try_from(lease.as_micros()).unwrap_or(u64::MAX));
+        let silence = u64::try_from(crate::store::owner_silence(lease).as_micros());
+        let silent_since = now_us.saturating_sub(silence.unwrap_or(u64::MAX));
+        self.write(async {
+            let client = self.client().await?;
+            // `now_us` is the store's clock as the relay reads it (crate::clock), as
+            // are the heartbeats' `seen_us`.
+            let rows = client
+                .query(
+                    "WITH due AS (
+                         SELECT event, destination FROM deliveries d
+                         WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
+                           AND (claim_expires_us IS NULL OR claim_expires_us <= $2
+                                OR EXISTS (SELECT 1 FROM relays r
+                                           WHERE r.owner = d.claim_owner AND r.seen_us < $6))
+                         ORDER BY due_us, event LIMIT $3
+                         FOR UPDATE SKIP LOCKED)
+                     UPDATE deliveries d
+                     SET claim_owner = $4, claim_token = nextval('claim_tokens'), claim_expires_us = $5
+                     FROM due WHERE d.event = due.event AND d.destination = due.destination
+                     RETURNING d.event, d.due_us, d.claim_token, d.record,
+                         (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
+                         (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)",
+                    &[
+                        &destination,
+                        &sql_us(now_us),
+                        &limit(n),
+                        &owner,
+                        &sql_us(expires_us),
+                        &sql_us(silent_since),
+                    ],
+                )
+                .await?;
+            let mut claims = rows
+                .iter()
+                .map(|r| {
+                    let meta: Option<&[u8]> = r.get(4);
+                    let body: Option<Vec<u8>> = r.get(5);
+                    Ok(Claim {
+                        event: id_of(r.get(0)),
+                        destination: destination.to_owned(),
+                        due_us: us_of(r.get(1)),
+                        owner: owner.to_owned(),
+                        token: us_of(r.get(2)),
+                        expires_us,
+                        record: decode_record(r.get(3))?,
+                        meta: meta.map(decode_meta).transpose()?,
+                        body: body.map(bytes::Bytes::from),
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            claims.sort_by_key(|c| (c.due_us, c.event));
+            Ok(claims)
+        })
+        .await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.write(async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE deliveries SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
+                     WHERE event = $1 AND destination = $2 AND claim_token = $3",
+                    &[&sql_id(claim.event), &claim.destination, &sql_us(claim.token)],
+                )
+                .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release_unknown(
+        &self,
+        destination: &str,
+        owner: &str,
+        keep: &[u64],
+    ) -> Result<usize, StoreError> {
+        let keep: Vec<i64> = keep.iter().map(|t| sql_us(*t)).collect();
+        self.write(async {
+            let client = self.client().await?;
+            let n = client
+                .execute(
+                    "UPDATE deliveries SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
+                     WHERE destination = $1 AND claim_owner = $2 AND NOT (claim_token = ANY($3))",
+                    &[&destination, &owner, &keep],
+                )
+                .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+        .await
+    }
+
+    async fn next_due_after(
+        &self,
+        destination: &str,
+        now_us: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT min(due_us) FROM deliveries WHERE destination = $1 AND due_us > $2",
+                &[&destination, &sql_us(now_us)],
+            )
+            .await?;
+        Ok(row.get::<_, Option<i64>>(0).map(us_of))
+    }
+
+    async fn record_attempts(
+        &self,
+        attempts: Vec<(Claim, AttemptReport)>,
+        policy: &RetryPolicy,
+    ) -> Result<Vec<Recorded>, StoreError> {
+        self.write(self.retrying(|| async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let events: Vec<i64> = attempts.iter().map(|(c, _)| sql_id(c.event)).collect();
+            let dests: Vec<&str> = attempts.iter().map(|(c, _)| c.destination.as_str()).collect();
+            let rows = tx
+                .query(
+                    "SELECT d.event, d.destination, d.claim_token FROM deliveries d
+                     JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
+                       ON d.event = k.event AND d.destination = k.destination
+                     FOR UPDATE OF d",
+                    &[&events, &dests],
+                )
+                .await?;
+            let mut tokens = HashMap::new();
+            for r in &rows {
+                let token: Option<i64> = r.get(2);
+                tokens.insert((id_of(r.get(0)), r.get::<_, String>(1)), token.map(us_of));
+            }
+            let holds = |c: &Claim| {
+                tokens.get(&(c.event, c.destination.clone())).copied().flatten() == Some(c.token)
+            };
+            let mut seen = Prefetch::default();
+            let (out, changes) = seen
+                .decide(&tx, |st| lifecycle::record_attempts(st, &attempts, policy, holds))
+                .await?;
+            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
+            let tokens: Vec<i64> = attempts.iter().map(|(c, _)| sql_us(c.token)).collect();
+            tx.execute(
+                "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
+                 FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS k(event, destination, token)
+                 WHERE d.event = k.event AND d.destination = k.destination AND d.claim_token = k.token",
+                &[&events, &dests, &tokens],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(out)
+        }))
+        .await
+    }
+
+    async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT record FROM deliveries WHERE event = $1 ORDER BY destination",
+                &[&sql_id(event)],
+            )
+            .await?;
+        rows.iter().map(|r| decode_record(r.get(0))).collect()
+    }
+
+    async fn replay(
+        &self,
+        event: EventId,
+        destinations: Vec<String>,
+        now_us: u64,
+    ) -> Result<usize, StoreError> {
+        self.manage(|st| {
+            let mut n = 0;
+            for dest in &destinations {
+                n += usize::from(lifecycle::replay(st, event, dest, now_us)?);
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
+        self.manage(|st| lifecycle::discard(st, event, destination)).await
+    }
+
+    async fn dead_letters(
+        &self,
+        filter: DeadLetterFilter,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT d.record FROM deliveries d LEFT JOIN events e ON e.id = d.event
+                 WHERE d.state = 'dead' AND ($1::bigint IS NULL OR d.event < $1)
+                   AND ($2::text IS NULL OR d.destination = $2)
+                   AND ($3::text IS NULL OR e.source = $3) AND ($4::text IS NULL OR e.event = $4)
+                 ORDER BY d.event DESC, d.destination DESC LIMIT $5",
+                &[
+                    &filter.after.map(sql_id),
+                    &filter.destination,
+                    &filter.source,
+                    &filter.event,
+                    &limit(filter.limit),
+                ],
+            )
+            .await?;
+        rows.iter().map(|r| decode_record(r.get(0))).collect()
+    }
+
+    async fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError> {
+        let client = self.client().await?;
+        let r = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE state = 'pending'),
+                        count(*) FILTER (WHERE state = 'held'),
+                        count(*) FILTER (WHERE state = 'retrying'),
+                        count(*) FILTER (WHERE state = 'dead'),
+                        min(event) FILTER (WHERE state IN ('pending', 'retrying'))
+                 FROM deliveries
+                 WHERE destination = $1 AND state IN ('pending', 'retrying', 'held', 'dead')",
+                &[&destination],
+            )
+            .await?;
+        Ok(QueueStats {
+            pending: us_of(r.get(0)),
+            held: us_of(r.get(1)),
+            retrying: us_of(r.get(2)),
+            dead: us_of(r.get(3)),
+            oldest: r.get::<_, Option<i64>>(4).map(id_of),
+        })
+    }
+
+    async fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT DISTINCT destination FROM deliveries
+                 WHERE state IN ('pending', 'retrying', 'held') ORDER BY destination",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn paused(&self) -> Result<HashSet<String>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query("SELECT destination FROM paused", &[]).await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
+        self.write(async {
+            let client = self.client().await?;
+            let sql = if paused {
+                "INSERT INTO paused (destination) VALUES ($1) ON CONFLICT DO NOTHING"
+            } else {
+                "DELETE FROM paused WHERE destination = $1"
+            };
+            client.execute(sql, &[&destination]).await?;
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,107 @@
+//! Dispatch on PostgreSQL: the inbox read in id order by the fleet's one dispatcher,
+//! each batch one transaction fenced by its lease.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+
+use super::apply::apply;
+use super::store::{id_of, limit, us_of};
+use super::view::{decode_meta, Prefetch};
+use super::{sql_id, sql_us, PostgresStore};
+use crate::store::lifecycle::{self};
+use crate::store::{Dispatch, DispatchOutcome, DispatchPlan, PendingEvent, StoreError};
+
+#[async_trait]
+impl Dispatch for PostgresStore {
+    async fn inbox_len(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_one("SELECT count(*) FROM events WHERE inbox", &[]).await?;
+        Ok(us_of(row.get(0)))
+    }
+
+    async fn pending(&self, n: usize) -> Result<Vec<PendingEvent>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, meta, body FROM events WHERE inbox ORDER BY id LIMIT $1",
+                &[&limit(n)],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let body: Option<Vec<u8>> = r.get(2);
+                Ok(PendingEvent {
+                    id: id_of(r.get(0)),
+                    meta: decode_meta(r.get(1))?,
+                    body: body.map(bytes::Bytes::from).unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    async fn dispatch(
+        &self,
+        plans: Vec<DispatchPlan>,
+        now_us: u64,
+    ) -> Result<Vec<DispatchOutcome>, StoreError> {
+        self.write(self.retrying(|| async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let ids: Vec<i64> = plans.iter().map(|p| sql_id(p.id)).collect();
+            // The lease check and the inbox rows in one round trip (pipelined, run in
+            // this order); rows a relay without the lease locked go with its rollback.
+            // Another relay dispatching the same events holds their rows: skip them.
+            let inbox = async {
+                tx.query(
+                    "SELECT id, meta FROM events WHERE id = ANY($1) AND inbox FOR UPDATE SKIP LOCKED",
+                    &[&ids],
+                )
+                .await
+                .map_err(StoreError::from)
+            };
+            let (may, rows) = tokio::try_join!(self.inner.may_dispatch(&tx), inbox)?;
+            if !may {
+                // Another relay leads dispatch now: it takes these (in order).
+                return Ok(plans.iter().map(|_| DispatchOutcome::Gone).collect());
+            }
+            let mut inbox = HashMap::new();
+            for r in &rows {
+                inbox.insert(id_of(r.get(0)), decode_meta(r.get(1))?);
+            }
+            let mut seen = Prefetch::default();
+            let (outcomes, changes) = seen
+                .decide(&tx, |st| {
+                    plans
+                        .iter()
+                        .map(|plan| match inbox.get(&plan.id) {
+                            Some(meta) => lifecycle::dispatch(st, meta.clone(), plan, now_us),
+                            None => Ok(DispatchOutcome::Gone),
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .await?;
+            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
+            tx.commit().await?;
+            Ok(outcomes)
+        }))
+        .await
+    }
+
+    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
+        self.write(async {
+            let client = self.client().await?;
+            let n = client
+                .execute("DELETE FROM dedup WHERE until_us <= $1", &[&sql_us(now_us)])
+                .await?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+        .await
+    }
+
+    async fn dedup_len(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_one("SELECT count(*) FROM dedup", &[]).await?;
+        Ok(us_of(row.get(0)))
+    }
+}
