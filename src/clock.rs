@@ -24,10 +24,21 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// A duration in whole microseconds, saturating: the unit of every stored time. The
+/// one conversion (a `Duration` holds more than a `u64` of µs).
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Microseconds since the epoch, saturating (a clock before 1970 reads as 0).
+pub(crate) fn unix_micros(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, micros)
+}
+
 /// The wall clock at the first reading, and the monotonic instant it was read at.
 fn anchor() -> &'static (u64, Instant) {
     static ANCHOR: OnceLock<(u64, Instant)> = OnceLock::new();
-    ANCHOR.get_or_init(|| (crate::store::unix_micros(SystemTime::now()), Instant::now()))
+    ANCHOR.get_or_init(|| (unix_micros(SystemTime::now()), Instant::now()))
 }
 
 /// The relay's clock: the anchored clock plus the offset to the store's.
@@ -46,7 +57,7 @@ const MAX_RTT: Duration = Duration::from_millis(500);
 /// [`observe_store`] as the time a call was sent.
 pub(crate) fn local_us() -> u64 {
     let (wall, at) = anchor();
-    wall.saturating_add(u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX))
+    wall.saturating_add(micros(at.elapsed()))
 }
 
 impl Clock {

@@ -7,11 +7,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::unix_micros;
 use crate::config::{RetentionConfig, RetryPolicy};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::AttemptReport;
-use crate::store::{unix_micros, Recorded, SharedStore, StoreError};
+use crate::store::{Recorded, SharedStore, StoreError};
 
 /// Events deleted per store call, so one pass never holds the store for long.
 const CHUNK: usize = 1000;

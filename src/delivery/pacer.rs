@@ -149,7 +149,7 @@ impl<C: Leased> Pacer<C> {
         // A claim that could expire during its request is given back: another relay
         // may take it over once it expires, and the same delivery would be sent twice
         // at once.
-        let must_last = u64::try_from(self.must_last.as_micros()).unwrap_or(u64::MAX);
+        let must_last = crate::clock::micros(self.must_last);
         if self.ahead.iter().any(|c| c.expires_us().saturating_sub(now.wall_us) <= must_last) {
             let (keep, stale): (VecDeque<C>, VecDeque<C>) = std::mem::take(&mut self.ahead)
                 .into_iter()

@@ -241,7 +241,7 @@ impl Sim {
                 }
                 Step::Claim(n) => {
                     if self.fault(|f| matches!(f, Fault::StoreDown)) {
-                        self.at(self.now_us + MAX_IDLE.as_micros() as u64, Ev::Look);
+                        self.at(self.now_us + crate::clock::micros(MAX_IDLE), Ev::Look);
                         return;
                     }
                     let claims = self.claim_due(n);
@@ -269,19 +269,19 @@ impl Sim {
                 }
                 Step::Idle => {
                     self.last_mark_us = self.now_us;
-                    let wait = self.next_due().map_or(MAX_IDLE.as_micros() as u64, |due| {
-                        (due - self.now_us).min(MAX_IDLE.as_micros() as u64)
+                    let wait = self.next_due().map_or(crate::clock::micros(MAX_IDLE), |due| {
+                        (due - self.now_us).min(crate::clock::micros(MAX_IDLE))
                     });
                     self.at(self.now_us + wait, Ev::Look);
                     return;
                 }
                 Step::Rest(d) => {
                     self.last_mark_us = self.now_us;
-                    self.at(self.now_us + d.as_micros() as u64, Ev::Look);
+                    self.at(self.now_us + crate::clock::micros(d), Ev::Look);
                     return;
                 }
                 Step::Sleep(d) => {
-                    self.at(self.now_us + d.as_micros() as u64, Ev::Look);
+                    self.at(self.now_us + crate::clock::micros(d), Ev::Look);
                     return;
                 }
             }
@@ -363,7 +363,7 @@ impl Sim {
         // ends (the watchdog does not count them: the worker's look finds nothing
         // claimable, which is progress).
         ;
-        let bound_us = bound.as_micros() as u64;
+        let bound_us = crate::clock::micros(bound);
         let end = self.healthy_from_us() + 120_000 * MS;
         let mut checks = self.healthy_from_us();
         while let Some(std::cmp::Reverse((t, _, ev))) = self.queue.pop() {

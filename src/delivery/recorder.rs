@@ -5,6 +5,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{Claim, Recorded, SharedStore};
@@ -43,10 +44,6 @@ async fn record_while_held(
             other => return other,
         }
     }
-}
-
-fn micros(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 type Reply = oneshot::Sender<Result<Recorded, String>>;

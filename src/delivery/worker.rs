@@ -308,7 +308,7 @@ impl Worker {
                 let report = AttemptReport {
                     attempt: Attempt {
                         at_us: started_us,
-                        duration_us: u64::try_from(answer.duration.as_micros()).unwrap_or(u64::MAX),
+                        duration_us: crate::clock::micros(answer.duration),
                         status: answer.status,
                         error: answer.error.clone(),
                     },

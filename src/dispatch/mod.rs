@@ -59,8 +59,10 @@ impl PlanRules {
         let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
         let ordered: Vec<String> =
             destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
-        let resource =
-            if ordered.is_empty() { None } else { resource::key(&p.meta.source, &p.body) };
+        let resource = match (&p.meta.record, ordered.is_empty()) {
+            (Some(record), false) => Some(resource::key(&p.meta.source, record)),
+            _ => None,
+        };
         let dedup = self.dedup.get(&p.meta.source).filter(|r| r.window_us > 0).map(|r| DedupKey {
             hash: dedup::key(&p.meta.source, &p.meta.event, &p.body, &r.pointers),
             window_us: r.window_us,
@@ -95,7 +97,7 @@ impl Dispatcher {
             .sources
             .iter()
             .map(|s| {
-                let window_us = u64::try_from(s.dedup_window.as_micros()).unwrap_or(u64::MAX);
+                let window_us = crate::clock::micros(s.dedup_window);
                 (s.name.clone(), DedupRule { window_us, pointers: s.dedup_pointers.clone() })
             })
             .collect();

@@ -11,9 +11,10 @@ use super::auth::{Auth, UNKNOWN_SOURCE};
 use super::body::{self, Body};
 use super::inspect::{inspect, Inspection};
 use super::{abort, IngressState};
+use crate::clock::unix_micros;
 use crate::event_names;
 use crate::metrics::outcome;
-use crate::store::{unix_micros, EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
+use crate::store::{EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
 
 /// Request headers worth keeping with an event. Never credentials or cookies.
 const KEPT_HEADERS: [&str; 8] = [

@@ -21,6 +21,15 @@ use crate::metrics::Metrics;
 use crate::store::SharedStore;
 
 pub(crate) use auth::{Sources, UNKNOWN_SOURCE};
+#[cfg(test)]
+pub(crate) use inspect::record_of;
+
+/// The record `body` is about, as the ingress stores it (tests of the rules built on
+/// it: the dispatcher's resource key).
+#[cfg(test)]
+pub(crate) fn inspect_record(body: &[u8]) -> Option<String> {
+    inspect::inspect(body).record
+}
 
 /// What every ingress worker shares.
 pub(crate) struct IngressState {

@@ -189,7 +189,18 @@ pub(crate) enum Recorded {
 
 /// Hex form of a resource key, as kept in delivery records.
 pub(crate) fn resource_hex(resource: &[u8; 16]) -> String {
-    resource.iter().map(|b| format!("{b:02x}")).collect()
+    hex(resource)
+}
+
+/// Bytes as lowercase hex: the one spelling of bytes in text (resource keys in the
+/// API, store keys in error messages).
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}"); // writing to a String cannot fail
+    }
+    out
 }
 
 /// Parses [`resource_hex`] back.

@@ -11,11 +11,12 @@ use async_trait::async_trait;
 
 use super::lifecycle::{self, AttemptReport, Changes, DedupEntry, Queue, Staged, View};
 use super::{
-    Claim, ClaimTable, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord,
-    DeliveryState, Dispatch, DispatchOutcome, DispatchPlan, EventFilter, EventId, EventLog,
-    EventMeta, EventRecord, EventStatus, NewEvent, PendingEvent, QueueCounts, QueueStats, Recorded,
-    SharedState, StoreError, Upkeep,
+    Claim, ClaimTable, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
+    DispatchOutcome, DispatchPlan, EventFilter, EventId, EventLog, EventMeta, EventRecord,
+    EventStatus, NewEvent, PendingEvent, QueueCounts, QueueStats, Recorded, SharedState,
+    StoreError, Upkeep,
 };
+use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::lock::lock;
 
@@ -62,25 +63,23 @@ impl Data {
         }
         self.dedup.extend(changes.dedup);
         for ((event, dest), change) in changes.deliveries {
-            if let Some(due) = change.before.as_ref().and_then(lifecycle::schedule_entry) {
+            let edits = change.index_edits();
+            if let Some(due) = edits.unschedule {
                 self.schedule.remove(&(dest.clone(), due, event));
             }
-            self.dead.remove(&(event, dest.clone()));
+            if let Some(due) = edits.schedule {
+                self.schedule.insert((dest.clone(), due, event));
+            }
+            match edits.dead {
+                Some(true) => self.dead.insert((event, dest.clone())),
+                Some(false) => self.dead.remove(&(event, dest.clone())),
+                None => false,
+            };
             self.counts.apply(change.before.as_ref(), change.after.as_ref());
             match change.after {
-                Some(after) => {
-                    if let Some(due) = lifecycle::schedule_entry(&after) {
-                        self.schedule.insert((dest.clone(), due, event));
-                    }
-                    if after.state == DeliveryState::Dead {
-                        self.dead.insert((event, dest.clone()));
-                    }
-                    self.deliveries.insert((event, dest), after);
-                }
-                None => {
-                    self.deliveries.remove(&(event, dest));
-                }
-            }
+                Some(after) => self.deliveries.insert((event, dest), after),
+                None => self.deliveries.remove(&(event, dest)),
+            };
         }
         for (key, queue) in changes.queues {
             match queue {
@@ -130,10 +129,6 @@ impl MemoryStore {
     }
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 #[async_trait]
 impl EventLog for MemoryStore {
     async fn append(&self, event: NewEvent) -> Result<EventId, StoreError> {
@@ -147,8 +142,8 @@ impl EventLog for MemoryStore {
             return Err(StoreError::Injected(message));
         }
         let mut d = lock(&self.data);
-        d.last_id = event.meta.received_at_us.max(d.last_id + 1);
-        let id = EventId::new(d.last_id);
+        let id = EventId::allocate(d.last_id, event.meta.received_at_us);
+        d.last_id = id.raw();
         if let Some(observer) = &self.observer {
             observer.stored(&event.meta);
         }

@@ -38,13 +38,14 @@ pub(crate) use contract::{
 };
 pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{
-    resource_from_hex, resource_hex, Attempt, Claim, DeadLetterFilter, DedupKey, DeliveryRecord,
-    DeliveryState, DispatchOutcome, DispatchPlan, PendingEvent, QueueStats, Recorded,
+    hex, resource_from_hex, resource_hex, Attempt, Claim, DeadLetterFilter, DedupKey,
+    DeliveryRecord, DeliveryState, DispatchOutcome, DispatchPlan, PendingEvent, QueueStats,
+    Recorded,
 };
 pub(crate) use error::StoreError;
 pub(crate) use health::Health;
 pub(crate) use model::{
-    unix_micros, EventFlag, EventId, EventMeta, EventNameOrigin, EventRecord, EventStatus, NewEvent,
+    EventFlag, EventId, EventMeta, EventNameOrigin, EventRecord, EventStatus, NewEvent,
 };
 #[cfg(test)]
 pub(crate) use observer::NoObserver;

@@ -21,6 +21,15 @@ impl EventId {
         self.0
     }
 
+    /// The id of an event received at `received_at_us` when `last` was the last id
+    /// handed out: the receive time, always above `last` (ids increase even when the
+    /// clock steps back, or many events arrive in one µs). Every backend allocates
+    /// with it; PostgreSQL's insert then raises a group above the ids other relays
+    /// stored (`postgres/mod.rs`).
+    pub(crate) fn allocate(last: u64, received_at_us: u64) -> Self {
+        Self(received_at_us.max(last.saturating_add(1)))
+    }
+
     /// The sled key: big-endian, so byte order is numeric order.
     pub(crate) fn to_key(self) -> [u8; 8] {
         self.0.to_be_bytes()
@@ -185,11 +194,6 @@ pub(crate) struct NewEvent {
     pub(crate) meta: EventMeta,
     /// The raw body; `None` for rejected events.
     pub(crate) body: Option<bytes::Bytes>,
-}
-
-/// Microseconds since the epoch, saturating (a clock before 1970 reads as 0).
-pub(crate) fn unix_micros(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::model::Hook;
 use super::AccountId;
+use crate::clock::unix_micros;
 use crate::event_names::HOOK_GAP;
-use crate::store::{unix_micros, EventMeta, EventNameOrigin, EventStatus, NewEvent};
+use crate::store::{EventMeta, EventNameOrigin, EventStatus, NewEvent};
 use crate::timefmt::format_utc;
 
 /// A gap found but not yet reported.

@@ -254,7 +254,7 @@ impl Reconciler {
             hooks,
             foreign_hooks: progress.foreign,
             changes: progress.changes,
-            reconciled_at_us: Some(crate::store::unix_micros(now)),
+            reconciled_at_us: Some(crate::clock::unix_micros(now)),
             age_seconds: None,
             stale: false,
         };

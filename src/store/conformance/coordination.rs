@@ -18,7 +18,7 @@ pub(super) async fn a_sole_relay_leads_and_is_the_whole_fleet(h: &mut dyn Harnes
     // The hold was given back with its guard: it is granted again at once.
     let again = tokio::time::timeout(Duration::from_secs(10), store.exclusive("sync")).await;
     assert!(matches!(again, Ok(Ok(_))), "a hold given back is granted again");
-    let before = crate::store::unix_micros(std::time::SystemTime::now());
+    let before = crate::clock::unix_micros(std::time::SystemTime::now());
     match store.heartbeat("relay-a", Duration::from_secs(10)).await.unwrap() {
         None => {} // one process owns the store: it is the whole fleet
         Some(fleet) => {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{backoff, Staged, View};
+use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::store::{
     resource_from_hex, Attempt, Claim, DeliveryRecord, DeliveryState, EventId, Recorded, StoreError,
@@ -190,10 +191,6 @@ fn advance_queue<V: View + ?Sized>(
         st.put_delivery(rec)?;
     }
     Ok(())
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

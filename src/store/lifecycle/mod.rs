@@ -59,11 +59,42 @@ pub(crate) trait View {
 }
 
 /// A delivery record before and after the change (`None`: absent). The backend
-/// removes `before`'s schedule entry and dead letter and adds `after`'s.
+/// writes `after` and edits its indexes as [`DeliveryChange::index_edits`] says.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct DeliveryChange {
     pub(crate) before: Option<DeliveryRecord>,
     pub(crate) after: Option<DeliveryRecord>,
+}
+
+/// What a delivery's change does to the indexes kept beside the records (the
+/// schedule, the dead letters): a scheduled delivery has exactly one schedule entry,
+/// at its due time, a dead one one dead-letter entry, and nothing else has either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct IndexEdits {
+    /// The schedule entry to remove: `before`'s due time.
+    pub(crate) unschedule: Option<u64>,
+    /// The schedule entry to add: `after`'s due time.
+    pub(crate) schedule: Option<u64>,
+    /// `Some(true)`: the delivery became dead (add its dead-letter entry);
+    /// `Some(false)`: it is dead no more (remove it); `None`: no change.
+    pub(crate) dead: Option<bool>,
+}
+
+impl DeliveryChange {
+    /// The one derivation of the index edits from the change: every backend that
+    /// keeps indexes applies it, and so does the lifecycle's test model.
+    pub(crate) fn index_edits(&self) -> IndexEdits {
+        let due = |r: &Option<DeliveryRecord>| r.as_ref().and_then(schedule_entry);
+        let dead = |r: &Option<DeliveryRecord>| {
+            r.as_ref().is_some_and(|r| r.state == crate::store::DeliveryState::Dead)
+        };
+        let (was, is) = (dead(&self.before), dead(&self.after));
+        IndexEdits {
+            unschedule: due(&self.before),
+            schedule: due(&self.after),
+            dead: (was != is).then_some(is),
+        }
+    }
 }
 
 /// Everything one decision writes; applied atomically by the backend.

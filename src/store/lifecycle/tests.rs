@@ -61,26 +61,24 @@ impl World {
                 "stale before"
             );
             let key = (dest.clone(), event);
-            if let Some(due) = change.before.as_ref().and_then(schedule_entry) {
+            let edits = change.index_edits();
+            if let Some(due) = edits.unschedule {
                 let entries = self.schedule.entry(key.clone()).or_default();
                 let at = entries.iter().position(|d| *d == due).expect("before's entry exists");
                 entries.remove(at);
             }
-            self.dead.remove(&(event, dest.clone()));
-            match change.after {
-                Some(after) => {
-                    if let Some(due) = schedule_entry(&after) {
-                        self.schedule.entry(key).or_default().push(due);
-                    }
-                    if after.state == DeliveryState::Dead {
-                        self.dead.insert((event, dest.clone()));
-                    }
-                    self.deliveries.insert((event, dest), after);
-                }
-                None => {
-                    self.deliveries.remove(&(event, dest));
-                }
+            if let Some(due) = edits.schedule {
+                self.schedule.entry(key).or_default().push(due);
             }
+            match edits.dead {
+                Some(true) => assert!(self.dead.insert((event, dest.clone())), "dead twice"),
+                Some(false) => assert!(self.dead.remove(&(event, dest.clone())), "not dead"),
+                None => {}
+            }
+            match change.after {
+                Some(after) => self.deliveries.insert((event, dest), after),
+                None => self.deliveries.remove(&(event, dest)),
+            };
         }
         for (key, q) in c.queues {
             match q {

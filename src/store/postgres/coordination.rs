@@ -39,7 +39,7 @@ impl Coordination for PostgresStore {
         owner: &str,
         live_for: Duration,
     ) -> Result<Option<crate::store::Fleet>, StoreError> {
-        let live_us = sql_us(u64::try_from(live_for.as_micros()).unwrap_or(u64::MAX));
+        let live_us = sql_us(crate::clock::micros(live_for));
         let client = self.client().await?;
         // The database's clock, not the relays': they need not agree.
         let rows = client

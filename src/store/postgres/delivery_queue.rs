@@ -27,10 +27,9 @@ impl DeliveryQueue for PostgresStore {
         lease: Duration,
         n: usize,
     ) -> Result<Vec<Claim>, StoreError> {
-        let expires_us =
-            now_us.saturating_add(u64::try_from(lease.as_micros()).unwrap_or(u64::MAX));
-        let silence = u64::try_from(crate::store::owner_silence(lease).as_micros());
-        let silent_since = now_us.saturating_sub(silence.unwrap_or(u64::MAX));
+        let expires_us = now_us.saturating_add(crate::clock::micros(lease));
+        let silence = crate::clock::micros(crate::store::owner_silence(lease));
+        let silent_since = now_us.saturating_sub(silence);
         self.write(async {
             let client = self.client().await?;
             // `now_us` is the store's clock as the relay reads it (crate::clock), as

@@ -284,7 +284,7 @@ impl Inner {
         let next_id = |at: u64| -> i64 {
             let mut last = self.last_id.load(Ordering::Relaxed);
             loop {
-                let id = at.max(last + 1);
+                let id = EventId::allocate(last, at).raw();
                 match self.last_id.compare_exchange(last, id, Ordering::SeqCst, Ordering::SeqCst) {
                     Ok(_) => return i64::try_from(id).unwrap_or(i64::MAX),
                     Err(now) => last = now,
@@ -492,7 +492,7 @@ mod tests {
             async move {
                 let f = store.heartbeat(owner, live).await.unwrap().unwrap();
                 // The database's clock comes with the fleet (this machine's, here).
-                let here = crate::store::unix_micros(std::time::SystemTime::now());
+                let here = crate::clock::unix_micros(std::time::SystemTime::now());
                 assert!(f.store_us.abs_diff(here) < 5_000_000, "{} vs {here}", f.store_us);
                 Some((f.rank, f.size))
             }

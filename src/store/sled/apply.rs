@@ -10,7 +10,7 @@ use sled::Transactional;
 
 use super::codec::Outcome;
 use super::{keys, Inner, CURSOR_KEY, SCHEDULED_PENDING, SCHEDULED_RETRYING};
-use crate::store::lifecycle::{schedule_entry, Changes};
+use crate::store::lifecycle::Changes;
 use crate::store::{DeliveryRecord, DeliveryState, StoreError};
 
 /// A count's change as the signed counters hold it (see `Inner::inbox_count`).
@@ -35,10 +35,6 @@ fn marker(r: &DeliveryRecord) -> u8 {
     } else {
         SCHEDULED_PENDING
     }
-}
-
-fn is_dead(r: &Option<DeliveryRecord>) -> bool {
-    r.as_ref().is_some_and(|r| r.state == DeliveryState::Dead)
 }
 
 /// The trees every change may write, in this order: records, outcomes, dedup,
@@ -73,20 +69,18 @@ fn write(
     }
     for ((event, dest), change) in &changes.deliveries {
         let key = keys::delivery(*event, dest);
-        if let Some(due) = change.before.as_ref().and_then(schedule_entry) {
+        let edits = change.index_edits();
+        if let Some(due) = edits.unschedule {
             schedule.remove(keys::schedule(dest, due, *event))?;
         }
-        let (was, is) = (is_dead(&change.before), is_dead(&change.after));
-        if let (Some(dead), true) = (dead, was != is) {
-            if is {
-                dead.insert(key.as_slice(), &[])?;
-            } else {
-                dead.remove(key.as_slice())?;
-            }
+        match (dead, edits.dead) {
+            (Some(dead), Some(true)) => drop(dead.insert(key.as_slice(), &[])?),
+            (Some(dead), Some(false)) => drop(dead.remove(key.as_slice())?),
+            _ => {}
         }
         match &change.after {
             Some(after) => {
-                if let Some(due) = schedule_entry(after) {
+                if let Some(due) = edits.schedule {
                     schedule.insert(keys::schedule(dest, due, *event), &[marker(after)])?;
                 }
                 deliveries.insert(key, super::record::encode(after))?;
@@ -129,8 +123,7 @@ impl Inner {
         }
         // A sled transaction costs more for every tree it spans: `dead_letters` joins
         // only when a delivery enters or leaves `dead` (never at dispatch).
-        let dead_letters =
-            changes.deliveries.values().any(|c| is_dead(&c.before) != is_dead(&c.after));
+        let dead_letters = changes.deliveries.values().any(|c| c.index_edits().dead.is_some());
         let t = (
             &self.records,
             &self.outcomes,

@@ -6,9 +6,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::codec::split_record;
-use super::{hex, keys, Inner, DELIVERIES, PAUSED_PREFIX, RECORDS};
+use super::{keys, Inner, DELIVERIES, PAUSED_PREFIX, RECORDS};
+use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::lock::lock;
+use crate::store::hex;
 use crate::store::lifecycle::{self, AttemptReport, Staged, View};
 use crate::store::{
     Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, QueueStats, Recorded, StoreError,
@@ -20,10 +22,6 @@ pub(super) fn decode_record(key: &[u8], value: &[u8]) -> Result<DeliveryRecord, 
     let (event, dest) =
         keys::split_delivery(key).ok_or_else(|| corrupt("unreadable delivery key".into()))?;
     super::record::decode(event, &dest, value).map_err(corrupt)
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl Inner {

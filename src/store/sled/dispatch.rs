@@ -6,8 +6,9 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::codec::{awaits_outcome, decode_meta, outcome_key, parse_meta, split_record};
-use super::{hex, keys, Inner, DEDUP, RECORDS};
+use super::{keys, Inner, DEDUP, RECORDS};
 use crate::lock::lock;
+use crate::store::hex;
 use crate::store::lifecycle::{self, Staged};
 use crate::store::{DispatchOutcome, DispatchPlan, EventId, PendingEvent, StoreError};
 

@@ -4,8 +4,9 @@
 use std::sync::atomic::Ordering;
 
 use super::codec::{encode_record, split_record};
-use super::{hex, Inner, RECORDS};
+use super::{Inner, RECORDS};
 use crate::lock::lock;
+use crate::store::hex;
 use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError};
 
 impl Inner {
@@ -20,9 +21,8 @@ impl Inner {
         // relies on it).
         let mut last = lock(&self.last_id);
         for ev in batch {
-            // From the receive time, always increasing, even if the clock steps back.
-            *last = ev.meta.received_at_us.max(*last + 1);
-            let id = EventId::new(*last);
+            let id = EventId::allocate(*last, ev.meta.received_at_us);
+            *last = id.raw();
             ids.push(id);
             // Only the ingress appends: anything but `received` is final already.
             let body = match ev.meta.status {

@@ -9,7 +9,8 @@
 //! dropped only after the bump is durable.
 
 use super::codec::encode_raw;
-use super::{hex, RECORDS};
+use super::RECORDS;
+use crate::store::hex;
 use crate::store::StoreError;
 
 const V1_INBOX: &str = "inbox";

@@ -36,6 +36,7 @@ mod record;
 mod store;
 mod view;
 
+use crate::store::hex;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -384,10 +385,6 @@ impl Inner {
 /// overtaken its addition (see `Inner::inbox_count`), which reads as empty.
 pub(super) fn non_negative(count: &AtomicI64) -> u64 {
     u64::try_from(count.load(Ordering::Relaxed)).unwrap_or(0)
-}
-
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
