@@ -1,5 +1,6 @@
 //! `hookrelay serve`: opens the store, starts the listeners, and stops them in order.
 
+use crate::internal_events::{InternalEvent, RelayReady, ShuttingDown, StoreFailed};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -194,8 +195,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let mut ingress_task = tokio::spawn(ingress_server);
     let mut admin_task = tokio::spawn(admin_server);
     readiness.set(true);
-    metrics.ready.set(1);
-    tracing::info!(sources = config.sources.len(), "ready");
+    RelayReady { sources: config.sources.len() }.emit(&metrics);
     crate::notify::notify("READY=1\nSTATUS=accepting callbacks");
     // Hooks point at the ingress: register them only once it listens.
     let reconcile_task = supervisor.watch(
@@ -215,10 +215,9 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
             format!("the store failed: {why}")
         }
     };
-    tracing::info!(%reason, grace = ?grace, "shutting down");
+    ShuttingDown { reason: &reason, grace }.emit(&metrics);
     crate::notify::notify("STOPPING=1\nSTATUS=draining");
     readiness.set(false);
-    metrics.ready.set(0);
 
     let drain = async {
         ingress_handle.stop(true).await;
@@ -368,8 +367,7 @@ struct Commits {
 impl StoreObserver for Commits {
     fn failed(&self, reason: &str) {
         self.readiness.fail(format!("the store failed: {reason}"));
-        self.metrics.ready.set(0);
-        self.metrics.store_failed.set(1);
+        StoreFailed.emit(&self.metrics);
         self.failed.send_replace(Some(reason.to_owned()));
     }
     fn group(&self, size: usize, took: std::time::Duration, ok: bool) {

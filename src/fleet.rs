@@ -10,6 +10,7 @@
 //! is left unused for that long rather than given out twice. A store that one
 //! process owns has no fleet: the whole limit is this relay's.
 
+use crate::internal_events::{FleetCounted, InternalEvent};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -178,11 +179,8 @@ async fn run(
                 last_ok = Instant::now();
                 share.heard(sent);
                 share.set(fleet.rank, fleet.size, since.elapsed() >= settle);
-                metrics.fleet_relays.set(i64::try_from(fleet.size).unwrap_or(i64::MAX));
-                if failing {
-                    tracing::info!(relays = fleet.size, "fleet heartbeat works again");
-                    failing = false;
-                }
+                FleetCounted { relays: fleet.size, recovered: failing }.emit(&metrics);
+                failing = false;
             }
             Ok(None) => return,
             Err(e) => {

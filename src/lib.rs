@@ -17,6 +17,7 @@ mod dispatch;
 mod event_names;
 mod fleet;
 mod ingress;
+mod internal_events;
 mod lock;
 mod metrics;
 mod notify;

@@ -1,12 +1,12 @@
 //! Prometheus metrics: one registry per process, passed around (no globals), so that
 //! tests can build their own.
 
+use crate::internal_events::{CommitGroup, EventStored, InternalEvent, StoreFailed};
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::event_names;
 use crate::store::EventMeta;
 
 /// Latency buckets (seconds) from 100 µs to 5 s: acks and fsyncs live at the low end.
@@ -390,26 +390,6 @@ impl Metrics {
         }
     }
 
-    /// Counts an ingress request.
-    pub(crate) fn ingress(&self, source: &str, outcome: &str) {
-        self.ingress_requests.with_label_values(&[source, outcome]).inc();
-    }
-
-    /// Counts a stored event.
-    pub(crate) fn event_stored(&self, meta: &EventMeta) {
-        let event = event_names::metric_label(&meta.event);
-        self.events_stored.with_label_values(&[meta.source.as_str(), event]).inc();
-    }
-
-    /// Counts a group commit and its duration.
-    fn commit_group(&self, size: usize, took: std::time::Duration, ok: bool) {
-        self.store_commit_duration.observe(took.as_secs_f64());
-        self.store_commit_batch_size.observe(size as f64);
-        if !ok {
-            self.store_commit_failures.inc();
-        }
-    }
-
     /// The Prometheus text exposition of every metric.
     pub(crate) fn render(&self) -> String {
         let mut out = Vec::new();
@@ -417,6 +397,12 @@ impl Metrics {
             tracing::error!(error = %e, "cannot encode metrics");
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The name of every registered family.
+    #[cfg(test)]
+    pub(crate) fn family_names(&self) -> Vec<String> {
+        self.descs.iter().map(|d| d.fq_name.clone()).collect()
     }
 
     #[cfg(test)]
@@ -428,13 +414,13 @@ impl Metrics {
 /// The committer reports its groups here (the store imports nothing from metrics).
 impl crate::store::StoreObserver for Metrics {
     fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
-        self.commit_group(size, took, ok);
+        CommitGroup { size, took, ok }.emit(self);
     }
     fn stored(&self, meta: &EventMeta) {
-        self.event_stored(meta);
+        EventStored(meta).emit(self);
     }
     fn failed(&self, _reason: &str) {
-        self.store_failed.set(1);
+        StoreFailed.emit(self);
     }
 }
 
@@ -471,7 +457,7 @@ mod tests {
 
     /// Every metric with one sample, so that `gather()` shows every family.
     fn touch_all(m: &Metrics) {
-        m.ingress("demo", outcome::ACCEPTED);
+        m.ingress_requests.with_label_values(&["demo", outcome::ACCEPTED]).inc();
         m.ingress_duration.observe(0.001);
         m.store_commit_duration.observe(0.001);
         m.store_commit_batch_size.observe(1.0);

@@ -3,6 +3,7 @@
 //! can, by itself. Callbacks meanwhile get their connection closed by the ingress
 //! (their store write fails), which the upstream retries.
 
+use crate::internal_events::{InternalEvent, StoreProbed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,22 +32,19 @@ pub(crate) async fn watch(
             Ok(Err(e)) => Some(e.to_string()),
             Err(_) => Some(format!("no answer within {PROBE_TIMEOUT:?}")),
         };
-        metrics.store_reachable.set(i64::from(error.is_none()));
         match (&error, reachable) {
             (Some(e), true) => {
-                tracing::error!(error = %e,
-                    "the database is unreachable: not ready, callbacks are closed unanswered (the upstream retries) until it is back");
-                metrics.store_probe_failures.inc();
+                StoreProbed::Lost(e).emit(&metrics);
                 readiness.set_degraded(Some(format!("the database is unreachable: {e}")));
                 reachable = false;
             }
-            (Some(_), false) => metrics.store_probe_failures.inc(),
+            (Some(_), false) => StoreProbed::StillLost.emit(&metrics),
             (None, false) => {
-                tracing::info!("the database is reachable again: ready");
+                StoreProbed::Back.emit(&metrics);
                 readiness.set_degraded(None);
                 reachable = true;
             }
-            (None, true) => {}
+            (None, true) => StoreProbed::Reachable.emit(&metrics),
         }
         tokio::select! {
             _ = tokio::time::sleep(INTERVAL) => {}

@@ -3,6 +3,7 @@
 //! the config go dead after `retention.removed_destinations` (they would otherwise stay
 //! scheduled for ever, and keep their events).
 
+use crate::internal_events::{EventsPruned, InternalEvent};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,10 +54,7 @@ pub(crate) async fn run(
         while leads && !stop.is_stopped() {
             match store.prune(cutoff, CHUNK).await {
                 Ok(n) => {
-                    metrics.events_pruned.inc_by(n as u64);
-                    if n > 0 {
-                        tracing::info!(pruned = n, "finished events past retention deleted");
-                    }
+                    EventsPruned(n).emit(&metrics);
                     if n < CHUNK {
                         break;
                     }

@@ -4,6 +4,7 @@
 //! reason, counts it, and turns readiness false for good, so the orchestrator sends no
 //! more traffic and an operator (or a liveness policy) restarts the relay.
 
+use crate::internal_events::{InternalEvent, TaskDied};
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
@@ -40,10 +41,8 @@ impl Supervisor {
                 Err(e) if e.is_panic() => format!("it panicked: {}", panic_message(e.into_panic())),
                 Err(e) => format!("it was cancelled: {e}"),
             };
-            this.metrics.task_failures.with_label_values(&[kind]).inc();
-            this.metrics.ready.set(0);
+            TaskDied { kind, name: &name, why: &why }.emit(&this.metrics);
             let reason = format!("background task {name} died ({why}); restart the relay");
-            tracing::error!(task = %name, %why, "background task died: the relay is no longer ready; restart it");
             this.readiness.fail(reason);
         })
     }

@@ -13,10 +13,14 @@ use super::recorder::Recorder;
 use super::watchdog::{Change, Watch};
 use super::DestinationState;
 use crate::destinations::{Outcome, Request};
+use crate::internal_events::{
+    AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationRecovered,
+    DestinationStalled, InternalEvent,
+};
 use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::lifecycle::{AttemptReport, Verdict};
+use crate::store::lifecycle::AttemptReport;
 use crate::store::{Attempt, Claim, Recorded, SharedStore};
 
 impl pacer::Leased for Claim {
@@ -224,22 +228,23 @@ impl Worker {
             state.stalled.store(watch.is_stalled(), Ordering::SeqCst);
             match change {
                 Some(Change::Stalled { idle, heal }) => {
-                    let dest = &state.dest.name;
-                    let m = &self.metrics;
-                    m.destination_stalled.with_label_values(&[dest]).set(1);
-                    tracing::error!(destination = %dest, idle_seconds = idle.as_secs(),
-                        circuit = ?lock(&state.pacer).phase(), in_flight = state.in_flight(),
-                        share = room.share, free = room.free, restart = heal,
-                        "destination stalled: deliveries are due and no attempt started; {}",
-                        if heal { "restarting its worker" } else { "restarts did not help: see docs/runbook.md" });
+                    let phase = lock(&state.pacer).phase();
+                    DestinationStalled {
+                        destination: &state.dest.name,
+                        idle,
+                        circuit: &phase,
+                        in_flight: state.in_flight(),
+                        share: room.share,
+                        free: room.free,
+                        restart: heal,
+                    }
+                    .emit(&self.metrics);
                     if heal {
-                        m.worker_restarts.with_label_values(&[dest]).inc();
                         return;
                     }
                 }
                 Some(Change::Recovered) => {
-                    self.metrics.destination_stalled.with_label_values(&[&state.dest.name]).set(0);
-                    tracing::info!(destination = %state.dest.name, "destination makes progress again");
+                    DestinationRecovered { destination: &state.dest.name }.emit(&self.metrics);
                 }
                 None => {}
             }
@@ -301,10 +306,8 @@ impl Worker {
                 drop(permit);
                 let healthy = !matches!(answer.outcome, Outcome::Retry { .. });
                 self.finished(probe, if healthy { Answer::Healthy } else { Answer::Unwell });
-                self.metrics
-                    .delivery_attempt_duration
-                    .with_label_values(&[&dest.name])
-                    .observe(answer.duration.as_secs_f64());
+                AttemptFinished { destination: &dest.name, took: answer.duration }
+                    .emit(&self.metrics);
                 let report = AttemptReport {
                     attempt: Attempt {
                         at_us: started_us,
@@ -341,27 +344,18 @@ impl Worker {
                 return Ok(());
             }
         };
-        let m = &self.metrics;
-        m.deliveries.with_label_values(&[&dest.name, verdict.label()]).inc();
-        if let (Verdict::Success, Some(meta)) = (verdict, &meta) {
-            let lag = crate::clock::now().duration_since(meta.received_at()).unwrap_or_default();
-            m.delivery_lag.with_label_values(&[&dest.name]).observe(lag.as_secs_f64());
+        AttemptRecorded {
+            event: claim.event,
+            meta,
+            destination: &dest.name,
+            attempt: claim.record.total_attempts + 1,
+            status,
+            error: error.as_deref(),
+            verdict,
         }
-        tracing::debug!(
-            attempt = claim.record.total_attempts + 1,
-            ?status,
-            ?error,
-            verdict = verdict.label(),
-            "delivery attempt"
-        );
-        if matches!(verdict, Verdict::Dead | Verdict::Failed) {
-            let (source, event) =
-                meta.as_ref().map_or(("", ""), |m| (m.source.as_str(), m.event.as_str()));
-            tracing::warn!(id = %claim.event, source, event, destination = %dest.name, ?status, ?error,
-                "delivery is dead: see the dead letters");
-        }
+        .emit(&self.metrics);
         if outcome == Outcome::Gone {
-            tracing::warn!(destination = %dest.name, "destination answered 410 Gone: pausing it");
+            DestinationGone { destination: &dest.name }.emit(&self.metrics);
             self.store.set_paused(&dest.name, true).await?;
             self.state.paused.store(true, Ordering::SeqCst);
         }
@@ -376,12 +370,7 @@ impl Worker {
         self.state.wake.notify_one();
         if let Some(change) = change {
             let open = change == CircuitChange::Opened;
-            self.metrics.circuit_open.with_label_values(&[&dest.name]).set(i64::from(open));
-            if open {
-                tracing::warn!(destination = %dest.name, "circuit open: probing once per interval");
-            } else {
-                tracing::info!(destination = %dest.name, "circuit closed");
-            }
+            CircuitChanged { destination: &dest.name, open }.emit(&self.metrics);
         }
     }
 }

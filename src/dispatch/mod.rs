@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::delivery::Destinations;
-use crate::event_names;
+use crate::internal_events::{DedupKeysCounted, DispatchLead, EventDispatched, InternalEvent};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::{
@@ -133,18 +133,18 @@ impl Dispatcher {
             match self.store.lead(DISPATCH_LEAD).await {
                 Ok(true) => {
                     if !leading {
-                        self.metrics.dispatch_leader.set(1);
+                        DispatchLead::Taken.emit(&self.metrics);
                     }
                     leading = true;
                 }
                 answer => {
-                    self.metrics.dispatch_leader.set(0);
-                    if let Err(e) = answer {
-                        tracing::warn!(error = %e, "cannot tell which relay dispatches the inbox; asking again in 1s");
-                    } else if leading {
-                        tracing::info!("another relay dispatches the inbox now");
-                        leading = false;
+                    match answer {
+                        Err(e) => DispatchLead::Unknown(&e).emit(&self.metrics),
+                        Ok(_) if leading => DispatchLead::Lost.emit(&self.metrics),
+                        Ok(_) => DispatchLead::Elsewhere.emit(&self.metrics),
                     }
+                    // Whatever comes next is news: a lead taken again is shown again.
+                    leading = false;
                     tokio::select! {
                         _ = tokio::time::sleep(FOLLOW_POLL) => {}
                         _ = stop.wait() => {}
@@ -200,30 +200,15 @@ impl Dispatcher {
             return Ok(0);
         }
 
-        let m = &self.metrics;
         let mut woken = std::collections::HashSet::new();
         for ((event, plan), outcome) in pending.iter().zip(&plans).zip(&outcomes) {
-            let labels = [event.meta.source.as_str(), event_names::metric_label(&event.meta.event)];
-            match outcome {
-                DispatchOutcome::Dispatched(_) => {
-                    m.events_dispatched.with_label_values(&labels).inc();
-                    tracing::debug!(id = %event.id, source = %event.meta.source, event = %event.meta.event,
-                        destinations = ?plan.destinations, "event dispatched");
-                    for dest in &plan.destinations {
-                        if woken.insert(dest.as_str()) {
-                            self.destinations.wake(dest);
-                        }
+            EventDispatched { event, plan, outcome }.emit(&self.metrics);
+            if let DispatchOutcome::Dispatched(_) = outcome {
+                for dest in &plan.destinations {
+                    if woken.insert(dest.as_str()) {
+                        self.destinations.wake(dest);
                     }
                 }
-                DispatchOutcome::Duplicate { original } => {
-                    m.events_deduplicated.with_label_values(&labels).inc();
-                    tracing::debug!(id = %event.id, source = %event.meta.source, event = %event.meta.event, %original, "duplicate event");
-                }
-                DispatchOutcome::Unrouted => {
-                    m.events_unrouted.with_label_values(&labels).inc();
-                    tracing::debug!(id = %event.id, source = %event.meta.source, event = %event.meta.event, "no destination wants this event");
-                }
-                DispatchOutcome::Gone => {}
             }
         }
         let gone = outcomes.iter().filter(|o| matches!(o, DispatchOutcome::Gone)).count();
@@ -266,7 +251,7 @@ async fn purge_dedup(
                     Err(e) => tracing::error!(error = %e, "dedup purge failed"),
                 }
                 match store.dedup_len().await {
-                    Ok(n) => metrics.dedup_keys.set(i64::try_from(n).unwrap_or(i64::MAX)),
+                    Ok(n) => DedupKeysCounted(n).emit(&metrics),
                     Err(e) => tracing::error!(error = %e, "cannot count dedup keys"),
                 }
             }

@@ -13,7 +13,9 @@ use super::inspect::{inspect, Inspection};
 use super::{abort, IngressState};
 use crate::clock::unix_micros;
 use crate::event_names;
-use crate::metrics::outcome;
+use crate::internal_events::{
+    CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed, InternalEvent,
+};
 use crate::store::{EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
 
 /// Request headers worth keeping with an event. Never credentials or cookies.
@@ -57,15 +59,17 @@ pub(super) async fn callback(
                 Auth::WrongToken(name) => name,
                 _ => UNKNOWN_SOURCE,
             };
-            m.ingress(label, outcome::UNAUTHORIZED);
-            m.ingress_duration.observe(started.elapsed().as_secs_f64());
             // Neither the token nor an unconfigured source name is logged: both are
             // arbitrary (and possibly secret) input. Anyone can send these: one line
             // per source a minute, with how many were held back.
-            if let Some(suppressed) = state.refusals.admit(label, Instant::now()) {
-                tracing::warn!(source = label, peer = ?req.peer_addr(), suppressed,
-                    "callback refused: unknown source or wrong token (one line per source a minute; `suppressed` counts the others since the last)");
+            let logged = state.refusals.admit(label, Instant::now());
+            CallbackRefused {
+                source: label,
+                peer: req.peer_addr(),
+                logged,
+                took: started.elapsed(),
             }
+            .emit(m);
             return HttpResponse::NotFound().finish();
         }
     };
@@ -73,8 +77,7 @@ pub(super) async fn callback(
     if state.space.below_floor() {
         // Refused before the store sees a full disk: the upstream retries a closed
         // connection (the crossing of the floor is logged once, not per callback).
-        m.ingress(source, outcome::NO_SPACE);
-        m.ingress_duration.observe(started.elapsed().as_secs_f64());
+        CallbackClosed { source, why: Closed::NoSpace, took: started.elapsed() }.emit(m);
         return abort::no_answer(&req).await;
     }
 
@@ -111,18 +114,14 @@ async fn store(
         Err(_) => {
             // A trickled body would hold the connection for ever; a status would
             // disable the hook: close, and the upstream retries.
-            m.ingress(source, outcome::BODY_TIMEOUT);
-            m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            tracing::warn!(source, timeout = ?state.body_timeout,
-                "callback body not complete within ingress.body_timeout; connection closed, nothing stored");
+            let why = Closed::BodyTimeout(state.body_timeout);
+            CallbackClosed { source, why, took: started.elapsed() }.emit(m);
             return abort::no_answer(&req).await;
         }
         Ok(Err(e)) => {
             // Usually the client went away mid-body; if it is still there (say, a
             // malformed chunked body), a 4xx would disable its hook: close instead.
-            m.ingress(source, outcome::INCOMPLETE);
-            m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            tracing::warn!(source, error = %e, "callback body incomplete; nothing stored");
+            CallbackClosed { source, why: Closed::Incomplete(&e), took: started.elapsed() }.emit(m);
             return abort::no_answer(&req).await;
         }
     };
@@ -135,25 +134,17 @@ async fn store(
     match state.store.append(event).await {
         Ok(id) => {
             tracing::Span::current().record("id", tracing::field::display(id));
-            let label =
-                if status == EventStatus::Rejected { outcome::REJECTED } else { outcome::ACCEPTED };
-            m.ingress(source, label);
-            m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            if status == EventStatus::Rejected {
-                tracing::warn!(%id, source, event = %event_name, "callback body too large; recorded as rejected");
-            } else {
-                tracing::debug!("callback stored");
-            }
+            let rejected = status == EventStatus::Rejected;
+            CallbackStored { id, source, event: &event_name, rejected, took: started.elapsed() }
+                .emit(m);
             // Both values are plain ASCII tokens: no JSON escaping needed.
             HttpResponse::Ok()
                 .content_type("application/json")
                 .body(format!(r#"{{"id":"{id}","status":"{}"}}"#, status.as_str()))
         }
         Err(e) => {
-            m.ingress(source, outcome::STORE_FAILED);
-            m.ingress_duration.observe(started.elapsed().as_secs_f64());
-            tracing::error!(source, event = %event_name, error = %e,
-                "cannot store callback; closing the connection so the upstream retries");
+            let took = started.elapsed();
+            CallbackNotStored { source, event: &event_name, error: &e, took }.emit(m);
             abort::no_answer(&req).await
         }
     }

@@ -12,6 +12,7 @@ use super::credentials::Credentials;
 use super::model::{self, Hook};
 use super::{AccountId, UpstreamError};
 use crate::config::UpstreamConfig;
+use crate::internal_events::{InternalEvent, UpstreamRequest};
 use crate::metrics::Metrics;
 
 const JSON_API: &str = "application/vnd.api+json";
@@ -112,8 +113,7 @@ impl AccountClient {
     }
 
     fn count(&self, method: &Method, outcome: &str) {
-        let labels = [self.id.source.as_str(), self.id.account.as_str(), method.as_str(), outcome];
-        self.metrics.upstream.requests.with_label_values(&labels).inc();
+        UpstreamRequest { account: &self.id, method: method.as_str(), outcome }.emit(&self.metrics);
     }
 
     /// Sends one logical request, retrying as the module doc says; the body of a 2xx.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::AccountId;
 use crate::config::{AccountAuth, Secret};
+use crate::internal_events::{InternalEvent, TokenRefreshed};
 use crate::metrics::Metrics;
 use crate::store::SharedStore;
 
@@ -152,8 +153,7 @@ impl Credentials {
     }
 
     fn count_refresh(&self, outcome: &str) {
-        let labels = [self.id.source.as_str(), self.id.account.as_str(), outcome];
-        self.metrics.upstream.token_refreshes.with_label_values(&labels).inc();
+        TokenRefreshed { account: &self.id, outcome }.emit(&self.metrics);
     }
 
     /// The refresh-token grant: tries the refresh token persisted by the last refresh,

@@ -9,6 +9,7 @@ use super::missing::Tracker;
 use super::model::Hook;
 use super::AccountId;
 use crate::event_names;
+use crate::internal_events::{HookTransition, InternalEvent};
 use crate::lock::lock;
 use crate::metrics::Metrics;
 
@@ -61,9 +62,7 @@ impl Gauges {
     }
 
     pub(super) fn transition(&self, id: &AccountId, event: &str, from: &str, to: &str) {
-        let labels =
-            [id.source.as_str(), id.account.as_str(), event_names::metric_label(event), from, to];
-        self.metrics.upstream.transitions.with_label_values(&labels).inc();
+        HookTransition { account: id, event, from, to }.emit(&self.metrics);
     }
 
     /// Callbacks stored for (source, event) so far: by the whole fleet when the store

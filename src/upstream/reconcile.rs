@@ -17,6 +17,9 @@ use super::plan::{self, Targets};
 use super::status::{AccountStatus, Change, HookView};
 use super::{AccountId, UpstreamError};
 use crate::config::{Secret, MASK};
+use crate::internal_events::{
+    AccountReconciled, InternalEvent, ReconcilerStoreFailed, StoredGapUnreadable,
+};
 use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
@@ -111,14 +114,12 @@ impl Reconciler {
                     }
                 }
                 Ok(false) => tracing::debug!("another relay leads hook reconciliation"),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot tell which relay reconciles hooks; skipping this pass");
-                    self.gauges
-                        .metrics
-                        .internal_errors
-                        .with_label_values(&["reconciler_store"])
-                        .inc();
+                Err(e) => ReconcilerStoreFailed {
+                    what: "cannot tell which relay reconciles hooks; skipping this pass",
+                    account: None,
+                    error: &e,
                 }
+                .emit(&self.gauges.metrics),
             }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
@@ -135,8 +136,13 @@ impl Reconciler {
         let _fleet = match self.store.exclusive(LEAD_TASK).await {
             Ok(hold) => hold,
             Err(e) => {
-                tracing::error!(error = %e, "cannot hold hook reconciliation against other relays; skipping this pass");
-                self.gauges.metrics.internal_errors.with_label_values(&["reconciler_store"]).inc();
+                ReconcilerStoreFailed {
+                    what:
+                        "cannot hold hook reconciliation against other relays; skipping this pass",
+                    account: None,
+                    error: &e,
+                }
+                .emit(&self.gauges.metrics);
                 return self.statuses();
             }
         };
@@ -224,19 +230,14 @@ impl Reconciler {
             progress.errors.push(e.to_string());
         }
         let ok = progress.errors.is_empty();
-        let labels = [id.source.as_str(), id.account.as_str()];
-        self.gauges
-            .metrics
-            .upstream
-            .reconcile_duration
-            .with_label_values(&labels)
-            .observe(started.elapsed().as_secs_f64());
-        self.gauges.metrics.upstream.account_up.with_label_values(&labels).set(i64::from(ok));
-        if ok {
-            tracing::debug!(source = %id.source, account = %id.account, hooks = progress.ours.len(), changes = progress.changes.len(), "account reconciled");
-        } else {
-            tracing::warn!(source = %id.source, account = %id.account, errors = ?progress.errors, "account reconcile failed");
+        AccountReconciled {
+            account: id,
+            took: started.elapsed(),
+            hooks: progress.ours.len(),
+            changes: progress.changes.len(),
+            errors: &progress.errors,
         }
+        .emit(&self.gauges.metrics);
         let previous = lock(&self.status).get(id).cloned();
         let hooks = if progress.listed {
             progress.ours.iter().map(|h| HookView::of(h, account.shown(&h.target_url))).collect()
@@ -435,13 +436,16 @@ impl Reconciler {
 
     async fn pending_gaps(&self, account: &Account) -> HashMap<String, PendingGap> {
         let prefix = PendingGap::prefix(account.id());
-        let errors = &self.gauges.metrics.internal_errors;
+        let metrics = &self.gauges.metrics;
         let entries = match self.store.upstream_scan(&prefix).await {
             Ok(entries) => entries,
             Err(e) => {
-                errors.with_label_values(&["reconciler_store"]).inc();
-                tracing::error!(error = %e, source = %account.id().source, account = %account.id().account,
-                    "cannot read pending hook gaps: their HookGap events wait for the next pass");
+                ReconcilerStoreFailed {
+                    what: "cannot read pending hook gaps: their HookGap events wait for the next pass",
+                    account: Some(account.id()),
+                    error: &e,
+                }
+                .emit(metrics);
                 return HashMap::new();
             }
         };
@@ -452,9 +456,7 @@ impl Reconciler {
                 match serde_json::from_slice(&value) {
                     Ok(gap) => Some((event, gap)),
                     Err(e) => {
-                        errors.with_label_values(&["reconciler_gap_unreadable"]).inc();
-                        tracing::error!(key = %key, error = %e,
-                            "a stored hook gap is unreadable and is not reported; remove it with the store's tools");
+                        StoredGapUnreadable { key: &key, error: &e }.emit(metrics);
                         None
                     }
                 }

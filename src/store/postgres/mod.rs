@@ -427,8 +427,10 @@ mod tests {
         assert!(a.lead("retention").await.unwrap());
         // Its lease runs out on the database's clock (the holder cut off: no renewal
         // arrives): the other relay takes it at its next ask, and the old holder learns
-        // it at its next renewal.
-        sql(&a, "UPDATE leases SET expires_us = 0 WHERE task = 'retention'").await;
+        // it at its next renewal. The row's holder is renamed too: a cut-off holder's
+        // renewals cannot arrive, but this one's, in this process, could land between
+        // the update and the ask (it did, on a loaded machine).
+        sql(&a, "UPDATE leases SET expires_us = 0, holder = holder || '-cut-off' WHERE task = 'retention'").await;
         assert!(b.lead("retention").await.unwrap(), "nobody took over the lead");
         let deadline = Instant::now() + Duration::from_secs(5);
         while a.lead("retention").await.unwrap() {

@@ -1,0 +1,82 @@
+//! Dispatch: what became of each event taken from the inbox, and which relay
+//! dispatches.
+
+use super::InternalEvent;
+use crate::event_names;
+use crate::metrics::Metrics;
+use crate::store::{DispatchOutcome, DispatchPlan, PendingEvent};
+
+/// One event taken from the inbox: dispatched to its destinations, dropped as a
+/// duplicate, or wanted by no destination. (`Gone`, taken by another dispatcher
+/// meanwhile, is not an occurrence of this relay's.)
+pub(crate) struct EventDispatched<'a> {
+    pub(crate) event: &'a PendingEvent,
+    pub(crate) plan: &'a DispatchPlan,
+    pub(crate) outcome: &'a DispatchOutcome,
+}
+
+impl InternalEvent for EventDispatched<'_> {
+    const FAMILIES: &'static [&'static str] = &[
+        "hookrelay_events_dispatched_total",
+        "hookrelay_events_deduplicated_total",
+        "hookrelay_events_unrouted_total",
+    ];
+    fn emit(self, m: &Metrics) {
+        let Self { event, plan, outcome } = self;
+        let (id, source, name) = (event.id, event.meta.source.as_str(), &event.meta.event);
+        let labels = [source, event_names::metric_label(name)];
+        match outcome {
+            DispatchOutcome::Dispatched(_) => {
+                m.events_dispatched.with_label_values(&labels).inc();
+                tracing::debug!(%id, source, event = %name, destinations = ?plan.destinations,
+                    "event dispatched");
+            }
+            DispatchOutcome::Duplicate { original } => {
+                m.events_deduplicated.with_label_values(&labels).inc();
+                tracing::debug!(%id, source, event = %name, %original, "duplicate event");
+            }
+            DispatchOutcome::Unrouted => {
+                m.events_unrouted.with_label_values(&labels).inc();
+                tracing::debug!(%id, source, event = %name, "no destination wants this event");
+            }
+            DispatchOutcome::Gone => {}
+        }
+    }
+}
+
+/// The answer to "does this relay dispatch the inbox?" ([`crate::store::DISPATCH_LEAD`]),
+/// as it changes.
+pub(crate) enum DispatchLead<'a> {
+    /// This relay dispatches from now on.
+    Taken,
+    /// Another relay dispatches now (this one did until now).
+    Lost,
+    /// Another relay dispatches, as before.
+    Elsewhere,
+    /// The store could not tell; asked again shortly.
+    Unknown(&'a dyn std::fmt::Display),
+}
+
+impl InternalEvent for DispatchLead<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_dispatch_leader"];
+    fn emit(self, m: &Metrics) {
+        m.dispatch_leader.set(i64::from(matches!(self, Self::Taken)));
+        match self {
+            Self::Lost => tracing::info!("another relay dispatches the inbox now"),
+            Self::Unknown(error) => tracing::warn!(%error,
+                "cannot tell which relay dispatches the inbox; asking again in 1s"),
+            Self::Taken | Self::Elsewhere => {}
+        }
+    }
+}
+
+/// The dedup keys held, counted after a purge pass (a state gauge, set here because
+/// the purge is the one that reads it).
+pub(crate) struct DedupKeysCounted(pub(crate) u64);
+
+impl InternalEvent for DedupKeysCounted {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_dedup_keys"];
+    fn emit(self, m: &Metrics) {
+        m.dedup_keys.set(i64::try_from(self.0).unwrap_or(i64::MAX));
+    }
+}

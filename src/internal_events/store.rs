@@ -1,0 +1,85 @@
+//! The store: group commits, events stored, the store failing, whether the database
+//! answers.
+
+use std::time::Duration;
+
+use super::InternalEvent;
+use crate::event_names;
+use crate::metrics::Metrics;
+use crate::store::EventMeta;
+
+/// A group of appends committed in one write (or failed as one).
+pub(crate) struct CommitGroup {
+    pub(crate) size: usize,
+    pub(crate) took: Duration,
+    pub(crate) ok: bool,
+}
+
+impl InternalEvent for CommitGroup {
+    const FAMILIES: &'static [&'static str] = &[
+        "hookrelay_store_commit_duration_seconds",
+        "hookrelay_store_commit_batch_size",
+        "hookrelay_store_commit_failures_total",
+    ];
+    fn emit(self, m: &Metrics) {
+        m.store_commit_duration.observe(self.took.as_secs_f64());
+        m.store_commit_batch_size.observe(self.size as f64);
+        if !self.ok {
+            m.store_commit_failures.inc();
+        }
+    }
+}
+
+/// An event stored (by this relay): counted by source and event name (the hook
+/// lifecycle compares these counts with the upstream's).
+pub(crate) struct EventStored<'a>(pub(crate) &'a EventMeta);
+
+impl InternalEvent for EventStored<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_events_stored_total"];
+    fn emit(self, m: &Metrics) {
+        let event = event_names::metric_label(&self.0.event);
+        m.events_stored.with_label_values(&[self.0.source.as_str(), event]).inc();
+    }
+}
+
+/// The store failed for good (an engine error): the relay is not ready, and exits to
+/// be restarted. The reason is logged where the failure is handled.
+pub(crate) struct StoreFailed;
+
+impl InternalEvent for StoreFailed {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_ready", "hookrelay_store_failed"];
+    fn emit(self, m: &Metrics) {
+        m.ready.set(0);
+        m.store_failed.set(1);
+    }
+}
+
+/// The answer to one probe of the database (`reachability.rs`), with what it changed.
+pub(crate) enum StoreProbed<'a> {
+    /// It answered, as before.
+    Reachable,
+    /// It answered again after failing.
+    Back,
+    /// It failed, having answered before.
+    Lost(&'a str),
+    /// It failed again.
+    StillLost,
+}
+
+impl InternalEvent for StoreProbed<'_> {
+    const FAMILIES: &'static [&'static str] =
+        &["hookrelay_store_reachable", "hookrelay_store_probe_failures_total"];
+    fn emit(self, m: &Metrics) {
+        let up = matches!(self, Self::Reachable | Self::Back);
+        m.store_reachable.set(i64::from(up));
+        if !up {
+            m.store_probe_failures.inc();
+        }
+        match self {
+            Self::Lost(error) => tracing::error!(%error,
+                "the database is unreachable: not ready, callbacks are closed unanswered (the upstream retries) until it is back"),
+            Self::Back => tracing::info!("the database is reachable again: ready"),
+            Self::Reachable | Self::StillLost => {}
+        }
+    }
+}

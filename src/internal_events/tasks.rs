@@ -1,0 +1,80 @@
+//! The relay's background tasks: one dying, retention's passes, the fleet's size.
+
+use super::InternalEvent;
+use crate::metrics::Metrics;
+
+/// A background task ended before shutdown: the relay is no longer ready.
+pub(crate) struct TaskDied<'a> {
+    /// The task's kind, a bounded metric label.
+    pub(crate) kind: &'static str,
+    /// Which task (a destination's worker, say), for the log.
+    pub(crate) name: &'a str,
+    pub(crate) why: &'a str,
+}
+
+impl InternalEvent for TaskDied<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_task_failures_total", "hookrelay_ready"];
+    fn emit(self, m: &Metrics) {
+        m.task_failures.with_label_values(&[self.kind]).inc();
+        m.ready.set(0);
+        tracing::error!(task = %self.name, why = %self.why,
+            "background task died: the relay is no longer ready; restart it");
+    }
+}
+
+/// A retention pass deleted finished events past retention.
+pub(crate) struct EventsPruned(pub(crate) usize);
+
+impl InternalEvent for EventsPruned {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_events_pruned_total"];
+    fn emit(self, m: &Metrics) {
+        m.events_pruned.inc_by(self.0 as u64);
+        if self.0 > 0 {
+            tracing::info!(pruned = self.0, "finished events past retention deleted");
+        }
+    }
+}
+
+/// A fleet heartbeat answered: how many relays are live; `recovered` when the one
+/// before had failed.
+pub(crate) struct FleetCounted {
+    pub(crate) relays: usize,
+    pub(crate) recovered: bool,
+}
+
+impl InternalEvent for FleetCounted {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_fleet_relays"];
+    fn emit(self, m: &Metrics) {
+        m.fleet_relays.set(i64::try_from(self.relays).unwrap_or(i64::MAX));
+        if self.recovered {
+            tracing::info!(relays = self.relays, "fleet heartbeat works again");
+        }
+    }
+}
+
+/// The relay listens and takes callbacks.
+pub(crate) struct RelayReady {
+    pub(crate) sources: usize,
+}
+
+impl InternalEvent for RelayReady {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_ready"];
+    fn emit(self, m: &Metrics) {
+        m.ready.set(1);
+        tracing::info!(sources = self.sources, "ready");
+    }
+}
+
+/// The relay drains and stops: a signal, a listener that ended, a failed store.
+pub(crate) struct ShuttingDown<'a> {
+    pub(crate) reason: &'a str,
+    pub(crate) grace: std::time::Duration,
+}
+
+impl InternalEvent for ShuttingDown<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_ready"];
+    fn emit(self, m: &Metrics) {
+        m.ready.set(0);
+        tracing::info!(reason = %self.reason, grace = ?self.grace, "shutting down");
+    }
+}

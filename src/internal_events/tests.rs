@@ -1,0 +1,232 @@
+//! Every event against the registry: each one's families exist, and are exactly those
+//! its samples touch; every family of the registry is touched by an event or is a
+//! state gauge (listed below, with who sets it).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::*;
+use crate::metrics::Metrics;
+use crate::store::lifecycle::Verdict;
+use crate::store::{
+    DispatchOutcome, DispatchPlan, EventId, EventMeta, EventNameOrigin, EventStatus, PendingEvent,
+};
+use crate::upstream::AccountId;
+
+/// Families set from state by the task that reads it, not by an occurrence.
+const STATE_GAUGES: &[(&str, &str)] = &[
+    ("hookrelay_build_info", "set once at start"),
+    ("hookrelay_store_size_bytes", "admin/health.rs refresh"),
+    ("hookrelay_storage_free_bytes", "space.rs watch"),
+    ("hookrelay_storage_floor_bytes", "space.rs watch"),
+    ("hookrelay_inbox_events", "admin/health.rs refresh"),
+    ("hookrelay_queue_depth", "admin/health.rs refresh"),
+    ("hookrelay_queue_oldest_age_seconds", "admin/health.rs refresh"),
+    ("hookrelay_destination_paused", "admin/health.rs refresh"),
+    ("hookrelay_upstream_hooks", "upstream/gauges.rs, from each pass's listing"),
+    ("hookrelay_upstream_hook_triggered_total", "upstream/gauges.rs, the upstream's counts"),
+    ("hookrelay_upstream_hook_last_triggered_timestamp_seconds", "upstream/gauges.rs"),
+    ("hookrelay_upstream_callbacks_missing", "upstream/gauges.rs, counts compared"),
+    ("hookrelay_store_reachable", "daemon.rs at start (and StoreProbed)"),
+    ("hookrelay_fleet_relays", "daemon.rs at start (and FleetCounted)"),
+];
+
+/// The family of one exposition line (`name{labels} value`), histogram suffixes off.
+fn family(line: &str, families: &BTreeSet<String>) -> String {
+    let name = line.split(['{', ' ']).next().unwrap_or_default();
+    for suffix in ["_bucket", "_sum", "_count", ""] {
+        if let Some(base) = name.strip_suffix(suffix) {
+            if families.contains(base) {
+                return base.to_owned();
+            }
+        }
+    }
+    panic!("{line:?} is of no registered family")
+}
+
+/// The families whose samples `emit` changed, on a fresh registry.
+fn touched(emit: impl FnOnce(&Metrics)) -> BTreeSet<String> {
+    let m = Metrics::new().unwrap();
+    let families: BTreeSet<String> = m.family_names().into_iter().collect();
+    m.ready.set(-1); // no event sets it so: setting it ready or not ready both show
+    let before: BTreeSet<String> = m.render().lines().map(str::to_owned).collect();
+    emit(&m);
+    let after: BTreeSet<String> = m.render().lines().map(str::to_owned).collect();
+    after
+        .symmetric_difference(&before)
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| family(l, &families))
+        .collect()
+}
+
+/// Emits each sample of `E` and checks its declared families.
+fn check<E: InternalEvent>(samples: Vec<E>, seen: &mut BTreeSet<String>) {
+    let name = std::any::type_name::<E>();
+    let registered: BTreeSet<String> = Metrics::new().unwrap().family_names().into_iter().collect();
+    let declared: BTreeSet<String> = E::FAMILIES.iter().map(|f| (*f).to_owned()).collect();
+    for f in &declared {
+        assert!(registered.contains(f), "{name} declares {f}, which is not registered");
+    }
+    let mut union = BTreeSet::new();
+    for sample in samples {
+        union.extend(touched(|m| sample.emit(m)));
+    }
+    assert_eq!(union, declared, "{name}: the families its samples touch");
+    seen.extend(union);
+}
+
+fn meta() -> EventMeta {
+    EventMeta {
+        source: "demo".into(),
+        event: "ActionCreated".into(),
+        event_from: EventNameOrigin::Path,
+        received_at_us: 1_000_000,
+        size: 2,
+        content_type: None,
+        headers: Vec::new(),
+        remote_addr: None,
+        status: EventStatus::Received,
+        flags: Vec::new(),
+        reason: None,
+        duplicate_of: None,
+        destinations: Vec::new(),
+        record: None,
+    }
+}
+
+#[test]
+fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_for() {
+    let mut seen = BTreeSet::new();
+    let s = &mut seen;
+    let took = Duration::from_millis(3);
+    let err: &dyn std::fmt::Display = &"boom";
+    let id = EventId::new(7);
+    check(
+        vec![
+            CallbackStored { id, source: "demo", event: "A", rejected: false, took },
+            CallbackStored { id, source: "demo", event: "A", rejected: true, took },
+        ],
+        s,
+    );
+    check(vec![CallbackRefused { source: "unknown", peer: None, logged: Some(0), took }], s);
+    check(
+        vec![
+            CallbackClosed { source: "demo", why: Closed::NoSpace, took },
+            CallbackClosed { source: "demo", why: Closed::BodyTimeout(took), took },
+            CallbackClosed { source: "demo", why: Closed::Incomplete(err), took },
+        ],
+        s,
+    );
+    check(vec![CallbackNotStored { source: "demo", event: "A", error: err, took }], s);
+
+    let pending = PendingEvent { id, meta: meta(), body: bytes::Bytes::new() };
+    let plan = DispatchPlan {
+        id,
+        dedup: None,
+        destinations: vec!["crm".into()],
+        ordered: Vec::new(),
+        resource: None,
+    };
+    let outcomes = [
+        DispatchOutcome::Dispatched(1),
+        DispatchOutcome::Duplicate { original: EventId::new(1) },
+        DispatchOutcome::Unrouted,
+        DispatchOutcome::Gone,
+    ];
+    let samples =
+        outcomes.iter().map(|outcome| EventDispatched { event: &pending, plan: &plan, outcome });
+    check(samples.collect(), s);
+    check(
+        vec![
+            DispatchLead::Taken,
+            DispatchLead::Lost,
+            DispatchLead::Elsewhere,
+            DispatchLead::Unknown(err),
+        ],
+        s,
+    );
+    check(vec![DedupKeysCounted(3)], s);
+
+    let m = meta();
+    check(vec![AttemptFinished { destination: "crm", took }], s);
+    let recorded = |verdict| AttemptRecorded {
+        event: id,
+        meta: Some(&m),
+        destination: "crm",
+        attempt: 1,
+        status: Some(500),
+        error: None,
+        verdict,
+    };
+    check(vec![recorded(Verdict::Success), recorded(Verdict::Dead), recorded(Verdict::Retry)], s);
+    check(
+        vec![
+            CircuitChanged { destination: "crm", open: true },
+            CircuitChanged { destination: "crm", open: false },
+        ],
+        s,
+    );
+    let stalled = |restart| DestinationStalled {
+        destination: "crm",
+        idle: took,
+        circuit: &"closed",
+        in_flight: 0,
+        share: 4,
+        free: 4,
+        restart,
+    };
+    check(vec![stalled(true), stalled(false)], s);
+    check(vec![DestinationRecovered { destination: "crm" }], s);
+    check(vec![DestinationGone { destination: "crm" }], s);
+
+    check(
+        vec![CommitGroup { size: 3, took, ok: true }, CommitGroup { size: 1, took, ok: false }],
+        s,
+    );
+    check(vec![EventStored(&m)], s);
+    check(vec![StoreFailed], s);
+    check(
+        vec![
+            StoreProbed::Reachable,
+            StoreProbed::Back,
+            StoreProbed::Lost("x"),
+            StoreProbed::StillLost,
+        ],
+        s,
+    );
+    check(vec![TaskDied { kind: "dispatcher", name: "dispatcher", why: "it panicked" }], s);
+    check(vec![EventsPruned(2), EventsPruned(0)], s);
+    check(vec![FleetCounted { relays: 2, recovered: true }], s);
+    check(vec![RelayReady { sources: 1 }], s);
+    check(vec![ShuttingDown { reason: "SIGTERM", grace: took }], s);
+
+    let account = AccountId { source: "demo".into(), account: "alice".into() };
+    let a = &account;
+    check(vec![UpstreamRequest { account: a, method: "GET", outcome: "ok" }], s);
+    check(vec![TokenRefreshed { account: a, outcome: "success" }], s);
+    check(
+        vec![HookTransition { account: a, event: "ActionCreated", from: "none", to: "Active" }],
+        s,
+    );
+    let errors = ["listing failed".to_owned()];
+    check(
+        vec![
+            AccountReconciled { account: a, took, hooks: 3, changes: 1, errors: &[] },
+            AccountReconciled { account: a, took, hooks: 0, changes: 0, errors: &errors },
+        ],
+        s,
+    );
+    check(vec![ReconcilerStoreFailed { what: "cannot read", account: Some(a), error: err }], s);
+    check(vec![StoredGapUnreadable { key: "gap/x", error: err }], s);
+
+    let registered: BTreeSet<String> = Metrics::new().unwrap().family_names().into_iter().collect();
+    for family in &registered {
+        assert!(
+            seen.contains(family) || STATE_GAUGES.iter().any(|(f, _)| f == family),
+            "{family}: no event touches it, and it is not listed as a state gauge"
+        );
+    }
+    for (family, _) in STATE_GAUGES {
+        assert!(registered.contains(*family), "{family} is listed but not registered");
+    }
+}

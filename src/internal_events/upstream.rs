@@ -1,0 +1,119 @@
+//! The hook lifecycle: requests to the upstream, token refreshes, hooks changing
+//! state, reconcile passes and their failures.
+
+use std::time::Duration;
+
+use super::InternalEvent;
+use crate::event_names;
+use crate::metrics::Metrics;
+use crate::upstream::AccountId;
+
+/// One request to the upstream's API, with its outcome label.
+pub(crate) struct UpstreamRequest<'a> {
+    pub(crate) account: &'a AccountId,
+    pub(crate) method: &'a str,
+    pub(crate) outcome: &'a str,
+}
+
+impl InternalEvent for UpstreamRequest<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_upstream_requests_total"];
+    fn emit(self, m: &Metrics) {
+        let a = self.account;
+        let labels = [a.source.as_str(), a.account.as_str(), self.method, self.outcome];
+        m.upstream.requests.with_label_values(&labels).inc();
+    }
+}
+
+/// An OAuth2 token refresh, with its outcome label (the refresh logs its own
+/// failures, with what to do).
+pub(crate) struct TokenRefreshed<'a> {
+    pub(crate) account: &'a AccountId,
+    pub(crate) outcome: &'a str,
+}
+
+impl InternalEvent for TokenRefreshed<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_upstream_token_refreshes_total"];
+    fn emit(self, m: &Metrics) {
+        let labels = [self.account.source.as_str(), self.account.account.as_str(), self.outcome];
+        m.upstream.token_refreshes.with_label_values(&labels).inc();
+    }
+}
+
+/// One of the relay's hooks moved from one state to another (`none`: absent).
+pub(crate) struct HookTransition<'a> {
+    pub(crate) account: &'a AccountId,
+    pub(crate) event: &'a str,
+    pub(crate) from: &'a str,
+    pub(crate) to: &'a str,
+}
+
+impl InternalEvent for HookTransition<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_upstream_hook_transitions_total"];
+    fn emit(self, m: &Metrics) {
+        let a = self.account;
+        let event = event_names::metric_label(self.event);
+        let labels = [a.source.as_str(), a.account.as_str(), event, self.from, self.to];
+        m.upstream.transitions.with_label_values(&labels).inc();
+    }
+}
+
+/// One account's reconcile pass ended: `errors` empty when it succeeded.
+pub(crate) struct AccountReconciled<'a> {
+    pub(crate) account: &'a AccountId,
+    pub(crate) took: Duration,
+    pub(crate) hooks: usize,
+    pub(crate) changes: usize,
+    pub(crate) errors: &'a [String],
+}
+
+impl InternalEvent for AccountReconciled<'_> {
+    const FAMILIES: &'static [&'static str] =
+        &["hookrelay_upstream_reconcile_duration_seconds", "hookrelay_upstream_account_up"];
+    fn emit(self, m: &Metrics) {
+        let Self { account, took, hooks, changes, errors } = self;
+        let labels = [account.source.as_str(), account.account.as_str()];
+        m.upstream.reconcile_duration.with_label_values(&labels).observe(took.as_secs_f64());
+        let ok = errors.is_empty();
+        m.upstream.account_up.with_label_values(&labels).set(i64::from(ok));
+        if ok {
+            tracing::debug!(source = %account.source, account = %account.account, hooks, changes,
+                "account reconciled");
+        } else {
+            tracing::warn!(source = %account.source, account = %account.account, ?errors,
+                "account reconcile failed");
+        }
+    }
+}
+
+/// The reconciler could not use the store for something it needed; `what` says what
+/// and what follows from it.
+pub(crate) struct ReconcilerStoreFailed<'a> {
+    pub(crate) what: &'static str,
+    pub(crate) account: Option<&'a AccountId>,
+    pub(crate) error: &'a dyn std::fmt::Display,
+}
+
+impl InternalEvent for ReconcilerStoreFailed<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_internal_errors_total"];
+    fn emit(self, m: &Metrics) {
+        m.internal_errors.with_label_values(&["reconciler_store"]).inc();
+        let (source, account) =
+            self.account.map_or(("", ""), |a| (a.source.as_str(), a.account.as_str()));
+        tracing::error!(error = %self.error, source, account, "{}", self.what);
+    }
+}
+
+/// A stored hook gap cannot be decoded: it is not reported.
+pub(crate) struct StoredGapUnreadable<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) error: &'a dyn std::fmt::Display,
+}
+
+impl InternalEvent for StoredGapUnreadable<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_internal_errors_total"];
+    fn emit(self, m: &Metrics) {
+        m.internal_errors.with_label_values(&["reconciler_gap_unreadable"]).inc();
+        tracing::error!(key = %self.key, error = %self.error,
+            "a stored hook gap is unreadable and is not reported; remove it with the store's tools");
+    }
+}
