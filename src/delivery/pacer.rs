@@ -15,7 +15,8 @@
 //! - this relay's share of `max_concurrency` and the permits free now;
 //! - the rate limit's next slot;
 //! - the claims taken ahead and their leases: one that could expire during its request
-//!   is given back unstarted, so that no attempt outlives its claim.
+//!   is given back unstarted, so an attempt starts with its whole bound left on its
+//!   claim (only a relay stalled mid-attempt outlives it: see `store::CLAIM_MARGIN`).
 //!
 //! Every answer is either work that moves something (claim, start, release) or a
 //! sleep no longer than [`MAX_IDLE`], so the worker looks again at least that often.

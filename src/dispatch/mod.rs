@@ -186,9 +186,9 @@ impl Dispatcher {
         let _ = purger.await;
     }
 
-    /// Dispatches one batch; returns how many events it took from the inbox (none
-    /// when the store handed the whole batch to another relay: looking again at once
-    /// would fetch the same bodies again and again).
+    /// Dispatches one batch; returns how many events it read from the inbox, those
+    /// another relay dispatched meanwhile (`Gone`) included, or 0 when every one was
+    /// (looking again at once would fetch the same bodies again and again).
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
         let rules = self.rules.clone();
         let planner: crate::store::Planner = Arc::new(move |p| rules.plan(p));

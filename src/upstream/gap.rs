@@ -7,7 +7,7 @@
 //! exists the gap is **closed** in the store (its window's end and the new hook's id)
 //! before the event is stored, so the event's body is fixed: a crash between storing
 //! the event and forgetting the gap raises it again with the same body, which dedup
-//! drops as a copy (within the source's `dedup_window`), and a closed gap is never
+//! drops as a copy (if the source deduplicates, within its `dedup_window`), and a closed gap is never
 //! merged into a later one (that widened the later gap's window).
 
 use std::time::SystemTime;
@@ -90,8 +90,10 @@ impl PendingGap {
 }
 
 /// The event reporting the closed `gap`, stored at `now`. Its body depends on the
-/// gap alone, so the same gap raised twice (a crash after storing it) is the same
-/// occurrence, deduplicated like any copy.
+/// gap alone, so the same gap raised twice (a crash after storing it) has the same
+/// body: dropped as a copy when the source deduplicates and the second comes within
+/// its `dedup_window`; otherwise delivered twice, which a consumer can tell by the
+/// body.
 pub(crate) fn event(
     account: &AccountId,
     event_name: &str,

@@ -7,7 +7,9 @@
 //!   against the other writers), and applied in one multi-tree transaction
 //!   (`apply.rs`), which also derives the schedule and dead-letter entries and the
 //!   queue counts from each delivery's state before and after.
-//! - **Ids** come from an in-process counter seeded from the highest stored id.
+//! - **Ids** come from an in-process counter ([`EventId::allocate`]), seeded at open
+//!   from the highest stored id or the dispatch cursor, whichever is higher (retention
+//!   may have deleted the newest records).
 //! - **Claims** live in memory ([`ClaimTable`]): a restart ends every attempt anyway.
 //! - **Durability**: in `durable` mode each write waits for a shared fsync
 //!   (`flush.rs`) before it returns; in `buffered` mode sled flushes every

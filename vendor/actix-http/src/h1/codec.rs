@@ -131,8 +131,8 @@ impl Decoder for Codec {
             })
         } else if self.flags.contains(Flags::CLOSING) {
             // hookrelay: the connection closes after the answer to the request before:
-            // bytes behind it are never read as a request (no second request can be
-            // smuggled, or desync a proxy that read the first one differently).
+            // bytes behind it on this connection are never read as a request here (a
+            // proxy in front that framed it otherwise is not mended by this).
             Ok(None)
         } else if let Some((req, payload)) = self.decoder.decode(src)? {
             let head = req.head();

@@ -365,7 +365,7 @@ impl MessageType for Request {
             if msg.head().headers.contains_key(header::CONTENT_LENGTH) {
                 // hookrelay: RFC 9112 section 6.3: Transfer-Encoding overrides
                 // Content-Length; the length is dropped and the connection closed after
-                // the answer (so that no second request can be smuggled behind it).
+                // the answer (bytes behind the body are not read as a request here).
                 debug!("both Content-Length and Transfer-Encoding are set: chunked wins");
                 msg.head_mut().headers.remove(header::CONTENT_LENGTH);
                 msg.head_mut().set_connection_type(ConnectionType::Close);
