@@ -1,12 +1,15 @@
 //! The model-based test: random sequences of append, dispatch, claim + record,
 //! replay, discard, pause, prune and reopen, checked after every step against a small
-//! reference model (as vector checks its disk buffer).
+//! reference model (as vector checks its disk buffer). Destination `b` is ordered per
+//! resource: its deliveries of one record wait their turn (`held`), in dispatch order.
 
 use proptest::prelude::*;
 
 use super::*;
 
 const DESTS: [&str; 2] = ["a", "b"];
+/// The destination with `ordering = "per-resource"`.
+const ORDERED: &str = "b";
 
 /// What the model knows of a delivery.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,7 +28,32 @@ struct Model {
     originals: BTreeMap<u8, EventId>,
     deliveries: BTreeMap<(EventId, String), Delivery>,
     paused: BTreeSet<String>,
+    /// `b`'s queue of each record (by [`record_index`]): its deliveries in dispatch
+    /// order, the head first (the one not held).
+    queues: BTreeMap<u8, std::collections::VecDeque<EventId>>,
     now: u64,
+}
+
+impl Model {
+    /// A finished (delivered or dead) delivery to `b` at the head of its record's
+    /// queue hands the turn to the next, due at `at`.
+    fn advance(&mut self, id: EventId, at: u64) {
+        let record = record_index(self.occurrence[&id]);
+        let Some(queue) = self.queues.get_mut(&record) else { return };
+        if queue.front() != Some(&id) {
+            return; // a replay whose turn had passed
+        }
+        queue.pop_front();
+        match queue.front() {
+            Some(next) => {
+                let d = self.deliveries.get_mut(&(*next, ORDERED.to_owned())).expect("queued");
+                *d = Delivery { state: DeliveryState::Pending, due: Some(at), round: 0 };
+            }
+            None => {
+                self.queues.remove(&record);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -154,8 +182,11 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                             window_us: u64::MAX / 4,
                         }),
                         destinations: route(routes[&p.id]),
-                        ordered: Vec::new(),
-                        resource: None,
+                        ordered: route(routes[&p.id])
+                            .into_iter()
+                            .filter(|d| d == ORDERED)
+                            .collect(),
+                        resource: Some([100 + record_index(m.occurrence[&p.id]); 16]),
                     })
                     .collect();
                 let outcomes = store.dispatch(plans.clone(), m.now).await.unwrap();
@@ -178,14 +209,21 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                         DispatchOutcome::Unrouted => EventStatus::Unrouted,
                         _ => {
                             for d in &plan.destinations {
-                                m.deliveries.insert(
-                                    (plan.id, d.clone()),
-                                    Delivery {
-                                        state: DeliveryState::Pending,
-                                        due: Some(m.now),
-                                        round: 0,
-                                    },
-                                );
+                                let mut delivery = Delivery {
+                                    state: DeliveryState::Pending,
+                                    due: Some(m.now),
+                                    round: 0,
+                                };
+                                if d == ORDERED {
+                                    let record = record_index(occurrence);
+                                    let queue = m.queues.entry(record).or_default();
+                                    if !queue.is_empty() {
+                                        delivery.state = DeliveryState::Held;
+                                        delivery.due = None;
+                                    }
+                                    queue.push_back(plan.id);
+                                }
+                                m.deliveries.insert((plan.id, d.clone()), delivery);
                             }
                             EventStatus::Dispatched
                         }
@@ -242,6 +280,9 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                     }
                 };
                 assert_eq!(r, Recorded::Done(verdict));
+                if dest == ORDERED && !matches!(verdict, Verdict::Retry) {
+                    m.advance(claim.event, ended);
+                }
             }
             Op::Replay { pick, dest } => {
                 let ids: Vec<EventId> = m.events.keys().copied().collect();
@@ -251,8 +292,12 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 let id = ids[pick % ids.len()];
                 let dest = DESTS[dest];
                 let n = store.replay(id, vec![dest.to_owned()], m.now).await.unwrap();
-                let replayable =
-                    !matches!(m.events[&id], EventStatus::Received | EventStatus::Rejected);
+                let held = m
+                    .deliveries
+                    .get(&(id, dest.to_owned()))
+                    .is_some_and(|d| d.state == DeliveryState::Held);
+                let replayable = !held
+                    && !matches!(m.events[&id], EventStatus::Received | EventStatus::Rejected);
                 assert_eq!(n, usize::from(replayable), "replay of {:?}", m.events[&id]);
                 if replayable {
                     m.deliveries.insert(
@@ -321,7 +366,12 @@ const RECORDS: u8 = 3;
 
 /// The record an occurrence's events are about (several occurrences share one).
 fn record_of(occurrence: u8) -> String {
-    format!("actions/{}", occurrence % RECORDS)
+    format!("actions/{}", record_index(occurrence))
+}
+
+/// Which of the [`RECORDS`] an occurrence is about.
+fn record_index(occurrence: u8) -> u8 {
+    occurrence % RECORDS
 }
 
 /// Everything the store shows matches the model.
@@ -380,7 +430,7 @@ async fn verify(store: &SharedStore, m: &Model) {
             .min();
         let want = QueueStats {
             pending: count(DeliveryState::Pending),
-            held: 0,
+            held: count(DeliveryState::Held),
             retrying: count(DeliveryState::Retrying),
             dead: count(DeliveryState::Dead),
             oldest,
