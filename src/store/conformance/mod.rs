@@ -27,6 +27,12 @@ pub(crate) trait Harness: Send {
     async fn open(&mut self) -> SharedStore;
     /// The same data in a new process: the caller has dropped every handle.
     async fn reopen(&mut self) -> SharedStore;
+    /// A second store on the same data, open at the same time (a second relay on
+    /// one database), for backends that have one; `None` for a store one process
+    /// owns.
+    async fn second(&mut self) -> Option<SharedStore> {
+        None
+    }
     /// Whether the backend keeps its data on disk (its size is then more than zero).
     fn on_disk(&self) -> bool {
         true
@@ -111,6 +117,9 @@ impl Harness for Postgres {
     async fn reopen(&mut self) -> SharedStore {
         let url = self.0.clone().expect("opened");
         Arc::new(Self::connect(&url).await)
+    }
+    async fn second(&mut self) -> Option<SharedStore> {
+        Some(self.reopen().await)
     }
 }
 

@@ -35,6 +35,40 @@ struct Model {
 }
 
 impl Model {
+    /// Records in the model an attempt at `id`'s delivery to `dest` ending in
+    /// `outcome` (made at `now`, lasting 1 ms); returns the verdict the store must give.
+    fn attempted(&mut self, id: EventId, dest: &str, outcome: Outcome) -> Verdict {
+        let d = self.deliveries.get_mut(&(id, dest.to_owned())).expect("claimed, so known");
+        d.round += 1;
+        let ended = self.now + 1_000;
+        let verdict = match outcome {
+            Outcome::Success => {
+                *d = Delivery { state: DeliveryState::Delivered, due: None, round: d.round };
+                Verdict::Success
+            }
+            Outcome::Permanent => {
+                *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
+                Verdict::Failed
+            }
+            _ if d.round >= 3 => {
+                *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
+                Verdict::Dead
+            }
+            _ => {
+                *d = Delivery {
+                    state: DeliveryState::Retrying,
+                    due: Some(ended + S),
+                    round: d.round,
+                };
+                Verdict::Retry
+            }
+        };
+        if dest == ORDERED && !matches!(verdict, Verdict::Retry) {
+            self.advance(id, ended);
+        }
+        verdict
+    }
+
     /// A finished (delivered or dead) delivery to `b` at the head of its record's
     /// queue hands the turn to the next, due at `at`.
     fn advance(&mut self, id: EventId, at: u64) {
@@ -75,6 +109,19 @@ enum Op {
         dest: usize,
         outcome: u8,
     },
+    /// Two dispatchers at once (two stores on one database where the backend has
+    /// them, else two calls on one store) over the same pending events, routed to the
+    /// unordered destination only (one dispatcher per fleet keeps the order of the
+    /// ordered one): each event is dispatched once, each occurrence has one original.
+    RaceDispatch {
+        skip: u8,
+    },
+    /// Two relays claim the same destination's due deliveries at once: never the same
+    /// one, the earliest always; then each records its attempt.
+    RaceClaims {
+        dest: usize,
+        outcome: u8,
+    },
     Replay {
         pick: usize,
         dest: usize,
@@ -97,6 +144,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(n, occurrence, routed, rejected)| Op::Append { n, occurrence, routed, rejected }),
         3 => prop_oneof![3 => Just(0u8), 1 => any::<u8>()].prop_map(|skip| Op::Dispatch { skip }),
         6 => (0usize..2, 0u8..3).prop_map(|(dest, outcome)| Op::Attempt { dest, outcome }),
+        1 => prop_oneof![3 => Just(0u8), 1 => any::<u8>()].prop_map(|skip| Op::RaceDispatch { skip }),
+        2 => (0usize..2, 0u8..3).prop_map(|(dest, outcome)| Op::RaceClaims { dest, outcome }),
         1 => (any::<usize>(), 0usize..2).prop_map(|(pick, dest)| Op::Replay { pick, dest }),
         1 => any::<usize>().prop_map(|pick| Op::Discard { pick }),
         1 => (0usize..2, any::<bool>()).prop_map(|(dest, on)| Op::Pause { dest, on }),
@@ -127,6 +176,7 @@ pub(super) fn check(make: impl Fn() -> Box<dyn Harness>) {
 
 async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
     let mut store = h.open().await;
+    let mut other = h.second().await.unwrap_or_else(|| store.clone());
     let mut m = Model { now: 1_000 * S, ..Model::default() };
     let mut routes: BTreeMap<EventId, u8> = BTreeMap::new();
     for op in ops {
@@ -247,41 +297,47 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                     "claim_due"
                 );
                 let Some(claim) = claims.into_iter().next() else { continue };
-                let outcome = match outcome {
-                    0 => Outcome::Success,
-                    1 => Outcome::Retry { retry_after: None },
-                    _ => Outcome::Permanent,
-                };
+                let outcome = outcome_of(outcome);
                 let r = record(&store, &claim, report(outcome, m.now)).await;
-                let d = m.deliveries.get_mut(&(claim.event, dest.to_owned())).unwrap();
-                d.round += 1;
-                let ended = m.now + 1_000;
-                let verdict = match outcome {
-                    Outcome::Success => {
-                        *d =
-                            Delivery { state: DeliveryState::Delivered, due: None, round: d.round };
-                        Verdict::Success
-                    }
-                    Outcome::Permanent => {
-                        *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
-                        Verdict::Failed
-                    }
-                    _ if d.round >= 3 => {
-                        *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
-                        Verdict::Dead
-                    }
-                    _ => {
-                        *d = Delivery {
-                            state: DeliveryState::Retrying,
-                            due: Some(ended + S),
-                            round: d.round,
-                        };
-                        Verdict::Retry
-                    }
-                };
-                assert_eq!(r, Recorded::Done(verdict));
-                if dest == ORDERED && !matches!(verdict, Verdict::Retry) {
-                    m.advance(claim.event, ended);
+                assert_eq!(r, Recorded::Done(m.attempted(claim.event, dest, outcome)));
+            }
+            Op::RaceDispatch { skip } => {
+                race_dispatch(&store, &other, &mut m, &routes, skip).await;
+            }
+            Op::RaceClaims { dest, outcome } => {
+                let dest = DESTS[dest];
+                let (x, y) = tokio::join!(
+                    store.claim_due(dest, "x", m.now, LEASE, 1),
+                    other.claim_due(dest, "y", m.now, LEASE, 1)
+                );
+                let (x, y) = (x.unwrap(), y.unwrap());
+                let mut due: Vec<(Option<u64>, EventId)> = m
+                    .deliveries
+                    .iter()
+                    .filter(|((_, d), x)| d == dest && x.due.is_some_and(|due| due <= m.now))
+                    .map(|((id, _), x)| (x.due, *id))
+                    .collect();
+                due.sort();
+                let claimed: Vec<EventId> = x.iter().chain(&y).map(|c| c.event).collect();
+                assert!(claimed.len() <= 2 && claimed.len() <= due.len(), "{claimed:?} of {due:?}");
+                assert!(
+                    claimed.len() < 2 || claimed[0] != claimed[1],
+                    "one delivery claimed by two relays at once: {claimed:?}"
+                );
+                for id in &claimed {
+                    assert!(due.iter().any(|(_, d)| d == id), "{id} claimed but not due");
+                }
+                if let Some((_, earliest)) = due.first() {
+                    assert!(
+                        claimed.contains(earliest),
+                        "the earliest due {earliest} left: {claimed:?}"
+                    );
+                }
+                let outcome = outcome_of(outcome);
+                for (s, claim) in x.iter().map(|c| (&store, c)).chain(y.iter().map(|c| (&other, c)))
+                {
+                    let r = record(s, claim, report(outcome, m.now)).await;
+                    assert_eq!(r, Recorded::Done(m.attempted(claim.event, dest, outcome)));
                 }
             }
             Op::Replay { pick, dest } => {
@@ -352,13 +408,90 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 }
             }
             Op::Reopen => {
-                drop(store);
+                drop((store, other));
                 store = h.reopen().await;
+                other = h.second().await.unwrap_or_else(|| store.clone());
             }
             Op::Tick(us) => m.now += us,
         }
         verify(&store, &m).await;
     }
+}
+
+/// The attempt outcome an op's number stands for.
+fn outcome_of(n: u8) -> Outcome {
+    match n {
+        0 => Outcome::Success,
+        1 => Outcome::Retry { retry_after: None },
+        _ => Outcome::Permanent,
+    }
+}
+
+/// [`Op::RaceDispatch`].
+async fn race_dispatch(
+    a: &SharedStore,
+    b: &SharedStore,
+    m: &mut Model,
+    routes: &BTreeMap<EventId, u8>,
+    skip: u8,
+) {
+    let pending = a.pending(1000).await.unwrap();
+    let plans: Vec<DispatchPlan> = pending
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| skip & (1 << (i % 8)) == 0)
+        .map(|(_, p)| DispatchPlan {
+            id: p.id,
+            dedup: Some(DedupKey { hash: [m.occurrence[&p.id]; 16], window_us: u64::MAX / 4 }),
+            destinations: route(routes[&p.id]).into_iter().filter(|d| d != ORDERED).collect(),
+            ordered: Vec::new(),
+            resource: None,
+        })
+        .collect();
+    let (x, y) = tokio::join!(a.dispatch(plans.clone(), m.now), b.dispatch(plans.clone(), m.now));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    // The originals this race decided: the one event of each occurrence not a copy.
+    let mut decided: BTreeMap<u8, EventId> = BTreeMap::new();
+    let mut taken = Vec::new();
+    for ((plan, x), y) in plans.iter().zip(x).zip(y) {
+        let outcome = match (x, y) {
+            (DispatchOutcome::Gone, o) | (o, DispatchOutcome::Gone) => o,
+            (x, y) => panic!("{} dispatched twice: {x:?} and {y:?}", plan.id),
+        };
+        assert_ne!(outcome, DispatchOutcome::Gone, "{} dispatched by neither", plan.id);
+        let occurrence = m.occurrence[&plan.id];
+        if !matches!(outcome, DispatchOutcome::Duplicate { .. }) {
+            assert!(!m.originals.contains_key(&occurrence), "{} is a copy", plan.id);
+            assert!(decided.insert(occurrence, plan.id).is_none(), "two originals of {occurrence}");
+        }
+        taken.push((plan, outcome));
+    }
+    for (plan, outcome) in taken {
+        let occurrence = m.occurrence[&plan.id];
+        let status = match outcome {
+            DispatchOutcome::Duplicate { original } => {
+                let want = m.originals.get(&occurrence).or(decided.get(&occurrence));
+                assert_eq!(Some(&original), want, "{}'s original", plan.id);
+                EventStatus::Duplicate
+            }
+            DispatchOutcome::Unrouted => {
+                assert!(plan.destinations.is_empty());
+                EventStatus::Unrouted
+            }
+            DispatchOutcome::Dispatched(n) => {
+                assert_eq!(n, plan.destinations.len());
+                for d in &plan.destinations {
+                    let delivery =
+                        Delivery { state: DeliveryState::Pending, due: Some(m.now), round: 0 };
+                    m.deliveries.insert((plan.id, d.clone()), delivery);
+                }
+                EventStatus::Dispatched
+            }
+            DispatchOutcome::Gone => unreachable!("checked above"),
+        };
+        m.events.insert(plan.id, status);
+    }
+    m.originals.extend(decided);
 }
 
 /// How many records the events are about.
