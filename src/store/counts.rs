@@ -17,7 +17,7 @@ struct Counts {
 }
 
 /// Per destination.
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub(crate) struct QueueCounts {
     by_dest: HashMap<String, Counts>,
 }

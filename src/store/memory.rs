@@ -21,7 +21,7 @@ use crate::config::RetryPolicy;
 use crate::lock::lock;
 
 /// Everything stored.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Data {
     inbox: BTreeMap<EventId, (EventMeta, bytes::Bytes)>,
     events: BTreeMap<EventId, EventMeta>,
@@ -104,6 +104,9 @@ pub(crate) struct MemoryStore {
     failed_appends: Arc<std::sync::atomic::AtomicUsize>,
     /// Hears of every append (a group of one: nothing here is worth grouping).
     observer: Option<Arc<dyn super::StoreObserver>>,
+    /// For [`MemoryStore::lossy`]: the data as of the last durable write, which is
+    /// all a crash leaves.
+    durable: Option<Arc<Mutex<Data>>>,
 }
 
 impl MemoryStore {
@@ -126,6 +129,33 @@ impl MemoryStore {
     pub(crate) fn restart(&self) -> Self {
         self.claims.clear();
         self.clone()
+    }
+
+    /// A store that keeps, besides its data, the data as of its last durable write,
+    /// as the contract allows a backend to: every write but dispatch, the dedup purge
+    /// and pruning is durable on return, and those three are durable with the next
+    /// durable write ([`MemoryStore::crash`] loses them).
+    pub(crate) fn lossy() -> Self {
+        Self { durable: Some(Arc::default()), ..Self::default() }
+    }
+
+    /// What a power cut leaves of a [`MemoryStore::lossy`] store: the data as of its
+    /// last durable write, in a new process (claims forgotten).
+    pub(crate) fn crash(&self) -> Self {
+        let durable = self.durable.as_ref().map(|d| lock(d).clone()).unwrap_or_default();
+        Self {
+            data: Arc::new(Mutex::new(durable.clone())),
+            claims: Arc::default(),
+            durable: Some(Arc::new(Mutex::new(durable))),
+            ..Self::default()
+        }
+    }
+
+    /// A durable write just ended with `d` as the data: a lossy store keeps it.
+    fn durable_point(&self, d: &Data) {
+        if let Some(durable) = &self.durable {
+            *lock(durable) = d.clone();
+        }
     }
 }
 
@@ -152,6 +182,7 @@ impl EventLog for MemoryStore {
         } else {
             d.events.insert(id, event.meta);
         }
+        self.durable_point(&d);
         Ok(id)
     }
 
@@ -340,6 +371,7 @@ impl DeliveryQueue for MemoryStore {
         for (claim, _) in &attempts {
             self.claims.release(&claim.destination, claim.event, claim.token);
         }
+        self.durable_point(&d);
         Ok(out)
     }
 
@@ -366,6 +398,7 @@ impl DeliveryQueue for MemoryStore {
         }
         let changes = st.into_changes();
         d.apply(changes);
+        self.durable_point(&d);
         Ok(n)
     }
 
@@ -375,6 +408,7 @@ impl DeliveryQueue for MemoryStore {
         let done = lifecycle::discard(&mut st, event, destination)?;
         let changes = st.into_changes();
         d.apply(changes);
+        self.durable_point(&d);
         Ok(done)
     }
 
@@ -417,6 +451,7 @@ impl DeliveryQueue for MemoryStore {
         } else {
             d.paused.remove(destination);
         }
+        self.durable_point(&d);
         Ok(())
     }
 }
@@ -436,6 +471,7 @@ impl SharedState for MemoryStore {
             Some(v) => d.upstream.insert(key.to_owned(), v),
             None => d.upstream.remove(key),
         };
+        self.durable_point(&d);
         Ok(())
     }
 
@@ -456,6 +492,7 @@ impl Upkeep for MemoryStore {
     }
 
     async fn close(&self) -> Result<(), StoreError> {
+        self.durable_point(&lock(&self.data));
         Ok(())
     }
 }

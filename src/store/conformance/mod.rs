@@ -33,6 +33,14 @@ pub(crate) trait Harness: Send {
     async fn second(&mut self) -> Option<SharedStore> {
         None
     }
+    /// The store after a power cut: what its durable writes left, in a new process.
+    /// The handles are dropped first. By default a reopen: a backend whose every
+    /// commit is durable (PostgreSQL) loses nothing, and one whose loss this cannot
+    /// provoke in-process (sled: `tests/integration/power_loss.rs` cuts its power
+    /// through a FUSE filesystem) is reopened.
+    async fn crash(&mut self) -> SharedStore {
+        self.reopen().await
+    }
     /// Whether the backend keeps its data on disk (its size is then more than zero).
     fn on_disk(&self) -> bool {
         true
@@ -44,12 +52,18 @@ pub(crate) struct Memory(Option<MemoryStore>);
 #[async_trait]
 impl Harness for Memory {
     async fn open(&mut self) -> SharedStore {
-        let store = MemoryStore::default();
+        let store = MemoryStore::lossy();
         self.0 = Some(store.clone());
         Arc::new(store)
     }
     async fn reopen(&mut self) -> SharedStore {
         Arc::new(self.0.as_ref().expect("opened").restart())
+    }
+    /// Loses every write since the last durable one, as the contract allows.
+    async fn crash(&mut self) -> SharedStore {
+        let store = self.0.as_ref().expect("opened").crash();
+        self.0 = Some(store.clone());
+        Arc::new(store)
     }
     fn on_disk(&self) -> bool {
         false

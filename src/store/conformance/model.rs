@@ -19,7 +19,7 @@ struct Delivery {
     round: u32,
 }
 
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 struct Model {
     /// Event id → status, for every event the store should still hold.
     events: BTreeMap<EventId, EventStatus>,
@@ -135,6 +135,9 @@ enum Op {
     },
     Prune,
     Reopen,
+    /// A power cut: the backend may lose the writes exempt from durability (dispatch,
+    /// pruning) made since its last durable write, a suffix of them, never more.
+    Crash,
     Tick(u64),
 }
 
@@ -151,6 +154,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..2, any::<bool>()).prop_map(|(dest, on)| Op::Pause { dest, on }),
         1 => Just(Op::Prune),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Crash),
         2 => (1u64..3_000_000).prop_map(Op::Tick),
     ]
 }
@@ -178,8 +182,13 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
     let mut store = h.open().await;
     let mut other = h.second().await.unwrap_or_else(|| store.clone());
     let mut m = Model { now: 1_000 * S, ..Model::default() };
+    // What a crash may leave: the model as of the last durable write, then as after
+    // each write exempt from durability made since.
+    let mut durable = m.clone();
+    let mut since: Vec<Model> = Vec::new();
     let mut routes: BTreeMap<EventId, u8> = BTreeMap::new();
     for op in ops {
+        let mut kind = Durability::of(&op);
         match op {
             Op::Append { n, occurrence, routed, rejected } => {
                 let is_rejected = |i: usize| rejected & (1 << i) != 0;
@@ -297,6 +306,7 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                     "claim_due"
                 );
                 let Some(claim) = claims.into_iter().next() else { continue };
+                kind = Durability::Durable; // an attempt recorded
                 let outcome = outcome_of(outcome);
                 let r = record(&store, &claim, report(outcome, m.now)).await;
                 assert_eq!(r, Recorded::Done(m.attempted(claim.event, dest, outcome)));
@@ -332,6 +342,9 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                         claimed.contains(earliest),
                         "the earliest due {earliest} left: {claimed:?}"
                     );
+                }
+                if !claimed.is_empty() {
+                    kind = Durability::Durable; // attempts recorded
                 }
                 let outcome = outcome_of(outcome);
                 for (s, claim) in x.iter().map(|c| (&store, c)).chain(y.iter().map(|c| (&other, c)))
@@ -412,10 +425,69 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 store = h.reopen().await;
                 other = h.second().await.unwrap_or_else(|| store.clone());
             }
+            Op::Crash => {
+                drop((store, other));
+                store = h.crash().await;
+                other = h.second().await.unwrap_or_else(|| store.clone());
+                // The newest candidate the store shows; those after it are gone, those
+                // before it stay possible (what survived a crash need not be durable).
+                let mut left = None;
+                for i in (0..=since.len()).rev() {
+                    let candidate = if i == 0 { &durable } else { &since[i - 1] };
+                    let candidate = Model { now: m.now, ..candidate.clone() };
+                    if shows(&store, &candidate).await {
+                        left = Some((i, candidate));
+                        break;
+                    }
+                }
+                let (i, left) = left.expect("a crash left something other than a durable state");
+                since.truncate(i);
+                m = left;
+            }
             Op::Tick(us) => m.now += us,
         }
         verify(&store, &m).await;
+        match kind {
+            Durability::Durable => {
+                durable = m.clone();
+                since.clear();
+            }
+            Durability::Exempt => since.push(m.clone()),
+            Durability::Neutral => {}
+        }
     }
+}
+
+/// How an op's writes stand to a crash.
+#[derive(Clone, Copy)]
+enum Durability {
+    /// Its writes are durable when it returns, and make every earlier one durable.
+    Durable,
+    /// Its writes may be lost to a crash until the next durable write.
+    Exempt,
+    /// It writes nothing a crash could lose (or, a crash, starts over).
+    Neutral,
+}
+
+impl Durability {
+    fn of(op: &Op) -> Self {
+        match op {
+            // Attempts write only when a delivery was due (the op says so then).
+            Op::Append { .. } | Op::Replay { .. } | Op::Discard { .. } | Op::Pause { .. } => {
+                Self::Durable
+            }
+            Op::Dispatch { .. } | Op::RaceDispatch { .. } | Op::Prune => Self::Exempt,
+            Op::Attempt { .. } | Op::RaceClaims { .. } => Self::Neutral,
+            Op::Reopen | Op::Crash | Op::Tick(_) => Self::Neutral,
+        }
+    }
+}
+
+/// Whether `store` shows exactly the model `m` (a failed check panics in a task of
+/// its own, whose panic message is only noise here).
+async fn shows(store: &SharedStore, m: &Model) -> bool {
+    let (store, m) = (store.clone(), m.clone());
+    tokio::spawn(async move { verify(&store, &m).await }).await.is_ok()
 }
 
 /// The attempt outcome an op's number stands for.
