@@ -176,3 +176,52 @@ async fn nothing_pipelined_behind_a_smuggling_shaped_callback_is_answered() {
         .await;
     assert_eq!(answer.matches("HTTP/1.1 ").count(), 3, "{answer}");
 }
+
+/// Never a 408 for a late head: actix answered 408 Request Timeout to a head not
+/// complete within its 5 s (a valid callback got one in the fleet order test on a
+/// loaded machine), which disables the upstream's hook. Now a head that arrived while
+/// the relay did not run (a frozen VM, a starved CPU; here SIGSTOP) is read and
+/// answered 200, and one still incomplete is closed unanswered (the upstream retries).
+#[tokio::test]
+async fn a_late_head_is_never_answered_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_dir, relay) = start().await;
+    let body = r#"{"data":{"type":"actions","id":"9"}}"#;
+    let request = format!(
+        "{}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        request_line("ActionCreated"),
+        body.len()
+    );
+    // Connected and taken up by the relay (its head timer running), then frozen while
+    // the whole request arrives, for longer than the 5 s head timeout.
+    let mut conn = tokio::net::TcpStream::connect(relay.ingress).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    relay.signal(libc::SIGSTOP);
+    conn.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    relay.signal(libc::SIGCONT);
+    let mut answer = Vec::new();
+    let read =
+        tokio::time::timeout(std::time::Duration::from_secs(10), conn.read_to_end(&mut answer));
+    assert!(read.await.is_ok(), "no answer within 10 s of the thaw");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 200"), "a head that arrived while frozen: {answer}");
+    let stored = stored_body(&relay, &id_of(&answer)).await;
+    assert_eq!(stored["body"], body, "{stored}");
+
+    // Half a head, then nothing for longer than the timeout: closed, never a 408.
+    let mut conn = tokio::net::TcpStream::connect(relay.ingress).await.unwrap();
+    conn.write_all(request_line("ActionCreated").as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read =
+        tokio::time::timeout(std::time::Duration::from_secs(15), conn.read_to_end(&mut answer));
+    assert!(read.await.is_ok(), "an incomplete head held the connection past 15 s");
+    assert!(
+        answer.is_empty(),
+        "an incomplete head was answered: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    // And the relay takes callbacks as before.
+    let (status, _) = raw(&relay, request.as_bytes(), false).await;
+    assert_eq!(status, 200);
+}

@@ -1069,16 +1069,19 @@ where
 
         if let TimerState::Active { timer } = this.head_timer {
             if timer.as_mut().poll(cx).is_ready() {
-                // timeout on first request (slow request) return 408
-
-                trace!("timed out on slow request; replying with 408 and closing connection");
-
-                let _ = self.as_mut().send_error_response(
-                    Response::with_body(StatusCode::REQUEST_TIMEOUT, ()),
-                    BoxBody::new(()),
-                );
-
-                self.project().flags.insert(Flags::SHUTDOWN);
+                // hookrelay: a head late only because this process did not run (frozen,
+                // starved of CPU) may be waiting in the socket: read and decode what is
+                // there first (decoding a request clears this timer). A head still
+                // incomplete ends the connection without an answer: a 408 would
+                // disable the upstream's hook, a closed connection is retried.
+                let _ = self.as_mut().read_available(cx)?;
+                self.as_mut().poll_request(cx)?;
+                let this = self.as_mut().project();
+                if matches!(this.head_timer, TimerState::Active { .. }) {
+                    trace!("timed out on slow request; closing the connection unanswered");
+                    this.head_timer.clear(line!());
+                    this.flags.insert(Flags::SHUTDOWN);
+                }
             }
         };
 
