@@ -180,8 +180,9 @@ async fn nothing_pipelined_behind_a_smuggling_shaped_callback_is_answered() {
 /// Never a 408 for a late head: actix answered 408 Request Timeout to a head not
 /// complete within its 5 s (a valid callback got one in the fleet order test on a
 /// loaded machine), which disables the upstream's hook. Now a head that arrived while
-/// the relay did not run (a frozen VM, a starved CPU; here SIGSTOP) is read and
-/// answered 200, and one still incomplete is closed unanswered (the upstream retries).
+/// the relay did not run (a frozen VM, a starved CPU; here SIGSTOP) is read within a
+/// grace and answered 200, and one still incomplete is closed unanswered (the upstream
+/// retries).
 #[tokio::test]
 async fn a_late_head_is_never_answered_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

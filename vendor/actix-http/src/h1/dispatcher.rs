@@ -45,7 +45,7 @@ const WRITE_BUFFER_RETENTION_LIMIT: usize = 1024 * 128;
 
 bitflags! {
     #[derive(Debug, Clone, Copy)]
-    pub struct Flags: u8 {
+    pub struct Flags: u16 {
         /// Set when stream is read for first time.
         const STARTED          = 0b0000_0001;
 
@@ -74,6 +74,9 @@ bitflags! {
         /// after the current response finishes. [`LINGER`](Self::LINGER) remains separate and is
         /// used only to close cleanly after a response to an unread request payload.
         const DRAINING         = 0b1000_0000;
+
+        /// hookrelay: set when the head timer ran out once and was given a grace.
+        const HEAD_LATE        = 0b1_0000_0000;
     }
 }
 
@@ -1069,18 +1072,20 @@ where
 
         if let TimerState::Active { timer } = this.head_timer {
             if timer.as_mut().poll(cx).is_ready() {
-                // hookrelay: a head late only because this process did not run (frozen,
-                // starved of CPU) may be waiting in the socket: read and decode what is
-                // there first (decoding a request clears this timer). A head still
-                // incomplete ends the connection without an answer: a 408 would
-                // disable the upstream's hook, a closed connection is retried.
-                let _ = self.as_mut().read_available(cx)?;
-                self.as_mut().poll_request(cx)?;
+                // hookrelay: never a 408 (it disables the upstream's hook). A head late
+                // only because this process did not run (frozen, starved of CPU) may be
+                // in the socket, its readiness not yet seen: look again for a grace
+                // (reading it clears this timer). One still incomplete then is closed
+                // unanswered: the upstream retries.
                 let this = self.as_mut().project();
-                if matches!(this.head_timer, TimerState::Active { .. }) {
+                if this.flags.contains(Flags::HEAD_LATE) {
                     trace!("timed out on slow request; closing the connection unanswered");
                     this.head_timer.clear(line!());
                     this.flags.insert(Flags::SHUTDOWN);
+                } else {
+                    this.flags.insert(Flags::HEAD_LATE);
+                    let grace = tokio::time::sleep(std::time::Duration::from_secs(1));
+                    this.head_timer.set_and_init(cx, grace, line!());
                 }
             }
         };
