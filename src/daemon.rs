@@ -80,7 +80,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     // This relay's name on its delivery claims.
     let owner = format!("relay-{}-{:08x}", std::process::id(), fastrand::u32(..));
     // On a shared store, each destination's limits are divided among the relays.
-    metrics.fleet_relays.set(1);
+    metrics.relay.fleet_relays.set(1);
     let (fleet, fleet_task) =
         crate::fleet::follow(store.clone(), owner.clone(), metrics.clone(), stop.clone()).await;
     let fleet_task =
@@ -127,7 +127,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
             tokio::spawn(crate::space::watch(space.clone(), metrics.clone(), stop.clone())),
         )
     });
-    metrics.store_reachable.set(1);
+    metrics.store.store_reachable.set(1);
     let reachability_task = (!embedded).then(|| {
         supervisor.watch(
             "reachability",
@@ -333,7 +333,7 @@ struct Waiting {
 
 impl Waiting {
     fn start(config: &Config, metrics: &Arc<Metrics>, why: String) -> anyhow::Result<Self> {
-        metrics.store_reachable.set(0);
+        metrics.store.store_reachable.set(0);
         let state = Arc::new(admin::waiting::Waiting {
             why: std::sync::Mutex::new(why),
             metrics: metrics.clone(),

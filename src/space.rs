@@ -148,8 +148,8 @@ impl Space {
 
     fn report(&self, metrics: &Metrics) {
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        metrics.storage_free.set(gauge(self.free.load(Ordering::Relaxed)));
-        metrics.storage_floor.set(gauge(self.floor()));
+        metrics.store.storage_free.set(gauge(self.free.load(Ordering::Relaxed)));
+        metrics.store.storage_floor.set(gauge(self.floor()));
     }
 }
 

@@ -114,31 +114,38 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
     };
     if reports_fleet {
         match store.size_on_disk().await {
-            Ok(size) => m.store_size.set(i64::try_from(size).unwrap_or(i64::MAX)),
+            Ok(size) => m.store.store_size.set(i64::try_from(size).unwrap_or(i64::MAX)),
             Err(e) => tracing::warn!(error = %e, "cannot read the store size for /metrics"),
         }
         match store.inbox_len().await {
-            Ok(n) => m.inbox_events.set(i64::try_from(n).unwrap_or(i64::MAX)),
+            Ok(n) => m.store.inbox_events.set(i64::try_from(n).unwrap_or(i64::MAX)),
             Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
         }
     } else {
-        m.store_size.set(0);
-        m.inbox_events.set(0);
-        m.queue_depth.reset();
-        m.queue_oldest_age.reset();
+        m.store.store_size.set(0);
+        m.store.inbox_events.set(0);
+        m.delivery.queue_depth.reset();
+        m.delivery.queue_oldest_age.reset();
     }
-    m.ready.set(i64::from(not_ready(&state).is_none()));
+    m.relay.ready.set(i64::from(not_ready(&state).is_none()));
     for d in state.destinations.iter() {
         let name = d.dest.name.as_str();
         if reports_fleet {
             match store.queue_stats(name).await {
                 Ok(q) => {
                     let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-                    m.queue_depth.with_label_values(&[name, "pending"]).set(depth(q.pending));
-                    m.queue_depth.with_label_values(&[name, "held"]).set(depth(q.held));
-                    m.queue_depth.with_label_values(&[name, "retrying"]).set(depth(q.retrying));
-                    m.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
-                    m.queue_oldest_age
+                    m.delivery
+                        .queue_depth
+                        .with_label_values(&[name, "pending"])
+                        .set(depth(q.pending));
+                    m.delivery.queue_depth.with_label_values(&[name, "held"]).set(depth(q.held));
+                    m.delivery
+                        .queue_depth
+                        .with_label_values(&[name, "retrying"])
+                        .set(depth(q.retrying));
+                    m.delivery.queue_depth.with_label_values(&[name, "dead"]).set(depth(q.dead));
+                    m.delivery
+                        .queue_oldest_age
                         .with_label_values(&[name])
                         .set(q.oldest.map_or(0.0, super::views::age_seconds));
                 }
@@ -146,8 +153,9 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
                     "cannot read a queue for /metrics"),
             }
         }
-        m.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
-        m.circuit_open
+        m.delivery.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));
+        m.delivery
+            .circuit_open
             .with_label_values(&[name])
             .set(i64::from(d.phase() != crate::delivery::Phase::Closed));
     }

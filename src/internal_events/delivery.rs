@@ -17,7 +17,7 @@ pub(crate) struct AttemptFinished<'a> {
 impl InternalEvent for AttemptFinished<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_delivery_attempt_duration_seconds"];
     fn emit(self, m: &Metrics) {
-        let d = &m.delivery_attempt_duration;
+        let d = &m.delivery.delivery_attempt_duration;
         d.with_label_values(&[self.destination]).observe(self.took.as_secs_f64());
     }
 }
@@ -41,10 +41,10 @@ impl InternalEvent for AttemptRecorded<'_> {
         &["hookrelay_deliveries_total", "hookrelay_delivery_lag_seconds"];
     fn emit(self, m: &Metrics) {
         let Self { event, meta, destination, attempt, status, error, verdict } = self;
-        m.deliveries.with_label_values(&[destination, verdict.label()]).inc();
+        m.delivery.deliveries.with_label_values(&[destination, verdict.label()]).inc();
         if let (Verdict::Success, Some(meta)) = (verdict, meta) {
             let lag = crate::clock::now().duration_since(meta.received_at()).unwrap_or_default();
-            m.delivery_lag.with_label_values(&[destination]).observe(lag.as_secs_f64());
+            m.delivery.delivery_lag.with_label_values(&[destination]).observe(lag.as_secs_f64());
         }
         tracing::debug!(attempt, ?status, ?error, verdict = verdict.label(), "delivery attempt");
         if matches!(verdict, Verdict::Dead | Verdict::Failed) {
@@ -65,7 +65,7 @@ impl InternalEvent for CircuitChanged<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_destination_circuit_open"];
     fn emit(self, m: &Metrics) {
         let destination = self.destination;
-        m.circuit_open.with_label_values(&[destination]).set(i64::from(self.open));
+        m.delivery.circuit_open.with_label_values(&[destination]).set(i64::from(self.open));
         if self.open {
             tracing::warn!(destination, "circuit open: probing once per interval");
         } else {
@@ -92,9 +92,9 @@ impl InternalEvent for DestinationStalled<'_> {
         &["hookrelay_destination_stalled", "hookrelay_destination_worker_restarts_total"];
     fn emit(self, m: &Metrics) {
         let destination = self.destination;
-        m.destination_stalled.with_label_values(&[destination]).set(1);
+        m.delivery.destination_stalled.with_label_values(&[destination]).set(1);
         if self.restart {
-            m.worker_restarts.with_label_values(&[destination]).inc();
+            m.delivery.worker_restarts.with_label_values(&[destination]).inc();
         }
         tracing::error!(destination, idle_seconds = self.idle.as_secs(), circuit = ?self.circuit,
             in_flight = self.in_flight, share = self.share, free = self.free, restart = self.restart,
@@ -111,7 +111,7 @@ pub(crate) struct DestinationRecovered<'a> {
 impl InternalEvent for DestinationRecovered<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_destination_stalled"];
     fn emit(self, m: &Metrics) {
-        m.destination_stalled.with_label_values(&[self.destination]).set(0);
+        m.delivery.destination_stalled.with_label_values(&[self.destination]).set(0);
         tracing::info!(destination = self.destination, "destination makes progress again");
     }
 }

@@ -27,16 +27,16 @@ impl InternalEvent for EventDispatched<'_> {
         let labels = [source, event_names::metric_label(name)];
         match outcome {
             DispatchOutcome::Dispatched(_) => {
-                m.events_dispatched.with_label_values(&labels).inc();
+                m.dispatch.events_dispatched.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, destinations = ?plan.destinations,
                     "event dispatched");
             }
             DispatchOutcome::Duplicate { original } => {
-                m.events_deduplicated.with_label_values(&labels).inc();
+                m.dispatch.events_deduplicated.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, %original, "duplicate event");
             }
             DispatchOutcome::Unrouted => {
-                m.events_unrouted.with_label_values(&labels).inc();
+                m.dispatch.events_unrouted.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, "no destination wants this event");
             }
             DispatchOutcome::Gone => {}
@@ -60,7 +60,7 @@ pub(crate) enum DispatchLead<'a> {
 impl InternalEvent for DispatchLead<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_dispatch_leader"];
     fn emit(self, m: &Metrics) {
-        m.dispatch_leader.set(i64::from(matches!(self, Self::Taken)));
+        m.dispatch.dispatch_leader.set(i64::from(matches!(self, Self::Taken)));
         match self {
             Self::Lost => tracing::info!("another relay dispatches the inbox now"),
             Self::Unknown(error) => tracing::warn!(%error,
@@ -77,6 +77,6 @@ pub(crate) struct DedupKeysCounted(pub(crate) u64);
 impl InternalEvent for DedupKeysCounted {
     const FAMILIES: &'static [&'static str] = &["hookrelay_dedup_keys"];
     fn emit(self, m: &Metrics) {
-        m.dedup_keys.set(i64::try_from(self.0).unwrap_or(i64::MAX));
+        m.dispatch.dedup_keys.set(i64::try_from(self.0).unwrap_or(i64::MAX));
     }
 }

@@ -13,8 +13,8 @@ const FAMILIES: &[&str] =
 
 /// Counts one callback's outcome and how long it took.
 fn count(m: &Metrics, source: &str, outcome: &str, took: Duration) {
-    m.ingress_requests.with_label_values(&[source, outcome]).inc();
-    m.ingress_duration.observe(took.as_secs_f64());
+    m.ingress.ingress_requests.with_label_values(&[source, outcome]).inc();
+    m.ingress.ingress_duration.observe(took.as_secs_f64());
 }
 
 /// Stored and answered 200: received (to the inbox), or rejected (too large: its

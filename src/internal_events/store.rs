@@ -22,10 +22,10 @@ impl InternalEvent for CommitGroup {
         "hookrelay_store_commit_failures_total",
     ];
     fn emit(self, m: &Metrics) {
-        m.store_commit_duration.observe(self.took.as_secs_f64());
-        m.store_commit_batch_size.observe(self.size as f64);
+        m.store.store_commit_duration.observe(self.took.as_secs_f64());
+        m.store.store_commit_batch_size.observe(self.size as f64);
         if !self.ok {
-            m.store_commit_failures.inc();
+            m.store.store_commit_failures.inc();
         }
     }
 }
@@ -38,7 +38,7 @@ impl InternalEvent for EventStored<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_events_stored_total"];
     fn emit(self, m: &Metrics) {
         let event = event_names::metric_label(&self.0.event);
-        m.events_stored.with_label_values(&[self.0.source.as_str(), event]).inc();
+        m.store.events_stored.with_label_values(&[self.0.source.as_str(), event]).inc();
     }
 }
 
@@ -49,8 +49,8 @@ pub(crate) struct StoreFailed;
 impl InternalEvent for StoreFailed {
     const FAMILIES: &'static [&'static str] = &["hookrelay_ready", "hookrelay_store_failed"];
     fn emit(self, m: &Metrics) {
-        m.ready.set(0);
-        m.store_failed.set(1);
+        m.relay.ready.set(0);
+        m.store.store_failed.set(1);
     }
 }
 
@@ -71,9 +71,9 @@ impl InternalEvent for StoreProbed<'_> {
         &["hookrelay_store_reachable", "hookrelay_store_probe_failures_total"];
     fn emit(self, m: &Metrics) {
         let up = matches!(self, Self::Reachable | Self::Back);
-        m.store_reachable.set(i64::from(up));
+        m.store.store_reachable.set(i64::from(up));
         if !up {
-            m.store_probe_failures.inc();
+            m.store.store_probe_failures.inc();
         }
         match self {
             Self::Lost(error) => tracing::error!(%error,

@@ -15,8 +15,8 @@ pub(crate) struct TaskDied<'a> {
 impl InternalEvent for TaskDied<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_task_failures_total", "hookrelay_ready"];
     fn emit(self, m: &Metrics) {
-        m.task_failures.with_label_values(&[self.kind]).inc();
-        m.ready.set(0);
+        m.relay.task_failures.with_label_values(&[self.kind]).inc();
+        m.relay.ready.set(0);
         tracing::error!(task = %self.name, why = %self.why,
             "background task died: the relay is no longer ready; restart it");
     }
@@ -28,7 +28,7 @@ pub(crate) struct EventsPruned(pub(crate) usize);
 impl InternalEvent for EventsPruned {
     const FAMILIES: &'static [&'static str] = &["hookrelay_events_pruned_total"];
     fn emit(self, m: &Metrics) {
-        m.events_pruned.inc_by(self.0 as u64);
+        m.store.events_pruned.inc_by(self.0 as u64);
         if self.0 > 0 {
             tracing::info!(pruned = self.0, "finished events past retention deleted");
         }
@@ -45,7 +45,7 @@ pub(crate) struct FleetCounted {
 impl InternalEvent for FleetCounted {
     const FAMILIES: &'static [&'static str] = &["hookrelay_fleet_relays"];
     fn emit(self, m: &Metrics) {
-        m.fleet_relays.set(i64::try_from(self.relays).unwrap_or(i64::MAX));
+        m.relay.fleet_relays.set(i64::try_from(self.relays).unwrap_or(i64::MAX));
         if self.recovered {
             tracing::info!(relays = self.relays, "fleet heartbeat works again");
         }
@@ -60,7 +60,7 @@ pub(crate) struct RelayReady {
 impl InternalEvent for RelayReady {
     const FAMILIES: &'static [&'static str] = &["hookrelay_ready"];
     fn emit(self, m: &Metrics) {
-        m.ready.set(1);
+        m.relay.ready.set(1);
         tracing::info!(sources = self.sources, "ready");
     }
 }
@@ -74,7 +74,7 @@ pub(crate) struct ShuttingDown<'a> {
 impl InternalEvent for ShuttingDown<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_ready"];
     fn emit(self, m: &Metrics) {
-        m.ready.set(0);
+        m.relay.ready.set(0);
         tracing::info!(reason = %self.reason, grace = ?self.grace, "shutting down");
     }
 }

@@ -48,7 +48,7 @@ fn family(line: &str, families: &BTreeSet<String>) -> String {
 fn touched(emit: impl FnOnce(&Metrics)) -> BTreeSet<String> {
     let m = Metrics::new().unwrap();
     let families: BTreeSet<String> = m.family_names().into_iter().collect();
-    m.ready.set(-1); // no event sets it so: setting it ready or not ready both show
+    m.relay.ready.set(-1); // no event sets it so: setting it ready or not ready both show
     let before: BTreeSet<String> = m.render().lines().map(str::to_owned).collect();
     emit(&m);
     let after: BTreeSet<String> = m.render().lines().map(str::to_owned).collect();

@@ -96,7 +96,7 @@ pub(crate) struct ReconcilerStoreFailed<'a> {
 impl InternalEvent for ReconcilerStoreFailed<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_internal_errors_total"];
     fn emit(self, m: &Metrics) {
-        m.internal_errors.with_label_values(&["reconciler_store"]).inc();
+        m.relay.internal_errors.with_label_values(&["reconciler_store"]).inc();
         let (source, account) =
             self.account.map_or(("", ""), |a| (a.source.as_str(), a.account.as_str()));
         tracing::error!(error = %self.error, source, account, "{}", self.what);
@@ -112,7 +112,7 @@ pub(crate) struct StoredGapUnreadable<'a> {
 impl InternalEvent for StoredGapUnreadable<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_internal_errors_total"];
     fn emit(self, m: &Metrics) {
-        m.internal_errors.with_label_values(&["reconciler_gap_unreadable"]).inc();
+        m.relay.internal_errors.with_label_values(&["reconciler_gap_unreadable"]).inc();
         tracing::error!(key = %self.key, error = %self.error,
             "a stored hook gap is unreadable and is not reported; remove it with the store's tools");
     }

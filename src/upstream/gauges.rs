@@ -72,7 +72,7 @@ impl Gauges {
             return counts.get(event).copied().unwrap_or(0);
         }
         let labels = [source, event_names::metric_label(event)];
-        self.metrics.events_stored.with_label_values(&labels).get()
+        self.metrics.store.events_stored.with_label_values(&labels).get()
     }
 
     /// A hook the relay just created: its calls count from 0.
@@ -162,7 +162,7 @@ mod tests {
     #[test]
     fn the_fleet_count_replaces_the_relays_own() {
         let metrics = Arc::new(Metrics::new().unwrap());
-        metrics.events_stored.with_label_values(&["demo", "ActionCreated"]).inc_by(2);
+        metrics.store.events_stored.with_label_values(&["demo", "ActionCreated"]).inc_by(2);
         let gauges = Gauges::new(metrics, &[]);
         assert_eq!(gauges.received("demo", "ActionCreated"), 2);
         let fleet = HashMap::from([("ActionCreated".to_owned(), 7)]);

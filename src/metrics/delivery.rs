@@ -1,0 +1,78 @@
+//! Delivery: attempts and their verdicts, lag, the queues, circuits, stalls, pauses.
+
+use prometheus::{GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec};
+
+use super::{MetricsError, Registrar};
+#[allow(unused_imports)]
+use super::{BATCH_BUCKETS, LAG_BUCKETS, LATENCY_BUCKETS};
+
+/// Delivery: attempts and their verdicts, lag, the queues, circuits, stalls, pauses.
+pub(crate) struct DeliveryMetrics {
+    pub(crate) deliveries: IntCounterVec,
+    pub(crate) delivery_attempt_duration: HistogramVec,
+    pub(crate) delivery_lag: HistogramVec,
+    pub(crate) queue_depth: IntGaugeVec,
+    pub(crate) queue_oldest_age: GaugeVec,
+    pub(crate) circuit_open: IntGaugeVec,
+    pub(crate) destination_stalled: IntGaugeVec,
+    pub(crate) worker_restarts: IntCounterVec,
+    pub(crate) destination_paused: IntGaugeVec,
+}
+
+impl DeliveryMetrics {
+    pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
+        Ok(Self {
+            deliveries: r.counter_vec(
+                "hookrelay_deliveries_total",
+                "Delivery attempts by destination and outcome (success, retry, failed: \
+                 permanent error, dead: retries exhausted).",
+                &["destination", "outcome"],
+            )?,
+            delivery_attempt_duration: r.histogram_vec(
+                "hookrelay_delivery_attempt_duration_seconds",
+                "Time of one delivery attempt, request to answer.",
+                LATENCY_BUCKETS,
+                &["destination"],
+            )?,
+            delivery_lag: r.histogram_vec(
+                "hookrelay_delivery_lag_seconds",
+                "Time from a callback's arrival to its successful delivery.",
+                LAG_BUCKETS,
+                &["destination"],
+            )?,
+            queue_depth: r.gauge_vec(
+                "hookrelay_queue_depth",
+                "Deliveries per destination and state (pending, held: behind an earlier delivery \
+                 of the same record, retrying, dead).",
+                &["destination", "state"],
+            )?,
+            queue_oldest_age: r.float_gauge_vec(
+                "hookrelay_queue_oldest_age_seconds",
+                "Age of the oldest event with a delivery still scheduled.",
+                &["destination"],
+            )?,
+            circuit_open: r.gauge_vec(
+                "hookrelay_destination_circuit_open",
+                "1 while a destination's circuit is open (failing: one probe at a time).",
+                &["destination"],
+            )?,
+            destination_stalled: r.gauge_vec(
+                "hookrelay_destination_stalled",
+                "1 while a destination has due deliveries and this relay has started no \
+                 attempt for longer than its own bounds allow (the progress watchdog).",
+                &["destination"],
+            )?,
+            worker_restarts: r.counter_vec(
+                "hookrelay_destination_worker_restarts_total",
+                "Delivery workers restarted by the progress watchdog after a stall \
+                 (at most 3 an hour per destination).",
+                &["destination"],
+            )?,
+            destination_paused: r.gauge_vec(
+                "hookrelay_destination_paused",
+                "1 while a destination is paused.",
+                &["destination"],
+            )?,
+        })
+    }
+}

@@ -1,0 +1,44 @@
+//! Dispatch: what became of each event, the dedup keys, which relay dispatches.
+
+use prometheus::{IntCounterVec, IntGauge};
+
+use super::{MetricsError, Registrar};
+#[allow(unused_imports)]
+use super::{BATCH_BUCKETS, LAG_BUCKETS, LATENCY_BUCKETS};
+
+/// Dispatch: what became of each event, the dedup keys, which relay dispatches.
+pub(crate) struct DispatchMetrics {
+    pub(crate) events_dispatched: IntCounterVec,
+    pub(crate) events_deduplicated: IntCounterVec,
+    pub(crate) events_unrouted: IntCounterVec,
+    pub(crate) dedup_keys: IntGauge,
+    pub(crate) dispatch_leader: IntGauge,
+}
+
+impl DispatchMetrics {
+    pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
+        Ok(Self {
+            events_dispatched: r.counter_vec(
+                "hookrelay_events_dispatched_total",
+                "Events routed to at least one destination.",
+                &["source", "event"],
+            )?,
+            events_deduplicated: r.counter_vec(
+                "hookrelay_events_deduplicated_total",
+                "Events recognised as another copy of an occurrence already dispatched.",
+                &["source", "event"],
+            )?,
+            events_unrouted: r.counter_vec(
+                "hookrelay_events_unrouted_total",
+                "Events no destination wants.",
+                &["source", "event"],
+            )?,
+            dedup_keys: r.gauge("hookrelay_dedup_keys", "Keys in the deduplication index.")?,
+            dispatch_leader: r.gauge(
+                "hookrelay_dispatch_leader",
+                "1 while this relay dispatches the inbox (one relay of a fleet at a time, on a \
+                 lease that moves within seconds when it dies; always 1 for sled).",
+            )?,
+        })
+    }
+}

@@ -1,0 +1,42 @@
+//! The relay as a process: readiness, the fleet, background tasks and their errors.
+
+use prometheus::{IntCounterVec, IntGauge};
+
+use super::{MetricsError, Registrar};
+#[allow(unused_imports)]
+use super::{BATCH_BUCKETS, LAG_BUCKETS, LATENCY_BUCKETS};
+
+/// The relay as a process: readiness, the fleet, background tasks and their errors.
+pub(crate) struct RelayMetrics {
+    pub(crate) ready: IntGauge,
+    pub(crate) fleet_relays: IntGauge,
+    pub(crate) task_failures: IntCounterVec,
+    pub(crate) internal_errors: IntCounterVec,
+}
+
+impl RelayMetrics {
+    pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
+        Ok(Self {
+            ready: r
+                .gauge("hookrelay_ready", "1 when the relay is ready to serve, 0 otherwise.")?,
+            fleet_relays: r.gauge(
+                "hookrelay_fleet_relays",
+                "Relays sharing the store, as this relay last read it (PostgreSQL); each \
+                 destination's max_concurrency and rate_limit are divided among them. 1 for \
+                 sled.",
+            )?,
+            task_failures: r.counter_vec(
+                "hookrelay_task_failures_total",
+                "Background tasks (dispatcher, delivery workers, retention, reconciler) that \
+                 ended before shutdown; each one also turns readiness false.",
+                &["task"],
+            )?,
+            internal_errors: r.counter_vec(
+                "hookrelay_internal_errors_total",
+                "Errors a background task logged and went on from, by what failed \
+                 (reconciler_store, reconciler_gap_unreadable).",
+                &["kind"],
+            )?,
+        })
+    }
+}

@@ -1,0 +1,80 @@
+//! The store: commits, events stored, size and free space, failure and reachability, the inbox.
+
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
+
+use super::{MetricsError, Registrar};
+#[allow(unused_imports)]
+use super::{BATCH_BUCKETS, LAG_BUCKETS, LATENCY_BUCKETS};
+
+/// The store: commits, events stored, size and free space, failure and reachability, the inbox.
+pub(crate) struct StoreMetrics {
+    pub(crate) store_commit_duration: Histogram,
+    pub(crate) store_commit_batch_size: Histogram,
+    pub(crate) store_commit_failures: IntCounter,
+    pub(crate) events_stored: IntCounterVec,
+    pub(crate) store_size: IntGauge,
+    pub(crate) storage_free: IntGauge,
+    pub(crate) storage_floor: IntGauge,
+    pub(crate) store_failed: IntGauge,
+    pub(crate) store_reachable: IntGauge,
+    pub(crate) store_probe_failures: IntCounter,
+    pub(crate) inbox_events: IntGauge,
+    pub(crate) events_pruned: IntCounter,
+}
+
+impl StoreMetrics {
+    pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
+        Ok(Self {
+            store_commit_duration: r.histogram(
+                "hookrelay_store_commit_duration_seconds",
+                "Time to write one group of events and, when durable, fsync it.",
+                LATENCY_BUCKETS,
+            )?,
+            store_commit_batch_size: r.histogram(
+                "hookrelay_store_commit_batch_size",
+                "Events per group commit.",
+                BATCH_BUCKETS,
+            )?,
+            store_commit_failures: r.counter(
+                "hookrelay_store_commit_failures_total",
+                "Group commits that failed (their callbacks were not acknowledged).",
+            )?,
+            events_stored: r.counter_vec(
+                "hookrelay_events_stored_total",
+                "Events durably stored, by source and event name (known names or `other`).",
+                &["source", "event"],
+            )?,
+            store_size: r.gauge("hookrelay_store_size_bytes", "Size of the sled store on disk.")?,
+            storage_free: r.gauge(
+                "hookrelay_storage_free_bytes",
+                "Free space on the data directory's filesystem (as an unprivileged process \
+                 sees it), measured every second.",
+            )?,
+            storage_floor: r.gauge(
+                "hookrelay_storage_floor_bytes",
+                "The free-space floor (storage.min_free_bytes / min_free_percent): below it, \
+                 callbacks are refused.",
+            )?,
+            store_failed: r.gauge(
+                "hookrelay_store_failed",
+                "1 once the store failed (a write error, or a write that did not return within \
+                 storage.write_timeout); the relay then exits to be restarted.",
+            )?,
+            store_reachable: r.gauge(
+                "hookrelay_store_reachable",
+                "1 while the database answers (PostgreSQL; probed every second), 0 while it \
+                 does not. Always 1 for sled.",
+            )?,
+            store_probe_failures: r.counter(
+                "hookrelay_store_probe_failures_total",
+                "Probes of the database that failed or took over 3 s.",
+            )?,
+            inbox_events: r
+                .gauge("hookrelay_inbox_events", "Stored events waiting to be dispatched.")?,
+            events_pruned: r.counter(
+                "hookrelay_events_pruned_total",
+                "Finished events deleted by retention.",
+            )?,
+        })
+    }
+}
