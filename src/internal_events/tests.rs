@@ -8,9 +8,7 @@ use std::time::Duration;
 use super::*;
 use crate::metrics::Metrics;
 use crate::store::lifecycle::Verdict;
-use crate::store::{
-    DispatchOutcome, DispatchPlan, EventId, EventMeta, EventNameOrigin, EventStatus, PendingEvent,
-};
+use crate::store::{DispatchOutcome, DispatchPlan, EventId, EventMeta, PendingEvent};
 use crate::upstream::AccountId;
 
 /// Families set from state by the task that reads it, not by an occurrence.
@@ -76,22 +74,7 @@ fn check<E: InternalEvent>(samples: Vec<E>, seen: &mut BTreeSet<String>) {
 }
 
 fn meta() -> EventMeta {
-    EventMeta {
-        source: "demo".into(),
-        event: "ActionCreated".into(),
-        event_from: EventNameOrigin::Path,
-        received_at_us: 1_000_000,
-        size: 2,
-        content_type: None,
-        headers: Vec::new(),
-        remote_addr: None,
-        status: EventStatus::Received,
-        flags: Vec::new(),
-        reason: None,
-        duplicate_of: None,
-        destinations: Vec::new(),
-        record: None,
-    }
+    crate::store::conformance::received("demo", "ActionCreated", 1_000_000, "{}").meta
 }
 
 #[test]

@@ -229,25 +229,7 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                     expected,
                     "the inbox in id order"
                 );
-                let plans: Vec<DispatchPlan> = pending
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| skip & (1 << (i % 8)) == 0)
-                    .map(|(_, p)| DispatchPlan {
-                        id: p.id,
-                        // A window longer than any test: the first of an occurrence wins.
-                        dedup: Some(DedupKey {
-                            hash: [m.occurrence[&p.id]; 16],
-                            window_us: u64::MAX / 4,
-                        }),
-                        destinations: route(routes[&p.id]),
-                        ordered: route(routes[&p.id])
-                            .into_iter()
-                            .filter(|d| d == ORDERED)
-                            .collect(),
-                        resource: Some([100 + record_index(m.occurrence[&p.id]); 16]),
-                    })
-                    .collect();
+                let plans = plans(&pending, &m, &routes, skip, true);
                 let outcomes = store.dispatch(plans.clone(), m.now).await.unwrap();
                 for (plan, outcome) in plans.iter().zip(outcomes) {
                     let occurrence = m.occurrence[&plan.id];
@@ -499,6 +481,36 @@ fn outcome_of(n: u8) -> Outcome {
     }
 }
 
+/// The plans of the `pending` events whose position (mod 8) has no bit in `skip`: a
+/// dedup key per occurrence (a window longer than any test: the first of an
+/// occurrence wins), the routes drawn at append, `b` ordered by the event's record
+/// (left out when `with_ordered` is false).
+fn plans(
+    pending: &[PendingEvent],
+    m: &Model,
+    routes: &BTreeMap<EventId, u8>,
+    skip: u8,
+    with_ordered: bool,
+) -> Vec<DispatchPlan> {
+    pending
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| skip & (1 << (i % 8)) == 0)
+        .map(|(_, p)| {
+            let occurrence = m.occurrence[&p.id];
+            let destinations: Vec<String> =
+                route(routes[&p.id]).into_iter().filter(|d| with_ordered || d != ORDERED).collect();
+            DispatchPlan {
+                id: p.id,
+                dedup: Some(DedupKey { hash: [occurrence; 16], window_us: u64::MAX / 4 }),
+                ordered: destinations.iter().filter(|d| *d == ORDERED).cloned().collect(),
+                destinations,
+                resource: with_ordered.then_some([100 + record_index(occurrence); 16]),
+            }
+        })
+        .collect()
+}
+
 /// [`Op::RaceDispatch`].
 async fn race_dispatch(
     a: &SharedStore,
@@ -508,18 +520,7 @@ async fn race_dispatch(
     skip: u8,
 ) {
     let pending = a.pending(1000).await.unwrap();
-    let plans: Vec<DispatchPlan> = pending
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| skip & (1 << (i % 8)) == 0)
-        .map(|(_, p)| DispatchPlan {
-            id: p.id,
-            dedup: Some(DedupKey { hash: [m.occurrence[&p.id]; 16], window_us: u64::MAX / 4 }),
-            destinations: route(routes[&p.id]).into_iter().filter(|d| d != ORDERED).collect(),
-            ordered: Vec::new(),
-            resource: None,
-        })
-        .collect();
+    let plans = plans(&pending, m, routes, skip, false);
     let (x, y) = tokio::join!(a.dispatch(plans.clone(), m.now), b.dispatch(plans.clone(), m.now));
     let (x, y) = (x.unwrap(), y.unwrap());
     // The originals this race decided: the one event of each occurrence not a copy.
