@@ -25,6 +25,11 @@ use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::SharedStore;
 
+mod gaps;
+mod shared;
+
+use shared::status_key;
+
 /// One account the relay keeps hooks for.
 pub(crate) struct Account {
     pub(crate) client: AccountClient,
@@ -49,11 +54,6 @@ impl Account {
     fn shown(&self, url: &str) -> String {
         url.replace(self.source_token.expose(), MASK)
     }
-}
-
-/// The `upstream` key of an account's last status.
-fn status_key(source: &str, account: &str) -> String {
-    format!("status/{source}/{account}")
 }
 
 /// The name under which relays sharing a store take turns at reconciling.
@@ -153,64 +153,6 @@ impl Reconciler {
             .collect::<Vec<()>>()
             .await;
         self.statuses()
-    }
-
-    /// Every account's status as of its last reconcile.
-    pub(crate) fn statuses(&self) -> Vec<AccountStatus> {
-        let known = lock(&self.status);
-        self.accounts
-            .iter()
-            .map(|a| {
-                known.get(a.id()).cloned().unwrap_or_else(|| AccountStatus {
-                    source: a.id().source.clone(),
-                    account: a.id().account.clone(),
-                    ok: false,
-                    errors: vec!["not reconciled yet".into()],
-                    last_reconcile: None,
-                    events: a.events.clone(),
-                    hooks: Vec::new(),
-                    foreign_hooks: 0,
-                    changes: Vec::new(),
-                    reconciled_at_us: None,
-                    age_seconds: None,
-                    stale: false,
-                })
-            })
-            .collect()
-    }
-
-    /// Every account's status as of its last reconcile by any relay sharing the store
-    /// (the newest of this relay's and the stored one), with its age; one older than
-    /// two reconcile intervals is stale.
-    pub(crate) async fn shared_statuses(&self) -> Vec<AccountStatus> {
-        let interval = self.interval;
-        let now_us = crate::clock::now_us();
-        let mut out = Vec::new();
-        for mut status in self.statuses() {
-            let key = status_key(&status.source, &status.account);
-            match self.store.upstream_get(&key).await {
-                Ok(Some(bytes)) => match serde_json::from_slice::<AccountStatus>(&bytes) {
-                    Ok(stored) if stored.reconciled_at_us > status.reconciled_at_us => {
-                        status = stored
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(key, error = %e, "unreadable stored account status ignored")
-                    }
-                },
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "cannot read the stored account status; showing this relay's")
-                }
-            }
-            if let Some(at) = status.reconciled_at_us {
-                let age = std::time::Duration::from_micros(now_us.saturating_sub(at));
-                status.age_seconds = Some(age.as_secs());
-                status.stale = age > interval * 2;
-            }
-            out.push(status);
-        }
-        out
     }
 
     async fn reconcile(&self, account: &Account) {
@@ -334,42 +276,6 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Delete-then-create of the Disabled `old` hooks for `event`, with the gap stored
-    /// first and reported once the new hook exists.
-    async fn recreate(
-        &self,
-        account: &Account,
-        event: &str,
-        old: &[Hook],
-        earlier: Option<PendingGap>,
-        progress: &mut Progress,
-    ) -> Result<(), UpstreamError> {
-        for hook in old {
-            if hook.status == "Disabled" && lock(&self.seen_disabled).insert(hook.id.clone()) {
-                self.gauges.transition(account.id(), event, "Active", "Disabled");
-            }
-        }
-        let gap = PendingGap::from_hooks(old, earlier, SystemTime::now());
-        self.save_gap(account, event, Some(&gap)).await?;
-        let ids: Vec<String> = old.iter().map(|h| h.id.clone()).collect();
-        account.client.delete(&ids).await?;
-        progress.ours.retain(|h| !ids.contains(&h.id));
-        let new = account.client.create(event, &account.target(event)).await?;
-        self.gauges.transition(account.id(), event, "Disabled", "Active");
-        tracing::warn!(source = %account.id().source, account = %account.id().account, event, old = ?ids, new = %new.id,
-            window_start = gap.window_start.as_deref().unwrap_or("unknown"), "disabled hook re-created; raising HookGap");
-        self.gauges.track_created(account.id(), event, &new.id);
-        self.report_gap(account, event, gap.close(&new.id, SystemTime::now())).await?;
-        progress.changes.push(Change {
-            action: "recreated".into(),
-            event: event.to_owned(),
-            hook_id: new.id.clone(),
-            replaced: ids,
-        });
-        progress.ours.push(new);
-        Ok(())
-    }
-
     async fn create(
         &self,
         account: &Account,
@@ -398,70 +304,6 @@ impl Reconciler {
         });
         progress.ours.push(new);
         Ok(())
-    }
-
-    /// Stores the closed gap, then its `HookGap` event, then forgets the gap: each
-    /// step durable before the next, so a crash anywhere raises the same event again
-    /// (see `gap.rs`), never a different one.
-    async fn report_gap(
-        &self,
-        account: &Account,
-        event: &str,
-        gap: PendingGap,
-    ) -> Result<(), UpstreamError> {
-        let Some(closed) = gap.closed.clone() else {
-            return Err(UpstreamError::Store("a hook gap reported before it was closed".into()));
-        };
-        self.save_gap(account, event, Some(&gap)).await?;
-        let new_event = gap::event(account.id(), event, &gap, &closed, SystemTime::now());
-        let stored =
-            self.store.append(new_event).await.map_err(|e| UpstreamError::Store(e.to_string()))?;
-        tracing::info!(id = %stored, source = %account.id().source, account = %account.id().account, event, "HookGap event stored");
-        self.save_gap(account, event, None).await
-    }
-
-    async fn save_gap(
-        &self,
-        account: &Account,
-        event: &str,
-        gap: Option<&PendingGap>,
-    ) -> Result<(), UpstreamError> {
-        let key = PendingGap::key(account.id(), event);
-        let value = gap
-            .map(serde_json::to_vec)
-            .transpose()
-            .map_err(|e| UpstreamError::Store(e.to_string()))?;
-        self.store.upstream_put(&key, value).await.map_err(|e| UpstreamError::Store(e.to_string()))
-    }
-
-    async fn pending_gaps(&self, account: &Account) -> HashMap<String, PendingGap> {
-        let prefix = PendingGap::prefix(account.id());
-        let metrics = &self.gauges.metrics;
-        let entries = match self.store.upstream_scan(&prefix).await {
-            Ok(entries) => entries,
-            Err(e) => {
-                ReconcilerStoreFailed {
-                    what: "cannot read pending hook gaps: their HookGap events wait for the next pass",
-                    account: Some(account.id()),
-                    error: &e,
-                }
-                .emit(metrics);
-                return HashMap::new();
-            }
-        };
-        entries
-            .into_iter()
-            .filter_map(|(key, value)| {
-                let event = key.strip_prefix(&prefix)?.to_owned();
-                match serde_json::from_slice(&value) {
-                    Ok(gap) => Some((event, gap)),
-                    Err(e) => {
-                        StoredGapUnreadable { key: &key, error: &e }.emit(metrics);
-                        None
-                    }
-                }
-            })
-            .collect()
     }
 }
 

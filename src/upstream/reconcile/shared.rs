@@ -1,0 +1,70 @@
+//! The accounts' status across relays: a relay's own, and the newest any relay
+//! sharing the store saved (`status/{source}/{account}` in the shared state), so that
+//! every relay's `GET /admin/hooks` shows the reconciling relay's.
+
+use super::*;
+
+/// The `upstream` key of an account's last status.
+pub(super) fn status_key(source: &str, account: &str) -> String {
+    format!("status/{source}/{account}")
+}
+
+impl Reconciler {
+    /// Every account's status as of its last reconcile.
+    pub(crate) fn statuses(&self) -> Vec<AccountStatus> {
+        let known = lock(&self.status);
+        self.accounts
+            .iter()
+            .map(|a| {
+                known.get(a.id()).cloned().unwrap_or_else(|| AccountStatus {
+                    source: a.id().source.clone(),
+                    account: a.id().account.clone(),
+                    ok: false,
+                    errors: vec!["not reconciled yet".into()],
+                    last_reconcile: None,
+                    events: a.events.clone(),
+                    hooks: Vec::new(),
+                    foreign_hooks: 0,
+                    changes: Vec::new(),
+                    reconciled_at_us: None,
+                    age_seconds: None,
+                    stale: false,
+                })
+            })
+            .collect()
+    }
+
+    /// Every account's status as of its last reconcile by any relay sharing the store
+    /// (the newest of this relay's and the stored one), with its age; one older than
+    /// two reconcile intervals is stale.
+    pub(crate) async fn shared_statuses(&self) -> Vec<AccountStatus> {
+        let interval = self.interval;
+        let now_us = crate::clock::now_us();
+        let mut out = Vec::new();
+        for mut status in self.statuses() {
+            let key = status_key(&status.source, &status.account);
+            match self.store.upstream_get(&key).await {
+                Ok(Some(bytes)) => match serde_json::from_slice::<AccountStatus>(&bytes) {
+                    Ok(stored) if stored.reconciled_at_us > status.reconciled_at_us => {
+                        status = stored
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(key, error = %e, "unreadable stored account status ignored")
+                    }
+                },
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "cannot read the stored account status; showing this relay's")
+                }
+            }
+            if let Some(at) = status.reconciled_at_us {
+                let age = std::time::Duration::from_micros(now_us.saturating_sub(at));
+                status.age_seconds = Some(age.as_secs());
+                status.stale = age > interval * 2;
+            }
+            out.push(status);
+        }
+        out
+    }
+}
