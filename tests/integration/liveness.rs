@@ -120,7 +120,7 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// and everything is delivered within 15 s of the consumer's recovery.
 /// The relay's clock is the wall clock read once at start, advanced by the monotonic
 /// clock (`src/clock.rs`); before it, a retry scheduled on the old clock waited out the
-/// hour. The fleet case (the database's clock) is `tests/integration/postgres.rs`.
+/// hour. The fleet case (the database's clock) is `tests/integration/postgres/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wall_clock_stepped_back_an_hour_holds_no_retry() {
     assert!(
