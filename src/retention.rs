@@ -13,7 +13,7 @@ use crate::config::{RetentionConfig, RetryPolicy};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::AttemptReport;
-use crate::store::{Recorded, SharedStore, StoreError};
+use crate::store::{AttemptWrite, SharedStore, StoreError};
 
 /// Events deleted per store call, so one pass never holds the store for long.
 const CHUNK: usize = 1000;
@@ -83,7 +83,7 @@ const REMOVED: &str = "removed/";
 
 /// Deliveries to destinations no longer configured: noted (and logged) when first
 /// found, made dead after `grace` (claimed and recorded as a permanent failure with the
-/// reason, through the same rules as any attempt: an ordered record's next delivery
+/// reason, through the same rules as any attempt: an ordered resource's next delivery
 /// follows). A destination that comes back is forgotten. Returns how many went dead.
 async fn retire_removed(
     store: &SharedStore,
@@ -122,7 +122,7 @@ async fn retire_removed(
         let mut dead = 0;
         loop {
             // Due ones only: a retrying delivery goes at its due time, a held one when its
-            // record's earlier delivery is dead (the next loop turn).
+            // resource's earlier delivery is dead (the next loop turn).
             let claims = store.claim_due(dest, owner, now, Duration::from_secs(60), 256).await?;
             if claims.is_empty() {
                 break;
@@ -132,7 +132,7 @@ async fn retire_removed(
                 .map(|c| (c, AttemptReport::not_sent(now, reason.clone())))
                 .collect();
             let recorded = store.record_attempts(reports, &RetryPolicy::default()).await?;
-            dead += recorded.iter().filter(|r| matches!(r, Recorded::Done(_))).count();
+            dead += recorded.iter().filter(|r| matches!(r, AttemptWrite::Done(_))).count();
         }
         if dead > 0 {
             tracing::warn!(destination = %dest, dead, "deliveries to a removed destination are now dead letters: replay them once it is back in the config, or delete them");

@@ -19,9 +19,10 @@ pub(super) struct ListQuery {
     source: Option<String>,
     event: Option<String>,
     status: Option<EventStatus>,
-    /// Only events about this record, `type/id` (`actions/5`), each with its
-    /// deliveries' states.
-    record: Option<String>,
+    /// Only events about this resource, `type/id` (`actions/5`), each with its
+    /// deliveries' states. `record` is its name of the first builds, still accepted.
+    #[serde(alias = "record")]
+    resource: Option<String>,
     /// Continue after this id: the listing is newest first, so older events follow.
     after: Option<String>,
     limit: Option<usize>,
@@ -44,20 +45,20 @@ pub(super) async fn list(
     if !(1..=MAX_LIMIT).contains(&limit) {
         return error(StatusCode::BAD_REQUEST, format!("limit: must be between 1 and {MAX_LIMIT}"));
     }
-    if let Some(record) = &query.record {
-        if !record.split_once('/').is_some_and(|(kind, id)| !kind.is_empty() && !id.is_empty()) {
+    if let Some(resource) = &query.resource {
+        if !resource.split_once('/').is_some_and(|(kind, id)| !kind.is_empty() && !id.is_empty()) {
             return error(
                 StatusCode::BAD_REQUEST,
-                format!("record: {record:?} is not type/id, such as actions/5 (the `type` and `id` of the callback's `data`)"),
+                format!("resource: {resource:?} is not type/id, such as actions/5 (the `type` and `id` of the callback's `data`)"),
             );
         }
     }
-    let by_record = query.record.is_some();
+    let by_resource = query.resource.is_some();
     let filter = EventFilter {
         source: query.source,
         event: query.event,
         status: query.status,
-        record: query.record,
+        resource: query.resource,
         after,
         limit,
     };
@@ -66,9 +67,9 @@ pub(super) async fn list(
         Ok(records) => records,
         Err(e) => return store_error(&e),
     };
-    // By record, the question is "did it reach them": each event's deliveries too.
+    // By resource, the question is "did it reach them": each event's deliveries too.
     let mut deliveries = Vec::new();
-    if by_record {
+    if by_resource {
         for r in &records {
             match store.deliveries_of(r.id).await {
                 Ok(d) => deliveries.push(d),

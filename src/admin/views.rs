@@ -24,12 +24,13 @@ pub(super) fn event_summary(r: &EventRecord) -> api::EventSummary {
         reason: m.reason.clone(),
         duplicate_of: m.duplicate_of,
         destinations: m.destinations.clone(),
-        record: m.record.clone(),
+        resource: m.resource.clone(),
+        record: m.resource.clone(),
         deliveries: None,
     }
 }
 
-/// Where each of `deliveries` stands (a listing by record).
+/// Where each of `deliveries` stands (a listing by resource).
 pub(super) fn delivery_states(deliveries: &[DeliveryRecord]) -> Vec<api::DeliveryStatus> {
     deliveries
         .iter()

@@ -44,10 +44,15 @@ pub(crate) struct EventSummary {
     /// Where dispatch routed it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) destinations: Vec<String>,
-    /// The record it is about: `type/id` of the body's `data`.
+    /// The resource it is about: `type/id` of the body's `data`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resource: Option<String>,
+    /// Deprecated: the same as `resource`, under its name of the first builds, kept
+    /// for clients written against them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("deprecated" = true))]
     pub(crate) record: Option<String>,
-    /// Where each delivery stands: in a listing by record only.
+    /// Where each delivery stands: in a listing by resource only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) deliveries: Option<Vec<DeliveryStatus>>,
 }

@@ -42,10 +42,11 @@ pub(super) enum Events {
         /// received, dispatched, duplicate, unrouted or rejected.
         #[arg(long)]
         status: Option<String>,
-        /// Only events about this record, type/id as in the callback's data
+        /// Only events about this resource, type/id as in the callback's data
         /// (e.g. actions/5), with where each delivery stands. Served from an index.
-        #[arg(long)]
-        record: Option<String>,
+        /// (`--record` is its name of the first builds, still accepted.)
+        #[arg(long, visible_alias = "record", value_name = "TYPE/ID")]
+        resource: Option<String>,
         /// At most this many (1 to the admin API's maximum).
         #[arg(long, default_value_t = 50)]
         limit: usize,

@@ -56,13 +56,13 @@ fn delivery_states(v: Option<&[api::DeliveryStatus]>) -> String {
 
 pub(super) async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<(Value, String)> {
     match cmd {
-        Events::List { source, event, status, record, limit, after } => {
-            let by_record = record.is_some();
+        Events::List { source, event, status, resource, limit, after } => {
+            let by_resource = resource.is_some();
             let q = query(&[
                 ("source", source),
                 ("event", event),
                 ("status", status),
-                ("record", record),
+                ("resource", resource),
                 ("limit", Some(limit.to_string())),
                 ("after", after),
             ]);
@@ -81,14 +81,14 @@ pub(super) async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<
                         e.size.to_string(),
                         words(&e.flags),
                     ];
-                    if by_record {
+                    if by_resource {
                         row.push(delivery_states(e.deliveries.as_deref()));
                     }
                     row
                 })
                 .collect();
             let mut header = vec!["ID", "RECEIVED", "SOURCE", "EVENT", "STATUS", "SIZE", "FLAGS"];
-            if by_record {
+            if by_resource {
                 header.push("DELIVERIES");
             }
             let mut text = table::render(&header, &rows);
@@ -114,8 +114,8 @@ pub(super) async fn events(client: &AdminClient, cmd: Events) -> anyhow::Result<
             if let Some(original) = m.duplicate_of {
                 text.push_str(&format!("duplicate of {original}\n"));
             }
-            if let Some(record) = &m.record {
-                text.push_str(&format!("about {record}\n"));
+            if let Some(resource) = &m.resource {
+                text.push_str(&format!("about {resource}\n"));
             }
             let rows: Vec<Vec<String>> = e
                 .delivery_records

@@ -79,7 +79,7 @@ pub(crate) enum Ordering {
     /// Each delivery on its own schedule.
     #[default]
     None,
-    /// Events about the same record (source, `data.type`, `data.id`) in receive order.
+    /// Events about the same resource (source, `data.type`, `data.id`) in receive order.
     PerResource,
 }
 

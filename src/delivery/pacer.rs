@@ -94,9 +94,9 @@ pub(crate) enum Step<C> {
     Sleep(Duration),
 }
 
-/// How an attempt ended, for the circuit.
+/// What an attempt says of the consumer's health, for the circuit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Answer {
+pub(crate) enum Health {
     /// The consumer answered sensibly (2xx, or a 4xx about this one event).
     Healthy,
     /// 5xx, 408, 429, a timeout or a connection error.
@@ -209,17 +209,17 @@ impl<C: Leased> Pacer<C> {
         }
     }
 
-    /// An attempt started by [`Step::Start`] ended with `answer`.
+    /// An attempt started by [`Step::Start`] ended, telling `health`.
     pub(crate) fn finished(
         &mut self,
         now: Now,
         probe: bool,
-        answer: Answer,
+        health: Health,
     ) -> Option<CircuitChange> {
-        let healthy = match answer {
-            Answer::Healthy => true,
-            Answer::Unwell => false,
-            Answer::NotSent => {
+        let healthy = match health {
+            Health::Healthy => true,
+            Health::Unwell => false,
+            Health::NotSent => {
                 if probe {
                     self.circuit.cancel_probe(now.at);
                 }

@@ -292,9 +292,9 @@ impl Sim {
     fn answer(&mut self, id: usize, token: u64, probe: bool, fail: bool, sent: bool) {
         self.in_flight -= 1;
         let answer = match (sent, fail) {
-            (false, _) => Answer::NotSent,
-            (true, true) => Answer::Unwell,
-            (true, false) => Answer::Healthy,
+            (false, _) => Health::NotSent,
+            (true, true) => Health::Unwell,
+            (true, false) => Health::Healthy,
         };
         self.pacer.finished(self.now(), probe, answer);
         let (now, backoff, max) = (self.now_us, self.w.backoff_ms * MS, self.w.max_backoff_ms * MS);
@@ -424,7 +424,7 @@ fn a_stale_claim_at_probe_time_does_not_leave_the_circuit_half_open() {
     assert_eq!(p.next(now, room), Step::Claim(16));
     p.claimed([claim(1, 75_000_000), claim(2, 75_000_000)]);
     let Step::Start { probe: false, .. } = p.next(now, room) else { panic!() };
-    assert_eq!(p.finished(now, false, Answer::Unwell), Some(CircuitChange::Opened));
+    assert_eq!(p.finished(now, false, Health::Unwell), Some(CircuitChange::Opened));
     // The circuit is open: the claim left ahead is given back at once.
     assert_eq!(p.next(now, room), Step::Release(vec![claim(2, 75_000_000)]));
     assert!(matches!(p.next(now, room), Step::Sleep(_)));
@@ -438,7 +438,7 @@ fn a_stale_claim_at_probe_time_does_not_leave_the_circuit_half_open() {
     assert_eq!(p.next(later, room), Step::Start { claim: claim(4, 145_000_000), probe: true });
     assert_eq!(p.phase(), Phase::HalfOpen);
     assert!(matches!(p.next(later, room), Step::Sleep(_)), "nothing else while probing");
-    assert_eq!(p.finished(later, true, Answer::Healthy), Some(CircuitChange::Closed));
+    assert_eq!(p.finished(later, true, Health::Healthy), Some(CircuitChange::Closed));
     assert_eq!(p.next(later, room), Step::Claim(16));
 }
 
@@ -454,7 +454,7 @@ fn the_probe_is_handed_out_only_with_an_attempt() {
     assert_eq!(p.next(now, room), Step::Claim(4));
     p.claimed([claim(1, 100_000_000)]);
     assert!(matches!(p.next(now, room), Step::Start { probe: false, .. }));
-    p.finished(now, false, Answer::Unwell);
+    p.finished(now, false, Health::Unwell);
     // The rate-limit slot is ahead (the first attempt took it at t0).
     let ta = Now { at: t0 + Duration::from_secs(1), wall_us: 1_000_000 };
     assert_eq!(p.next(ta, room), Step::Sleep(Duration::from_secs(1)));
@@ -480,7 +480,7 @@ fn the_probe_is_handed_out_only_with_an_attempt() {
     let t4 = Now { at: t0 + Duration::from_secs(6), wall_us: 6_000_000 };
     let Step::Start { probe: true, .. } = p.next(t4, room) else { panic!() };
     assert_eq!(p.phase(), Phase::HalfOpen);
-    assert_eq!(p.finished(t4, true, Answer::NotSent), None);
+    assert_eq!(p.finished(t4, true, Health::NotSent), None);
     assert_eq!(p.phase(), Phase::Open);
     assert!(matches!(p.next(t4, room), Step::Sleep(_)), "the rate-limit slot");
     let t5 = Now { at: t0 + Duration::from_secs(9), wall_us: 9_000_000 };

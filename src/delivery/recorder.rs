@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
-use crate::store::{Claim, Recorded, SharedStore};
+use crate::store::{AttemptWrite, Claim, SharedStore};
 
 /// Most attempts one store call records.
 const MAX_GROUP: usize = 256;
@@ -27,7 +27,7 @@ async fn record_while_held(
     store: &SharedStore,
     attempts: Vec<(Claim, AttemptReport)>,
     policy: &RetryPolicy,
-) -> Result<Vec<Recorded>, crate::store::StoreError> {
+) -> Result<Vec<AttemptWrite>, crate::store::StoreError> {
     let held_until = attempts.iter().map(|(c, _)| c.expires_us).min().unwrap_or(0);
     let mut wait = RETRY_FIRST;
     loop {
@@ -46,7 +46,7 @@ async fn record_while_held(
     }
 }
 
-type Reply = oneshot::Sender<Result<Recorded, String>>;
+type Reply = oneshot::Sender<Result<AttemptWrite, String>>;
 
 /// Handle to a destination's recorder task; the task ends when every handle is gone.
 #[derive(Clone)]
@@ -90,7 +90,7 @@ impl Recorder {
         &self,
         claim: Claim,
         report: AttemptReport,
-    ) -> anyhow::Result<Recorded> {
+    ) -> anyhow::Result<AttemptWrite> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send((claim, report, reply))

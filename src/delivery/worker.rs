@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use super::pacer::{self, Answer, CircuitChange, Now, Room, Step, MAX_IDLE, PAUSE_REFRESH};
+use super::pacer::{self, CircuitChange, Health, Now, Room, Step, MAX_IDLE, PAUSE_REFRESH};
 use super::recorder::Recorder;
 use super::watchdog::{Change, Watch};
 use super::DestinationState;
-use crate::destinations::{Outcome, Request};
+use crate::destinations::{AnswerClass, Request};
 use crate::internal_events::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationRecovered,
     DestinationStalled, InternalEvent,
@@ -21,7 +21,7 @@ use crate::lock::lock;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::AttemptReport;
-use crate::store::{Attempt, Claim, Recorded, SharedStore};
+use crate::store::{Attempt, AttemptWrite, Claim, SharedStore};
 
 impl pacer::Leased for Claim {
     fn expires_us(&self) -> u64 {
@@ -304,8 +304,8 @@ impl Worker {
                     )
                     .await;
                 drop(permit);
-                let healthy = !matches!(answer.outcome, Outcome::Retry { .. });
-                self.finished(probe, if healthy { Answer::Healthy } else { Answer::Unwell });
+                let healthy = !matches!(answer.class, AnswerClass::Retry { .. });
+                self.finished(probe, if healthy { Health::Healthy } else { Health::Unwell });
                 AttemptFinished { destination: &dest.name, took: answer.duration }
                     .emit(&self.metrics);
                 let report = AttemptReport {
@@ -315,7 +315,7 @@ impl Worker {
                         status: answer.status,
                         error: answer.error.clone(),
                     },
-                    outcome: answer.outcome,
+                    class: answer.class,
                     excerpt: answer.excerpt.clone(),
                     jitter: fastrand::f64(),
                 };
@@ -323,23 +323,23 @@ impl Worker {
             }
             _ => {
                 drop(permit);
-                self.finished(probe, Answer::NotSent);
+                self.finished(probe, Health::NotSent);
                 let report =
                     AttemptReport::not_sent(started_us, "the event is no longer stored".into());
                 (report, None)
             }
         };
         let (status, error, outcome) =
-            (report.attempt.status, report.attempt.error.clone(), report.outcome);
+            (report.attempt.status, report.attempt.error.clone(), report.class);
         let recorded = self.recorder.record(claim.clone(), report).await;
-        // The record may have made the next delivery of an ordered record due: look
+        // The record may have made the next delivery of an ordered resource due: look
         // now, not at the next poll (a look woken by the answer raced this record, and
-        // an ordered destination on PostgreSQL drained one delivery per record a second).
+        // an ordered destination on PostgreSQL drained one delivery per resource a second).
         self.state.wake.notify_one();
         let recorded = recorded?;
         let verdict = match recorded {
-            Recorded::Done(v) => v,
-            Recorded::Stale | Recorded::ClaimLost => {
+            AttemptWrite::Done(v) => v,
+            AttemptWrite::Stale | AttemptWrite::ClaimLost => {
                 tracing::debug!(?recorded, "attempt not recorded: the delivery moved meanwhile");
                 return Ok(());
             }
@@ -354,7 +354,7 @@ impl Worker {
             verdict,
         }
         .emit(&self.metrics);
-        if outcome == Outcome::Gone {
+        if outcome == AnswerClass::Gone {
             DestinationGone { destination: &dest.name }.emit(&self.metrics);
             self.store.set_paused(&dest.name, true).await?;
             self.state.paused.store(true, Ordering::SeqCst);
@@ -364,9 +364,9 @@ impl Worker {
 
     /// Tells the pacer how an attempt ended (the circuit hears of it) and wakes the
     /// worker: a permit is free, and the circuit may have moved.
-    fn finished(&self, probe: bool, answer: Answer) {
+    fn finished(&self, probe: bool, health: Health) {
         let dest = &self.state.dest;
-        let change = lock(&self.state.pacer).finished(Self::now(), probe, answer);
+        let change = lock(&self.state.pacer).finished(Self::now(), probe, health);
         self.state.wake.notify_one();
         if let Some(change) = change {
             let open = change == CircuitChange::Opened;

@@ -22,12 +22,12 @@ pub(crate) struct Request<'a> {
 }
 
 /// What an answer (or its absence) means for the delivery: the lifecycle's own type.
-pub(crate) use crate::store::lifecycle::Outcome;
+pub(crate) use crate::store::lifecycle::AnswerClass;
 
 /// The result of one attempt.
 #[derive(Debug, Clone)]
 pub(crate) struct Answer {
-    pub(crate) outcome: Outcome,
+    pub(crate) class: AnswerClass,
     pub(crate) status: Option<u16>,
     pub(crate) error: Option<String>,
     pub(crate) excerpt: Option<String>,
@@ -67,15 +67,9 @@ impl Destination {
                     .and_then(|v| v.to_str().ok())
                     .and_then(parse_retry_after);
                 let excerpt = excerpt(resp).await;
-                let outcome = classify(status, retry_after, &self.retry);
-                let error = (outcome != Outcome::Success).then(|| format!("HTTP {status}"));
-                Answer {
-                    outcome,
-                    status: Some(status),
-                    error,
-                    excerpt,
-                    duration: started.elapsed(),
-                }
+                let class = classify(status, retry_after, &self.retry);
+                let error = (class != AnswerClass::Success).then(|| format!("HTTP {status}"));
+                Answer { class, status: Some(status), error, excerpt, duration: started.elapsed() }
             }
             Err(e) => {
                 // The URL may hold credentials: never part of the message.
@@ -88,7 +82,7 @@ impl Destination {
                 };
                 let detail = e.without_url();
                 Answer {
-                    outcome: Outcome::Retry { retry_after: None },
+                    class: AnswerClass::Retry { retry_after: None },
                     status: None,
                     error: Some(format!("{kind}: {}", error_chain(&detail))),
                     excerpt: None,
@@ -99,18 +93,18 @@ impl Destination {
     }
 }
 
-/// The outcome of an HTTP status.
+/// The class of an answer, from its HTTP status.
 pub(crate) fn classify(
     status: u16,
     retry_after: Option<Duration>,
     policy: &RetryPolicy,
-) -> Outcome {
+) -> AnswerClass {
     match status {
-        200..=299 => Outcome::Success,
-        410 => Outcome::Gone,
-        408 | 429 | 500..=599 => Outcome::Retry { retry_after },
-        s if policy.retryable_statuses.contains(&s) => Outcome::Retry { retry_after },
-        _ => Outcome::Permanent,
+        200..=299 => AnswerClass::Success,
+        410 => AnswerClass::Gone,
+        408 | 429 | 500..=599 => AnswerClass::Retry { retry_after },
+        s if policy.retryable_statuses.contains(&s) => AnswerClass::Retry { retry_after },
+        _ => AnswerClass::Permanent,
     }
 }
 
@@ -154,18 +148,18 @@ mod tests {
     #[test]
     fn statuses_are_classified_as_the_issue_says() {
         let policy = RetryPolicy::default();
-        assert_eq!(classify(200, None, &policy), Outcome::Success);
-        assert_eq!(classify(204, None, &policy), Outcome::Success);
+        assert_eq!(classify(200, None, &policy), AnswerClass::Success);
+        assert_eq!(classify(204, None, &policy), AnswerClass::Success);
         for s in [408, 429, 500, 502, 503, 599] {
-            assert!(matches!(classify(s, None, &policy), Outcome::Retry { .. }), "{s}");
+            assert!(matches!(classify(s, None, &policy), AnswerClass::Retry { .. }), "{s}");
         }
         for s in [301, 400, 401, 403, 404, 409, 422] {
-            assert_eq!(classify(s, None, &policy), Outcome::Permanent, "{s}");
+            assert_eq!(classify(s, None, &policy), AnswerClass::Permanent, "{s}");
         }
-        assert_eq!(classify(410, None, &policy), Outcome::Gone);
+        assert_eq!(classify(410, None, &policy), AnswerClass::Gone);
         let custom = RetryPolicy { retryable_statuses: vec![409], ..RetryPolicy::default() };
-        assert!(matches!(classify(409, None, &custom), Outcome::Retry { .. }));
-        assert_eq!(classify(429, None, &custom), Outcome::Retry { retry_after: None });
+        assert!(matches!(classify(409, None, &custom), AnswerClass::Retry { .. }));
+        assert_eq!(classify(429, None, &custom), AnswerClass::Retry { retry_after: None });
     }
 
     #[test]

@@ -10,7 +10,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::{DeliveryConfig, DestinationConfig, RetryPolicy};
 
-pub(crate) use http::{parse_retry_after, Outcome, Request};
+pub(crate) use http::{parse_retry_after, AnswerClass, Request};
 use signature::Signer;
 
 /// A destination as the delivery workers use it.

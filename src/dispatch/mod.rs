@@ -18,7 +18,7 @@ use crate::internal_events::{DedupKeysCounted, DispatchLead, EventDispatched, In
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::{
-    DedupKey, DispatchOutcome, DispatchPlan, PendingEvent, SharedStore, DISPATCH_LEAD,
+    DedupKey, DispatchPlan, DispatchVerdict, PendingEvent, SharedStore, DISPATCH_LEAD,
 };
 
 use route::Router;
@@ -59,7 +59,7 @@ impl PlanRules {
         let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
         let ordered: Vec<String> =
             destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
-        let resource = match (&p.meta.record, ordered.is_empty()) {
+        let resource = match (&p.meta.resource, ordered.is_empty()) {
             (Some(record), false) => Some(resource::key(&p.meta.source, record)),
             _ => None,
         };
@@ -128,7 +128,7 @@ impl Dispatcher {
         let mut leading = false;
         while !stop.is_stopped() {
             // One relay of a fleet dispatches for all (the lease moves within seconds
-            // when it dies): two dispatchers would split a record's updates between
+            // when it dies): two dispatchers would split a resource's updates between
             // them, and their commits could put a later one first.
             match self.store.lead(DISPATCH_LEAD).await {
                 Ok(true) => {
@@ -203,7 +203,7 @@ impl Dispatcher {
         let mut woken = std::collections::HashSet::new();
         for ((event, plan), outcome) in pending.iter().zip(&plans).zip(&outcomes) {
             EventDispatched { event, plan, outcome }.emit(&self.metrics);
-            if let DispatchOutcome::Dispatched(_) = outcome {
+            if let DispatchVerdict::Dispatched(_) = outcome {
                 for dest in &plan.destinations {
                     if woken.insert(dest.as_str()) {
                         self.destinations.wake(dest);
@@ -211,7 +211,7 @@ impl Dispatcher {
                 }
             }
         }
-        let gone = outcomes.iter().filter(|o| matches!(o, DispatchOutcome::Gone)).count();
+        let gone = outcomes.iter().filter(|o| matches!(o, DispatchVerdict::Gone)).count();
         Ok(if gone == pending.len() { 0 } else { pending.len() })
     }
 }
@@ -272,7 +272,7 @@ mod tests {
     use super::purge_cutoff;
     use crate::store::conformance::{plan, received};
     use crate::store::memory::MemoryStore;
-    use crate::store::{DispatchOutcome, EventStatus, SharedStore};
+    use crate::store::{DispatchVerdict, EventStatus, SharedStore};
 
     const S: u64 = 1_000_000;
 
@@ -291,7 +291,7 @@ mod tests {
         assert_eq!(cutoff, 110 * S, "the oldest receive time waiting, not the wall clock");
         store.purge_dedup(cutoff).await.unwrap();
         let outcome = store.dispatch(vec![plan(copy, 7, &["a"])], now).await.unwrap();
-        assert!(matches!(outcome[..], [DispatchOutcome::Duplicate { .. }]), "{outcome:?}");
+        assert!(matches!(outcome[..], [DispatchVerdict::Duplicate { .. }]), "{outcome:?}");
         assert_eq!(store.event(copy).await.unwrap().unwrap().meta.status, EventStatus::Duplicate);
         // With the inbox empty, the wall clock: the key (window ended at 700 s) goes.
         assert_eq!(purge_cutoff(&store, now).await.unwrap(), now);

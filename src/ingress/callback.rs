@@ -210,7 +210,7 @@ fn new_event(
             reason,
             duplicate_of: None,
             destinations: Vec::new(),
-            record: seen.record,
+            resource: seen.resource,
         },
         body,
     }

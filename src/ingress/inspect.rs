@@ -12,8 +12,9 @@ use crate::store::EventFlag;
 pub(super) struct Inspection {
     /// `meta.debug.resthook.event_name`, when present (see upstream-notes.md).
     pub(super) event_name: Option<String>,
-    /// `type/id` of the body's `data`, when both are plain (see [`record_of`]).
-    pub(super) record: Option<String>,
+    /// The resource: `type/id` of the body's `data`, when both are plain (see
+    /// [`resource_of`]).
+    pub(super) resource: Option<String>,
     pub(super) flags: Vec<EventFlag>,
 }
 
@@ -50,7 +51,7 @@ pub(super) fn inspect(body: &[u8]) -> Inspection {
                 .and_then(|d| d.resthook)
                 .and_then(|h| h.event_name)
                 .filter(|n| !n.is_empty()),
-            record: probe.data.and_then(|d| record_of(d.kind?, d.id?)),
+            resource: probe.data.and_then(|d| resource_of(d.kind?, d.id?)),
             flags: Vec::new(),
         },
         Err(_) if serde_json::from_slice::<IgnoredAny>(body).is_ok() => Inspection::default(),
@@ -58,20 +59,20 @@ pub(super) fn inspect(body: &[u8]) -> Inspection {
     }
 }
 
-/// The longest `type` or `id` indexed: anything longer is not a record name.
-const MAX_RECORD_PART: usize = 128;
+/// The longest `type` or `id` indexed: anything longer names no resource.
+const MAX_RESOURCE_PART: usize = 128;
 
-/// `kind/id`, if both look like a record's type and id: non-empty, at most
-/// [`MAX_RECORD_PART`] bytes, no control characters, and no `/` in the type (so that
+/// `kind/id`, if both look like a resource's type and id: non-empty, at most
+/// [`MAX_RESOURCE_PART`] bytes, no control characters, and no `/` in the type (so that
 /// `type/id` splits one way). The body is arbitrary input: anything else is simply
 /// not indexed.
-pub(crate) fn record_of(kind: String, id: String) -> Option<String> {
+pub(crate) fn resource_of(kind: String, id: String) -> Option<String> {
     let plain =
-        |s: &str| (1..=MAX_RECORD_PART).contains(&s.len()) && !s.chars().any(char::is_control);
+        |s: &str| (1..=MAX_RESOURCE_PART).contains(&s.len()) && !s.chars().any(char::is_control);
     (plain(&kind) && plain(&id) && !kind.contains('/')).then(|| format!("{kind}/{id}"))
 }
 
-/// `data` of a JSON:API body: the record the event is about. Any other shape of
+/// `data` of a JSON:API body: the resource the event is about. Any other shape of
 /// `data` is skipped, never an error: it must not cost the body its event name.
 #[derive(Default)]
 struct ProbeData {
@@ -133,7 +134,7 @@ impl<'de> Deserialize<'de> for ProbeData {
     }
 }
 
-/// The keys of `data` that name its record (matched without allocating).
+/// The keys of `data` that name its resource (matched without allocating).
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "lowercase")]
 enum Field {
@@ -143,7 +144,7 @@ enum Field {
     Other,
 }
 
-/// A string or a number, as text (`"5"` and `5` name the same record); any other
+/// A string or a number, as text (`"5"` and `5` name the same resource); any other
 /// JSON value (skipped without building it) is `None`.
 struct Scalar(Option<String>);
 
@@ -201,18 +202,18 @@ mod tests {
             inspect(body),
             Inspection {
                 event_name: Some("FileNoteCreated".into()),
-                record: Some("filenotes/259".into()),
+                resource: Some("filenotes/259".into()),
                 flags: vec![]
             }
         );
     }
 
     #[test]
-    fn names_the_record_when_type_and_id_are_plain() {
-        let record = |body: &str| inspect(body.as_bytes()).record;
-        assert_eq!(record(r#"{"data":{"id":5,"type":"actions"}}"#).as_deref(), Some("actions/5"));
+    fn names_the_resource_when_type_and_id_are_plain() {
+        let resource = |body: &str| inspect(body.as_bytes()).resource;
+        assert_eq!(resource(r#"{"data":{"id":5,"type":"actions"}}"#).as_deref(), Some("actions/5"));
         assert_eq!(
-            record(r#"{"data":{"type":"actions","id":"a/b"}}"#).as_deref(),
+            resource(r#"{"data":{"type":"actions","id":"a/b"}}"#).as_deref(),
             Some("actions/a/b")
         );
         for body in [
@@ -226,10 +227,10 @@ mod tests {
             r#"{"data":{"type":"actions","id":"5\n"}}"#,
             r#"{"data":[{"type":"actions","id":"5"}]}"#,
         ] {
-            assert_eq!(record(body), None, "{body}");
+            assert_eq!(resource(body), None, "{body}");
         }
         let long = format!(r#"{{"data":{{"type":"actions","id":"{}"}}}}"#, "9".repeat(129));
-        assert_eq!(record(&long), None);
+        assert_eq!(resource(&long), None);
         // A `data` of another shape costs the body neither its event name nor its
         // standing as JSON.
         for data in [r#"[1]"#, r#""x""#, "7", "null", "true", r#"{"type":{"a":1},"id":"5"}"#] {
@@ -238,7 +239,7 @@ mod tests {
             );
             let seen = inspect(body.as_bytes());
             assert_eq!(seen.event_name.as_deref(), Some("ActionUpdated"), "{body}");
-            assert!(seen.flags.is_empty() && seen.record.is_none(), "{body}");
+            assert!(seen.flags.is_empty() && seen.resource.is_none(), "{body}");
         }
     }
 

@@ -22,13 +22,13 @@ use crate::store::SharedStore;
 
 pub(crate) use auth::{Sources, UNKNOWN_SOURCE};
 #[cfg(test)]
-pub(crate) use inspect::record_of;
+pub(crate) use inspect::resource_of;
 
-/// The record `body` is about, as the ingress stores it (tests of the rules built on
+/// The resource `body` is about, as the ingress stores it (tests of the rules built on
 /// it: the dispatcher's resource key).
 #[cfg(test)]
-pub(crate) fn inspect_record(body: &[u8]) -> Option<String> {
-    inspect::inspect(body).record
+pub(crate) fn inspect_resource(body: &[u8]) -> Option<String> {
+    inspect::inspect(body).resource
 }
 
 /// What every ingress worker shares.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::InternalEvent;
 use crate::metrics::Metrics;
-use crate::store::lifecycle::Verdict;
+use crate::store::lifecycle::AttemptVerdict;
 use crate::store::{EventId, EventMeta};
 
 /// An attempt ended (answered, failed or timed out), before it is recorded.
@@ -33,7 +33,7 @@ pub(crate) struct AttemptRecorded<'a> {
     pub(crate) attempt: u32,
     pub(crate) status: Option<u16>,
     pub(crate) error: Option<&'a str>,
-    pub(crate) verdict: Verdict,
+    pub(crate) verdict: AttemptVerdict,
 }
 
 impl InternalEvent for AttemptRecorded<'_> {
@@ -42,12 +42,12 @@ impl InternalEvent for AttemptRecorded<'_> {
     fn emit(self, m: &Metrics) {
         let Self { event, meta, destination, attempt, status, error, verdict } = self;
         m.delivery.deliveries.with_label_values(&[destination, verdict.label()]).inc();
-        if let (Verdict::Success, Some(meta)) = (verdict, meta) {
+        if let (AttemptVerdict::Success, Some(meta)) = (verdict, meta) {
             let lag = crate::clock::now().duration_since(meta.received_at()).unwrap_or_default();
             m.delivery.delivery_lag.with_label_values(&[destination]).observe(lag.as_secs_f64());
         }
         tracing::debug!(attempt, ?status, ?error, verdict = verdict.label(), "delivery attempt");
-        if matches!(verdict, Verdict::Dead | Verdict::Failed) {
+        if matches!(verdict, AttemptVerdict::Dead | AttemptVerdict::Failed) {
             let (source, name) = meta.map_or(("", ""), |m| (m.source.as_str(), m.event.as_str()));
             tracing::warn!(id = %event, source, event = name, destination, ?status, ?error,
                 "delivery is dead: see the dead letters");

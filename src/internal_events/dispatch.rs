@@ -4,7 +4,7 @@
 use super::InternalEvent;
 use crate::event_names;
 use crate::metrics::Metrics;
-use crate::store::{DispatchOutcome, DispatchPlan, PendingEvent};
+use crate::store::{DispatchPlan, DispatchVerdict, PendingEvent};
 
 /// One event taken from the inbox: dispatched to its destinations, dropped as a
 /// duplicate, or wanted by no destination. (`Gone`, taken by another dispatcher
@@ -12,7 +12,7 @@ use crate::store::{DispatchOutcome, DispatchPlan, PendingEvent};
 pub(crate) struct EventDispatched<'a> {
     pub(crate) event: &'a PendingEvent,
     pub(crate) plan: &'a DispatchPlan,
-    pub(crate) outcome: &'a DispatchOutcome,
+    pub(crate) outcome: &'a DispatchVerdict,
 }
 
 impl InternalEvent for EventDispatched<'_> {
@@ -26,20 +26,20 @@ impl InternalEvent for EventDispatched<'_> {
         let (id, source, name) = (event.id, event.meta.source.as_str(), &event.meta.event);
         let labels = [source, event_names::metric_label(name)];
         match outcome {
-            DispatchOutcome::Dispatched(_) => {
+            DispatchVerdict::Dispatched(_) => {
                 m.dispatch.events_dispatched.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, destinations = ?plan.destinations,
                     "event dispatched");
             }
-            DispatchOutcome::Duplicate { original } => {
+            DispatchVerdict::Duplicate { original } => {
                 m.dispatch.events_deduplicated.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, %original, "duplicate event");
             }
-            DispatchOutcome::Unrouted => {
+            DispatchVerdict::Unrouted => {
                 m.dispatch.events_unrouted.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, "no destination wants this event");
             }
-            DispatchOutcome::Gone => {}
+            DispatchVerdict::Gone => {}
         }
     }
 }

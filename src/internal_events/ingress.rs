@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::InternalEvent;
-use crate::metrics::{outcome, Metrics};
+use crate::metrics::{ingress_outcome, Metrics};
 use crate::store::EventId;
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -32,10 +32,10 @@ impl InternalEvent for CallbackStored<'_> {
     fn emit(self, m: &Metrics) {
         let Self { id, source, event, rejected, took } = self;
         if rejected {
-            count(m, source, outcome::REJECTED, took);
+            count(m, source, ingress_outcome::REJECTED, took);
             tracing::warn!(%id, source, event, "callback body too large; recorded as rejected");
         } else {
-            count(m, source, outcome::ACCEPTED, took);
+            count(m, source, ingress_outcome::ACCEPTED, took);
             tracing::debug!("callback stored");
         }
     }
@@ -55,7 +55,7 @@ pub(crate) struct CallbackRefused<'a> {
 impl InternalEvent for CallbackRefused<'_> {
     const FAMILIES: &'static [&'static str] = FAMILIES;
     fn emit(self, m: &Metrics) {
-        count(m, self.source, outcome::UNAUTHORIZED, self.took);
+        count(m, self.source, ingress_outcome::UNAUTHORIZED, self.took);
         if let Some(suppressed) = self.logged {
             tracing::warn!(source = self.source, peer = ?self.peer, suppressed,
                 "callback refused: unknown source or wrong token (one line per source a minute; `suppressed` counts the others since the last)");
@@ -86,14 +86,14 @@ impl InternalEvent for CallbackClosed<'_> {
     fn emit(self, m: &Metrics) {
         let source = self.source;
         match self.why {
-            Closed::NoSpace => count(m, source, outcome::NO_SPACE, self.took),
+            Closed::NoSpace => count(m, source, ingress_outcome::NO_SPACE, self.took),
             Closed::BodyTimeout(timeout) => {
-                count(m, source, outcome::BODY_TIMEOUT, self.took);
+                count(m, source, ingress_outcome::BODY_TIMEOUT, self.took);
                 tracing::warn!(source, ?timeout,
                     "callback body not complete within ingress.body_timeout; connection closed, nothing stored");
             }
             Closed::Incomplete(error) => {
-                count(m, source, outcome::INCOMPLETE, self.took);
+                count(m, source, ingress_outcome::INCOMPLETE, self.took);
                 tracing::warn!(source, %error, "callback body incomplete; nothing stored");
             }
         }
@@ -112,7 +112,7 @@ pub(crate) struct CallbackNotStored<'a> {
 impl InternalEvent for CallbackNotStored<'_> {
     const FAMILIES: &'static [&'static str] = FAMILIES;
     fn emit(self, m: &Metrics) {
-        count(m, self.source, outcome::STORE_FAILED, self.took);
+        count(m, self.source, ingress_outcome::STORE_FAILED, self.took);
         tracing::error!(source = self.source, event = self.event, error = %self.error,
             "cannot store callback; closing the connection so the upstream retries");
     }

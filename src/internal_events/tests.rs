@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::metrics::Metrics;
-use crate::store::lifecycle::Verdict;
-use crate::store::{DispatchOutcome, DispatchPlan, EventId, EventMeta, PendingEvent};
+use crate::store::lifecycle::AttemptVerdict;
+use crate::store::{DispatchPlan, DispatchVerdict, EventId, EventMeta, PendingEvent};
 use crate::upstream::AccountId;
 
 /// Families set from state by the task that reads it, not by an occurrence.
@@ -111,10 +111,10 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         resource: None,
     };
     let outcomes = [
-        DispatchOutcome::Dispatched(1),
-        DispatchOutcome::Duplicate { original: EventId::new(1) },
-        DispatchOutcome::Unrouted,
-        DispatchOutcome::Gone,
+        DispatchVerdict::Dispatched(1),
+        DispatchVerdict::Duplicate { original: EventId::new(1) },
+        DispatchVerdict::Unrouted,
+        DispatchVerdict::Gone,
     ];
     let samples =
         outcomes.iter().map(|outcome| EventDispatched { event: &pending, plan: &plan, outcome });
@@ -141,7 +141,14 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         error: None,
         verdict,
     };
-    check(vec![recorded(Verdict::Success), recorded(Verdict::Dead), recorded(Verdict::Retry)], s);
+    check(
+        vec![
+            recorded(AttemptVerdict::Success),
+            recorded(AttemptVerdict::Dead),
+            recorded(AttemptVerdict::Retry),
+        ],
+        s,
+    );
     check(
         vec![
             CircuitChanged { destination: "crm", open: true },

@@ -43,7 +43,7 @@ impl DeliveryMetrics {
             queue_depth: r.gauge_vec(
                 "hookrelay_queue_depth",
                 "Deliveries per destination and state (pending, held: behind an earlier delivery \
-                 of the same record, retrying, dead).",
+                 of the same resource, retrying, dead).",
                 &["destination", "state"],
             )?,
             queue_oldest_age: r.float_gauge_vec(

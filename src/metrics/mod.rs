@@ -38,7 +38,7 @@ pub(super) const BATCH_BUCKETS: &[f64] =
     &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
 /// Ingress outcomes, the values of the `outcome` label.
-pub(crate) mod outcome {
+pub(crate) mod ingress_outcome {
     /// Stored, answered 200.
     pub(crate) const ACCEPTED: &str = "accepted";
     /// Too large: recorded as rejected, answered 200.
@@ -191,13 +191,13 @@ impl Metrics {
         unknown_source: &str,
     ) {
         for source in sources {
-            for o in outcome::ALL {
+            for o in ingress_outcome::ALL {
                 self.ingress.ingress_requests.with_label_values(&[source, o]).inc_by(0);
             }
         }
         self.ingress
             .ingress_requests
-            .with_label_values(&[unknown_source, outcome::UNAUTHORIZED])
+            .with_label_values(&[unknown_source, ingress_outcome::UNAUTHORIZED])
             .inc_by(0);
         for destination in destinations {
             for o in DELIVERY_OUTCOMES {

@@ -31,7 +31,7 @@ const UNITS: &[(&str, &str)] = &[
 
 /// Every metric with one sample, so that `gather()` shows every family.
 fn touch_all(m: &Metrics) {
-    m.ingress.ingress_requests.with_label_values(&["demo", outcome::ACCEPTED]).inc();
+    m.ingress.ingress_requests.with_label_values(&["demo", ingress_outcome::ACCEPTED]).inc();
     m.ingress.ingress_duration.observe(0.001);
     m.store.store_commit_duration.observe(0.001);
     m.store.store_commit_batch_size.observe(1.0);
@@ -80,8 +80,13 @@ fn touch_all(m: &Metrics) {
 
 #[test]
 fn verdict_labels_are_the_pre_created_outcomes() {
-    use crate::store::lifecycle::Verdict;
-    for v in [Verdict::Success, Verdict::Retry, Verdict::Failed, Verdict::Dead] {
+    use crate::store::lifecycle::AttemptVerdict;
+    for v in [
+        AttemptVerdict::Success,
+        AttemptVerdict::Retry,
+        AttemptVerdict::Failed,
+        AttemptVerdict::Dead,
+    ] {
         assert!(DELIVERY_OUTCOMES.contains(&v.label()), "{v:?}");
     }
 }

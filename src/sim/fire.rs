@@ -29,7 +29,7 @@ pub(crate) struct Occurrence {
 /// How one hook call ended.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Outcome {
+pub(crate) enum CallOutcome {
     /// Answered 200.
     Delivered,
     /// Answered something else: the hook is Disabled now.
@@ -43,7 +43,7 @@ pub(crate) enum Outcome {
 pub(crate) struct CallReport {
     pub(crate) hook: String,
     pub(crate) user: String,
-    pub(crate) outcome: Outcome,
+    pub(crate) outcome: CallOutcome,
     pub(crate) attempts: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) status: Option<u16>,
@@ -81,11 +81,11 @@ impl Stats {
         })
     }
 
-    fn count(&self, outcome: &Outcome) {
+    fn count(&self, outcome: &CallOutcome) {
         let counter = match outcome {
-            Outcome::Delivered => &self.delivered,
-            Outcome::Disabled => &self.disabled,
-            Outcome::Failed => &self.failed,
+            CallOutcome::Delivered => &self.delivered,
+            CallOutcome::Disabled => &self.disabled,
+            CallOutcome::Failed => &self.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -162,7 +162,7 @@ async fn call_hook(state: &Arc<SimState>, call: Call, body: Vec<u8>) -> CallRepo
     let mut report = CallReport {
         hook: call.hook_id.to_string(),
         user: call.owner.clone(),
-        outcome: Outcome::Failed,
+        outcome: CallOutcome::Failed,
         attempts: 0,
         status: None,
         error: None,
@@ -179,7 +179,7 @@ async fn call_hook(state: &Arc<SimState>, call: Call, body: Vec<u8>) -> CallRepo
             .await;
         match sent {
             Ok(response) if response.status().as_u16() == 200 => {
-                report.outcome = Outcome::Delivered;
+                report.outcome = CallOutcome::Delivered;
                 report.status = Some(200);
                 return report;
             }
@@ -192,7 +192,7 @@ async fn call_hook(state: &Arc<SimState>, call: Call, body: Vec<u8>) -> CallRepo
                     status,
                     "target did not answer 200; hook disabled"
                 );
-                report.outcome = Outcome::Disabled;
+                report.outcome = CallOutcome::Disabled;
                 report.status = Some(status);
                 return report;
             }

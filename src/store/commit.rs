@@ -217,7 +217,7 @@ mod tests {
                 reason: None,
                 duplicate_of: None,
                 destinations: Vec::new(),
-                record: None,
+                resource: None,
             },
             body: Some(bytes::Bytes::new()),
         }

@@ -23,7 +23,7 @@ pub(crate) struct DispatchPlan {
     pub(crate) destinations: Vec<String>,
     /// Those of `destinations` that deliver per resource in order.
     pub(crate) ordered: Vec<String>,
-    /// The record the event is about (hash of source, `data.type`, `data.id`), if
+    /// The resource the event is about (hash of source, `data.type`, `data.id`), if
     /// the body names one.
     pub(crate) resource: Option<[u8; 16]>,
 }
@@ -38,7 +38,7 @@ pub(crate) struct DedupKey {
 
 /// What dispatch did with an event.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum DispatchOutcome {
+pub(crate) enum DispatchVerdict {
     /// Deliveries were created for this many destinations.
     Dispatched(usize),
     /// The same occurrence was already dispatched as `original`.
@@ -63,7 +63,7 @@ pub(crate) enum DeliveryState {
     Dead,
     /// A dead letter an operator deleted: never retried, pruned with its event.
     Discarded,
-    /// Waits for an earlier delivery of the same record to the same destination
+    /// Waits for an earlier delivery of the same resource to the same destination
     /// (`ordering = "per-resource"`); not in the schedule until that one finishes.
     Held,
 }
@@ -108,8 +108,8 @@ pub(crate) struct DeliveryRecord {
     /// The start of the last answer's body, for diagnosis.
     pub(crate) last_response: Option<String>,
     pub(crate) delivered_us: Option<u64>,
-    /// For per-resource ordering: the record's key (hex), and the next delivery of
-    /// the same record to the same destination.
+    /// For per-resource ordering: the resource key (hex), and the next delivery of
+    /// the same resource to the same destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) resource: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,9 +178,9 @@ pub(crate) struct Claim {
 
 /// What became of a recorded attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Recorded {
+pub(crate) enum AttemptWrite {
     /// Written; the delivery moved on by this verdict.
-    Done(super::lifecycle::Verdict),
+    Done(super::lifecycle::AttemptVerdict),
     /// The delivery was replayed, moved or deleted meanwhile: nothing written.
     Stale,
     /// The claim's lease expired and someone else claimed it: nothing written.
@@ -219,7 +219,7 @@ pub(crate) fn resource_from_hex(text: &str) -> Option<[u8; 16]> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct QueueStats {
     pub(crate) pending: u64,
-    /// Waiting behind an earlier delivery of the same record.
+    /// Waiting behind an earlier delivery of the same resource.
     pub(crate) held: u64,
     pub(crate) retrying: u64,
     pub(crate) dead: u64,

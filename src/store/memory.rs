@@ -11,9 +11,9 @@ use async_trait::async_trait;
 
 use super::lifecycle::{self, AttemptReport, Changes, DedupEntry, Queue, Staged, View};
 use super::{
-    Claim, ClaimTable, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
-    DispatchOutcome, DispatchPlan, EventFilter, EventId, EventLog, EventMeta, EventRecord,
-    EventStatus, NewEvent, PendingEvent, QueueCounts, QueueStats, Recorded, SharedState,
+    AttemptWrite, Claim, ClaimTable, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord,
+    Dispatch, DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventMeta,
+    EventRecord, EventStatus, NewEvent, PendingEvent, QueueCounts, QueueStats, SharedState,
     StoreError, Upkeep,
 };
 use crate::clock::micros;
@@ -265,13 +265,13 @@ impl Dispatch for MemoryStore {
         &self,
         plans: Vec<DispatchPlan>,
         now_us: u64,
-    ) -> Result<Vec<DispatchOutcome>, StoreError> {
+    ) -> Result<Vec<DispatchVerdict>, StoreError> {
         let mut d = lock(&self.data);
         let mut st = Staged::new(&*d);
         let mut outcomes = Vec::with_capacity(plans.len());
         for plan in &plans {
             let Some((meta, _)) = d.inbox.get(&plan.id) else {
-                outcomes.push(DispatchOutcome::Gone);
+                outcomes.push(DispatchVerdict::Gone);
                 continue;
             };
             outcomes.push(lifecycle::dispatch(&mut st, meta.clone(), plan, now_us)?);
@@ -360,7 +360,7 @@ impl DeliveryQueue for MemoryStore {
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
-    ) -> Result<Vec<Recorded>, StoreError> {
+    ) -> Result<Vec<AttemptWrite>, StoreError> {
         let mut d = lock(&self.data);
         let mut st = Staged::new(&*d);
         let out = lifecycle::record_attempts(&mut st, &attempts, policy, |c| {

@@ -168,11 +168,13 @@ pub(crate) struct EventMeta {
     /// Destinations it was routed to, once dispatched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) destinations: Vec<String>,
-    /// The record the event is about, `type/id` from the body's `data` (JSON:API):
+    /// The resource the event is about, `type/id` from the body's `data` (JSON:API):
     /// `actions/5`. Indexed, so that "did the update of matter 5 reach the CRM?" is
-    /// answered without a scan (`EventFilter::record`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) record: Option<String>,
+    /// answered without a scan (`EventFilter::resource`). Stored as `record`, the
+    /// name of the first builds, so that every stored event and every relay of a
+    /// fleet being upgraded reads it.
+    #[serde(rename = "record", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resource: Option<String>,
 }
 
 impl EventMeta {

@@ -136,7 +136,7 @@ pub(crate) fn event(
             reason: None,
             duplicate_of: None,
             destinations: Vec::new(),
-            record: None,
+            resource: None,
         },
         body: Some(bytes::Bytes::from(body)),
     }

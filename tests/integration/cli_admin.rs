@@ -156,10 +156,11 @@ async fn hooks_sync_exits_non_zero_when_an_account_fails() {
     assert!(err.contains("could not be reconciled"), "{err}");
 }
 
-/// "Did the update of matter 5 reach the CRM?": the events about one record, from the
-/// admin API and the CLI, with where each delivery stands.
+/// "Did the update of matter 5 reach the CRM?": the events about one resource, from
+/// the admin API and the CLI, with where each delivery stands; `record`, the word of
+/// the first builds, still works in the query, the answer and the CLI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_about_one_record_with_their_deliveries() {
+async fn events_about_one_resource_with_their_deliveries() {
     let sink = Sink::start().await;
     let dir = tempfile::tempdir().unwrap();
     let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
@@ -181,7 +182,7 @@ async fn events_about_one_record_with_their_deliveries() {
     sink.wait_for(4, Duration::from_secs(15)).await;
     // The deliveries are recorded just after the sink answers.
     let v = relay
-        .admin_until("/admin/events?record=actions/5", Duration::from_secs(15), |v| {
+        .admin_until("/admin/events?resource=actions/5", Duration::from_secs(15), |v| {
             v["events"]
                 .as_array()
                 .unwrap()
@@ -196,26 +197,34 @@ async fn events_about_one_record_with_their_deliveries() {
         [about_5[1].as_str(), about_5[0].as_str()],
         "newest first, both spellings of the id"
     );
-    assert_eq!(events[0]["record"], "actions/5");
+    assert_eq!(events[0]["resource"], "actions/5");
+    assert_eq!(events[0]["record"], "actions/5", "the deprecated name, same value");
+    let (status, old) = relay.admin_get("/admin/events?record=actions/5").await;
+    assert_eq!(status, 200, "{old}");
+    assert_eq!(old["events"], v["events"], "`record` is an alias of `resource`");
     assert_eq!(
         events[0]["deliveries"],
         serde_json::json!([{"destination": "crm", "state": "delivered"}])
     );
-    // A plain listing carries the record but not the deliveries.
+    // A plain listing carries the resource but not the deliveries.
     let (_, all) = relay.admin_get("/admin/events").await;
-    assert_eq!(all["events"][0]["record"], "tasks/5");
+    assert_eq!(all["events"][0]["resource"], "tasks/5");
     assert!(all["events"][0].get("deliveries").is_none());
-    let (status, bad) = relay.admin_get("/admin/events?record=actions").await;
-    assert_eq!(status, 400);
-    assert!(bad["error"].as_str().unwrap().contains("type/id"), "{bad}");
+    for query in ["resource=actions", "record=actions"] {
+        let (status, bad) = relay.admin_get(&format!("/admin/events?{query}")).await;
+        assert_eq!(status, 400, "{query}");
+        assert!(bad["error"].as_str().unwrap().contains("type/id"), "{query}: {bad}");
+    }
 
     let d = dir.path();
-    let (code, out, err) = cli(&relay, d, &["events", "list", "--record", "actions/5"]);
-    assert_eq!(code, 0, "{err}");
-    assert!(out.lines().next().unwrap().ends_with("DELIVERIES"), "{out}");
-    assert_eq!(out.matches("crm=delivered").count(), 2, "{out}");
-    assert!(out.contains(&about_5[0]) && out.contains(&about_5[1]), "{out}");
-    let (code, out, _) = cli(&relay, d, &["events", "list", "--record", "orders/1"]);
+    for flag in ["--resource", "--record"] {
+        let (code, out, err) = cli(&relay, d, &["events", "list", flag, "actions/5"]);
+        assert_eq!(code, 0, "{flag}: {err}");
+        assert!(out.lines().next().unwrap().ends_with("DELIVERIES"), "{flag}: {out}");
+        assert_eq!(out.matches("crm=delivered").count(), 2, "{flag}: {out}");
+        assert!(out.contains(&about_5[0]) && out.contains(&about_5[1]), "{flag}: {out}");
+    }
+    let (code, out, _) = cli(&relay, d, &["events", "list", "--resource", "orders/1"]);
     assert_eq!(code, 0);
     assert!(out.contains("(none)"), "{out}");
 }

@@ -76,7 +76,7 @@ fn the_systemd_unit_verifies_and_scores_ok_on_security() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("unreadable score: {line}"));
-    // Recorded next to the test binaries, and printed with --nocapture.
+    // AttemptWrite next to the test binaries, and printed with --nocapture.
     eprintln!("systemd-analyze security: {line}");
     std::fs::write(
         Path::new(env!("CARGO_TARGET_TMPDIR")).join("systemd-security-score.txt"),

@@ -95,7 +95,7 @@ async fn an_http_1_0_body_without_length_is_read_to_the_end() {
     assert_eq!(status, 200, "{answer}");
     let v = stored_body(&relay, &id_of(&answer)).await;
     assert_eq!(v["body"], body);
-    assert_eq!(v["record"], "tasks/9");
+    assert_eq!(v["resource"], "tasks/9");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

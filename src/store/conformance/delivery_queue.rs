@@ -25,15 +25,15 @@ pub(super) async fn claims_are_leased_and_checked(h: &mut dyn Harness) {
     assert_eq!(second.len(), 1);
     assert_eq!((second[0].event, second[0].destination.as_str()), (id, "a"));
     assert_ne!(second[0].token, first[0].token);
-    let lost = record(&store, &first[0], report(Outcome::Success, later)).await;
-    assert_eq!(lost, Recorded::ClaimLost);
+    let lost = record(&store, &first[0], report(AnswerClass::Success, later)).await;
+    assert_eq!(lost, AttemptWrite::ClaimLost);
     assert_eq!(states(&store, id).await["a"], DeliveryState::Pending, "nothing written");
     // Released: due again at once, for anyone.
     store.release(&second[0]).await.unwrap();
     let third = store.claim_due("a", "r3", later, LEASE, 5).await.unwrap();
     assert_eq!(third.len(), 1);
-    let done = record(&store, &third[0], report(Outcome::Success, later)).await;
-    assert_eq!(done, Recorded::Done(Verdict::Success));
+    let done = record(&store, &third[0], report(AnswerClass::Success, later)).await;
+    assert_eq!(done, AttemptWrite::Done(AttemptVerdict::Success));
     assert_eq!(states(&store, id).await["a"], DeliveryState::Delivered);
     assert!(store.claim_due("a", "r1", later + 100 * S, LEASE, 5).await.unwrap().is_empty());
     assert_eq!(store.queue_stats("a").await.unwrap(), QueueStats::default());
@@ -72,8 +72,8 @@ pub(super) async fn claims_nobody_holds_are_given_back(h: &mut dyn Harness) {
         "another destination's claim stays"
     );
     // The held claim still records.
-    let done = record(&store, &held[0], report(Outcome::Success, 5 * S)).await;
-    assert_eq!(done, Recorded::Done(Verdict::Success));
+    let done = record(&store, &held[0], report(AnswerClass::Success, 5 * S)).await;
+    assert_eq!(done, AttemptWrite::Done(AttemptVerdict::Success));
 }
 
 /// A delivery that becomes due *before* the ones claimed last (dispatched by a relay
@@ -117,7 +117,7 @@ pub(super) async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
         .iter()
         .enumerate()
         .map(|(i, id)| DispatchPlan {
-            // ids[0] and ids[1] are one record, in order; ids[2] and ids[3] free.
+            // ids[0] and ids[1] are one resource, in order; ids[2] and ids[3] free.
             ordered: vec!["a".into()],
             resource: (i < 2).then_some([3; 16]),
             ..plan(*id, i as u8, &["a"])
@@ -131,14 +131,18 @@ pub(super) async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
     let taken = store.claim_due("a", "r2", 5 * S, LEASE, 10).await.unwrap();
     assert_eq!(taken.len(), 1);
     let batch = vec![
-        (claims[0].clone(), report(Outcome::Success, 6 * S)),
-        (claims[1].clone(), report(Outcome::Retry { retry_after: None }, 6 * S)),
-        (claims[2].clone(), report(Outcome::Success, 6 * S)),
+        (claims[0].clone(), report(AnswerClass::Success, 6 * S)),
+        (claims[1].clone(), report(AnswerClass::Retry { retry_after: None }, 6 * S)),
+        (claims[2].clone(), report(AnswerClass::Success, 6 * S)),
     ];
     let out = store.record_attempts(batch, &policy()).await.unwrap();
     assert_eq!(
         out,
-        [Recorded::Done(Verdict::Success), Recorded::Done(Verdict::Retry), Recorded::ClaimLost]
+        [
+            AttemptWrite::Done(AttemptVerdict::Success),
+            AttemptWrite::Done(AttemptVerdict::Retry),
+            AttemptWrite::ClaimLost
+        ]
     );
     // The head's success handed the turn to ids[1] in the same write.
     let next = store.claim_due("a", "r1", 6 * S + 1_000, LEASE, 10).await.unwrap();
@@ -156,10 +160,11 @@ pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     for attempt in 1..=3 {
         let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
         assert_eq!(claims.len(), 1, "attempt {attempt}");
-        let r = record(&store, &claims[0], report(Outcome::Retry { retry_after: None }, now)).await;
+        let r =
+            record(&store, &claims[0], report(AnswerClass::Retry { retry_after: None }, now)).await;
         let q = store.queue_stats("a").await.unwrap();
         if attempt < 3 {
-            assert_eq!(r, Recorded::Done(Verdict::Retry));
+            assert_eq!(r, AttemptWrite::Done(AttemptVerdict::Retry));
             // The retry is persisted: not due before its time, due at it.
             let next = now + 1_000 + S;
             assert!(store.claim_due("a", "r1", next - 1, LEASE, 5).await.unwrap().is_empty());
@@ -167,7 +172,7 @@ pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
             assert_eq!((q.pending, q.retrying, q.dead), (0, 1, 0));
             now = next;
         } else {
-            assert_eq!(r, Recorded::Done(Verdict::Dead));
+            assert_eq!(r, AttemptWrite::Done(AttemptVerdict::Dead));
             assert_eq!((q.pending, q.retrying, q.dead), (0, 0, 1));
         }
     }
@@ -197,8 +202,8 @@ pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     assert_eq!(store.queue_stats("a").await.unwrap().dead, 0);
     // Dead again (permanent), then discarded: never retried, kept in the history.
     let claims = store.claim_due("a", "r1", now, LEASE, 5).await.unwrap();
-    let r = record(&store, &claims[0], report(Outcome::Permanent, now)).await;
-    assert_eq!(r, Recorded::Done(Verdict::Failed));
+    let r = record(&store, &claims[0], report(AnswerClass::Permanent, now)).await;
+    assert_eq!(r, AttemptWrite::Done(AttemptVerdict::Failed));
     assert!(store.discard(id, "a").await.unwrap());
     assert!(!store.discard(id, "a").await.unwrap(), "only a dead letter can be discarded");
     assert_eq!(states(&store, id).await["a"], DeliveryState::Discarded);
@@ -211,8 +216,8 @@ pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     // A stale claim: replayed while in flight, the late answer is not recorded.
     let claims = store.claim_due("c", "r1", now, LEASE, 5).await.unwrap();
     store.replay(id, vec!["c".into()], now + 5).await.unwrap();
-    let r = record(&store, &claims[0], report(Outcome::Success, now)).await;
-    assert_eq!(r, Recorded::Stale);
+    let r = record(&store, &claims[0], report(AnswerClass::Success, now)).await;
+    assert_eq!(r, AttemptWrite::Stale);
     assert_eq!(states(&store, id).await["c"], DeliveryState::Pending);
     // Counts survive a restart.
     let before: Vec<QueueStats> =
@@ -262,7 +267,7 @@ pub(super) async fn per_resource_order(h: &mut dyn Harness) {
             "only the head, in order"
         );
         // The head dies: the turn passes on all the same.
-        let outcome = if i == 1 { Outcome::Permanent } else { Outcome::Success };
+        let outcome = if i == 1 { AnswerClass::Permanent } else { AnswerClass::Success };
         record(&store, &claims[0], report(outcome, now)).await;
         now += S;
     }
@@ -272,8 +277,8 @@ pub(super) async fn per_resource_order(h: &mut dyn Harness) {
     assert_eq!(store.replay(ids[1], vec!["o".into()], now).await.unwrap(), 1);
     let claims = store.claim_due("o", "r1", now, LEASE, 10).await.unwrap();
     assert_eq!(claims.len(), 1);
-    record(&store, &claims[0], report(Outcome::Success, now)).await;
-    // A new event of the same record starts a new queue.
+    record(&store, &claims[0], report(AnswerClass::Success, now)).await;
+    // A new event of the same resource starts a new queue.
     let id = append_all(&store, vec![received("demo", "ActionUpdated", now, "{}")]).await[0];
     let p =
         DispatchPlan { ordered: vec!["o".into()], resource: Some([4; 16]), ..plan(id, 99, &["o"]) };
@@ -302,9 +307,9 @@ pub(super) async fn open_destinations_are_listed(h: &mut dyn Harness) {
     assert_eq!(store.open_destinations().await.unwrap(), ["a", "b", "c"]);
     // `c` retrying still counts; `a` delivered does not; `b` dead does not.
     for (dest, outcome) in [
-        ("a", Outcome::Success),
-        ("b", Outcome::Permanent),
-        ("c", Outcome::Retry { retry_after: None }),
+        ("a", AnswerClass::Success),
+        ("b", AnswerClass::Permanent),
+        ("c", AnswerClass::Retry { retry_after: None }),
     ] {
         let claims = store.claim_due(dest, "r1", 3 * S, LEASE, 5).await.unwrap();
         assert_eq!(claims.len(), 1, "{dest}");

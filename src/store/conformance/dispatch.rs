@@ -35,12 +35,12 @@ pub(super) async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
     assert_eq!(
         outcomes,
         [
-            DispatchOutcome::Dispatched(2),
-            DispatchOutcome::Duplicate { original: ids[0] },
-            DispatchOutcome::Dispatched(1),
-            DispatchOutcome::Unrouted,
-            DispatchOutcome::Dispatched(1),
-            DispatchOutcome::Gone,
+            DispatchVerdict::Dispatched(2),
+            DispatchVerdict::Duplicate { original: ids[0] },
+            DispatchVerdict::Dispatched(1),
+            DispatchVerdict::Unrouted,
+            DispatchVerdict::Dispatched(1),
+            DispatchVerdict::Gone,
         ]
     );
     assert_eq!(store.inbox_len().await.unwrap(), 0);
@@ -52,7 +52,7 @@ pub(super) async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
     assert_eq!(store.event(ids[0]).await.unwrap().unwrap().meta.destinations, ["a", "b"]);
     // Dispatching again finds nothing: a second relay or a retry after a crash.
     let again = store.dispatch(vec![plan(ids[0], 7, &["a"])], 800 * S).await.unwrap();
-    assert_eq!(again, [DispatchOutcome::Gone]);
+    assert_eq!(again, [DispatchVerdict::Gone]);
     let q = store.queue_stats("a").await.unwrap();
     assert_eq!(q, QueueStats { pending: 2, oldest: Some(ids[0]), ..QueueStats::default() });
     let claims = store.claim_due("a", "r1", 800 * S, LEASE, 10).await.unwrap();
@@ -120,7 +120,7 @@ pub(super) async fn counts_survive_concurrent_append_and_dispatch(h: &mut dyn Ha
 
 /// Retention deleted the newest events, then the relay restarted: an event stored
 /// with the same receive time (the clock stood still, or stepped back) is still
-/// pending and found by its record (sled once handed out an id at its dispatch
+/// pending and found by its resource (sled once handed out an id at its dispatch
 /// cursor, which left the event undispatched for good; the model test found it).
 pub(super) async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched(h: &mut dyn Harness) {
     let store = h.open().await;
@@ -132,10 +132,10 @@ pub(super) async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched(h:
     let second = append_all(&store, vec![about(received("demo", "A", S, "{}"), "actions/0")]).await;
     let pending = store.pending(10).await.unwrap();
     assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), second, "still to dispatch");
-    let by_record =
-        EventFilter { record: Some("actions/0".into()), limit: 10, ..Default::default() };
+    let by_resource =
+        EventFilter { resource: Some("actions/0".into()), limit: 10, ..Default::default() };
     let found: Vec<EventId> =
-        store.list_events(by_record).await.unwrap().into_iter().map(|r| r.id).collect();
+        store.list_events(by_resource).await.unwrap().into_iter().map(|r| r.id).collect();
     assert_eq!(found, second);
     store.close().await.unwrap();
 }

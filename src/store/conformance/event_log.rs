@@ -1,5 +1,5 @@
 //! Conformance of [`EventLog`](crate::store::EventLog): ids, listing, bodies,
-//! restarts, search by record, retention.
+//! restarts, search by resource, retention.
 
 use super::*;
 
@@ -67,9 +67,9 @@ pub(super) async fn concurrent_appends_get_unique_ids(h: &mut dyn Harness) {
     store.close().await.unwrap();
 }
 
-/// Listing by record: found in the inbox and after dispatch, filtered and paged like
+/// Listing by resource: found in the inbox and after dispatch, filtered and paged like
 /// any listing, gone with its event, and the same after a restart.
-pub(super) async fn events_are_found_by_record(h: &mut dyn Harness) {
+pub(super) async fn events_are_found_by_resource(h: &mut dyn Harness) {
     let store = h.open().await;
     let ids = append_all(
         &store,
@@ -82,7 +82,7 @@ pub(super) async fn events_are_found_by_record(h: &mut dyn Harness) {
         ],
     )
     .await;
-    let by = |record: &str, f: EventFilter| EventFilter { record: Some(record.into()), ..f };
+    let by = |resource: &str, f: EventFilter| EventFilter { resource: Some(resource.into()), ..f };
     let all = || EventFilter { limit: 10, ..Default::default() };
     let found = |store: SharedStore, f: EventFilter| async move {
         store.list_events(f).await.unwrap().into_iter().map(|r| r.id).collect::<Vec<_>>()
@@ -98,7 +98,7 @@ pub(super) async fn events_are_found_by_record(h: &mut dyn Harness) {
         .unwrap();
     assert_eq!(found(store.clone(), by("actions/5", all())).await, [ids[4], ids[3], ids[0]]);
     let events = store.list_events(by("actions/5", all())).await.unwrap();
-    assert_eq!(events[2].meta.record.as_deref(), Some("actions/5"));
+    assert_eq!(events[2].meta.resource.as_deref(), Some("actions/5"));
     assert_eq!(events[2].meta.status, EventStatus::Dispatched);
     assert_eq!(found(store.clone(), by("actions/6", all())).await, [ids[1]]);
     assert!(found(store.clone(), by("actions/7", all())).await.is_empty());
@@ -141,7 +141,7 @@ pub(super) async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
         .await
         .unwrap();
     // ids[0] delivered; ids[1] dead.
-    for (outcome, _) in [(Outcome::Success, ids[0]), (Outcome::Permanent, ids[1])] {
+    for (outcome, _) in [(AnswerClass::Success, ids[0]), (AnswerClass::Permanent, ids[1])] {
         let claims = store.claim_due("a", "r1", 2 * S, LEASE, 1).await.unwrap();
         record(&store, &claims[0], report(outcome, 2 * S)).await;
     }
@@ -156,7 +156,7 @@ pub(super) async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     store.replay(ids[1], vec!["a".into()], 3 * S).await.unwrap();
     assert_eq!(store.prune(10 * S, 100).await.unwrap(), 0, "a scheduled delivery keeps its event");
     let claims = store.claim_due("a", "r1", 3 * S, LEASE, 1).await.unwrap();
-    record(&store, &claims[0], report(Outcome::Success, 3 * S)).await;
+    record(&store, &claims[0], report(AnswerClass::Success, 3 * S)).await;
     assert_eq!(store.prune(10 * S, 0).await.unwrap(), 0);
     assert_eq!(store.prune(10 * S, 100).await.unwrap(), 1);
     assert_eq!(
@@ -186,7 +186,7 @@ pub(super) async fn prune_and_replay_race_leaves_no_orphan(h: &mut dyn Harness) 
         if claims.is_empty() {
             break;
         }
-        let batch = claims.into_iter().map(|c| (c, report(Outcome::Success, 2 * S))).collect();
+        let batch = claims.into_iter().map(|c| (c, report(AnswerClass::Success, 2 * S))).collect();
         store.record_attempts(batch, &policy()).await.unwrap();
     }
     let pruner = {

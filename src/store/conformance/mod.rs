@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::lifecycle::{AttemptReport, Outcome, Verdict};
+use super::lifecycle::{AnswerClass, AttemptReport, AttemptVerdict};
 use super::memory::MemoryStore;
 use super::{
-    Attempt, DeadLetterFilter, DedupKey, DeliveryState, DispatchOutcome, DispatchPlan, EventFilter,
-    EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent, PendingEvent, QueueStats, Recorded,
-    SharedStore,
+    Attempt, AttemptWrite, DeadLetterFilter, DedupKey, DeliveryState, DispatchPlan,
+    DispatchVerdict, EventFilter, EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent,
+    PendingEvent, QueueStats, SharedStore,
 };
 use crate::config::RetryPolicy;
 
@@ -153,7 +153,7 @@ pub(crate) fn received(source: &str, name: &str, at_us: u64, body: &str) -> NewE
             reason: None,
             duplicate_of: None,
             destinations: Vec::new(),
-            record: None,
+            resource: None,
         },
         body: Some(bytes::Bytes::copy_from_slice(body.as_bytes())),
     }
@@ -177,10 +177,10 @@ pub(crate) fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
     }
 }
 
-fn report(outcome: Outcome, at_us: u64) -> AttemptReport {
+fn report(class: AnswerClass, at_us: u64) -> AttemptReport {
     AttemptReport {
         attempt: Attempt { at_us, duration_us: 1_000, status: Some(500), error: None },
-        outcome,
+        class,
         excerpt: Some("answer".into()),
         jitter: 0.0,
     }
@@ -206,7 +206,7 @@ async fn append_all(store: &SharedStore, events: Vec<NewEvent>) -> Vec<EventId> 
 }
 
 /// Records one attempt.
-async fn record(store: &SharedStore, claim: &super::Claim, report: AttemptReport) -> Recorded {
+async fn record(store: &SharedStore, claim: &super::Claim, report: AttemptReport) -> AttemptWrite {
     let mut r = store.record_attempts(vec![(claim.clone(), report)], &policy()).await.unwrap();
     assert_eq!(r.len(), 1);
     r.remove(0)
@@ -216,9 +216,9 @@ async fn states(store: &SharedStore, id: EventId) -> BTreeMap<String, DeliverySt
     store.deliveries_of(id).await.unwrap().into_iter().map(|d| (d.destination, d.state)).collect()
 }
 
-/// `event` about `record` (the ingress sets it from the body's `data`).
-fn about(mut event: NewEvent, record: &str) -> NewEvent {
-    event.meta.record = Some(record.into());
+/// `event` about `resource` (the ingress sets it from the body's `data`).
+fn about(mut event: NewEvent, resource: &str) -> NewEvent {
+    event.meta.resource = Some(resource.into());
     event
 }
 
@@ -281,8 +281,8 @@ macro_rules! conformance {
                 super::delivery_queue::per_resource_order(&mut $make).await;
             }
             #[tokio::test]
-            async fn events_are_found_by_record() {
-                super::event_log::events_are_found_by_record(&mut $make).await;
+            async fn events_are_found_by_resource() {
+                super::event_log::events_are_found_by_resource(&mut $make).await;
             }
             #[tokio::test]
             async fn prune_keeps_what_is_not_finished() {

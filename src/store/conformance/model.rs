@@ -1,7 +1,7 @@
 //! The model-based test: random sequences of append, dispatch, claim + record,
 //! replay, discard, pause, prune and reopen, checked after every step against a small
 //! reference model (as vector checks its disk buffer). Destination `b` is ordered per
-//! resource: its deliveries of one record wait their turn (`held`), in dispatch order.
+//! resource: its deliveries of one resource wait their turn (`held`), in dispatch order.
 
 use proptest::prelude::*;
 
@@ -28,7 +28,7 @@ struct Model {
     originals: BTreeMap<u8, EventId>,
     deliveries: BTreeMap<(EventId, String), Delivery>,
     paused: BTreeSet<String>,
-    /// `b`'s queue of each record (by [`record_index`]): its deliveries in dispatch
+    /// `b`'s queue of each resource (by [`resource_index`]): its deliveries in dispatch
     /// order, the head first (the one not held).
     queues: BTreeMap<u8, std::collections::VecDeque<EventId>>,
     now: u64,
@@ -37,22 +37,22 @@ struct Model {
 impl Model {
     /// Records in the model an attempt at `id`'s delivery to `dest` ending in
     /// `outcome` (made at `now`, lasting 1 ms); returns the verdict the store must give.
-    fn attempted(&mut self, id: EventId, dest: &str, outcome: Outcome) -> Verdict {
+    fn attempted(&mut self, id: EventId, dest: &str, class: AnswerClass) -> AttemptVerdict {
         let d = self.deliveries.get_mut(&(id, dest.to_owned())).expect("claimed, so known");
         d.round += 1;
         let ended = self.now + 1_000;
-        let verdict = match outcome {
-            Outcome::Success => {
+        let verdict = match class {
+            AnswerClass::Success => {
                 *d = Delivery { state: DeliveryState::Delivered, due: None, round: d.round };
-                Verdict::Success
+                AttemptVerdict::Success
             }
-            Outcome::Permanent => {
+            AnswerClass::Permanent => {
                 *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
-                Verdict::Failed
+                AttemptVerdict::Failed
             }
             _ if d.round >= 3 => {
                 *d = Delivery { state: DeliveryState::Dead, due: None, round: d.round };
-                Verdict::Dead
+                AttemptVerdict::Dead
             }
             _ => {
                 *d = Delivery {
@@ -60,20 +60,20 @@ impl Model {
                     due: Some(ended + S),
                     round: d.round,
                 };
-                Verdict::Retry
+                AttemptVerdict::Retry
             }
         };
-        if dest == ORDERED && !matches!(verdict, Verdict::Retry) {
+        if dest == ORDERED && !matches!(verdict, AttemptVerdict::Retry) {
             self.advance(id, ended);
         }
         verdict
     }
 
-    /// A finished (delivered or dead) delivery to `b` at the head of its record's
+    /// A finished (delivered or dead) delivery to `b` at the head of its resource's
     /// queue hands the turn to the next, due at `at`.
     fn advance(&mut self, id: EventId, at: u64) {
-        let record = record_index(self.occurrence[&id]);
-        let Some(queue) = self.queues.get_mut(&record) else { return };
+        let resource = resource_index(self.occurrence[&id]);
+        let Some(queue) = self.queues.get_mut(&resource) else { return };
         if queue.front() != Some(&id) {
             return; // a replay whose turn had passed
         }
@@ -84,7 +84,7 @@ impl Model {
                 *d = Delivery { state: DeliveryState::Pending, due: Some(at), round: 0 };
             }
             None => {
-                self.queues.remove(&record);
+                self.queues.remove(&resource);
             }
         }
     }
@@ -199,7 +199,7 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                         } else {
                             super::about(
                                 received("demo", "ActionUpdated", m.now, "{\"data\":1}"),
-                                &record_of(occurrence),
+                                &resource_of(occurrence),
                             )
                         }
                     })
@@ -234,20 +234,20 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 for (plan, outcome) in plans.iter().zip(outcomes) {
                     let occurrence = m.occurrence[&plan.id];
                     let expected = match m.originals.get(&occurrence) {
-                        Some(original) => DispatchOutcome::Duplicate { original: *original },
+                        Some(original) => DispatchVerdict::Duplicate { original: *original },
                         None => {
                             m.originals.insert(occurrence, plan.id);
                             if plan.destinations.is_empty() {
-                                DispatchOutcome::Unrouted
+                                DispatchVerdict::Unrouted
                             } else {
-                                DispatchOutcome::Dispatched(plan.destinations.len())
+                                DispatchVerdict::Dispatched(plan.destinations.len())
                             }
                         }
                     };
                     assert_eq!(outcome, expected);
                     let status = match expected {
-                        DispatchOutcome::Duplicate { .. } => EventStatus::Duplicate,
-                        DispatchOutcome::Unrouted => EventStatus::Unrouted,
+                        DispatchVerdict::Duplicate { .. } => EventStatus::Duplicate,
+                        DispatchVerdict::Unrouted => EventStatus::Unrouted,
                         _ => {
                             for d in &plan.destinations {
                                 let mut delivery = Delivery {
@@ -256,8 +256,8 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                                     round: 0,
                                 };
                                 if d == ORDERED {
-                                    let record = record_index(occurrence);
-                                    let queue = m.queues.entry(record).or_default();
+                                    let resource = resource_index(occurrence);
+                                    let queue = m.queues.entry(resource).or_default();
                                     if !queue.is_empty() {
                                         delivery.state = DeliveryState::Held;
                                         delivery.due = None;
@@ -291,7 +291,7 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 kind = Durability::Durable; // an attempt recorded
                 let outcome = outcome_of(outcome);
                 let r = record(&store, &claim, report(outcome, m.now)).await;
-                assert_eq!(r, Recorded::Done(m.attempted(claim.event, dest, outcome)));
+                assert_eq!(r, AttemptWrite::Done(m.attempted(claim.event, dest, outcome)));
             }
             Op::RaceDispatch { skip } => {
                 race_dispatch(&store, &other, &mut m, &routes, skip).await;
@@ -332,7 +332,7 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                 for (s, claim) in x.iter().map(|c| (&store, c)).chain(y.iter().map(|c| (&other, c)))
                 {
                     let r = record(s, claim, report(outcome, m.now)).await;
-                    assert_eq!(r, Recorded::Done(m.attempted(claim.event, dest, outcome)));
+                    assert_eq!(r, AttemptWrite::Done(m.attempted(claim.event, dest, outcome)));
                 }
             }
             Op::Replay { pick, dest } => {
@@ -473,17 +473,17 @@ async fn shows(store: &SharedStore, m: &Model) -> bool {
 }
 
 /// The attempt outcome an op's number stands for.
-fn outcome_of(n: u8) -> Outcome {
+fn outcome_of(n: u8) -> AnswerClass {
     match n {
-        0 => Outcome::Success,
-        1 => Outcome::Retry { retry_after: None },
-        _ => Outcome::Permanent,
+        0 => AnswerClass::Success,
+        1 => AnswerClass::Retry { retry_after: None },
+        _ => AnswerClass::Permanent,
     }
 }
 
 /// The plans of the `pending` events whose position (mod 8) has no bit in `skip`: a
 /// dedup key per occurrence (a window longer than any test: the first of an
-/// occurrence wins), the routes drawn at append, `b` ordered by the event's record
+/// occurrence wins), the routes drawn at append, `b` ordered by the event's resource
 /// (left out when `with_ordered` is false).
 fn plans(
     pending: &[PendingEvent],
@@ -505,7 +505,7 @@ fn plans(
                 dedup: Some(DedupKey { hash: [occurrence; 16], window_us: u64::MAX / 4 }),
                 ordered: destinations.iter().filter(|d| *d == ORDERED).cloned().collect(),
                 destinations,
-                resource: with_ordered.then_some([100 + record_index(occurrence); 16]),
+                resource: with_ordered.then_some([100 + resource_index(occurrence); 16]),
             }
         })
         .collect()
@@ -528,12 +528,12 @@ async fn race_dispatch(
     let mut taken = Vec::new();
     for ((plan, x), y) in plans.iter().zip(x).zip(y) {
         let outcome = match (x, y) {
-            (DispatchOutcome::Gone, o) | (o, DispatchOutcome::Gone) => o,
+            (DispatchVerdict::Gone, o) | (o, DispatchVerdict::Gone) => o,
             (x, y) => panic!("{} dispatched twice: {x:?} and {y:?}", plan.id),
         };
-        assert_ne!(outcome, DispatchOutcome::Gone, "{} dispatched by neither", plan.id);
+        assert_ne!(outcome, DispatchVerdict::Gone, "{} dispatched by neither", plan.id);
         let occurrence = m.occurrence[&plan.id];
-        if !matches!(outcome, DispatchOutcome::Duplicate { .. }) {
+        if !matches!(outcome, DispatchVerdict::Duplicate { .. }) {
             assert!(!m.originals.contains_key(&occurrence), "{} is a copy", plan.id);
             assert!(decided.insert(occurrence, plan.id).is_none(), "two originals of {occurrence}");
         }
@@ -542,16 +542,16 @@ async fn race_dispatch(
     for (plan, outcome) in taken {
         let occurrence = m.occurrence[&plan.id];
         let status = match outcome {
-            DispatchOutcome::Duplicate { original } => {
+            DispatchVerdict::Duplicate { original } => {
                 let want = m.originals.get(&occurrence).or(decided.get(&occurrence));
                 assert_eq!(Some(&original), want, "{}'s original", plan.id);
                 EventStatus::Duplicate
             }
-            DispatchOutcome::Unrouted => {
+            DispatchVerdict::Unrouted => {
                 assert!(plan.destinations.is_empty());
                 EventStatus::Unrouted
             }
-            DispatchOutcome::Dispatched(n) => {
+            DispatchVerdict::Dispatched(n) => {
                 assert_eq!(n, plan.destinations.len());
                 for d in &plan.destinations {
                     let delivery =
@@ -560,24 +560,24 @@ async fn race_dispatch(
                 }
                 EventStatus::Dispatched
             }
-            DispatchOutcome::Gone => unreachable!("checked above"),
+            DispatchVerdict::Gone => unreachable!("checked above"),
         };
         m.events.insert(plan.id, status);
     }
     m.originals.extend(decided);
 }
 
-/// How many records the events are about.
-const RECORDS: u8 = 3;
+/// How many resources the events are about.
+const RESOURCES: u8 = 3;
 
-/// The record an occurrence's events are about (several occurrences share one).
-fn record_of(occurrence: u8) -> String {
-    format!("actions/{}", record_index(occurrence))
+/// The resource an occurrence's events are about (several occurrences share one).
+fn resource_of(occurrence: u8) -> String {
+    format!("actions/{}", resource_index(occurrence))
 }
 
-/// Which of the [`RECORDS`] an occurrence is about.
-fn record_index(occurrence: u8) -> u8 {
-    occurrence % RECORDS
+/// Which of the [`RESOURCES`] an occurrence is about.
+fn resource_index(occurrence: u8) -> u8 {
+    occurrence % RESOURCES
 }
 
 /// Everything the store shows matches the model.
@@ -589,12 +589,12 @@ async fn verify(store: &SharedStore, m: &Model) {
     let shown: BTreeMap<EventId, EventStatus> =
         listed.iter().map(|r| (r.id, r.meta.status)).collect();
     assert_eq!(shown, m.events, "events");
-    // By record: every received event of the occurrence's record, newest first,
+    // By resource: every received event of the occurrence's resource, newest first,
     // whether still in the inbox or dispatched.
-    for occurrence in 0..RECORDS {
-        let record = record_of(occurrence);
+    for occurrence in 0..RESOURCES {
+        let resource = resource_of(occurrence);
         let filter =
-            EventFilter { record: Some(record.clone()), limit: 100_000, ..Default::default() };
+            EventFilter { resource: Some(resource.clone()), limit: 100_000, ..Default::default() };
         let got: Vec<EventId> =
             store.list_events(filter).await.unwrap().into_iter().map(|r| r.id).collect();
         let want: Vec<EventId> = m
@@ -602,11 +602,11 @@ async fn verify(store: &SharedStore, m: &Model) {
             .iter()
             .rev()
             .filter(|(id, status)| {
-                **status != EventStatus::Rejected && record_of(m.occurrence[*id]) == record
+                **status != EventStatus::Rejected && resource_of(m.occurrence[*id]) == resource
             })
             .map(|(id, _)| *id)
             .collect();
-        assert_eq!(got, want, "events about {record}");
+        assert_eq!(got, want, "events about {resource}");
     }
     for id in m.events.keys() {
         let got: BTreeMap<String, (DeliveryState, Option<u64>)> = store

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::store::StoreError;
 
 /// The task whose leader dispatches the inbox ([`Coordination::lead`]): one dispatcher
-/// for the fleet, reading the inbox in id order, keeps one order per record.
+/// for the fleet, reading the inbox in id order, keeps one order per resource.
 pub(crate) const DISPATCH_LEAD: &str = "dispatch";
 
 /// The relays sharing a store (see [`Coordination::heartbeat`]).

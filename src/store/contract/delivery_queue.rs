@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, Recorded, StoreError,
+    AttemptWrite, Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, StoreError,
 };
 
 /// A claim's lease beyond its attempt's own bound (the request's timeout): room to
@@ -74,7 +74,7 @@ pub(crate) trait DeliveryQueue: Send + Sync {
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
-    ) -> Result<Vec<Recorded>, StoreError>;
+    ) -> Result<Vec<AttemptWrite>, StoreError>;
     /// Every delivery of one event, one per destination.
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
     /// [`lifecycle::replay`] for each of `destinations`; returns how many were scheduled.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::store::{DispatchOutcome, DispatchPlan, PendingEvent, StoreError};
+use crate::store::{DispatchPlan, DispatchVerdict, PendingEvent, StoreError};
 
 /// Makes a pending event's dispatch plan (routing and dedup key: the dispatcher's
 /// configuration), callable on whichever thread the store runs it.
@@ -20,7 +20,7 @@ pub(crate) trait Dispatch: Send + Sync {
     /// The oldest events waiting for dispatch, at most `limit`.
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError>;
     /// Dispatches the events of `plans` by [`lifecycle::dispatch`] at `now_us`, in one
-    /// atomic write. An event no longer in the inbox is [`DispatchOutcome::Gone`]: a
+    /// atomic write. An event no longer in the inbox is [`DispatchVerdict::Gone`]: a
     /// crash, or another relay, can neither lose an event nor dispatch it twice. Need
     /// not be durable on return: a dispatch lost in a crash is redone from the inbox,
     /// and an attempt's durable record makes the dispatch before it durable too.
@@ -30,7 +30,7 @@ pub(crate) trait Dispatch: Send + Sync {
         &self,
         plans: Vec<DispatchPlan>,
         now_us: u64,
-    ) -> Result<Vec<DispatchOutcome>, StoreError>;
+    ) -> Result<Vec<DispatchVerdict>, StoreError>;
     /// [`Dispatch::pending`] then [`Dispatch::dispatch`] of the plans `plan` makes of
     /// them. sled does both in one hop to its thread pool, which dispatch pays for
     /// every batch; the others take this default, two calls. Returns the events taken
@@ -40,7 +40,7 @@ pub(crate) trait Dispatch: Send + Sync {
         limit: usize,
         plan: Planner,
         now_us: u64,
-    ) -> Result<(Vec<PendingEvent>, Vec<DispatchPlan>, Vec<DispatchOutcome>), StoreError> {
+    ) -> Result<(Vec<PendingEvent>, Vec<DispatchPlan>, Vec<DispatchVerdict>), StoreError> {
         let pending = self.pending(limit).await?;
         if pending.is_empty() {
             return Ok((pending, Vec::new(), Vec::new()));

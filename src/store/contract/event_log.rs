@@ -13,9 +13,9 @@ pub(crate) struct EventFilter {
     pub(crate) source: Option<String>,
     pub(crate) event: Option<String>,
     pub(crate) status: Option<EventStatus>,
-    /// Only events about this record (`type/id`, see [`EventMeta::record`]): answered
-    /// from an index, not a scan.
-    pub(crate) record: Option<String>,
+    /// Only events about this resource (`type/id`, see [`EventMeta::resource`]):
+    /// answered from an index, not a scan.
+    pub(crate) resource: Option<String>,
     /// Continue a listing after this id (so: older events only).
     pub(crate) after: Option<EventId>,
     pub(crate) limit: usize,
@@ -29,7 +29,7 @@ impl EventFilter {
         self.source.as_ref().is_none_or(|s| *s == meta.source)
             && self.event.as_ref().is_none_or(|e| *e == meta.event)
             && self.status.is_none_or(|s| s == meta.status)
-            && self.record.as_ref().is_none_or(|r| Some(r) == meta.record.as_ref())
+            && self.resource.as_ref().is_none_or(|r| Some(r) == meta.resource.as_ref())
     }
 }
 

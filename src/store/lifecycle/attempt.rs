@@ -7,12 +7,13 @@ use super::{backoff, Staged, View};
 use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::store::{
-    resource_from_hex, Attempt, Claim, DeliveryRecord, DeliveryState, EventId, Recorded, StoreError,
+    resource_from_hex, Attempt, AttemptWrite, Claim, DeliveryRecord, DeliveryState, EventId,
+    StoreError,
 };
 
 /// How a destination answered, classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum AnswerClass {
     /// 2xx.
     Success,
     /// Try again later: 408, 429, configured 4xx, 5xx, timeouts, connection errors.
@@ -27,7 +28,7 @@ pub(crate) enum Outcome {
 
 /// The decision, also the `outcome` label of `hookrelay_deliveries_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum AttemptVerdict {
     /// 2xx.
     Success,
     /// Scheduled again.
@@ -38,7 +39,7 @@ pub(crate) enum Verdict {
     Dead,
 }
 
-impl Verdict {
+impl AttemptVerdict {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Success => "success",
@@ -54,7 +55,7 @@ impl Verdict {
 pub(crate) struct AttemptReport {
     /// When it started, how long it took, the status and error.
     pub(crate) attempt: Attempt,
-    pub(crate) outcome: Outcome,
+    pub(crate) class: AnswerClass,
     /// The start of the answer's body, for diagnosis.
     pub(crate) excerpt: Option<String>,
     /// The backoff's random draw, uniform in `[0, 1)`.
@@ -68,7 +69,7 @@ impl AttemptReport {
     pub(crate) fn not_sent(at_us: u64, reason: String) -> Self {
         Self {
             attempt: Attempt { at_us, duration_us: 0, status: None, error: Some(reason.clone()) },
-            outcome: Outcome::Permanent,
+            class: AnswerClass::Permanent,
             excerpt: Some(reason),
             jitter: 0.0,
         }
@@ -91,7 +92,7 @@ pub(crate) fn record_attempt<V: View + ?Sized>(
     due_us: u64,
     report: &AttemptReport,
     policy: &RetryPolicy,
-) -> Result<Option<Verdict>, StoreError> {
+) -> Result<Option<AttemptVerdict>, StoreError> {
     let Some(mut record) = st.delivery(event, dest)? else { return Ok(None) };
     if super::schedule_entry(&record) != Some(due_us) {
         return Ok(None);
@@ -105,59 +106,63 @@ pub(crate) fn record_attempt<V: View + ?Sized>(
 }
 
 /// Records a group of attempts, each made under its claim: [`record_attempt`] for each
-/// whose claim `holds` still, [`Recorded::ClaimLost`] for the others.
+/// whose claim `holds` still, [`AttemptWrite::ClaimLost`] for the others.
 pub(crate) fn record_attempts<V: View + ?Sized>(
     st: &mut Staged<'_, V>,
     attempts: &[(Claim, AttemptReport)],
     policy: &RetryPolicy,
     holds: impl Fn(&Claim) -> bool,
-) -> Result<Vec<Recorded>, StoreError> {
+) -> Result<Vec<AttemptWrite>, StoreError> {
     attempts
         .iter()
         .map(|(claim, report)| {
             if !holds(claim) {
-                return Ok(Recorded::ClaimLost);
+                return Ok(AttemptWrite::ClaimLost);
             }
             let verdict =
                 record_attempt(st, claim.event, &claim.destination, claim.due_us, report, policy)?;
-            Ok(verdict.map_or(Recorded::Stale, Recorded::Done))
+            Ok(verdict.map_or(AttemptWrite::Stale, AttemptWrite::Done))
         })
         .collect()
 }
 
 /// The state machine of one attempt on the record itself.
-fn apply(record: &mut DeliveryRecord, report: &AttemptReport, policy: &RetryPolicy) -> Verdict {
+fn apply(
+    record: &mut DeliveryRecord,
+    report: &AttemptReport,
+    policy: &RetryPolicy,
+) -> AttemptVerdict {
     let now_us = report.ended_us();
     record.push_attempt(report.attempt.clone());
     if report.excerpt.is_some() || report.attempt.status.is_some() {
         record.last_response.clone_from(&report.excerpt);
     }
-    let retry_after = match report.outcome {
-        Outcome::Success => {
+    let retry_after = match report.class {
+        AnswerClass::Success => {
             record.state = DeliveryState::Delivered;
             record.delivered_us = Some(now_us);
             record.next_attempt_us = None;
-            return Verdict::Success;
+            return AttemptVerdict::Success;
         }
-        Outcome::Permanent => {
+        AnswerClass::Permanent => {
             record.state = DeliveryState::Dead;
             record.next_attempt_us = None;
-            return Verdict::Failed;
+            return AttemptVerdict::Failed;
         }
-        Outcome::Retry { retry_after } => retry_after,
-        Outcome::Gone => None,
+        AnswerClass::Retry { retry_after } => retry_after,
+        AnswerClass::Gone => None,
     };
     let exhausted = record.round_attempts >= policy.max_attempts
         || now_us.saturating_sub(record.round_started_us) >= micros(policy.give_up_after);
     if exhausted {
         record.state = DeliveryState::Dead;
         record.next_attempt_us = None;
-        return Verdict::Dead;
+        return AttemptVerdict::Dead;
     }
     let delay = backoff::next_delay(policy, record.round_attempts, retry_after, report.jitter);
     record.state = DeliveryState::Retrying;
     record.next_attempt_us = Some(now_us.saturating_add(micros(delay)));
-    Verdict::Retry
+    AttemptVerdict::Retry
 }
 
 /// A finished delivery at the head of its record's queue hands the turn to the next
@@ -197,10 +202,10 @@ fn advance_queue<V: View + ?Sized>(
 mod tests {
     use super::*;
 
-    fn report(outcome: Outcome, status: Option<u16>, at_us: u64) -> AttemptReport {
+    fn report(class: AnswerClass, status: Option<u16>, at_us: u64) -> AttemptReport {
         AttemptReport {
             attempt: Attempt { at_us, duration_us: 5_000, status, error: None },
-            outcome,
+            class,
             excerpt: Some("nope".into()),
             jitter: 0.5,
         }
@@ -218,8 +223,8 @@ mod tests {
     fn success_delivers() {
         let mut r = DeliveryRecord::new(EventId::new(1), "d", 1_000);
         assert_eq!(
-            apply(&mut r, &report(Outcome::Success, Some(200), 2_000), &policy()),
-            Verdict::Success
+            apply(&mut r, &report(AnswerClass::Success, Some(200), 2_000), &policy()),
+            AttemptVerdict::Success
         );
         assert_eq!(r.state, DeliveryState::Delivered);
         assert_eq!(r.next_attempt_us, None);
@@ -230,18 +235,18 @@ mod tests {
     #[test]
     fn retries_until_max_attempts_then_dead() {
         let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
-        let fail = |at| report(Outcome::Retry { retry_after: None }, Some(503), at);
-        assert_eq!(apply(&mut r, &fail(10), &policy()), Verdict::Retry);
+        let fail = |at| report(AnswerClass::Retry { retry_after: None }, Some(503), at);
+        assert_eq!(apply(&mut r, &fail(10), &policy()), AttemptVerdict::Retry);
         assert_eq!(r.state, DeliveryState::Retrying);
         // Half of the first ceiling (1 s), after the attempt's end.
         assert_eq!(r.next_attempt_us, Some(10 + 5_000 + 500_000));
-        assert_eq!(apply(&mut r, &fail(20), &policy()), Verdict::Retry);
-        assert_eq!(apply(&mut r, &fail(30), &policy()), Verdict::Dead);
+        assert_eq!(apply(&mut r, &fail(20), &policy()), AttemptVerdict::Retry);
+        assert_eq!(apply(&mut r, &fail(30), &policy()), AttemptVerdict::Dead);
         assert_eq!(r.state, DeliveryState::Dead);
         assert_eq!(r.last_response.as_deref(), Some("nope"));
         // A replay starts a new round.
         r.restart(40);
-        assert_eq!(apply(&mut r, &fail(50), &policy()), Verdict::Retry);
+        assert_eq!(apply(&mut r, &fail(50), &policy()), AttemptVerdict::Retry);
         assert_eq!(r.total_attempts, 4);
     }
 
@@ -253,32 +258,33 @@ mod tests {
             give_up_after: Duration::from_secs(10),
             ..RetryPolicy::default()
         };
-        let fail = |at| report(Outcome::Retry { retry_after: None }, None, at);
-        assert_eq!(apply(&mut r, &fail(9_000_000), &p), Verdict::Retry);
-        assert_eq!(apply(&mut r, &fail(10_000_000), &p), Verdict::Dead);
+        let fail = |at| report(AnswerClass::Retry { retry_after: None }, None, at);
+        assert_eq!(apply(&mut r, &fail(9_000_000), &p), AttemptVerdict::Retry);
+        assert_eq!(apply(&mut r, &fail(10_000_000), &p), AttemptVerdict::Dead);
     }
 
     #[test]
     fn permanent_failures_die_at_once_and_gone_retries_within_the_policy() {
         let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
         assert_eq!(
-            apply(&mut r, &report(Outcome::Permanent, Some(400), 1), &policy()),
-            Verdict::Failed
+            apply(&mut r, &report(AnswerClass::Permanent, Some(400), 1), &policy()),
+            AttemptVerdict::Failed
         );
         assert_eq!(r.state, DeliveryState::Dead);
         // 410 pauses the destination; each resume that meets 410 again is one more
         // attempt of the round, and the round ends dead like any other.
         let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
-        let gone = |t| report(Outcome::Gone, Some(410), t);
+        let gone = |t| report(AnswerClass::Gone, Some(410), t);
         let verdicts: Vec<_> = (1..=3).map(|t| apply(&mut r, &gone(t), &policy())).collect();
-        assert_eq!(verdicts, [Verdict::Retry, Verdict::Retry, Verdict::Dead]);
+        assert_eq!(verdicts, [AttemptVerdict::Retry, AttemptVerdict::Retry, AttemptVerdict::Dead]);
         assert_eq!(r.state, DeliveryState::Dead);
     }
 
     #[test]
     fn retry_after_sets_the_next_attempt() {
         let mut r = DeliveryRecord::new(EventId::new(1), "d", 0);
-        let a = report(Outcome::Retry { retry_after: Some(Duration::from_secs(30)) }, Some(429), 0);
+        let a =
+            report(AnswerClass::Retry { retry_after: Some(Duration::from_secs(30)) }, Some(429), 0);
         apply(&mut r, &a, &policy());
         assert!(r.next_attempt_us.unwrap() >= 30_000_000);
     }

@@ -2,7 +2,7 @@
 
 use super::{DedupEntry, Queue, Staged, View};
 use crate::store::{
-    resource_hex, DeliveryRecord, DeliveryState, DispatchOutcome, DispatchPlan, EventMeta,
+    resource_hex, DeliveryRecord, DeliveryState, DispatchPlan, DispatchVerdict, EventMeta,
     EventStatus, StoreError,
 };
 
@@ -18,7 +18,7 @@ pub(crate) fn dispatch<V: View + ?Sized>(
     mut meta: EventMeta,
     plan: &DispatchPlan,
     now_us: u64,
-) -> Result<DispatchOutcome, StoreError> {
+) -> Result<DispatchVerdict, StoreError> {
     let mut duplicate_of = None;
     if let Some(dk) = &plan.dedup {
         match st.dedup(&dk.hash)? {
@@ -34,10 +34,10 @@ pub(crate) fn dispatch<V: View + ?Sized>(
     let outcome = if let Some(original) = duplicate_of {
         meta.status = EventStatus::Duplicate;
         meta.duplicate_of = Some(original);
-        DispatchOutcome::Duplicate { original }
+        DispatchVerdict::Duplicate { original }
     } else if plan.destinations.is_empty() {
         meta.status = EventStatus::Unrouted;
-        DispatchOutcome::Unrouted
+        DispatchVerdict::Unrouted
     } else {
         meta.status = EventStatus::Dispatched;
         meta.destinations.clone_from(&plan.destinations);
@@ -49,7 +49,7 @@ pub(crate) fn dispatch<V: View + ?Sized>(
             }
             st.put_delivery(record)?;
         }
-        DispatchOutcome::Dispatched(plan.destinations.len())
+        DispatchVerdict::Dispatched(plan.destinations.len())
     };
     st.changes.dispatched.insert(plan.id, meta);
     Ok(outcome)

@@ -76,6 +76,6 @@ pub(crate) fn prune<V: View + ?Sized>(
     for d in deliveries {
         st.set_delivery(id, &d.destination, None)?;
     }
-    st.changes.pruned.push((id, meta.record.clone()));
+    st.changes.pruned.push((id, meta.resource.clone()));
     Ok(true)
 }

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 #[cfg(test)]
 pub(crate) use attempt::record_attempt;
-pub(crate) use attempt::{record_attempts, AttemptReport, Outcome, Verdict};
+pub(crate) use attempt::{record_attempts, AnswerClass, AttemptReport, AttemptVerdict};
 pub(crate) use dispatch::dispatch;
 pub(crate) use manage::{discard, prune, replay};
 

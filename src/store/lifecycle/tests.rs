@@ -114,7 +114,7 @@ impl World {
             assert!(self.events.contains_key(event), "a delivery outlived its event");
         }
         for ((dest, _), q) in &self.queues {
-            // Only the head of a record's queue may be scheduled; the rest are held,
+            // Only the head of a resource's queue may be scheduled; the rest are held,
             // linked from the head, `len` long.
             let mut at = Some(q.head);
             let mut seen = 0;
@@ -155,7 +155,7 @@ fn meta(now: u64) -> EventMeta {
         reason: None,
         duplicate_of: None,
         destinations: Vec::new(),
-        record: None,
+        resource: None,
     }
 }
 
@@ -225,7 +225,7 @@ fn run(ops: Vec<Op>) {
                 let outcome = dispatch(&mut st, meta(w.now), &plan, w.now).unwrap();
                 let c = st.into_changes();
                 w.apply(c);
-                if let crate::store::DispatchOutcome::Duplicate { original } = outcome {
+                if let crate::store::DispatchVerdict::Duplicate { original } = outcome {
                     assert_ne!(original, id);
                     assert!(w
                         .deliveries
@@ -244,10 +244,10 @@ fn run(ops: Vec<Op>) {
                     .min_by_key(|(_, due)| *due);
                 let Some((event, due_us)) = due else { continue };
                 let outcome = match outcome {
-                    0 => Outcome::Success,
-                    1 => Outcome::Retry { retry_after: None },
-                    2 => Outcome::Permanent,
-                    _ => Outcome::Gone,
+                    0 => AnswerClass::Success,
+                    1 => AnswerClass::Retry { retry_after: None },
+                    2 => AnswerClass::Permanent,
+                    _ => AnswerClass::Gone,
                 };
                 let report = AttemptReport {
                     attempt: Attempt {
@@ -256,7 +256,7 @@ fn run(ops: Vec<Op>) {
                         status: Some(200),
                         error: None,
                     },
-                    outcome,
+                    class: outcome,
                     excerpt: None,
                     jitter: 0.3,
                 };
@@ -366,8 +366,8 @@ fn two_copies_in_one_batch_are_one_delivery() {
     let mut st = Staged::new(&w);
     let first = dispatch(&mut st, meta(5), &plan(a), 5).unwrap();
     let second = dispatch(&mut st, meta(5), &plan(b), 5).unwrap();
-    assert_eq!(first, crate::store::DispatchOutcome::Dispatched(1));
-    assert_eq!(second, crate::store::DispatchOutcome::Duplicate { original: a });
+    assert_eq!(first, crate::store::DispatchVerdict::Dispatched(1));
+    assert_eq!(second, crate::store::DispatchVerdict::Duplicate { original: a });
     let c = st.into_changes();
     w.apply(c);
     assert_eq!(w.deliveries.len(), 1);
@@ -399,7 +399,7 @@ fn a_finished_head_hands_the_turn_on_at_the_given_clock() {
     assert_eq!(states(&w), [DeliveryState::Pending, DeliveryState::Held, DeliveryState::Held]);
     let report = AttemptReport {
         attempt: Attempt { at_us: 1_000, duration_us: 500, status: Some(200), error: None },
-        outcome: Outcome::Success,
+        class: AnswerClass::Success,
         excerpt: None,
         jitter: 0.0,
     };

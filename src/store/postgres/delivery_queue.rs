@@ -13,7 +13,7 @@ use super::{sql_id, sql_us, PostgresStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::{self, AttemptReport};
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats, Recorded,
+    AttemptWrite, Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats,
     StoreError,
 };
 
@@ -139,7 +139,7 @@ impl DeliveryQueue for PostgresStore {
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
-    ) -> Result<Vec<Recorded>, StoreError> {
+    ) -> Result<Vec<AttemptWrite>, StoreError> {
         self.write(self.retrying(|| async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;

@@ -10,7 +10,7 @@ use super::store::{id_of, limit, us_of};
 use super::view::{decode_meta, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};
 use crate::store::lifecycle::{self};
-use crate::store::{Dispatch, DispatchOutcome, DispatchPlan, PendingEvent, StoreError};
+use crate::store::{Dispatch, DispatchPlan, DispatchVerdict, PendingEvent, StoreError};
 
 #[async_trait]
 impl Dispatch for PostgresStore {
@@ -44,7 +44,7 @@ impl Dispatch for PostgresStore {
         &self,
         plans: Vec<DispatchPlan>,
         now_us: u64,
-    ) -> Result<Vec<DispatchOutcome>, StoreError> {
+    ) -> Result<Vec<DispatchVerdict>, StoreError> {
         self.write(self.retrying(|| async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
@@ -63,7 +63,7 @@ impl Dispatch for PostgresStore {
             let (may, rows) = tokio::try_join!(self.inner.may_dispatch(&tx), inbox)?;
             if !may {
                 // Another relay leads dispatch now: it takes these (in order).
-                return Ok(plans.iter().map(|_| DispatchOutcome::Gone).collect());
+                return Ok(plans.iter().map(|_| DispatchVerdict::Gone).collect());
             }
             let mut inbox = HashMap::new();
             for r in &rows {
@@ -76,7 +76,7 @@ impl Dispatch for PostgresStore {
                         .iter()
                         .map(|plan| match inbox.get(&plan.id) {
                             Some(meta) => lifecycle::dispatch(st, meta.clone(), plan, now_us),
-                            None => Ok(DispatchOutcome::Gone),
+                            None => Ok(DispatchVerdict::Gone),
                         })
                         .collect::<Result<Vec<_>, _>>()
                 })

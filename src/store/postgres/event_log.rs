@@ -30,13 +30,15 @@ impl EventLog for PostgresStore {
 
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventRecord>, StoreError> {
         let client = self.client().await?;
-        // By record: from `events_record` (record, id), newest first, whatever else
-        // is filtered (the record condition is spelled out so that the index is
-        // certain to serve it); otherwise along the primary key.
-        let record = if filter.record.is_some() { "record = $6" } else { "$6::text IS NULL" };
+        // By resource: from `events_record` (record, id), newest first, whatever else
+        // is filtered (the condition is spelled out so that the index is certain to
+        // serve it); otherwise along the primary key. The column keeps the name of
+        // the first builds (`schema.rs`, migration 5): renaming it would stop the
+        // relays of a fleet that are not upgraded yet.
+        let resource = if filter.resource.is_some() { "record = $6" } else { "$6::text IS NULL" };
         let sql = format!(
             "SELECT id, meta FROM events
-             WHERE {record} AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
+             WHERE {resource} AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
                AND ($3::text IS NULL OR event = $3) AND ($4::text IS NULL OR status = $4)
              ORDER BY id DESC LIMIT $5"
         );
@@ -49,7 +51,7 @@ impl EventLog for PostgresStore {
                     &filter.event,
                     &filter.status.map(|s| s.as_str()),
                     &limit(filter.limit),
-                    &filter.record,
+                    &filter.resource,
                 ],
             )
             .await?;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::{pg, Inner};
+use super::{pg, PgState};
 use crate::store::StoreError;
 
 /// How long a lease lasts after a renewal, on the database's clock.
@@ -84,7 +84,7 @@ pub(super) fn lock_key(schema: &str, task: &str) -> i64 {
     i64::from_be_bytes(key)
 }
 
-impl Inner {
+impl PgState {
     /// The advisory lock key of `task` in this schema.
     pub(super) fn lock_key(&self, task: &str) -> i64 {
         lock_key(&self.schema, task)
@@ -192,7 +192,7 @@ fn timed_out(what: &str) -> StoreError {
 }
 
 /// Renews `inner`'s leases every [`RENEW`] for as long as the store lives.
-pub(super) fn start_renewing(inner: Weak<Inner>) {
+pub(super) fn start_renewing(inner: Weak<PgState>) {
     tokio::spawn(async move {
         let mut failing = false;
         loop {
@@ -210,7 +210,7 @@ pub(super) fn start_renewing(inner: Weak<Inner>) {
                 }
                 Err(_) => {}
             }
-            drop::<Arc<Inner>>(inner);
+            drop::<Arc<PgState>>(inner);
         }
     });
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_postgres::AsyncMessage;
 
-use super::{pg, Inner};
+use super::{pg, PgState};
 use crate::store::lifecycle::Changes;
 use crate::store::{DeliveryState, StoreError, Wake};
 
@@ -32,7 +32,7 @@ pub(super) fn channel_of(schema: &str) -> String {
     format!("hookrelay_{:016x}", super::lead::lock_key(schema, "wake") as u64)
 }
 
-impl Inner {
+impl PgState {
     /// A subscription to the fleet's wake-ups; the listener starts with the first.
     pub(super) fn subscribe(&self) -> broadcast::Receiver<Wake> {
         let sender = self.wakeups.get_or_init(|| {

@@ -17,7 +17,7 @@
 //!   across relays follows the upstream's own (a callback sent after another's answer
 //!   has the larger id), whatever each relay's clock says.
 //! - **Dispatch** is one relay's at a time (the `dispatch` lease, `lead.rs`): it reads
-//!   the inbox in id order, so a record's updates are queued in receive order.
+//!   the inbox in id order, so a resource's updates are queued in receive order.
 //! - **Claims** live in the `deliveries` row (owner, token from a sequence, lease
 //!   expiry): claimed with `FOR UPDATE SKIP LOCKED`, checked when recording.
 //! - **Durability** is PostgreSQL's: a write returns after its commit.
@@ -110,12 +110,12 @@ pub(crate) struct PostgresOptions {
 /// PostgreSQL-backed [`crate::store::Store`]; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct PostgresStore {
-    inner: Arc<Inner>,
+    inner: Arc<PgState>,
     committer: Committer,
     committer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
-pub(super) struct Inner {
+pub(super) struct PgState {
     pool: explain::Pool,
     /// To open the wake-ups' connection.
     config: tokio_postgres::Config,
@@ -194,7 +194,7 @@ impl PostgresStore {
         let health = Health::new("postgres", hung, opts.observer.clone());
         Health::start_watchdog(&health)?;
         let last_id = AtomicU64::new(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)));
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(PgState {
             pool,
             config,
             tls,
@@ -228,7 +228,7 @@ impl PostgresStore {
     }
 }
 
-impl Inner {
+impl PgState {
     /// `work`, given up after `write_timeout`: the database waited on a lock, failed
     /// over or went away; the caller retries the write later.
     pub(super) async fn bounded<T>(
@@ -299,7 +299,8 @@ impl Inner {
         let source: Vec<&str> = batch.iter().map(|e| e.meta.source.as_str()).collect();
         let event: Vec<&str> = batch.iter().map(|e| e.meta.event.as_str()).collect();
         let status: Vec<&str> = batch.iter().map(|e| e.meta.status.as_str()).collect();
-        let record: Vec<Option<&str>> = batch.iter().map(|e| e.meta.record.as_deref()).collect();
+        let resource: Vec<Option<&str>> =
+            batch.iter().map(|e| e.meta.resource.as_deref()).collect();
         let meta =
             batch.iter().map(|e| serde_json::to_vec(&e.meta)).collect::<Result<Vec<_>, _>>()?;
         let body: Vec<Option<&[u8]>> = batch.iter().map(|e| e.body.as_deref()).collect();
@@ -333,7 +334,7 @@ impl Inner {
                 pick(&todo, &status),
                 todo.iter().map(|&i| meta[i].as_slice()).collect::<Vec<&[u8]>>(),
                 todo.iter().map(|&i| body[i]).collect::<Vec<Option<&[u8]>>>(),
-                pick(&todo, &record),
+                pick(&todo, &resource),
             );
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
                 &columns.0, &columns.1, &columns.2, &columns.3, &columns.4, &columns.5, &columns.6,
@@ -467,11 +468,11 @@ mod tests {
     }
 
     /// A relay that lost the dispatch lease dispatches nothing, even from a batch it
-    /// read while it led: the new leader dispatches (one order per record).
+    /// read while it led: the new leader dispatches (one order per resource).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_relay_that_lost_the_dispatch_lease_dispatches_nothing() {
         use crate::store::conformance::{plan, received};
-        use crate::store::{DispatchOutcome, DISPATCH_LEAD};
+        use crate::store::{DispatchVerdict, DISPATCH_LEAD};
         let (a, b) = two_relays("lead").await;
         let id = a.append(received("demo", "ActionCreated", 100, "{}")).await.unwrap();
         assert!(a.lead(DISPATCH_LEAD).await.unwrap());
@@ -479,9 +480,9 @@ mod tests {
         assert!(b.lead(DISPATCH_LEAD).await.unwrap());
         // a still believes it leads (until its next renewal), and tries.
         let out = a.dispatch(vec![plan(id, 1, &["x"])], 200).await.unwrap();
-        assert!(matches!(out[..], [DispatchOutcome::Gone]), "{out:?}");
+        assert!(matches!(out[..], [DispatchVerdict::Gone]), "{out:?}");
         let out = b.dispatch(vec![plan(id, 1, &["x"])], 200).await.unwrap();
-        assert!(matches!(out[..], [DispatchOutcome::Dispatched(_)]), "{out:?}");
+        assert!(matches!(out[..], [DispatchVerdict::Dispatched(_)]), "{out:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

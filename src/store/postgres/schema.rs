@@ -85,8 +85,10 @@ ALTER TABLE dedup SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_
 ALTER TABLE received SET (fillfactor = 50);
 ALTER TABLE relays SET (fillfactor = 50);
 "#,
-    // 5: search by record (`EventFilter::record`): the record each event is about,
-    // set at ingest, and its index (events stored before have none).
+    // 5: search by resource (`EventFilter::resource`): the resource each event is
+    // about, set at ingest, and its index (events stored before have none). The
+    // column is named `record`, the word of the time: a rename would stop the relays
+    // of a fleet not upgraded yet, so it stays.
     r#"
 ALTER TABLE events ADD COLUMN record text;
 CREATE INDEX events_record ON events (record, id) WHERE record IS NOT NULL;

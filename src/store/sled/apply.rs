@@ -8,12 +8,12 @@ use std::sync::atomic::Ordering;
 use sled::transaction::{ConflictableTransactionError as Txe, TransactionError, TransactionalTree};
 use sled::Transactional;
 
-use super::codec::Outcome;
-use super::{keys, Inner, CURSOR_KEY, SCHEDULED_PENDING, SCHEDULED_RETRYING};
+use super::codec::DispatchRecord;
+use super::{keys, SledState, CURSOR_KEY, SCHEDULED_PENDING, SCHEDULED_RETRYING};
 use crate::store::lifecycle::Changes;
 use crate::store::{DeliveryRecord, DeliveryState, StoreError};
 
-/// A count's change as the signed counters hold it (see `Inner::inbox_count`).
+/// A count's change as the signed counters hold it (see `SledState::inbox_count`).
 pub(super) fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -54,8 +54,8 @@ fn write(
     // The record stays as ingest wrote it: only the verdict is written, keyed by the
     // event's record when it has one (which indexes it by record).
     for (id, meta) in &changes.dispatched {
-        let key = keys::outcome(*id, meta.record.as_deref());
-        if outcomes.insert(key, encode(&Outcome::of(meta))?)?.is_none() {
+        let key = keys::outcome(*id, meta.resource.as_deref());
+        if outcomes.insert(key, encode(&DispatchRecord::of(meta))?)?.is_none() {
             dispatched += 1;
         }
     }
@@ -104,14 +104,14 @@ fn write(
     Ok((dispatched, new_keys))
 }
 
-impl Inner {
+impl SledState {
     /// Writes `changes` atomically, then updates the in-memory counts. The caller
     /// holds the lifecycle lock; durability is the caller's next step.
     pub(super) fn apply(&self, changes: &Changes) -> Result<(), StoreError> {
         self.apply_dispatch(changes, None)
     }
 
-    /// [`Inner::apply`], moving the dispatch cursor to `cursor` in the same
+    /// [`SledState::apply`], moving the dispatch cursor to `cursor` in the same
     /// transaction: every id up to it is settled once the outcomes are written.
     pub(super) fn apply_dispatch(
         &self,

@@ -2,13 +2,13 @@
 //!
 //! An event is written **once**, at ingest, as one `records` value, so that
 //! acknowledging a callback costs one sled insert and its body enters sled's log once:
-//! `[flags: u8][meta length: u32 BE]([record length: u16 BE][record])?[meta][raw body]`,
-//! the record (`type/id`, [`EventMeta::record`]) present when the flag [`RECORD`]
-//! is set. Dispatch never rewrites it: the verdict goes into a small `outcomes`
-//! value ([`Outcome`]) that readers lay over the meta, keyed by the record when there
-//! is one (`keys::outcome`), which makes the outcomes the by-record index at no extra
-//! write. The record sits in the header so that finding an event's outcome key needs
-//! no meta parsing.
+//! `[flags: u8][meta length: u32 BE]([resource length: u16 BE][resource])?[meta][raw body]`,
+//! the resource (`type/id`, [`EventMeta::resource`]) present when the flag
+//! [`RESOURCE`] is set. Dispatch never rewrites it: its decision goes into a small
+//! `outcomes` value ([`DispatchRecord`]) that readers lay over the meta, keyed by the
+//! resource when there is one (`keys::outcome`), which makes the outcomes the
+//! by-resource index at no extra write. The resource sits in the header so that
+//! finding an event's outcome key needs no meta parsing.
 //!
 //! The meta is binary (`encode_meta`: about half the bytes of its JSON, which was
 //! mostly field names), or the JSON of a version-1 store's migrated events, told apart
@@ -30,16 +30,16 @@ use crate::store::{EventFlag, EventId, EventMeta, EventNameOrigin, EventStatus, 
 const RECEIVED: u8 = 0x01;
 /// Flag: a body is stored (a rejected event has none, which is not an empty body).
 const HAS_BODY: u8 = 0x02;
-/// Flag: a record (`type/id`) follows the header.
-const RECORD: u8 = 0x04;
-/// Bytes before the meta (or the record).
+/// Flag: a resource (`type/id`) follows the header.
+const RESOURCE: u8 = 0x04;
+/// Bytes before the meta (or the resource).
 const HEADER: usize = 5;
 
 /// Encodes an event as ingest stores it.
 pub(crate) fn encode_record(meta: &EventMeta, body: Option<&[u8]>) -> Result<Vec<u8>, StoreError> {
     encode_raw(
         meta.status == EventStatus::Received,
-        meta.record.as_deref(),
+        meta.resource.as_deref(),
         &encode_meta(meta),
         body,
     )
@@ -48,7 +48,7 @@ pub(crate) fn encode_record(meta: &EventMeta, body: Option<&[u8]>) -> Result<Vec
 /// Encodes a record from its encoded meta (the v1 migration holds its JSON).
 pub(crate) fn encode_raw(
     received: bool,
-    record: Option<&str>,
+    resource: Option<&str>,
     meta: &[u8],
     body: Option<&[u8]>,
 ) -> Result<Vec<u8>, StoreError> {
@@ -58,13 +58,13 @@ pub(crate) fn encode_raw(
         reason: format!("{what} too long to store"),
     };
     let len = u32::try_from(meta.len()).map_err(|_| too_long("meta"))?;
-    let record_len = match record {
-        Some(r) => Some(u16::try_from(r.len()).map_err(|_| too_long("record"))?),
+    let resource_len = match resource {
+        Some(r) => Some(u16::try_from(r.len()).map_err(|_| too_long("resource"))?),
         None => None,
     };
     let body_len = body.map_or(0, <[u8]>::len);
     let mut out =
-        Vec::with_capacity(HEADER + 2 + record.map_or(0, str::len) + meta.len() + body_len);
+        Vec::with_capacity(HEADER + 2 + resource.map_or(0, str::len) + meta.len() + body_len);
     let mut flags = 0;
     if received {
         flags |= RECEIVED;
@@ -72,14 +72,14 @@ pub(crate) fn encode_raw(
     if body.is_some() {
         flags |= HAS_BODY;
     }
-    if record.is_some() {
-        flags |= RECORD;
+    if resource.is_some() {
+        flags |= RESOURCE;
     }
     out.push(flags);
     out.extend_from_slice(&len.to_be_bytes());
-    if let (Some(record), Some(record_len)) = (record, record_len) {
-        out.extend_from_slice(&record_len.to_be_bytes());
-        out.extend_from_slice(record.as_bytes());
+    if let (Some(resource), Some(resource_len)) = (resource, resource_len) {
+        out.extend_from_slice(&resource_len.to_be_bytes());
+        out.extend_from_slice(resource.as_bytes());
     }
     out.extend_from_slice(meta);
     out.extend_from_slice(body.unwrap_or_default());
@@ -91,7 +91,7 @@ pub(crate) struct RecordRef<'a> {
     pub(crate) meta: &'a [u8],
     pub(crate) body: Option<&'a [u8]>,
     /// What the event is about (`type/id`), when the body named it.
-    pub(crate) record: Option<&'a str>,
+    pub(crate) resource: Option<&'a str>,
 }
 
 /// Splits a record without parsing its meta.
@@ -99,26 +99,26 @@ pub(crate) fn split_record(value: &[u8]) -> Result<RecordRef<'_>, String> {
     let (&flags, rest) = value.split_first().ok_or("empty record")?;
     let (len, mut rest) = rest.split_first_chunk::<4>().ok_or("record shorter than its header")?;
     let len = u32::from_be_bytes(*len) as usize;
-    let mut record = None;
-    if flags & RECORD != 0 {
-        let (n, tail) = rest.split_first_chunk::<2>().ok_or("record length missing")?;
+    let mut resource = None;
+    if flags & RESOURCE != 0 {
+        let (n, tail) = rest.split_first_chunk::<2>().ok_or("resource length missing")?;
         let n = u16::from_be_bytes(*n) as usize;
-        let (text, tail) = tail.split_at_checked(n).ok_or("record exceeds the value")?;
-        record = Some(std::str::from_utf8(text).map_err(|e| format!("record: {e}"))?);
+        let (text, tail) = tail.split_at_checked(n).ok_or("resource exceeds the value")?;
+        resource = Some(std::str::from_utf8(text).map_err(|e| format!("resource: {e}"))?);
         rest = tail;
     }
     if rest.len() < len {
         return Err(format!("meta length {len} exceeds the record"));
     }
     let (meta, body) = rest.split_at(len);
-    Ok(RecordRef { meta, body: (flags & HAS_BODY != 0).then_some(body), record })
+    Ok(RecordRef { meta, body: (flags & HAS_BODY != 0).then_some(body), resource })
 }
 
 /// The key of a stored event's outcome (`keys::outcome`), from its `records` key
 /// and value, without parsing its meta.
 pub(crate) fn outcome_key(key: &[u8], value: &[u8]) -> Result<Vec<u8>, String> {
     let id = EventId::from_key(key).ok_or("key is not 8 bytes")?;
-    Ok(super::keys::outcome(id, split_record(value)?.record))
+    Ok(super::keys::outcome(id, split_record(value)?.resource))
 }
 
 /// Whether a record still waits for dispatch's outcome, read from its first byte.
@@ -126,13 +126,13 @@ pub(crate) fn awaits_outcome(value: &[u8]) -> bool {
     value.first().is_some_and(|f| f & RECEIVED != 0)
 }
 
-/// Parses a record's meta as stored (with its record), without the outcome laid
+/// Parses a record's meta as stored (with its resource), without the outcome laid
 /// over it.
 pub(crate) fn decode_meta(value: &[u8]) -> Result<EventMeta, String> {
     let parts = split_record(value)?;
     let mut meta = parse_meta(parts.meta)?;
-    if parts.record.is_some() {
-        meta.record = parts.record.map(str::to_owned);
+    if parts.resource.is_some() {
+        meta.resource = parts.resource.map(str::to_owned);
     }
     Ok(meta)
 }
@@ -259,14 +259,14 @@ pub(crate) fn parse_meta(bytes: &[u8]) -> Result<EventMeta, String> {
         reason,
         duplicate_of,
         destinations,
-        record: None,
+        resource: None,
     })
 }
 
 /// What dispatch decided for a received event: the only fields of its meta that
 /// dispatch changes (see `lifecycle::dispatch`).
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub(crate) struct Outcome {
+pub(crate) struct DispatchRecord {
     #[serde(rename = "s")]
     pub(crate) status: EventStatus,
     #[serde(rename = "o", default, skip_serializing_if = "Option::is_none")]
@@ -275,7 +275,7 @@ pub(crate) struct Outcome {
     pub(crate) destinations: Vec<String>,
 }
 
-impl Outcome {
+impl DispatchRecord {
     /// The outcome part of a dispatched meta.
     pub(crate) fn of(meta: &EventMeta) -> Self {
         Self {
@@ -312,7 +312,7 @@ mod tests {
             reason: None,
             duplicate_of: None,
             destinations: Vec::new(),
-            record: None,
+            resource: None,
         }
     }
 
@@ -335,12 +335,12 @@ mod tests {
     }
 
     #[test]
-    fn the_record_travels_in_the_header() {
+    fn the_resource_travels_in_the_header() {
         let mut m = meta(EventStatus::Received);
-        m.record = Some("actions/5".into());
+        m.resource = Some("actions/5".into());
         let bytes = encode_record(&m, Some(b"{}")).unwrap();
         let parts = split_record(&bytes).unwrap();
-        assert_eq!((parts.record, parts.body), (Some("actions/5"), Some(&b"{}"[..])));
+        assert_eq!((parts.resource, parts.body), (Some("actions/5"), Some(&b"{}"[..])));
         assert_eq!(decode_meta(&bytes).unwrap(), m);
         let id = EventId::new(7);
         assert_eq!(
@@ -388,10 +388,10 @@ mod tests {
         dispatched.status = EventStatus::Duplicate;
         dispatched.duplicate_of = Some(EventId::new(7));
         dispatched.destinations = vec!["crm".into()];
-        let encoded = serde_json::to_vec(&Outcome::of(&dispatched)).unwrap();
+        let encoded = serde_json::to_vec(&DispatchRecord::of(&dispatched)).unwrap();
         assert!(encoded.len() < 64, "{}", String::from_utf8_lossy(&encoded));
         let mut read = stored;
-        serde_json::from_slice::<Outcome>(&encoded).unwrap().apply_to(&mut read);
+        serde_json::from_slice::<DispatchRecord>(&encoded).unwrap().apply_to(&mut read);
         assert_eq!(read, dispatched);
     }
 }

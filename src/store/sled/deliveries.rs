@@ -1,19 +1,20 @@
 //! Deliveries on sled: claims, attempts, operator actions, retention, pauses, and the
 //! hook lifecycle's small state. Every change goes through the lifecycle rules under
-//! the lifecycle lock, then [`Inner::apply`].
+//! the lifecycle lock, then [`SledState::apply`].
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use super::codec::split_record;
-use super::{keys, Inner, DELIVERIES, PAUSED_PREFIX, RECORDS};
+use super::{keys, SledState, DELIVERIES, PAUSED_PREFIX, RECORDS};
 use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, AttemptReport, Staged, View};
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, QueueStats, Recorded, StoreError,
+    AttemptWrite, Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, QueueStats,
+    StoreError,
 };
 
 /// Decodes a `deliveries` value (`record.rs`) under its key.
@@ -24,7 +25,7 @@ pub(super) fn decode_record(key: &[u8], value: &[u8]) -> Result<DeliveryRecord, 
     super::record::decode(event, &dest, value).map_err(corrupt)
 }
 
-impl Inner {
+impl SledState {
     pub(super) fn claim_due(
         &self,
         dest: &str,
@@ -115,7 +116,7 @@ impl Inner {
         &self,
         attempts: &[(Claim, AttemptReport)],
         policy: &RetryPolicy,
-    ) -> Result<Vec<Recorded>, StoreError> {
+    ) -> Result<Vec<AttemptWrite>, StoreError> {
         let guard = lock(&self.lifecycle);
         let mut st = Staged::new(self);
         let out = lifecycle::record_attempts(&mut st, attempts, policy, |c| {

@@ -6,13 +6,13 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::codec::{awaits_outcome, decode_meta, outcome_key, parse_meta, split_record};
-use super::{keys, Inner, DEDUP, RECORDS};
+use super::{keys, SledState, DEDUP, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, Staged};
-use crate::store::{DispatchOutcome, DispatchPlan, EventId, PendingEvent, StoreError};
+use crate::store::{DispatchPlan, DispatchVerdict, EventId, PendingEvent, StoreError};
 
-impl Inner {
+impl SledState {
     /// The first `limit` events awaiting dispatch, oldest first.
     pub(super) fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
         let mut out = Vec::new();
@@ -41,7 +41,7 @@ impl Inner {
             settled_run = None;
             let record = split_record(&value).map_err(corrupt)?;
             let mut meta = parse_meta(record.meta).map_err(corrupt)?;
-            meta.record = record.record.map(str::to_owned);
+            meta.resource = record.resource.map(str::to_owned);
             // The body shares the value sled read (no copy): it ends the record.
             let body_len = record.body.map_or(0, <[u8]>::len);
             let body = bytes::Bytes::from_owner(value.clone()).slice(value.len() - body_len..);
@@ -57,7 +57,7 @@ impl Inner {
         &self,
         plans: &[DispatchPlan],
         now_us: u64,
-    ) -> Result<Vec<DispatchOutcome>, StoreError> {
+    ) -> Result<Vec<DispatchVerdict>, StoreError> {
         let guard = lock(&self.lifecycle);
         let mut st = Staged::new(self);
         let mut outcomes = Vec::with_capacity(plans.len());
@@ -75,7 +75,7 @@ impl Inner {
                     v
                 }
                 _ => {
-                    outcomes.push(DispatchOutcome::Gone);
+                    outcomes.push(DispatchVerdict::Gone);
                     continue;
                 }
             };

@@ -4,12 +4,12 @@
 use std::sync::atomic::Ordering;
 
 use super::codec::{encode_record, split_record};
-use super::{Inner, RECORDS};
+use super::{SledState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError};
 
-impl Inner {
+impl SledState {
     /// Assigns ids and writes the group into `records` in one atomic batch, each event
     /// once with its body; then waits for durability.
     pub(super) fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
@@ -62,8 +62,8 @@ impl Inner {
 
     /// The newest `filter.limit` events that match `filter`, newest first.
     pub(super) fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        if let Some(record) = &filter.record {
-            return self.list_by_record(record, filter);
+        if let Some(resource) = &filter.resource {
+            return self.list_by_resource(resource, filter);
         }
         let iter = match filter.after {
             Some(after) => self.records.range(..after.to_key()),
@@ -83,13 +83,13 @@ impl Inner {
         Ok(out)
     }
 
-    /// [`Inner::list_events`] about one record: the events still in the inbox (a scan
-    /// of the inbox, which dispatch keeps near empty), then the record's prefix of
+    /// [`SledState::list_events`] about one resource: the events still in the inbox (a scan
+    /// of the inbox, which dispatch keeps near empty), then the resource's prefix of
     /// `outcomes` for the dispatched ones (`keys::outcome`). In that order: an event
     /// dispatched between the two reads is seen twice (and listed once), never missed.
-    fn list_by_record(
+    fn list_by_resource(
         &self,
-        record: &str,
+        resource: &str,
         filter: &EventFilter,
     ) -> Result<Vec<EventRecord>, StoreError> {
         let below = |id: EventId| filter.after.is_none_or(|a| id < a);
@@ -102,12 +102,12 @@ impl Inner {
         };
         for item in inbox.into_iter().flatten() {
             let (key, value) = item?;
-            // The record is in the value's header: others are skipped unparsed (a
+            // The resource is in the value's header: others are skipped unparsed (a
             // backlog after an outage is read, not decoded).
             let about = split_record(&value)
                 .map_err(|reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason })?
-                .record;
-            if about != Some(record) || !super::codec::awaits_outcome(&value) {
+                .resource;
+            if about != Some(resource) || !super::codec::awaits_outcome(&value) {
                 continue;
             }
             let event = self.decode(&key, &value)?;
@@ -115,7 +115,7 @@ impl Inner {
                 found.insert(event.id, event);
             }
         }
-        let prefix = super::keys::by_record_prefix(record);
+        let prefix = super::keys::by_resource_prefix(resource);
         let mut indexed = 0;
         for item in self.outcomes.scan_prefix(&prefix).rev() {
             let (key, _) = item?;
@@ -123,7 +123,7 @@ impl Inner {
                 return Err(StoreError::Corrupt {
                     table: super::OUTCOMES,
                     key: hex(&key),
-                    reason: "no event id after the record".into(),
+                    reason: "no event id after the resource".into(),
                 });
             };
             if !below(id) || found.contains_key(&id) {

@@ -43,32 +43,32 @@ pub(crate) fn split_schedule_tail(tail: &[u8]) -> Option<(u64, EventId)> {
     Some((u64::from_be_bytes(*due), EventId::from_key(id)?))
 }
 
-/// `outcomes`: an event's id (8 B), or `[0x01][record][0x00][event id: 8]` for an
-/// event about a record, so that one record's outcomes are one prefix: the by-record
-/// index of dispatched events, at no write of its own. Never 8 bytes long (a record
-/// has at least `a/b`), nor the cursor's key (which starts with `d`). A record never
-/// contains 0x00 (the ingress refuses control characters in it).
-pub(crate) fn outcome(event: EventId, record: Option<&str>) -> Vec<u8> {
-    match record {
+/// `outcomes`: an event's id (8 B), or `[0x01][resource][0x00][event id: 8]` for an
+/// event about a resource, so that one resource's outcomes are one prefix: the
+/// by-resource index of dispatched events, at no write of its own. Never 8 bytes long
+/// (a resource has at least `a/b`), nor the cursor's key (which starts with `d`). A
+/// resource never contains 0x00 (the ingress refuses control characters in it).
+pub(crate) fn outcome(event: EventId, resource: Option<&str>) -> Vec<u8> {
+    match resource {
         None => event.to_key().to_vec(),
-        Some(record) => {
-            let mut k = by_record_prefix(record);
+        Some(resource) => {
+            let mut k = by_resource_prefix(resource);
             k.extend_from_slice(&event.to_key());
             k
         }
     }
 }
 
-/// The part of the `outcomes` keys shared by one record's events.
-pub(crate) fn by_record_prefix(record: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(record.len() + 10);
+/// The part of the `outcomes` keys shared by one resource's events.
+pub(crate) fn by_resource_prefix(resource: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(resource.len() + 10);
     k.push(1);
-    k.extend_from_slice(record.as_bytes());
+    k.extend_from_slice(resource.as_bytes());
     k.push(0);
     k
 }
 
-/// `ordering`: `[destination][0x00][resource: 16]` — the queue of one record's
+/// `ordering`: `[destination][0x00][resource: 16]` — the queue of one resource's
 /// deliveries to one destination.
 pub(crate) fn order(destination: &str, resource: &[u8; 16]) -> Vec<u8> {
     let mut k = schedule_prefix(destination);

@@ -107,7 +107,7 @@ mod tests {
             reason: None,
             duplicate_of: None,
             destinations: destinations.iter().map(|d| (*d).to_owned()).collect(),
-            record: None,
+            resource: None,
         })
         .unwrap()
     }

@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use self::codec::{decode_meta, Outcome};
+use self::codec::{decode_meta, DispatchRecord};
 use super::{
     ClaimTable, Committer, DeliveryState, EventId, EventMeta, EventRecord, Health, QueueCounts,
     StoreError, StoreObserver,
@@ -84,14 +84,14 @@ impl From<sled::Error> for StoreError {
 /// sled-backed [`crate::store::Store`]; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct SledStore {
-    inner: Arc<Inner>,
+    inner: Arc<SledState>,
     /// Appends go through group commit on its own thread.
     committer: Committer,
     committer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// The backend's state; its methods are blocking.
-pub(super) struct Inner {
+pub(super) struct SledState {
     db: sled::Db,
     records: sled::Tree,
     outcomes: sled::Tree,
@@ -198,7 +198,7 @@ impl SledStore {
             backend: "sled",
             message: format!("fdatasync of sled's log {}: {e}", log_path.display()),
         })?;
-        let inner = Inner {
+        let inner = SledState {
             records: db.open_tree(RECORDS)?,
             outcomes: db.open_tree(OUTCOMES)?,
             deliveries: db.open_tree(DELIVERIES)?,
@@ -286,7 +286,7 @@ fn compression_of(path: &std::path::Path, wanted: bool) -> bool {
     }
 }
 
-impl Inner {
+impl SledState {
     /// Seeds the id counter and the queue counts from what is stored.
     fn rebuild(&self) -> Result<(), StoreError> {
         let last = |tree: &sled::Tree| -> Result<u64, StoreError> {
@@ -363,7 +363,7 @@ impl Inner {
     }
 }
 
-impl Inner {
+impl SledState {
     /// An event's record as readers see it: the meta stored at ingest with dispatch's
     /// outcome laid over it.
     pub(super) fn decode(&self, key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
@@ -374,7 +374,7 @@ impl Inner {
         if codec::awaits_outcome(value) {
             let outcome_key = codec::outcome_key(key, value).map_err(|r| corrupt(RECORDS, r))?;
             if let Some(outcome) = self.outcomes.get(outcome_key)? {
-                serde_json::from_slice::<Outcome>(&outcome)
+                serde_json::from_slice::<DispatchRecord>(&outcome)
                     .map_err(|e| corrupt(OUTCOMES, e.to_string()))?
                     .apply_to(&mut meta);
             }
@@ -384,7 +384,7 @@ impl Inner {
 }
 
 /// A signed count as reported: transiently negative while a subtraction has
-/// overtaken its addition (see `Inner::inbox_count`), which reads as empty.
+/// overtaken its addition (see `SledState::inbox_count`), which reads as empty.
 pub(super) fn non_negative(count: &AtomicI64) -> u64 {
     u64::try_from(count.load(Ordering::Relaxed)).unwrap_or(0)
 }

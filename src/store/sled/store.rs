@@ -1,4 +1,4 @@
-//! The async [`Store`] contract over the blocking [`Inner`]: every call runs on
+//! The async [`Store`] contract over the blocking [`SledState`]: every call runs on
 //! tokio's blocking pool, so a slow disk (an fsync, a full device) never stalls a
 //! runtime thread. See BENCHMARKS.md for what the hop costs.
 
@@ -7,20 +7,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Inner, SledStore};
+use super::{SledState, SledStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
-    Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
-    DispatchOutcome, DispatchPlan, EventFilter, EventId, EventLog, EventRecord, NewEvent,
-    PendingEvent, QueueStats, Recorded, SharedState, StoreError, Upkeep,
+    AttemptWrite, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
+    DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord, NewEvent,
+    PendingEvent, QueueStats, SharedState, StoreError, Upkeep,
 };
 
 impl SledStore {
     /// Runs the read `f` on the blocking pool.
     async fn run<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&SledState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || f(&inner))
@@ -35,7 +35,7 @@ impl SledStore {
     /// [`Health`]: crate::store::Health
     async fn write<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&SledState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
         let health = &self.inner.health;
@@ -88,7 +88,7 @@ impl Dispatch for SledStore {
         &self,
         plans: Vec<DispatchPlan>,
         now_us: u64,
-    ) -> Result<Vec<DispatchOutcome>, StoreError> {
+    ) -> Result<Vec<DispatchVerdict>, StoreError> {
         self.write(move |s| s.dispatch(&plans, now_us)).await
     }
 
@@ -97,7 +97,7 @@ impl Dispatch for SledStore {
         limit: usize,
         plan: crate::store::Planner,
         now_us: u64,
-    ) -> Result<(Vec<PendingEvent>, Vec<DispatchPlan>, Vec<DispatchOutcome>), StoreError> {
+    ) -> Result<(Vec<PendingEvent>, Vec<DispatchPlan>, Vec<DispatchVerdict>), StoreError> {
         self.write(move |s| {
             let pending = s.pending(limit)?;
             if pending.is_empty() {
@@ -161,7 +161,7 @@ impl DeliveryQueue for SledStore {
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
-    ) -> Result<Vec<Recorded>, StoreError> {
+    ) -> Result<Vec<AttemptWrite>, StoreError> {
         let policy = policy.clone();
         self.write(move |s| s.record_attempts(&attempts, &policy)).await
     }
@@ -200,7 +200,7 @@ impl DeliveryQueue for SledStore {
     }
 
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
-        self.run(Inner::paused).await
+        self.run(SledState::paused).await
     }
 
     async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
@@ -233,7 +233,7 @@ impl SharedState for SledStore {
 #[async_trait]
 impl Upkeep for SledStore {
     async fn size_on_disk(&self) -> Result<u64, StoreError> {
-        self.run(Inner::size_on_disk).await
+        self.run(SledState::size_on_disk).await
     }
 
     async fn close(&self) -> Result<(), StoreError> {
@@ -241,6 +241,6 @@ impl Upkeep for SledStore {
         // was acknowledged is durable already. What is queued is committed first;
         // later appends fail.
         self.committer.close_and_join(&self.committer_thread).await?;
-        self.write(Inner::flush_now).await
+        self.write(SledState::flush_now).await
     }
 }
