@@ -72,6 +72,18 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ex
 fi
 pg_bins=(/usr/lib/postgresql/*/bin)
 echo "postgresql ${pg_bins[0]}, mkfs.ext4, openssl, pgbouncer, libfaketime: ok"
+
+# The console's browser tests drive Debian's headless Chromium through its
+# chromedriver (tests/common/browser.rs); fonts so that screenshots have text.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  install_chromium() {
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
+  }
+  install_chromium || { $sudo apt-get update -qq && install_chromium; }
+fi
+chromium_version=$(chromium --version 2>/dev/null || true)
+echo "${chromium_version:-chromium (version unknown)}, chromedriver: ok"
 echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze, fusermount3: ok"
 
 echo "== cargo fmt --check"

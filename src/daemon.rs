@@ -167,6 +167,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         space: space.clone(),
         token: config.admin.resolved_token.clone(),
         upstream: reconciler.clone(),
+        console: crate::console::Console::new(config.admin.resolved_token.as_ref()),
     };
     let (admin_server, admin_addrs) = admin::server(config.admin.listen, grace, admin_state)
         .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;

@@ -10,6 +10,7 @@ mod api;
 mod cli;
 mod clock;
 mod config;
+mod console;
 mod daemon;
 mod delivery;
 mod destinations;

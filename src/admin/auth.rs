@@ -1,12 +1,14 @@
-//! Bearer-token guard of the `/admin` scope.
+//! Guard of the `/admin` scope: the bearer token, or the console's session cookie
+//! (with its CSRF token on every change).
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::{header, StatusCode};
+use actix_web::http::{header, Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::web;
 
 use super::{error, AdminState};
+use crate::console::session::CSRF_HEADER;
 
 /// Lets a request through only with `Authorization: Bearer <admin.token>`.
 pub(super) async fn require_token<B: MessageBody>(
@@ -27,14 +29,8 @@ pub(super) async fn require_token<B: MessageBody>(
                 .and_then(|v| v.strip_prefix("Bearer "));
             match given {
                 Some(given) if token.matches(given.trim().as_bytes()) => None,
-                _ => {
-                    let mut resp = error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-                    resp.headers_mut().insert(
-                        header::WWW_AUTHENTICATE,
-                        header::HeaderValue::from_static("Bearer realm=\"hookrelay\""),
-                    );
-                    Some(resp)
-                }
+                Some(_) => Some(unauthorized("missing or wrong bearer token")),
+                None => console_refusal(&req),
             }
         }
     };
@@ -42,4 +38,37 @@ pub(super) async fn require_token<B: MessageBody>(
         None => next.call(req).await.map(ServiceResponse::map_into_left_body),
         Some(resp) => Ok(req.into_response(resp).map_into_right_body()),
     }
+}
+
+/// Why a request without a bearer token is refused, if it is: it needs the console's
+/// session cookie, and a change (any method but GET and HEAD) the session's CSRF token
+/// in `X-CSRF-Token` (a form of another site can send the cookie, never the header).
+fn console_refusal(req: &ServiceRequest) -> Option<actix_web::HttpResponse> {
+    let state = req.app_data::<web::Data<AdminState>>()?;
+    let Some(session) = state.console.session_of(req.request()) else {
+        return Some(unauthorized("missing or wrong bearer token"));
+    };
+    if matches!(*req.method(), Method::GET | Method::HEAD) {
+        return None;
+    }
+    let given = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+    let sessions = state.console.sessions.as_ref()?;
+    if given.is_some_and(|g| sessions.csrf_matches(&session, g)) {
+        None
+    } else {
+        Some(error(
+            StatusCode::FORBIDDEN,
+            "a change made with the console's session needs its CSRF token (X-CSRF-Token)",
+        ))
+    }
+}
+
+/// 401 with the challenge.
+fn unauthorized(message: &str) -> actix_web::HttpResponse {
+    let mut resp = error(StatusCode::UNAUTHORIZED, message);
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"hookrelay\""),
+    );
+    resp
 }

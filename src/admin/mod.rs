@@ -35,6 +35,8 @@ pub(crate) struct AdminState {
     pub(crate) space: Arc<crate::space::Space>,
     pub(crate) token: Option<Secret>,
     pub(crate) upstream: Arc<crate::upstream::Reconciler>,
+    /// The console's sessions and sign-in throttle (`console/`).
+    pub(crate) console: crate::console::Console,
 }
 
 /// Routes of the admin listener. Each path answers its own methods; any other gets
@@ -45,6 +47,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/healthz", vec![(get(), web::to(health::healthz))]))
         .service(resource("/readyz", vec![(get(), web::to(health::readyz))]))
         .service(resource("/metrics", vec![(get(), web::to(health::metrics))]))
+        .configure(crate::console::routes)
         .service(
             web::scope("/admin")
                 .wrap(from_fn(auth::require_token))

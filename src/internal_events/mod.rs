@@ -7,6 +7,7 @@
 //! hook counts, the inbox) are set by the task that reads that state; the test below
 //! lists them, and holds every event's families against the registry.
 
+mod console;
 mod delivery;
 mod dispatch;
 mod ingress;
@@ -14,6 +15,7 @@ mod store;
 mod tasks;
 mod upstream;
 
+pub(crate) use console::{ConsoleSignIn, SignIn};
 pub(crate) use delivery::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationRecovered,
     DestinationStalled,

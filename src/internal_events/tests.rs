@@ -84,6 +84,15 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     let took = Duration::from_millis(3);
     let err: &dyn std::fmt::Display = &"boom";
     let id = EventId::new(7);
+    let from = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+    check(
+        vec![
+            ConsoleSignIn { result: SignIn::Ok, from },
+            ConsoleSignIn { result: SignIn::WrongToken, from: None },
+            ConsoleSignIn { result: SignIn::Throttled, from },
+        ],
+        s,
+    );
     check(
         vec![
             CallbackStored { id, source: "demo", event: "A", rejected: false, took },

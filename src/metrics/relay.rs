@@ -12,6 +12,7 @@ pub(crate) struct RelayMetrics {
     pub(crate) fleet_relays: IntGauge,
     pub(crate) task_failures: IntCounterVec,
     pub(crate) internal_errors: IntCounterVec,
+    pub(crate) console_sign_ins: IntCounterVec,
 }
 
 impl RelayMetrics {
@@ -36,6 +37,12 @@ impl RelayMetrics {
                 "Errors a background task logged and went on from, by what failed \
                  (reconciler_store, reconciler_gap_unreadable).",
                 &["kind"],
+            )?,
+            console_sign_ins: r.counter_vec(
+                "hookrelay_console_sign_ins_total",
+                "Sign-ins to the console, by result: ok, wrong_token, throttled (too many \
+                 wrong tokens from one address, or from all, within a minute).",
+                &["result"],
             )?,
         })
     }

@@ -13,6 +13,7 @@ mod common;
 
 mod cli;
 mod cli_admin;
+mod console;
 mod delivery;
 mod delivery_restart;
 mod deploy;

@@ -1,0 +1,436 @@
+// hookrelay console: a small client of the relay's own admin API (GET /admin/openapi.json).
+// No framework and no build step; every value from the API is set as text, never as HTML.
+'use strict';
+
+const session = { csrf: null };
+let refresh = null;
+
+// ---- DOM helpers -------------------------------------------------------------------
+
+/** An element with attributes (`on*` functions become listeners) and children. */
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else if (v === true) el.setAttribute(k, '');
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+/** A time in the browser's zone, UTC on hover. */
+function time(iso) {
+  if (!iso) return h('span', { class: 'muted' }, '—');
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return h('span', {}, iso);
+  return h('time', { datetime: iso, title: iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' UTC' },
+    d.toLocaleString());
+}
+
+/** A state word as the API says it (`delivered`, `dead`, ...). */
+function state(word, label) {
+  return h('span', { class: 'state ' + word }, label || word);
+}
+
+/** The circuit breaker's phase, said as such (`closed` alone reads like "shut"). */
+function circuit(phase) {
+  return state(phase, 'circuit ' + String(phase).replace('_', '-'));
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return '—';
+  if (seconds < 90) return Math.round(seconds) + ' s';
+  if (seconds < 5400) return Math.round(seconds / 60) + ' min';
+  if (seconds < 172800) return (seconds / 3600).toFixed(1) + ' h';
+  return (seconds / 86400).toFixed(1) + ' d';
+}
+
+function table(caption, headers, rows) {
+  return h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': caption },
+    h('table', {},
+      h('caption', { class: 'skip' }, caption),
+      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts)$/.test(x) ? 'num' : null }, x)))),
+      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length, class: 'muted' }, 'none')))));
+}
+
+function link(href, ...text) {
+  return h('a', { href, 'data-nav': true }, ...text);
+}
+
+function say(message) {
+  const box = document.getElementById('status');
+  box.textContent = message;
+  box.hidden = false;
+  clearTimeout(say.timer);
+  say.timer = setTimeout(() => { box.hidden = true; }, 6000);
+}
+
+/** Asks for confirmation in a modal dialog; resolves to true on Confirm. */
+function confirmed(text, action) {
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-text').textContent = text;
+  document.getElementById('confirm-ok').textContent = action;
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+    dialog.returnValue = 'cancel';
+    dialog.showModal();
+  });
+}
+
+function copyButton(label, text) {
+  return h('button', { type: 'button', onclick: async () => {
+    try { await navigator.clipboard.writeText(text); say(label + ' copied'); }
+    catch (e) { say('copying failed: ' + e.message); }
+  } }, 'Copy ' + label.toLowerCase());
+}
+
+// ---- the API ---------------------------------------------------------------------
+
+class SignedOut extends Error {}
+
+/** Calls the admin API with the session cookie (and the CSRF token on changes). */
+async function api(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  if (method !== 'GET') headers['X-CSRF-Token'] = session.csrf || '';
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const resp = await fetch(path, {
+    method, headers, credentials: 'same-origin', cache: 'no-store',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (resp.status === 401) throw new SignedOut();
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+  if (!resp.ok) throw new Error((data && data.error) || ('HTTP ' + resp.status));
+  return data;
+}
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v) q.set(k, v);
+  const s = q.toString();
+  return s ? '?' + s : '';
+}
+
+// ---- pages ------------------------------------------------------------------------
+
+function page(title, ...content) {
+  const main = document.getElementById('main');
+  main.replaceChildren(h('h1', {}, title), ...content.flat().filter((c) => c !== null && c !== undefined && c !== false));
+  document.title = title + ' · hookrelay';
+}
+
+function failed(e) {
+  if (e instanceof SignedOut) return signIn('Your session ended: sign in again.');
+  page('Something went wrong', h('p', { class: 'error', role: 'alert' }, e.message));
+}
+
+async function overview() {
+  const [dests, hooks] = await Promise.all([api('GET', '/admin/destinations'), api('GET', '/admin/hooks')]);
+  const destRows = dests.destinations.map((d) => h('tr', {},
+    h('th', { scope: 'row' }, d.name),
+    h('td', {}, d.paused ? state('paused') : state('active'), ' ', circuit(d.circuit), d.stalled ? [' ', state('stalled')] : null),
+    h('td', { class: 'num' }, d.queue.pending), h('td', { class: 'num' }, d.queue.held),
+    h('td', { class: 'num' }, d.queue.retrying),
+    h('td', { class: 'num' }, d.queue.dead ? link('/console/dead-letters' + query({ destination: d.name }), String(d.queue.dead)) : '0'),
+    h('td', { class: 'num' }, d.in_flight), h('td', {}, age(d.oldest_age_seconds))));
+  const accountRows = hooks.accounts.map((a) => h('tr', {},
+    h('th', { scope: 'row' }, a.source + ' / ' + a.account),
+    h('td', {}, state(a.ok ? 'ok' : 'failing'), a.stale ? [' ', state('stale')] : null),
+    h('td', {}, a.last_reconcile ? time(a.last_reconcile) : '—', a.age_seconds !== undefined ? h('span', { class: 'muted' }, ' (' + age(a.age_seconds) + ' ago)') : null),
+    h('td', { class: 'num' }, a.hooks.length),
+    h('td', { class: 'num' }, a.hooks.filter((x) => x.status !== 'Active').length),
+    h('td', {}, a.errors.join('; ') || '—')));
+  page('Overview',
+    h('p', { class: 'muted' }, 'Refreshes every 5 seconds.'),
+    h('h2', {}, 'Destinations'),
+    table('Destinations', ['Destination', 'State', 'Pending', 'Held', 'Retrying', 'Dead', 'In flight', 'Oldest pending'], destRows),
+    h('h2', {}, 'Upstream accounts'),
+    table('Upstream accounts', ['Account', 'Status', 'Last reconcile', 'Hooks', 'Not active', 'Errors'], accountRows));
+  refresh = setTimeout(() => render(true), 5000);
+}
+
+const STATUSES = ['', 'received', 'dispatched', 'duplicate', 'unrouted', 'rejected'];
+
+async function events() {
+  const params = new URLSearchParams(location.search);
+  const field = (name, label, hint) => h('label', {}, label,
+    h('input', { name, value: params.get(name) || '', placeholder: hint || '', autocomplete: 'off' }));
+  const form = h('form', { class: 'filters', role: 'search', onsubmit: (e) => {
+    e.preventDefault();
+    const data = Object.fromEntries(new FormData(form));
+    navigate('/console/events' + query(data));
+  } },
+  field('resource', 'Resource (type/id)', 'actions/5'), field('event', 'Event', 'ActionUpdated'),
+  field('source', 'Source'),
+  h('label', {}, 'Status', h('select', { name: 'status' },
+    STATUSES.map((s) => h('option', { value: s, selected: params.get('status') === s }, s || 'any')))),
+  h('button', { type: 'submit', class: 'primary' }, 'Search'));
+  const filters = {};
+  for (const k of ['resource', 'event', 'source', 'status', 'after']) if (params.get(k)) filters[k] = params.get(k);
+  const data = await api('GET', '/admin/events' + query(filters));
+  const byResource = Boolean(filters.resource);
+  const rows = data.events.map((e) => h('tr', {},
+    h('td', {}, link('/console/events/' + e.id, e.id)), h('td', {}, time(e.received_at)),
+    h('td', {}, e.source), h('td', {}, e.event), h('td', {}, state(e.status)),
+    h('td', {}, e.resource || '—'),
+    byResource ? h('td', {}, (e.deliveries || []).map((d) => h('span', {}, d.destination + ' ', state(d.state), ' '))) : null));
+  const headers = ['Id', 'Received', 'Source', 'Event', 'Status', 'Resource'];
+  if (byResource) headers.push('Deliveries');
+  const more = data.next_after
+    ? h('p', {}, link('/console/events' + query({ ...filters, after: data.next_after }), 'Older events'))
+    : null;
+  page('Events', form, table('Events', headers, rows), more);
+}
+
+async function eventPage(id) {
+  const e = await api('GET', '/admin/events/' + encodeURIComponent(id));
+  let body = e.body;
+  let pretty = body;
+  if (body !== null && e.body_encoding === 'utf8') {
+    try { pretty = JSON.stringify(JSON.parse(body), null, 2); } catch (_) { pretty = body; }
+  }
+  const replay = async (destinations) => {
+    const what = destinations ? destinations.join(', ') : 'every destination it was routed to';
+    if (!await confirmed('Replay event ' + e.id + ' to ' + what + '?', 'Replay')) return;
+    try {
+      const r = await api('POST', '/admin/events/' + e.id + '/replay', destinations ? { destinations } : {});
+      say(r.replayed + ' deliver' + (r.replayed === 1 ? 'y' : 'ies') + ' scheduled again');
+      render();
+    } catch (err) { if (err instanceof SignedOut) signIn(); else say(err.message); }
+  };
+  const facts = h('dl', { class: 'facts' },
+    h('dt', {}, 'Id'), h('dd', {}, e.id),
+    h('dt', {}, 'Event'), h('dd', {}, e.event),
+    h('dt', {}, 'Source'), h('dd', {}, e.source),
+    h('dt', {}, 'Received'), h('dd', {}, time(e.received_at)),
+    h('dt', {}, 'Status'), h('dd', {}, state(e.status)),
+    h('dt', {}, 'Dedup'), h('dd', {}, e.duplicate_of
+      ? ['duplicate of ', link('/console/events/' + e.duplicate_of, 'event ' + e.duplicate_of)]
+      : (e.status === 'duplicate' ? 'duplicate' : 'first copy')),
+    h('dt', {}, 'Resource'), h('dd', {}, e.resource
+      ? link('/console/events' + query({ resource: e.resource }), e.resource) : '—'),
+    h('dt', {}, 'Size'), h('dd', {}, e.size + ' bytes', e.content_type ? ' · ' + e.content_type : ''),
+    e.reason ? [h('dt', {}, 'Rejected'), h('dd', {}, e.reason)] : null,
+    e.flags.length ? [h('dt', {}, 'Flags'), h('dd', {}, e.flags.join(', '))] : null);
+  const headerText = Object.entries(e.headers).map(([k, v]) => k + ': ' + v).join('\n');
+  const deliveries = e.deliveries.map((d) => h('section', { class: 'card', 'aria-label': 'Delivery to ' + d.destination },
+    h('h3', {}, d.destination, ' ', state(d.state)),
+    h('dl', { class: 'facts' },
+      h('dt', {}, 'Attempts'), h('dd', {}, d.total_attempts),
+      h('dt', {}, 'Next attempt'), h('dd', {}, time(d.next_attempt_at)),
+      h('dt', {}, 'Delivered'), h('dd', {}, time(d.delivered_at)),
+      d.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'error' }, d.last_error)] : null),
+    table('Attempts to ' + d.destination, ['When', 'Took', 'Status', 'Error'],
+      d.attempts.map((a) => h('tr', {}, h('td', {}, time(a.at)), h('td', {}, a.duration_ms.toFixed(1) + ' ms'),
+        h('td', {}, a.status === null ? '—' : a.status), h('td', {}, a.error || '')))),
+    d.last_response ? [h('p', { class: 'muted' }, 'Start of the last answer'), h('pre', {}, d.last_response)] : null,
+    h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => replay([d.destination]) }, 'Replay to ' + d.destination))));
+  page('Event ' + e.id,
+    facts,
+    h('div', { class: 'actions' },
+      h('button', { type: 'button', class: 'primary', onclick: () => replay(null), disabled: !e.destinations || !e.destinations.length }, 'Replay to all destinations')),
+    h('h2', {}, 'Deliveries'),
+    deliveries.length ? h('div', { class: 'cards wide' }, deliveries) : h('p', { class: 'muted' }, 'No deliveries.'),
+    h('h2', {}, 'Headers'), h('div', { class: 'actions' }, copyButton('Headers', headerText)), h('pre', {}, headerText),
+    h('h2', {}, 'Body'),
+    body === null ? h('p', { class: 'muted' }, 'Not kept (rejected).') : [
+      h('div', { class: 'actions' }, copyButton('Body', body)),
+      h('pre', {}, e.body_encoding === 'base64' ? '(base64) ' + body : pretty)]);
+}
+
+async function deadLetters() {
+  const params = new URLSearchParams(location.search);
+  const filters = {};
+  for (const k of ['destination', 'source', 'event']) if (params.get(k)) filters[k] = params.get(k);
+  const [list, dests] = await Promise.all([
+    api('GET', '/admin/dead-letters' + query({ ...filters, limit: '1000' })),
+    api('GET', '/admin/destinations')]);
+  const form = h('form', { class: 'filters', role: 'search', onsubmit: (e) => {
+    e.preventDefault();
+    navigate('/console/dead-letters' + query(Object.fromEntries(new FormData(form))));
+  } },
+  h('label', {}, 'Destination', h('select', { name: 'destination' },
+    h('option', { value: '' }, 'any'),
+    dests.destinations.map((d) => h('option', { value: d.name, selected: filters.destination === d.name }, d.name)))),
+  h('label', {}, 'Source', h('input', { name: 'source', value: filters.source || '' })),
+  h('label', {}, 'Event', h('input', { name: 'event', value: filters.event || '' })),
+  h('button', { type: 'submit', class: 'primary' }, 'Filter'));
+  const boxes = [];
+  const rows = list.dead_letters.map((d) => {
+    const box = h('input', { type: 'checkbox', 'aria-label': 'Select event ' + d.event + ' to ' + d.destination });
+    box.dataset.event = d.event;
+    box.dataset.destination = d.destination;
+    boxes.push(box);
+    return h('tr', {}, h('td', {}, box), h('td', {}, link('/console/events/' + d.event, d.event)),
+      h('td', {}, d.destination), h('td', {}, time(d.created_at)), h('td', { class: 'num' }, d.total_attempts),
+      h('td', {}, d.last_status === null ? '—' : d.last_status), h('td', {}, d.last_error || ''));
+  });
+  const selected = () => boxes.filter((b) => b.checked);
+  const replaySelected = async () => {
+    const chosen = selected();
+    if (!chosen.length) return say('Select dead letters first.');
+    if (!await confirmed('Replay ' + chosen.length + ' dead letter' + (chosen.length === 1 ? '' : 's') + '?', 'Replay')) return;
+    let replayed = 0;
+    try {
+      for (const b of chosen) {
+        const r = await api('POST', '/admin/events/' + b.dataset.event + '/replay', { destinations: [b.dataset.destination] });
+        replayed += r.replayed;
+      }
+      say(replayed + ' dead letter' + (replayed === 1 ? '' : 's') + ' replayed');
+    } catch (err) { say(err.message); }
+    render();
+  };
+  const bulk = async (method, path, verb) => {
+    const n = list.dead_letters.length;
+    const shown = list.next_after ? 'at least ' + n : String(n);
+    if (!await confirmed(verb + ' all ' + shown + ' dead letters matching these filters?', verb)) return;
+    try {
+      const r = await api(method, path + query(filters));
+      const count = r.replayed !== undefined ? r.replayed : r.deleted;
+      say(count + ' dead letter' + (count === 1 ? '' : 's') + (method === 'POST' ? ' replayed' : ' discarded'));
+    } catch (err) { say(err.message); }
+    render();
+  };
+  const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select all', onchange: (e) => boxes.forEach((b) => { b.checked = e.target.checked; }) });
+  page('Dead letters', form,
+    h('div', { class: 'actions' },
+      h('button', { type: 'button', class: 'primary', onclick: replaySelected }, 'Replay selected'),
+      h('button', { type: 'button', onclick: () => bulk('POST', '/admin/dead-letters/replay', 'Replay') }, 'Replay all matching'),
+      h('button', { type: 'button', class: 'danger', onclick: () => bulk('DELETE', '/admin/dead-letters', 'Discard') }, 'Discard all matching')),
+    h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': 'Dead letters' }, h('table', {},
+      h('caption', { class: 'skip' }, 'Dead letters'),
+      h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, selectAll),
+        ['Event', 'Destination', 'Created', 'Attempts', 'Last status', 'Last error'].map((x) => h('th', { scope: 'col' }, x)))),
+      h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 7, class: 'muted' }, 'No dead letters.'))))));
+}
+
+async function destinations() {
+  const data = await api('GET', '/admin/destinations');
+  const toggle = async (d) => {
+    const verb = d.paused ? 'Resume' : 'Pause';
+    const what = d.paused ? 'Deliveries to ' + d.name + ' start again.' : 'Deliveries to ' + d.name + ' wait (nothing is dropped).';
+    if (!await confirmed(verb + ' ' + d.name + '? ' + what, verb)) return;
+    try {
+      const r = await api('POST', '/admin/destinations/' + encodeURIComponent(d.name) + '/' + verb.toLowerCase());
+      say(r.name + (r.paused ? ' paused' : ' resumed'));
+    } catch (err) { say(err.message); }
+    render();
+  };
+  const rows = data.destinations.map((d) => h('tr', {},
+    h('th', { scope: 'row' }, d.name), h('td', {}, d.url),
+    h('td', {}, d.paused ? state('paused') : state('active')), h('td', {}, circuit(d.circuit)),
+    h('td', { class: 'num' }, d.in_flight),
+    h('td', {}, h('button', { type: 'button', onclick: () => toggle(d) }, (d.paused ? 'Resume ' : 'Pause ') + d.name))));
+  page('Destinations', table('Destinations', ['Destination', 'URL', 'State', 'Circuit', 'In flight', 'Action'], rows));
+}
+
+async function hooks() {
+  const data = await api('GET', '/admin/hooks');
+  const sync = async () => {
+    try {
+      const r = await api('POST', '/admin/hooks/sync');
+      const errors = r.accounts.flatMap((a) => a.errors);
+      say(errors.length ? 'Sync: ' + errors.join('; ') : 'Sync done: ' + r.accounts.length + ' account(s) reconciled');
+    } catch (err) { say(err.message); }
+    render();
+  };
+  const sections = data.accounts.map((a) => h('section', { 'aria-label': a.source + ' / ' + a.account },
+    h('h2', {}, a.source + ' / ' + a.account, ' ', state(a.ok ? 'ok' : 'failing')),
+    h('p', { class: 'muted' }, 'Last reconcile: ', time(a.last_reconcile), a.errors.length ? ' · ' + a.errors.join('; ') : ''),
+    table('Hooks of ' + a.account, ['Event', 'Hook', 'Status', 'Triggered', 'Last triggered', 'Target'],
+      a.hooks.map((x) => h('tr', {}, h('td', {}, x.event), h('td', {}, x.id), h('td', {}, state(String(x.status).toLowerCase())),
+        h('td', { class: 'num' }, x.triggered_count === null || x.triggered_count === undefined ? '—' : x.triggered_count),
+        h('td', {}, time(x.last_triggered)), h('td', {}, x.target))))));
+  page('Hooks', h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: sync }, 'Sync now')),
+    sections.length ? sections : h('p', { class: 'muted' }, 'No upstream accounts configured.'));
+}
+
+// ---- sign-in and routing -----------------------------------------------------------
+
+function signIn(message) {
+  document.getElementById('nav').hidden = true;
+  const input = h('input', { type: 'password', name: 'token', id: 'token', required: true, autocomplete: 'current-password' });
+  const error = h('p', { class: 'error', role: 'alert', id: 'sign-in-error' }, message || '');
+  const form = h('form', { class: 'signin', method: 'post', action: '/console/session', onsubmit: async (e) => {
+    e.preventDefault();
+    error.textContent = '';
+    try {
+      const resp = await fetch('/console/session', {
+        method: 'POST', credentials: 'same-origin', cache: 'no-store',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        body: JSON.stringify({ token: input.value }),
+      });
+      const data = await resp.json().catch(() => ({}));
+      if (!resp.ok) { error.textContent = data.error || ('HTTP ' + resp.status); input.select(); return; }
+      session.csrf = data.csrf;
+      input.value = '';
+      render();
+    } catch (err) { error.textContent = err.message; }
+  } },
+  h('label', { for: 'token' }, 'Admin token', input),
+  h('button', { type: 'submit', class: 'primary' }, 'Sign in'),
+  error);
+  page('Sign in', h('p', { class: 'muted' }, 'The relay\'s admin token (admin.token). The session ends with the browser.'), form);
+  input.focus();
+}
+
+const ROUTES = [
+  [/^\/console\/?$/, overview],
+  [/^\/console\/events\/?$/, events],
+  [/^\/console\/events\/([0-9A-Za-z]+)\/?$/, eventPage],
+  [/^\/console\/dead-letters\/?$/, deadLetters],
+  [/^\/console\/destinations\/?$/, destinations],
+  [/^\/console\/hooks\/?$/, hooks],
+];
+
+async function render(quiet) {
+  clearTimeout(refresh);
+  if (!session.csrf) {
+    try {
+      const resp = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' });
+      const data = await resp.json().catch(() => ({}));
+      if (!resp.ok) return page('Console unavailable', h('p', { class: 'error', role: 'alert' }, data.error || ('HTTP ' + resp.status)));
+      session.csrf = data.csrf || null;
+    } catch (_) { /* shown as signed out */ }
+    if (!session.csrf) return signIn();
+  }
+  document.getElementById('nav').hidden = false;
+  for (const a of document.querySelectorAll('nav a')) {
+    const here = a.getAttribute('href') === location.pathname.replace(/\/$/, '') || (a.getAttribute('href') === '/console/' && /^\/console\/?$/.test(location.pathname));
+    if (here) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+  }
+  const route = ROUTES.find(([re]) => re.test(location.pathname));
+  if (!route) return page('Not found', h('p', {}, 'No such console page. ', link('/console/', 'Overview')));
+  try {
+    await route[1](...location.pathname.match(route[0]).slice(1));
+    if (!quiet) document.getElementById('main').focus({ preventScroll: true });
+  } catch (e) { failed(e); }
+}
+
+function navigate(url) {
+  history.pushState(null, '', url);
+  render();
+}
+
+document.addEventListener('click', (e) => {
+  const a = e.target.closest && e.target.closest('a[data-nav]');
+  if (!a || e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return;
+  e.preventDefault();
+  navigate(a.getAttribute('href'));
+});
+window.addEventListener('popstate', () => render());
+document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('sign-out').addEventListener('click', async () => {
+    await fetch('/console/session', { method: 'DELETE', credentials: 'same-origin', headers: { 'X-CSRF-Token': session.csrf || '' } });
+    session.csrf = null;
+    signIn('Signed out.');
+  });
+  render();
+});

@@ -1,0 +1,271 @@
+//! The operator console at `/console/` on the admin listener: one page and a small
+//! script, embedded in the binary, that read and drive the admin API itself (so the
+//! console cannot drift from the API, and needs no network, no CDN and no Node).
+//!
+//! Sign-in is the admin token, typed once into a password field and exchanged for a
+//! session cookie (`session.rs`: signed, `HttpOnly`, `SameSite=Strict`, gone with the
+//! browser); the admin API accepts that cookie besides the bearer token, and every
+//! change made with it carries the session's CSRF token (`admin/auth.rs`). Wrong
+//! tokens are throttled (`throttle.rs`). Every answer under `/console/` carries a
+//! strict Content-Security-Policy (no inline script or style), refuses framing and
+//! sends no referrer.
+
+pub(crate) mod session;
+pub(crate) mod throttle;
+
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+use actix_web::http::{header, Method, StatusCode};
+use actix_web::middleware::DefaultHeaders;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+
+use crate::admin::{error, AdminState};
+use crate::config::Secret;
+use crate::internal_events::{ConsoleSignIn, InternalEvent, SignIn};
+use crate::lock::lock;
+use session::{Session, Sessions, COOKIE};
+use throttle::SignInThrottle;
+
+/// What the console's handlers share, inside [`AdminState`].
+pub(crate) struct Console {
+    /// `None` when no admin token is set: the console is off, like the API.
+    pub(crate) sessions: Option<Sessions>,
+    throttle: Mutex<SignInThrottle>,
+}
+
+impl Console {
+    /// The console of a relay whose admin token is `token`.
+    pub(crate) fn new(token: Option<&Secret>) -> Self {
+        Self { sessions: token.map(Sessions::new), throttle: Mutex::default() }
+    }
+
+    /// The valid session of `req`'s cookie, if any.
+    pub(crate) fn session_of(&self, req: &HttpRequest) -> Option<Session> {
+        let cookie = cookie(req, COOKIE)?;
+        self.sessions
+            .as_ref()?
+            .verify(cookie, crate::clock::unix_micros(std::time::SystemTime::now()))
+    }
+}
+
+/// The strict policy every console answer carries: scripts, styles and requests from
+/// this origin only, nothing inline, no framing, no plugins.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; \
+    frame-ancestors 'none'";
+
+/// The embedded files: name, content type, bytes.
+const ASSETS: &[(&str, &str, &str)] = &[
+    ("console.js", "text/javascript; charset=utf-8", include_str!("assets/console.js")),
+    ("console.css", "text/css; charset=utf-8", include_str!("assets/console.css")),
+];
+
+/// The page every console path answers with; the script shows what the path names,
+/// so a deep link (`/console/events/{id}`) survives a reload.
+const SHELL: &str = include_str!("assets/index.html");
+
+/// Routes under `/console`.
+pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/console").to(|| async {
+        HttpResponse::PermanentRedirect().insert_header((header::LOCATION, "/console/")).finish()
+    }))
+    .service(
+        web::scope("/console")
+            .wrap(
+                DefaultHeaders::new()
+                    .add((header::CONTENT_SECURITY_POLICY, CSP))
+                    .add((header::X_FRAME_OPTIONS, "DENY"))
+                    .add((header::REFERRER_POLICY, "no-referrer"))
+                    .add((header::X_CONTENT_TYPE_OPTIONS, "nosniff")),
+            )
+            .service(
+                web::resource("/session")
+                    .route(web::get().to(current))
+                    .route(web::post().to(sign_in))
+                    .route(web::delete().to(sign_out)),
+            )
+            .service(web::resource("/assets/{name}").route(web::get().to(asset)))
+            .default_service(web::to(shell)),
+    );
+}
+
+/// `GET /console/...`: the page (never with data in it: the script fetches that).
+async fn shell(req: HttpRequest) -> HttpResponse {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return error(StatusCode::METHOD_NOT_ALLOWED, "the console's pages are read with GET");
+    }
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .body(SHELL)
+}
+
+/// `GET /console/assets/{name}`.
+async fn asset(name: web::Path<String>) -> HttpResponse {
+    match ASSETS.iter().find(|(n, _, _)| *n == name.as_str()) {
+        Some((_, kind, body)) => HttpResponse::Ok()
+            .content_type(*kind)
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .body(*body),
+        None => error(StatusCode::NOT_FOUND, "no such console asset"),
+    }
+}
+
+/// `GET /console/session`: whether the browser is signed in, with the session's CSRF
+/// token if it is (200 either way: not being signed in is the page's first question,
+/// not an error).
+async fn current(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    if state.console.sessions.is_none() {
+        return disabled_or(&state, StatusCode::FORBIDDEN, "");
+    }
+    let body = match state.console.session_of(&req) {
+        Some(s) => serde_json::json!({ "signed_in": true, "csrf": s.csrf }),
+        None => serde_json::json!({ "signed_in": false }),
+    };
+    HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(body)
+}
+
+/// The sign-in form's fields (JSON from the script, or a plain form post).
+#[derive(Deserialize)]
+struct SignInForm {
+    token: String,
+}
+
+/// `POST /console/session`: exchanges the admin token for a session cookie.
+async fn sign_in(req: HttpRequest, state: web::Data<AdminState>, body: web::Bytes) -> HttpResponse {
+    let Some(sessions) = &state.console.sessions else {
+        return disabled_or(&state, StatusCode::FORBIDDEN, "");
+    };
+    let from: Option<IpAddr> = req.peer_addr().map(|a| a.ip());
+    let now = crate::clock::unix_micros(std::time::SystemTime::now());
+    if let Err(wait) = lock(&state.console.throttle).check(from, now) {
+        ConsoleSignIn { result: SignIn::Throttled, from }.emit(&state.metrics);
+        let secs = wait.as_secs().max(1);
+        let mut resp = error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("too many wrong tokens: try again in {secs} s"),
+        );
+        if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return resp;
+    }
+    let form = if is_form(&req) {
+        form_field(&body, "token").map(|token| SignInForm { token })
+    } else {
+        serde_json::from_slice::<SignInForm>(&body).ok()
+    };
+    let Some(form) = form else {
+        return error(StatusCode::BAD_REQUEST, "send the admin token as {\"token\": \"...\"}");
+    };
+    let Some(token) = &state.token else { return disabled_or(&state, StatusCode::FORBIDDEN, "") };
+    if !token.matches(form.token.trim().as_bytes()) {
+        lock(&state.console.throttle).failed(from, now);
+        ConsoleSignIn { result: SignIn::WrongToken, from }.emit(&state.metrics);
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "wrong admin token: use the relay's admin.token (or the file of \
+             admin.token_file, or the variable named by admin.token_env); the environment \
+             variable HOOKRELAY__ADMIN__TOKEN overrides the config file",
+        );
+    }
+    ConsoleSignIn { result: SignIn::Ok, from }.emit(&state.metrics);
+    let s = sessions.issue(now);
+    let cookie = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", s.cookie);
+    let mut resp = if is_form(&req) {
+        // Without the script: back to the console, signed in.
+        HttpResponse::SeeOther().insert_header((header::LOCATION, "/console/")).finish()
+    } else {
+        HttpResponse::Ok().json(serde_json::json!({ "csrf": s.csrf }))
+    };
+    if let Ok(v) = header::HeaderValue::from_str(&cookie) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// `DELETE /console/session`: signs out (the cookie is cleared; it needs the CSRF
+/// token, so another site cannot sign an operator out either).
+async fn sign_out(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    let (Some(s), Some(sessions)) = (state.console.session_of(&req), &state.console.sessions)
+    else {
+        return error(StatusCode::UNAUTHORIZED, "not signed in");
+    };
+    let given = req.headers().get(session::CSRF_HEADER).and_then(|v| v.to_str().ok());
+    if !given.is_some_and(|g| sessions.csrf_matches(&s, g)) {
+        return error(StatusCode::FORBIDDEN, "missing or wrong CSRF token");
+    }
+    let mut resp = HttpResponse::NoContent().finish();
+    let gone = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Ok(v) = header::HeaderValue::from_str(&gone) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    resp
+}
+
+/// The value of the cookie `name` of `req` (the `Cookie` headers, `a=1; b=2`).
+fn cookie<'r>(req: &'r HttpRequest, name: &str) -> Option<&'r str> {
+    req.headers()
+        .get_all(header::COOKIE)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Whether the request body is a plain HTML form post.
+fn is_form(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+}
+
+/// 403 with what to do when the console is off (no admin token), else `status`.
+fn disabled_or(state: &AdminState, status: StatusCode, message: &str) -> HttpResponse {
+    if state.console.sessions.is_none() {
+        return error(
+            StatusCode::FORBIDDEN,
+            "the console is disabled: set admin.token (or admin.token_file / admin.token_env)",
+        );
+    }
+    error(status, message)
+}
+
+/// The value of `name` in a form-encoded body (`a=1&token=x%20y`), decoded.
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    let body = std::str::from_utf8(body).ok()?;
+    let raw = body.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = raw.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::form_field;
+
+    #[test]
+    fn form_fields_are_decoded() {
+        assert_eq!(form_field(b"token=a%20b+c%2B", "token").as_deref(), Some("a b c+"));
+        assert_eq!(form_field(b"x=1&token=t", "token").as_deref(), Some("t"));
+        assert_eq!(form_field(b"tokens=1", "token"), None);
+        assert_eq!(form_field(b"token=%zz", "token"), None);
+        assert_eq!(form_field(b"token=%4", "token"), None);
+    }
+}

@@ -1,0 +1,44 @@
+//! The console's sign-ins.
+
+use std::net::IpAddr;
+
+use super::InternalEvent;
+use crate::metrics::Metrics;
+
+/// How a sign-in to the console ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SignIn {
+    /// The admin token was right: a session was issued.
+    Ok,
+    /// A wrong token (counted against its address).
+    WrongToken,
+    /// Refused unread: too many wrong tokens lately.
+    Throttled,
+}
+
+/// A sign-in attempt to the console, from `from` (never with what was typed).
+pub(crate) struct ConsoleSignIn {
+    pub(crate) result: SignIn,
+    pub(crate) from: Option<IpAddr>,
+}
+
+impl InternalEvent for ConsoleSignIn {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_console_sign_ins_total"];
+    fn emit(self, m: &Metrics) {
+        let label = match self.result {
+            SignIn::Ok => "ok",
+            SignIn::WrongToken => "wrong_token",
+            SignIn::Throttled => "throttled",
+        };
+        m.relay.console_sign_ins.with_label_values(&[label]).inc();
+        let from = self.from.map(|a| a.to_string()).unwrap_or_else(|| "unknown".into());
+        match self.result {
+            SignIn::Ok => tracing::info!(%from, "console: signed in"),
+            SignIn::WrongToken => {
+                tracing::warn!(%from, "console: sign-in with a wrong admin token refused")
+            }
+            SignIn::Throttled => tracing::warn!(%from,
+                "console: sign-in refused unread, too many wrong tokens within a minute"),
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The console, as an operator uses it: a real headless Chromium against a relay
+//! holding real events, deliveries and dead letters; what it does is checked through
+//! the admin API, and each page with axe-core. Screenshots go to
+//! `target/console-screenshots/` (the README's come from there: `docs/console/`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::browser::Browser;
+use crate::common::sink::{Mode, Sink};
+use crate::common::{self, Relay, ADMIN_TOKEN};
+
+/// Where the screenshots go.
+fn shots() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots")
+}
+
+/// A relay with two destinations: `crm` answers 200, `erp` 400 (so its deliveries
+/// die at once), and callbacks about two resources.
+async fn relay_with_history(dir: &std::path::Path) -> (Relay, Sink, Sink, Vec<String>) {
+    let crm = Sink::start().await;
+    let erp = Sink::start().await;
+    erp.set_mode(Mode::Status(400));
+    let tail = format!(
+        "\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n\n[[destinations]]\nname = \"erp\"\nurl = \"{}\"\n",
+        crm.url(),
+        erp.url()
+    );
+    let relay = Relay::start(dir, &common::config_with(&dir.join("data"), "", &tail)).await;
+    let mut ids = Vec::new();
+    for (kind, id, n) in [("actions", "5", 1), ("tasks", "7", 2), ("actions", "5", 3)] {
+        let body = format!(
+            r#"{{"data":{{"type":"{kind}","id":"{id}","attributes":{{"subject":"update {n}"}}}}}}"#
+        );
+        let r = relay.callback(Some("ActionUpdated"), "application/json", body).await;
+        assert_eq!(r.status(), 200);
+        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    crm.wait_for(3, Duration::from_secs(15)).await;
+    relay
+        .admin_until("/admin/dead-letters?destination=erp", Duration::from_secs(15), |v| {
+            v["dead_letters"].as_array().is_some_and(|a| a.len() == 3)
+        })
+        .await;
+    (relay, crm, erp, ids)
+}
+
+/// Signs in through the form.
+async fn sign_in(b: &Browser, relay: &Relay, token: &str) {
+    b.goto(&format!("http://{}/console/", relay.admin)).await;
+    let input = b.find("input[type=password][name=token]").await;
+    input.clear().await;
+    input.type_text(token).await;
+    b.click_button("Sign in").await;
+}
+
+/// Asserts that axe-core finds no serious or critical violation on the page.
+async fn accessible(b: &Browser, page: &str) {
+    let violations = b.accessibility_violations().await;
+    assert!(violations.is_empty(), "{page}: {violations:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_destination() {
+    let dir = tempfile::tempdir().unwrap();
+    let (relay, _crm, erp, ids) = relay_with_history(dir.path()).await;
+    let b = Browser::start().await;
+    let base = format!("http://{}", relay.admin);
+
+    // A wrong token is refused with a clear message; the right one signs in.
+    b.goto(&format!("{base}/console/")).await;
+    b.find("input[type=password]").await;
+    b.screenshot(&shots().join("sign-in.png")).await;
+    accessible(&b, "sign-in").await;
+    sign_in(&b, &relay, "not-the-token").await;
+    let refused = b.find("#sign-in-error").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while refused.text().await.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no message for a wrong token");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(refused.text().await.contains("wrong admin token"), "{}", refused.text().await);
+    // The browser logs the refused request itself, and nothing else.
+    let logged = b.console_errors().await;
+    assert!(
+        logged.len() == 1 && logged[0].contains("/console/session") && logged[0].contains("401"),
+        "{logged:?}"
+    );
+    sign_in(&b, &relay, ADMIN_TOKEN).await;
+    let overview = b.wait_for_text("Destinations", Duration::from_secs(10)).await;
+    assert!(overview.contains("crm") && overview.contains("erp"), "{overview}");
+    b.screenshot(&shots().join("overview.png")).await;
+    accessible(&b, "overview").await;
+
+    // The session is a cookie the page's script cannot read, never the token.
+    let cookies = b.cookies().await;
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    assert_eq!(cookies[0]["httpOnly"], true);
+    assert_eq!(cookies[0]["sameSite"], "Strict");
+    assert!(cookies[0].get("expiry").is_none(), "a browser-session cookie: {cookies:?}");
+    assert!(!cookies[0]["value"].as_str().unwrap().contains(ADMIN_TOKEN));
+    let script_sees: Value = b.run("return document.cookie;", serde_json::json!([])).await;
+    assert_eq!(script_sees, "", "HttpOnly");
+
+    // Find the events about one resource, open one, see its attempts.
+    b.goto(&format!("{base}/console/events")).await;
+    b.find("input[name=resource]").await.type_text("actions/5").await;
+    b.click_button("Search").await;
+    let listed = b.wait_for_text(&ids[2], Duration::from_secs(10)).await;
+    assert!(listed.contains(&ids[0]) && !listed.contains(&ids[1]), "{listed}");
+    assert!(b.url().await.ends_with("/console/events?resource=actions%2F5"), "{}", b.url().await);
+    accessible(&b, "events").await;
+    b.screenshot(&shots().join("events.png")).await;
+    b.find(&format!("a[href='/console/events/{}']", ids[2])).await.click().await;
+    let event = b.wait_for_text(&format!("Event {}", ids[2]), Duration::from_secs(10)).await;
+    for word in ["crm", "erp", "delivered", "dead", "400", "actions/5", "update 3"] {
+        assert!(event.contains(word), "{word} missing from the event page: {event}");
+    }
+    accessible(&b, "event").await;
+    b.screenshot(&shots().join("event.png")).await;
+
+    // A deep link survives a reload and is opened directly, without signing in again.
+    b.reload().await;
+    b.wait_for_text(&format!("Event {}", ids[2]), Duration::from_secs(10)).await;
+    b.goto(&format!("{base}/console/events/{}", ids[1])).await;
+    let other = b.wait_for_text(&format!("Event {}", ids[1]), Duration::from_secs(10)).await;
+    assert!(other.contains("tasks/7") && other.contains("dead"), "{other}");
+
+    // Replay one dead letter once the consumer is fixed: it is delivered.
+    erp.set_mode(Mode::Ok);
+    b.goto(&format!("{base}/console/dead-letters?destination=erp")).await;
+    b.wait_for_text(&ids[1], Duration::from_secs(10)).await;
+    accessible(&b, "dead letters").await;
+    b.screenshot(&shots().join("dead-letters.png")).await;
+    b.find(&format!("input[aria-label='Select event {} to erp']", ids[1])).await.click().await;
+    b.click_button("Replay selected").await;
+    b.confirm("Replay 1 dead letter?").await;
+    let status = b.find("#status").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !status.text().await.contains("1 dead letter replayed") {
+        assert!(std::time::Instant::now() < deadline, "no count shown: {:?}", status.text().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    erp.wait_for(4, Duration::from_secs(15)).await;
+    relay
+        .admin_until(&format!("/admin/events/{}", ids[1]), Duration::from_secs(15), |v| {
+            v["deliveries"].as_array().is_some_and(|d| {
+                d.iter().any(|d| d["destination"] == "erp" && d["state"] == "delivered")
+            })
+        })
+        .await;
+    let (_, left) = relay.admin_get("/admin/dead-letters?destination=erp").await;
+    assert_eq!(left["dead_letters"].as_array().unwrap().len(), 2, "only the one chosen: {left}");
+
+    // Pause and resume a destination: the API sees each change.
+    b.goto(&format!("{base}/console/destinations")).await;
+    accessible(&b, "destinations").await;
+    b.click_button("Pause crm").await;
+    b.confirm("Pause crm?").await;
+    relay
+        .admin_until("/admin/destinations", Duration::from_secs(10), |v| {
+            paused(v, "crm") == Some(true)
+        })
+        .await;
+    b.click_button("Resume crm").await;
+    b.confirm("Resume crm?").await;
+    relay
+        .admin_until("/admin/destinations", Duration::from_secs(10), |v| {
+            paused(v, "crm") == Some(false)
+        })
+        .await;
+    b.goto(&format!("{base}/console/hooks")).await;
+    b.wait_for_text("Sync now", Duration::from_secs(10)).await;
+    accessible(&b, "hooks").await;
+
+    // Readable at 360 px: the page itself never scrolls sideways (tables scroll inside).
+    b.resize(360, 800).await;
+    b.goto(&format!("{base}/console/")).await;
+    b.wait_for_text("Destinations", Duration::from_secs(10)).await;
+    let width = b.run("return document.documentElement.scrollWidth;", serde_json::json!([])).await;
+    assert!(width.as_u64().unwrap() <= 360, "the page is {width} px wide at 360");
+    b.screenshot(&shots().join("overview-360.png")).await;
+
+    // No console error on any page, and the token in no page source nor log line.
+    assert_eq!(b.console_errors().await, Vec::<String>::new());
+    assert!(!b.source().await.contains(ADMIN_TOKEN));
+    assert!(!relay.logs().contains(ADMIN_TOKEN), "the token is in the relay's log");
+}
+
+/// Whether `name` is paused in a `GET /admin/destinations` answer.
+fn paused(v: &Value, name: &str) -> Option<bool> {
+    v["destinations"].as_array()?.iter().find(|d| d["name"] == name)?["paused"].as_bool()
+}
+
+/// Without the browser: the headers, the cookie's rules, CSRF on every change, and
+/// the sign-in throttle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_sessions_need_their_csrf_token_and_wrong_tokens_are_throttled() {
+    let dir = tempfile::tempdir().unwrap();
+    let tail = "\n[[destinations]]\nname = \"crm\"\nurl = \"http://127.0.0.1:9/\"\n";
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", tail)).await;
+    let base = format!("http://{}", relay.admin);
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+
+    // Every console page: the shell, with a strict policy; deep links too.
+    for path in ["/console/", "/console/events/123", "/console/dead-letters?destination=crm"] {
+        let r = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let csp = r.headers()["content-security-policy"].to_str().unwrap().to_owned();
+        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert_eq!(r.headers()["x-frame-options"], "DENY");
+        assert_eq!(r.headers()["referrer-policy"], "no-referrer");
+        let page = r.text().await.unwrap();
+        assert!(page.contains("<input") || page.contains("console.js"), "{page}");
+        assert!(!page.contains("<script>"), "no inline script");
+    }
+    let r = http.get(format!("{base}/console")).send().await.unwrap();
+    assert_eq!(r.status(), 308);
+    assert_eq!(r.headers()["location"], "/console/");
+
+    // The API refuses a session it did not issue, and a change without the CSRF token.
+    let forged = http
+        .get(format!("{base}/admin/destinations"))
+        .header("cookie", "hookrelay_console=v1.1.0000000000000000.00")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+    let signed = http
+        .post(format!("{base}/console/session"))
+        .json(&serde_json::json!({ "token": ADMIN_TOKEN }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 200);
+    let set_cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set_cookie.contains(part), "{set_cookie}");
+    }
+    assert!(!set_cookie.contains("Max-Age") && !set_cookie.contains("Expires"), "{set_cookie}");
+    let cookie = set_cookie.split(';').next().unwrap().to_owned();
+    let csrf = signed.json::<Value>().await.unwrap()["csrf"].as_str().unwrap().to_owned();
+    let read =
+        http.get(format!("{base}/admin/destinations")).header("cookie", &cookie).send().await;
+    assert_eq!(read.unwrap().status(), 200, "a read needs the cookie only");
+    let pause = format!("{base}/admin/destinations/crm/pause");
+    let no_csrf = http.post(&pause).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(no_csrf.status(), 403);
+    let wrong = http.post(&pause).header("cookie", &cookie).header("x-csrf-token", "00").send();
+    assert_eq!(wrong.await.unwrap().status(), 403);
+    let (_, v) = relay.admin_get("/admin/destinations").await;
+    assert_eq!(paused(&v, "crm"), Some(false), "refused changes changed nothing");
+    let ok = http.post(&pause).header("cookie", &cookie).header("x-csrf-token", &csrf).send();
+    assert_eq!(ok.await.unwrap().status(), 200);
+    let (_, v) = relay.admin_get("/admin/destinations").await;
+    assert_eq!(paused(&v, "crm"), Some(true));
+    // Signing out needs the CSRF token too, and clears the cookie.
+    let out = http.delete(format!("{base}/console/session")).header("cookie", &cookie).send();
+    assert_eq!(out.await.unwrap().status(), 403);
+    let out = http
+        .delete(format!("{base}/console/session"))
+        .header("cookie", &cookie)
+        .header("x-csrf-token", &csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 204);
+    assert!(out.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+
+    // Wrong tokens: a clear message, then refused unread for a while.
+    let attempt = || {
+        http.post(format!("{base}/console/session"))
+            .json(&serde_json::json!({ "token": "guess" }))
+            .send()
+    };
+    for _ in 0..5 {
+        let r = attempt().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let msg = r.json::<Value>().await.unwrap()["error"].as_str().unwrap().to_owned();
+        assert!(
+            msg.contains("wrong admin token") && msg.contains("HOOKRELAY__ADMIN__TOKEN"),
+            "{msg}"
+        );
+    }
+    let r = attempt().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let right = http
+        .post(format!("{base}/console/session"))
+        .json(&serde_json::json!({ "token": ADMIN_TOKEN }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 429, "even the right token waits: nothing is read meanwhile");
+    let metrics = relay.metrics().await;
+    assert!(
+        metrics.contains("hookrelay_console_sign_ins_total{result=\"wrong_token\"} 5"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hookrelay_console_sign_ins_total{result=\"throttled\"} 2"),
+        "{metrics}"
+    );
+    assert!(!relay.logs().contains(ADMIN_TOKEN) && !relay.logs().contains("guess"));
+}
