@@ -130,6 +130,13 @@ impl Space {
         Ok(())
     }
 
+    /// Free bytes as last measured (`None` before the first look, or for a remote
+    /// store).
+    pub(crate) fn free(&self) -> Option<u64> {
+        let free = self.free.load(Ordering::Relaxed);
+        (self.local && free != u64::MAX).then_some(free)
+    }
+
     /// Whether new callbacks are refused.
     pub(crate) fn below_floor(&self) -> bool {
         self.below.load(Ordering::SeqCst)

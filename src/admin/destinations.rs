@@ -7,6 +7,7 @@ use super::events::store_error;
 use super::views::age_seconds;
 use super::{error, AdminState};
 use crate::api;
+use crate::timefmt::format_admin;
 
 /// Every destination with its state and queue.
 pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
@@ -16,6 +17,7 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
             Ok(q) => q,
             Err(e) => return store_error(&e),
         };
+        let recent = d.activity();
         list.push(api::DestinationStatus {
             name: d.dest.name.clone(),
             url: d.dest.display_url(),
@@ -30,6 +32,10 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
                 dead: q.dead,
             },
             oldest_age_seconds: q.oldest.map(age_seconds),
+            deliveries_per_minute: recent.per_minute,
+            last_error_at: recent.last_error.as_ref().map(|(_, at)| format_admin(*at)),
+            last_error: recent.last_error.map(|(e, _)| e),
+            circuit_since: recent.circuit_since.map(format_admin),
         });
     }
     HttpResponse::Ok().json(api::DestinationList { destinations: list })

@@ -9,6 +9,7 @@ mod destinations;
 mod events;
 mod health;
 mod hooks;
+mod overview;
 mod views;
 pub(crate) mod waiting;
 
@@ -69,6 +70,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                     "/dead-letters/replay",
                     vec![(Method::POST, web::to(dead_letters::replay))],
                 ))
+                .service(resource("/overview", vec![(get(), web::to(overview::show))]))
                 .service(resource("/destinations", vec![(get(), web::to(destinations::list))]))
                 .service(resource(
                     "/destinations/{name}/pause",

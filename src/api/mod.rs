@@ -192,6 +192,21 @@ pub(crate) struct DestinationStatus {
     pub(crate) queue: Queue,
     /// Age of the oldest pending or retrying delivery's event.
     pub(crate) oldest_age_seconds: Option<f64>,
+    /// Deliveries made by this relay in the last minute.
+    #[serde(default)]
+    pub(crate) deliveries_per_minute: u64,
+    /// The last failed attempt's error (or HTTP status) on this relay.
+    #[serde(default)]
+    pub(crate) last_error: Option<String>,
+    /// When that attempt was recorded.
+    #[serde(default)]
+    #[schemars(with = "Option<Timestamp>")]
+    pub(crate) last_error_at: Option<String>,
+    /// When the circuit last opened or closed on this relay; none: closed since the
+    /// relay started.
+    #[serde(default)]
+    #[schemars(with = "Option<Timestamp>")]
+    pub(crate) circuit_since: Option<String>,
 }
 
 /// `GET /admin/destinations`.
@@ -205,6 +220,50 @@ pub(crate) struct DestinationList {
 pub(crate) struct Paused {
     pub(crate) name: String,
     pub(crate) paused: bool,
+}
+
+/// `GET /admin/overview`: what the console's overview shows beside the destinations
+/// and the accounts: the callbacks per source, the storage, the fleet.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Overview {
+    /// Per source, counted by this relay since it started.
+    pub(crate) sources: Vec<SourceCounts>,
+    pub(crate) storage: Storage,
+    /// Relays sharing the store, as this relay last read it (1 on sled).
+    pub(crate) relays: u64,
+}
+
+/// One source's callbacks, counted by this relay since it started.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct SourceCounts {
+    /// The configured name, or `unknown` for paths naming no source.
+    pub(crate) source: String,
+    /// Stored (answered 200), rejected ones included.
+    pub(crate) received: u64,
+    /// Stored as rejected (too large).
+    pub(crate) rejected: u64,
+    /// Refused: wrong source or token (404).
+    pub(crate) unauthorized: u64,
+    /// Closed unanswered (store failure, no space, body timeout, client gone): the
+    /// upstream retries them.
+    pub(crate) closed: u64,
+    /// Copies of an occurrence already dispatched (dropped by dedup).
+    pub(crate) duplicates: u64,
+}
+
+/// Where the data lives and how much room it has.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Storage {
+    /// The store's backend: `sled` (a local directory) or `postgres`.
+    pub(crate) backend: String,
+    /// Free bytes on the data directory's filesystem (local backends only).
+    pub(crate) free_bytes: Option<u64>,
+    /// Below this, callbacks are refused (local backends only).
+    pub(crate) floor_bytes: Option<u64>,
+    /// Free space is below the floor now.
+    pub(crate) below_floor: bool,
+    /// The store's size (none when it could not be read).
+    pub(crate) store_bytes: Option<u64>,
 }
 
 /// `GET /admin/hooks` and `POST /admin/hooks/sync`: every upstream account.

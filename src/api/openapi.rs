@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Accounts, ApiError, DeadLetterPage, Deleted, DestinationList, EventDetail, EventPage,
-    EventReplayed, Paused, ReplayRequest, Replayed,
+    EventReplayed, Overview, Paused, ReplayRequest, Replayed,
 };
 use crate::store::{EventId, EventStatus};
 
@@ -31,6 +31,7 @@ pub(crate) fn document() -> Value {
     let destinations = subschema::<DestinationList>(&mut g);
     let paused = subschema::<Paused>(&mut g);
     let accounts = subschema::<Accounts>(&mut g);
+    let overview = subschema::<Overview>(&mut g);
     let event_id = subschema::<EventId>(&mut g);
     let status = subschema::<EventStatus>(&mut g);
     let error = subschema::<ApiError>(&mut g);
@@ -143,7 +144,9 @@ pub(crate) fn document() -> Value {
             },
             "/admin/dead-letters/replay": { "post": admin("Replay every matching dead letter", dead_filters,
                 json_body(&replayed, "how many were replayed"), bad_query) },
-            "/admin/destinations": { "get": admin("Every destination: paused, circuit, queue", vec![],
+            "/admin/overview": { "get": admin("Callbacks per source (since this relay started), storage and fleet", vec![],
+                json_body(&overview, "the overview"), Map::new()) },
+            "/admin/destinations": { "get": admin("Every destination: paused, circuit, queue, its last minute", vec![],
                 json_body(&destinations, "the destinations"), Map::new()) },
             "/admin/destinations/{name}/pause": { "post": admin("Hold a destination's deliveries (on every relay sharing the store)",
                 vec![dest_name.clone()], json_body(&paused, "paused"), with(&[("404", "no such destination")])) },

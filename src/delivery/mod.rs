@@ -2,6 +2,7 @@
 //! sends them (at most `max_concurrency` requests at once), and has the store record
 //! each outcome. Destinations never wait for each other.
 
+mod activity;
 mod circuit;
 mod pacer;
 mod recorder;
@@ -50,6 +51,8 @@ pub(crate) struct DestinationState {
     /// Requests in flight to the destination: a permit is held from the send to the
     /// answer, not while the store records it.
     permits: Arc<Semaphore>,
+    /// What it did lately (for the console's overview).
+    activity: Mutex<activity::Activity>,
 }
 
 impl DestinationState {
@@ -71,6 +74,18 @@ impl DestinationState {
         self.stalled.load(Ordering::SeqCst)
     }
 
+    /// Deliveries of this relay in the last minute, its last error and when, and
+    /// since when the circuit is where it is (`None`: closed since start).
+    pub(crate) fn activity(&self) -> Recent {
+        let now = std::time::SystemTime::now();
+        let mut a = crate::lock::lock(&self.activity);
+        Recent {
+            per_minute: a.per_minute(now),
+            last_error: a.last_error(),
+            circuit_since: a.circuit_since(),
+        }
+    }
+
     /// A pacer as at start-up: circuit closed, nothing claimed.
     fn fresh_pacer(&self) -> pacer::Pacer<Claim> {
         new_pacer(&self.dest, self.circuit_threshold, self.circuit_interval)
@@ -79,6 +94,14 @@ impl DestinationState {
 
 fn new_pacer(dest: &Destination, threshold: u32, interval: Duration) -> pacer::Pacer<Claim> {
     pacer::Pacer::new(circuit::Circuit::new(threshold, interval), dest.timeout)
+}
+
+/// A destination's recent activity on this relay, as [`DestinationState::activity`]
+/// reads it.
+pub(crate) struct Recent {
+    pub(crate) per_minute: u64,
+    pub(crate) last_error: Option<(String, std::time::SystemTime)>,
+    pub(crate) circuit_since: Option<std::time::SystemTime>,
 }
 
 /// What the workers of one relay share.
@@ -120,6 +143,7 @@ impl Destinations {
                 in_flight: AtomicUsize::new(0),
                 in_flight_tokens: Mutex::new(std::collections::HashSet::new()),
                 unknown_claims: AtomicBool::new(false),
+                activity: Mutex::default(),
                 dest,
             };
             by_name.insert(dc.name.clone(), Arc::new(state));

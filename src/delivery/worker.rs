@@ -329,7 +329,7 @@ impl Worker {
                 (report, None)
             }
         };
-        let (status, error, outcome) =
+        let (status, error, class) =
             (report.attempt.status, report.attempt.error.clone(), report.class);
         let recorded = self.recorder.record(claim.clone(), report).await;
         // The record may have made the next delivery of an ordered resource due: look
@@ -354,7 +354,9 @@ impl Worker {
             verdict,
         }
         .emit(&self.metrics);
-        if outcome == AnswerClass::Gone {
+        let said = error.or_else(|| status.map(|s| format!("HTTP {s}")));
+        lock(&self.state.activity).recorded(verdict, said, std::time::SystemTime::now());
+        if class == AnswerClass::Gone {
             DestinationGone { destination: &dest.name }.emit(&self.metrics);
             self.store.set_paused(&dest.name, true).await?;
             self.state.paused.store(true, Ordering::SeqCst);
@@ -369,6 +371,7 @@ impl Worker {
         let change = lock(&self.state.pacer).finished(Self::now(), probe, health);
         self.state.wake.notify_one();
         if let Some(change) = change {
+            lock(&self.state.activity).circuit_moved(std::time::SystemTime::now());
             let open = change == CircuitChange::Opened;
             CircuitChanged { destination: &dest.name, open }.emit(&self.metrics);
         }

@@ -17,6 +17,8 @@ pub(crate) use relay::RelayMetrics;
 pub(crate) use store::StoreMetrics;
 pub(crate) use upstream::UpstreamMetrics;
 
+use std::collections::BTreeMap;
+
 use crate::internal_events::{CommitGroup, EventStored, InternalEvent, StoreFailed};
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -215,6 +217,30 @@ impl Metrics {
             tracing::error!(error = %e, "cannot encode metrics");
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The samples of the counter `family`, summed by the value of the label `by`
+    /// and then by the value of `split` (`""` where a sample has no such label).
+    pub(crate) fn counter_sums(
+        &self,
+        family: &str,
+        by: &str,
+        split: &str,
+    ) -> BTreeMap<String, BTreeMap<String, u64>> {
+        let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for f in self.registry.gather().iter().filter(|f| f.name() == family) {
+            for m in f.get_metric() {
+                let label = |name: &str| {
+                    m.get_label().iter().find(|l| l.name() == name).map(|l| l.value().to_owned())
+                };
+                let (Some(key), inner) = (label(by), label(split).unwrap_or_default()) else {
+                    continue;
+                };
+                *out.entry(key).or_default().entry(inner).or_default() +=
+                    m.get_counter().get_value() as u64;
+            }
+        }
+        out
     }
 
     /// The name of every registered family.

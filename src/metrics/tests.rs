@@ -18,6 +18,7 @@ const BOUNDED_LABELS: &[(&str, &str)] = &[
     ("version", "one per build"),
     ("task", "the relay's background tasks (one per destination for delivery)"),
     ("kind", "fixed per metric"),
+    ("result", "fixed per metric"),
 ];
 
 /// Words that say a metric measures time or size, and the base unit it must end in.
@@ -48,6 +49,7 @@ fn touch_all(m: &Metrics) {
     m.store.store_probe_failures.inc();
     m.store.inbox_events.set(1);
     m.relay.ready.set(1);
+    m.relay.console_sign_ins.with_label_values(&["ok"]).inc();
     for v in [
         &m.dispatch.events_dispatched,
         &m.dispatch.events_deduplicated,

@@ -89,8 +89,34 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
         "{logged:?}"
     );
     sign_in(&b, &relay, ADMIN_TOKEN).await;
-    let overview = b.wait_for_text("Destinations", Duration::from_secs(10)).await;
-    assert!(overview.contains("crm") && overview.contains("erp"), "{overview}");
+    let overview = b.wait_for_text("Storage and fleet", Duration::from_secs(10)).await;
+    for shown in
+        ["crm", "erp", "HTTP 400", "circuit closed", "demo", "Relays alive", "above the floor"]
+    {
+        assert!(overview.contains(shown), "{shown} missing from the overview: {overview}");
+    }
+    // What it shows is what the API says.
+    let (_, ov) = relay.admin_get("/admin/overview").await;
+    let demo = ov["sources"].as_array().unwrap().iter().find(|s| s["source"] == "demo").unwrap();
+    assert_eq!(
+        (demo["received"].as_u64(), demo["duplicates"].as_u64()),
+        (Some(3), Some(0)),
+        "{ov}"
+    );
+    assert_eq!(ov["relays"], 1);
+    assert_eq!(ov["storage"]["backend"], "sled");
+    assert!(ov["storage"]["store_bytes"].as_u64().unwrap() > 0, "{ov}");
+    assert!(
+        ov["storage"]["free_bytes"].as_u64().unwrap()
+            > ov["storage"]["floor_bytes"].as_u64().unwrap()
+    );
+    let (_, dests) = relay.admin_get("/admin/destinations").await;
+    let by_name = |n: &str| {
+        dests["destinations"].as_array().unwrap().iter().find(|d| d["name"] == n).cloned().unwrap()
+    };
+    assert_eq!(by_name("crm")["deliveries_per_minute"], 3, "{dests}");
+    assert_eq!(by_name("erp")["last_error"], "HTTP 400", "{dests}");
+    assert!(by_name("erp")["last_error_at"].is_string());
     b.screenshot(&shots().join("overview.png")).await;
     accessible(&b, "overview").await;
 

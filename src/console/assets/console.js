@@ -55,7 +55,7 @@ function table(caption, headers, rows) {
   return h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': caption },
     h('table', {},
       h('caption', { class: 'skip' }, caption),
-      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts)$/.test(x) ? 'num' : null }, x)))),
+      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts|Per minute|Stored|Duplicates|Rejected|Unauthorized|Closed)$/.test(x) ? 'num' : null }, x)))),
       h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length, class: 'muted' }, 'none')))));
 }
 
@@ -131,15 +131,32 @@ function failed(e) {
   page('Something went wrong', h('p', { class: 'error', role: 'alert' }, e.message));
 }
 
+function bytes(n) {
+  if (n === null || n === undefined) return '—';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return (i ? n.toFixed(1) : String(n)) + ' ' + units[i];
+}
+
 async function overview() {
-  const [dests, hooks] = await Promise.all([api('GET', '/admin/destinations'), api('GET', '/admin/hooks')]);
+  const [dests, hooks, ov] = await Promise.all([
+    api('GET', '/admin/destinations'), api('GET', '/admin/hooks'), api('GET', '/admin/overview')]);
   const destRows = dests.destinations.map((d) => h('tr', {},
     h('th', { scope: 'row' }, d.name),
-    h('td', {}, d.paused ? state('paused') : state('active'), ' ', circuit(d.circuit), d.stalled ? [' ', state('stalled')] : null),
+    h('td', {}, d.paused ? state('paused') : state('active'), ' ', circuit(d.circuit),
+      d.circuit_since ? h('span', { class: 'muted' }, ' since ', time(d.circuit_since)) : null,
+      ' ', d.stalled ? state('stalled', 'stalled (watchdog)') : null),
     h('td', { class: 'num' }, d.queue.pending), h('td', { class: 'num' }, d.queue.held),
     h('td', { class: 'num' }, d.queue.retrying),
     h('td', { class: 'num' }, d.queue.dead ? link('/console/dead-letters' + query({ destination: d.name }), String(d.queue.dead)) : '0'),
-    h('td', { class: 'num' }, d.in_flight), h('td', {}, age(d.oldest_age_seconds))));
+    h('td', { class: 'num' }, d.in_flight), h('td', {}, age(d.oldest_age_seconds)),
+    h('td', { class: 'num' }, d.deliveries_per_minute),
+    h('td', {}, d.last_error ? [h('span', { class: 'error' }, d.last_error), ' ', time(d.last_error_at)] : '—')));
+  const sourceRows = ov.sources.map((x) => h('tr', {},
+    h('th', { scope: 'row' }, x.source), h('td', { class: 'num' }, x.received),
+    h('td', { class: 'num' }, x.duplicates), h('td', { class: 'num' }, x.rejected),
+    h('td', { class: 'num' }, x.unauthorized), h('td', { class: 'num' }, x.closed)));
   const accountRows = hooks.accounts.map((a) => h('tr', {},
     h('th', { scope: 'row' }, a.source + ' / ' + a.account),
     h('td', {}, state(a.ok ? 'ok' : 'failing'), a.stale ? [' ', state('stale')] : null),
@@ -147,12 +164,21 @@ async function overview() {
     h('td', { class: 'num' }, a.hooks.length),
     h('td', { class: 'num' }, a.hooks.filter((x) => x.status !== 'Active').length),
     h('td', {}, a.errors.join('; ') || '—')));
+  const st = ov.storage;
+  const storage = h('dl', { class: 'facts' },
+    h('dt', {}, 'Store'), h('dd', {}, st.backend + ' · ' + bytes(st.store_bytes)),
+    st.free_bytes !== null ? [h('dt', {}, 'Free space'), h('dd', {}, bytes(st.free_bytes), ' (floor ', bytes(st.floor_bytes), ') ',
+      st.below_floor ? state('dead', 'below the floor: callbacks refused') : state('ok', 'above the floor'))] : null,
+    h('dt', {}, 'Relays alive'), h('dd', {}, ov.relays));
   page('Overview',
-    h('p', { class: 'muted' }, 'Refreshes every 5 seconds.'),
+    h('p', { class: 'muted' }, 'Refreshes every 5 seconds. Counts are this relay\'s since it started.'),
     h('h2', {}, 'Destinations'),
-    table('Destinations', ['Destination', 'State', 'Pending', 'Held', 'Retrying', 'Dead', 'In flight', 'Oldest pending'], destRows),
+    table('Destinations', ['Destination', 'State', 'Pending', 'Held', 'Retrying', 'Dead', 'In flight', 'Oldest pending', 'Per minute', 'Last error'], destRows),
+    h('h2', {}, 'Sources'),
+    table('Sources', ['Source', 'Stored', 'Duplicates', 'Rejected', 'Unauthorized', 'Closed'], sourceRows),
     h('h2', {}, 'Upstream accounts'),
-    table('Upstream accounts', ['Account', 'Status', 'Last reconcile', 'Hooks', 'Not active', 'Errors'], accountRows));
+    table('Upstream accounts', ['Account', 'Status', 'Last reconcile', 'Hooks', 'Not active', 'Errors'], accountRows),
+    h('h2', {}, 'Storage and fleet'), storage);
   refresh = setTimeout(() => render(true), 5000);
 }
 
