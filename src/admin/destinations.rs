@@ -36,6 +36,11 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
             last_error_at: recent.last_error.as_ref().map(|(_, at)| format_admin(*at)),
             last_error: recent.last_error.map(|(e, _)| e),
             circuit_since: recent.circuit_since.map(format_admin),
+            max_concurrency: d.dest.max_concurrency as u64,
+            fleet_share: d.share() as u64,
+            sources: d.route.sources.clone(),
+            events: d.route.events.clone(),
+            ordering: if d.route.per_resource { "per-resource" } else { "none" }.into(),
         });
     }
     HttpResponse::Ok().json(api::DestinationList { destinations: list })

@@ -207,6 +207,21 @@ pub(crate) struct DestinationStatus {
     #[serde(default)]
     #[schemars(with = "Option<Timestamp>")]
     pub(crate) circuit_since: Option<String>,
+    /// Requests at once across the fleet (`max_concurrency`).
+    #[serde(default)]
+    pub(crate) max_concurrency: u64,
+    /// This relay's share of them (the relays divide it; 0 while a relay joins).
+    #[serde(default)]
+    pub(crate) fleet_share: u64,
+    /// The sources it takes (`*` globs; empty: all).
+    #[serde(default)]
+    pub(crate) sources: Vec<String>,
+    /// The event names it takes (`*` globs; empty: all).
+    #[serde(default)]
+    pub(crate) events: Vec<String>,
+    /// `per-resource` or `none`.
+    #[serde(default)]
+    pub(crate) ordering: String,
 }
 
 /// `GET /admin/destinations`.

@@ -53,6 +53,18 @@ pub(crate) struct DestinationState {
     permits: Arc<Semaphore>,
     /// What it did lately (for the console's overview).
     activity: Mutex<activity::Activity>,
+    /// This relay's share of `max_concurrency`, as its worker last computed it.
+    share: AtomicUsize,
+    /// What dispatch routes to it, as configured (for the console).
+    pub(crate) route: Route,
+}
+
+/// A destination's route and order, as configured: the sources and event names it
+/// takes (`*` globs; empty: all) and whether it keeps per-resource order.
+pub(crate) struct Route {
+    pub(crate) sources: Vec<String>,
+    pub(crate) events: Vec<String>,
+    pub(crate) per_resource: bool,
 }
 
 impl DestinationState {
@@ -72,6 +84,12 @@ impl DestinationState {
     /// Whether the progress watchdog finds this destination stalled on this relay.
     pub(crate) fn is_stalled(&self) -> bool {
         self.stalled.load(Ordering::SeqCst)
+    }
+
+    /// This relay's share of `max_concurrency` (the fleet divides it; 0 while a relay
+    /// joins).
+    pub(crate) fn share(&self) -> usize {
+        self.share.load(Ordering::Relaxed)
     }
 
     /// Deliveries of this relay in the last minute, its last error and when, and
@@ -144,6 +162,12 @@ impl Destinations {
                 in_flight_tokens: Mutex::new(std::collections::HashSet::new()),
                 unknown_claims: AtomicBool::new(false),
                 activity: Mutex::default(),
+                share: AtomicUsize::new(0),
+                route: Route {
+                    sources: dc.sources.clone(),
+                    events: dc.events.clone(),
+                    per_resource: dc.ordering == crate::config::Ordering::PerResource,
+                },
                 dest,
             };
             by_name.insert(dc.name.clone(), Arc::new(state));

@@ -101,6 +101,7 @@ impl Worker {
         let state = &self.state;
         let (max, available) = (state.dest.max_concurrency, state.permits.available_permits());
         let share = self.fleet.concurrency(max);
+        state.share.store(share, Ordering::Relaxed);
         let requests = max.saturating_sub(available);
         Room {
             // Below the free-space floor, as paused: claims go back, nothing starts,

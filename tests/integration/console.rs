@@ -182,7 +182,10 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
 
     // Pause and resume a destination: the API sees each change.
     b.goto(&format!("{base}/console/destinations")).await;
+    let shown = b.wait_for_text("order: none", Duration::from_secs(10)).await;
+    assert!(shown.contains("sources: *") && shown.contains("8 of 8"), "route and share: {shown}");
     accessible(&b, "destinations").await;
+    b.screenshot(&shots().join("destinations.png")).await;
     b.click_button("Pause crm").await;
     b.confirm("Pause crm?").await;
     relay

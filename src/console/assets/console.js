@@ -55,7 +55,7 @@ function table(caption, headers, rows) {
   return h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': caption },
     h('table', {},
       h('caption', { class: 'skip' }, caption),
-      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts|Per minute|Stored|Duplicates|Rejected|Unauthorized|Closed)$/.test(x) ? 'num' : null }, x)))),
+      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts|Per minute|Share|Stored|Duplicates|Rejected|Unauthorized|Closed)$/.test(x) ? 'num' : null }, x)))),
       h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length, class: 'muted' }, 'none')))));
 }
 
@@ -349,12 +349,16 @@ async function destinations() {
     } catch (err) { say(err.message); }
     render();
   };
+  const globs = (list) => (list && list.length ? list.join(', ') : 'all');
   const rows = data.destinations.map((d) => h('tr', {},
     h('th', { scope: 'row' }, d.name), h('td', {}, d.url),
-    h('td', {}, d.paused ? state('paused') : state('active')), h('td', {}, circuit(d.circuit)),
+    h('td', {}, d.paused ? state('paused') : state('active')),
+    h('td', {}, circuit(d.circuit), d.circuit_since ? h('span', { class: 'muted' }, ' since ', time(d.circuit_since)) : null),
+    h('td', {}, 'sources: ' + globs(d.sources), h('br'), 'events: ' + globs(d.events), h('br'), 'order: ' + d.ordering),
+    h('td', { class: 'num' }, d.fleet_share + ' of ' + d.max_concurrency),
     h('td', { class: 'num' }, d.in_flight),
     h('td', {}, h('button', { type: 'button', onclick: () => toggle(d) }, (d.paused ? 'Resume ' : 'Pause ') + d.name))));
-  page('Destinations', table('Destinations', ['Destination', 'URL', 'State', 'Circuit', 'In flight', 'Action'], rows));
+  page('Destinations', table('Destinations', ['Destination', 'URL', 'State', 'Circuit', 'Route', 'Share', 'In flight', 'Action'], rows));
 }
 
 async function hooks() {
