@@ -25,6 +25,10 @@ pub(super) struct ListQuery {
     resource: Option<String>,
     /// Continue after this id: the listing is newest first, so older events follow.
     after: Option<String>,
+    /// Only events received at or after this time (RFC 3339).
+    since: Option<String>,
+    /// Only events received before this time (RFC 3339).
+    until: Option<String>,
     limit: Option<usize>,
 }
 
@@ -40,6 +44,22 @@ pub(super) async fn list(
     let after = match query.after.as_deref().map(str::parse::<EventId>).transpose() {
         Ok(after) => after,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("after: {e}")),
+    };
+    let time = |name: &str, text: &Option<String>| match text.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) => crate::timefmt::parse(t)
+            .map(|at| Some(EventId::new(crate::clock::unix_micros(at))))
+            .ok_or_else(|| format!("{name}: {t:?} is not a time such as 2026-06-12T13:23:34Z")),
+    };
+    let (since, until) = match (time("since", &query.since), time("until", &query.until)) {
+        (Ok(since), Ok(until)) => (since, until),
+        (Err(e), _) | (_, Err(e)) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    // An id is its receive time: "received before `until`" is "after" it in a
+    // listing that runs newest first, and a page's cursor narrows it further.
+    let after = match (after, until) {
+        (Some(a), Some(u)) => Some(a.min(u)),
+        (a, u) => a.or(u),
     };
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
@@ -60,6 +80,7 @@ pub(super) async fn list(
         status: query.status,
         resource: query.resource,
         after,
+        since,
         limit,
     };
     let store = &state.store;

@@ -209,7 +209,7 @@ impl EventLog for MemoryStore {
         Ok(all
             .into_iter()
             .rev()
-            .filter(|(id, m)| filter.after.is_none_or(|a| *id < a) && filter.matches(m))
+            .filter(|(id, m)| filter.in_window(*id) && filter.matches(m))
             .take(filter.limit)
             .map(|(id, m)| EventRecord { id, meta: m.clone() })
             .collect())

@@ -139,6 +139,30 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
     assert!(b.url().await.ends_with("/console/events?resource=actions%2F5"), "{}", b.url().await);
     accessible(&b, "events").await;
     b.screenshot(&shots().join("events.png")).await;
+    // A window of receive time, through the API and on the page.
+    let (_, second) = relay.admin_get(&format!("/admin/events/{}", ids[1])).await;
+    let from = second["received_at"].as_str().unwrap().to_owned();
+    let listed = |v: &Value| -> Vec<String> {
+        v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, after) = relay.admin_get(&format!("/admin/events?since={from}")).await;
+    assert_eq!(listed(&after), [ids[2].clone(), ids[1].clone()]);
+    let (_, before) = relay.admin_get(&format!("/admin/events?until={from}")).await;
+    assert_eq!(listed(&before), [ids[0].clone()]);
+    let (status, bad) = relay.admin_get("/admin/events?since=yesterday").await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("since"), "{bad}");
+    b.goto(&format!("{base}/console/events?until={from}")).await;
+    let shown = b.wait_for_text(&ids[0], Duration::from_secs(10)).await;
+    assert!(!shown.contains(&ids[1]) && !shown.contains(&ids[2]), "{shown}");
+    let until = b.find("input[name=until]").await.attribute("value").await.unwrap_or_default();
+    assert!(!until.is_empty(), "the window is shown in the form");
+    b.goto(&format!("{base}/console/events?resource=actions%2F5")).await;
     b.find(&format!("a[href='/console/events/{}']", ids[2])).await.click().await;
     let event = b.wait_for_text(&format!("Event {}", ids[2]), Duration::from_secs(10)).await;
     for word in ["crm", "erp", "delivered", "dead", "400", "actions/5", "update 3"] {

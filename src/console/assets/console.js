@@ -43,6 +43,15 @@ function circuit(phase) {
   return state(phase, 'circuit ' + String(phase).replace('_', '-'));
 }
 
+/** An RFC 3339 time as a `datetime-local` input's value, in the browser's zone. */
+function localInput(iso) {
+  if (!iso) return '';
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  const pad = (n) => String(n).padStart(2, '0');
+  return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + 'T' + pad(d.getHours()) + ':' + pad(d.getMinutes());
+}
+
 function age(seconds) {
   if (seconds === null || seconds === undefined) return '—';
   if (seconds < 90) return Math.round(seconds) + ' s';
@@ -188,18 +197,22 @@ async function events() {
   const params = new URLSearchParams(location.search);
   const field = (name, label, hint) => h('label', {}, label,
     h('input', { name, value: params.get(name) || '', placeholder: hint || '', autocomplete: 'off' }));
+  // Times: typed in the browser's zone, carried in the URL and to the API in UTC.
+  const when = (name, label) => h('label', {}, label,
+    h('input', { type: 'datetime-local', name, value: localInput(params.get(name)) }));
   const form = h('form', { class: 'filters', role: 'search', onsubmit: (e) => {
     e.preventDefault();
     const data = Object.fromEntries(new FormData(form));
+    for (const k of ['since', 'until']) if (data[k]) data[k] = new Date(data[k]).toISOString();
     navigate('/console/events' + query(data));
   } },
   field('resource', 'Resource (type/id)', 'actions/5'), field('event', 'Event', 'ActionUpdated'),
-  field('source', 'Source'),
+  field('source', 'Source'), when('since', 'Received from'), when('until', 'Received before'),
   h('label', {}, 'Status', h('select', { name: 'status' },
     STATUSES.map((s) => h('option', { value: s, selected: params.get('status') === s }, s || 'any')))),
   h('button', { type: 'submit', class: 'primary' }, 'Search'));
   const filters = {};
-  for (const k of ['resource', 'event', 'source', 'status', 'after']) if (params.get(k)) filters[k] = params.get(k);
+  for (const k of ['resource', 'event', 'source', 'status', 'since', 'until', 'after']) if (params.get(k)) filters[k] = params.get(k);
   const data = await api('GET', '/admin/events' + query(filters));
   const byResource = Boolean(filters.resource);
   const rows = data.events.map((e) => h('tr', {},

@@ -120,6 +120,36 @@ pub(super) async fn events_are_found_by_resource(h: &mut dyn Harness) {
     store.close().await.unwrap();
 }
 
+/// Listing by receive time: `since` (inclusive) and `after` (exclusive) bound the
+/// window, with or without a resource, in the inbox and once dispatched.
+pub(super) async fn events_are_listed_within_a_time_window(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        (0..6).map(|i| about(received("demo", "A", S + i * 10, "{}"), "actions/5")).collect(),
+    )
+    .await;
+    store.dispatch(vec![plan(ids[1], 1, &[]), plan(ids[2], 2, &[])], 2 * S).await.unwrap();
+    let window = |since: usize, before: usize, resource: Option<&str>| EventFilter {
+        since: Some(ids[since]),
+        after: Some(ids[before]),
+        resource: resource.map(str::to_owned),
+        limit: 10,
+        ..Default::default()
+    };
+    for resource in [None, Some("actions/5")] {
+        let got = store.list_events(window(1, 4, resource)).await.unwrap();
+        let got: Vec<EventId> = got.into_iter().map(|r| r.id).collect();
+        assert_eq!(got, [ids[3], ids[2], ids[1]], "{resource:?}");
+        let only_since = EventFilter { after: None, ..window(4, 0, resource) };
+        let got = store.list_events(only_since).await.unwrap();
+        assert_eq!(got.into_iter().map(|r| r.id).collect::<Vec<_>>(), [ids[5], ids[4]]);
+        let empty = store.list_events(window(3, 3, resource)).await.unwrap();
+        assert!(empty.is_empty(), "{resource:?}: an empty window");
+    }
+    store.close().await.unwrap();
+}
+
 pub(super) async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     let store = h.open().await;
     let ids = append_all(

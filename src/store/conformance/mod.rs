@@ -285,6 +285,10 @@ macro_rules! conformance {
                 super::event_log::events_are_found_by_resource(&mut $make).await;
             }
             #[tokio::test]
+            async fn events_are_listed_within_a_time_window() {
+                super::event_log::events_are_listed_within_a_time_window(&mut $make).await;
+            }
+            #[tokio::test]
             async fn prune_keeps_what_is_not_finished() {
                 super::event_log::prune_keeps_what_is_not_finished(&mut $make).await;
             }

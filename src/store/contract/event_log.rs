@@ -16,12 +16,21 @@ pub(crate) struct EventFilter {
     /// Only events about this resource (`type/id`, see [`EventMeta::resource`]):
     /// answered from an index, not a scan.
     pub(crate) resource: Option<String>,
-    /// Continue a listing after this id (so: older events only).
+    /// Continue a listing after this id (so: older events only). An id is its receive
+    /// time in µs, so this is also "received before".
     pub(crate) after: Option<EventId>,
+    /// Only events with this id or a later one: received at or after its time.
+    pub(crate) since: Option<EventId>,
     pub(crate) limit: usize,
 }
 
 impl EventFilter {
+    /// Whether `id` is inside the listing's window (`after` and `since`): one
+    /// definition for every backend that filters in code.
+    pub(crate) fn in_window(&self, id: EventId) -> bool {
+        self.after.is_none_or(|a| id < a) && self.since.is_none_or(|s| id >= s)
+    }
+
     /// Whether `meta` passes the filter's conditions (all but `after` and `limit`,
     /// which are about the listing's window): one definition for every backend
     /// that filters in code.

@@ -40,6 +40,7 @@ impl EventLog for PostgresStore {
             "SELECT id, meta FROM events
              WHERE {resource} AND ($1::bigint IS NULL OR id < $1) AND ($2::text IS NULL OR source = $2)
                AND ($3::text IS NULL OR event = $3) AND ($4::text IS NULL OR status = $4)
+               AND ($7::bigint IS NULL OR id >= $7)
              ORDER BY id DESC LIMIT $5"
         );
         let rows = client
@@ -52,6 +53,7 @@ impl EventLog for PostgresStore {
                     &filter.status.map(|s| s.as_str()),
                     &limit(filter.limit),
                     &filter.resource,
+                    &filter.since.map(sql_id),
                 ],
             )
             .await?;

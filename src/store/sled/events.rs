@@ -75,6 +75,10 @@ impl SledState {
                 break;
             }
             let (key, value) = item?;
+            // Newest first: once older than `since`, every later one is too.
+            if filter.since.is_some_and(|s| EventId::from_key(&key).is_some_and(|id| id < s)) {
+                break;
+            }
             let record = self.decode(&key, &value)?;
             if filter.matches(&record.meta) {
                 out.push(record);
@@ -92,7 +96,6 @@ impl SledState {
         resource: &str,
         filter: &EventFilter,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        let below = |id: EventId| filter.after.is_none_or(|a| id < a);
         let mut found = std::collections::BTreeMap::new();
         let start = EventId::new(self.cursor.load(Ordering::Acquire).saturating_add(1));
         let inbox = match filter.after {
@@ -111,7 +114,7 @@ impl SledState {
                 continue;
             }
             let event = self.decode(&key, &value)?;
-            if filter.matches(&event.meta) {
+            if filter.in_window(event.id) && filter.matches(&event.meta) {
                 found.insert(event.id, event);
             }
         }
@@ -126,7 +129,7 @@ impl SledState {
                     reason: "no event id after the resource".into(),
                 });
             };
-            if !below(id) || found.contains_key(&id) {
+            if !filter.in_window(id) || found.contains_key(&id) {
                 continue;
             }
             // Pruned since (its outcome goes in the same transaction): skip.
