@@ -10,8 +10,10 @@ use crate::metrics::ingress_outcome as outcome;
 /// The overview, from this relay's counters and its last look at the disk.
 pub(super) async fn show(state: web::Data<AdminState>) -> HttpResponse {
     let m = &state.metrics;
-    let requests = m.counter_sums("hookrelay_ingress_requests_total", "source", "outcome");
-    let duplicates = m.counter_sums("hookrelay_events_deduplicated_total", "source", "event");
+    let requests = m.sums("hookrelay_ingress_requests_total", "source", "outcome");
+    let duplicates = m.sums("hookrelay_events_deduplicated_total", "source", "event");
+    let stored = m.sums("hookrelay_events_stored_total", "source", "event");
+    let missing = m.sums("hookrelay_upstream_callbacks_missing", "source", "event");
     let mut names: Vec<&String> = requests.keys().chain(duplicates.keys()).collect();
     names.sort();
     names.dedup();
@@ -33,6 +35,8 @@ pub(super) async fn show(state: web::Data<AdminState>) -> HttpResponse {
                 unauthorized: n(outcome::UNAUTHORIZED),
                 closed: closed.iter().map(|o| n(o)).sum(),
                 duplicates: duplicates.get(source).map_or(0, |d| d.values().sum()),
+                events: stored.get(source).cloned().unwrap_or_default(),
+                missing: missing.get(source).cloned().unwrap_or_default(),
             }
         })
         // A source nothing was counted for yet still shows (every label is created

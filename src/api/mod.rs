@@ -264,6 +264,13 @@ pub(crate) struct SourceCounts {
     pub(crate) closed: u64,
     /// Copies of an occurrence already dispatched (dropped by dedup).
     pub(crate) duplicates: u64,
+    /// Stored callbacks by event name (`other` for names outside the upstream's list).
+    #[serde(default)]
+    pub(crate) events: BTreeMap<String, u64>,
+    /// Per event, calls the upstream counted on the relay's hooks that no callback
+    /// stored answers (`hookrelay_upstream_callbacks_missing`; sources with accounts).
+    #[serde(default)]
+    pub(crate) missing: BTreeMap<String, u64>,
 }
 
 /// Where the data lives and how much room it has.

@@ -219,26 +219,40 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
-    /// The samples of the counter `family`, summed by the value of the label `by`
-    /// and then by the value of `split` (`""` where a sample has no such label).
-    pub(crate) fn counter_sums(
+    /// The samples of the counter or gauge `family`: each one's labels and value.
+    pub(crate) fn samples(&self, family: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let mut out = Vec::new();
+        for f in self.registry.gather().iter().filter(|f| f.name() == family) {
+            for m in f.get_metric() {
+                let labels = m
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.name().to_owned(), l.value().to_owned()))
+                    .collect();
+                let value = match f.get_field_type() {
+                    prometheus::proto::MetricType::COUNTER => m.get_counter().get_value(),
+                    prometheus::proto::MetricType::GAUGE => m.get_gauge().get_value(),
+                    _ => continue,
+                };
+                out.push((labels, value));
+            }
+        }
+        out
+    }
+
+    /// The samples of `family` summed by the value of the label `by`, then by the
+    /// value of `split` (`""` where a sample has no such label).
+    pub(crate) fn sums(
         &self,
         family: &str,
         by: &str,
         split: &str,
     ) -> BTreeMap<String, BTreeMap<String, u64>> {
         let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-        for f in self.registry.gather().iter().filter(|f| f.name() == family) {
-            for m in f.get_metric() {
-                let label = |name: &str| {
-                    m.get_label().iter().find(|l| l.name() == name).map(|l| l.value().to_owned())
-                };
-                let (Some(key), inner) = (label(by), label(split).unwrap_or_default()) else {
-                    continue;
-                };
-                *out.entry(key).or_default().entry(inner).or_default() +=
-                    m.get_counter().get_value() as u64;
-            }
+        for (labels, value) in self.samples(family) {
+            let Some(key) = labels.get(by) else { continue };
+            let inner = labels.get(split).cloned().unwrap_or_default();
+            *out.entry(key.clone()).or_default().entry(inner).or_default() += value.max(0.0) as u64;
         }
         out
     }

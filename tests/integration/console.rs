@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::browser::Browser;
+use crate::common::proxy::Proxy;
+use crate::common::sim::Sim;
 use crate::common::sink::{Mode, Sink};
 use crate::common::{self, Relay, ADMIN_TOKEN};
 
@@ -240,6 +242,70 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
     assert_eq!(b.console_errors().await, Vec::<String>::new());
     assert!(!b.source().await.contains(ADMIN_TOKEN));
     assert!(!relay.logs().contains(ADMIN_TOKEN), "the token is in the relay's log");
+}
+
+/// The hooks page against a simulated upstream: each hook with its state, the
+/// upstream's count against the callbacks stored, and "Sync now" with its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hooks_page_shows_each_hook_against_what_was_stored_and_syncs_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start().await;
+    let sim_config =
+        format!("callback_retries = 1\ncallback_retry_backoff = \"50ms\"\n{}", common::sim::USERS);
+    let sim = Sim::start(dir.path(), &sim_config);
+    let proxy = Proxy::start().await;
+    let tail = format!(
+        "events = [\"ActionCreated\"]\n[[sources.accounts]]\nname = \"alice\"\napi_base = \"{}\"\ntoken = \"alice-token\"\n\n[upstream]\npublic_url = \"{}\"\nreconcile_interval = \"1h\"\n\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n",
+        sim.api_base(),
+        proxy.url(),
+        sink.url()
+    );
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    proxy.forward_to(relay.ingress);
+    let b = Browser::start().await;
+    sign_in(&b, &relay, ADMIN_TOKEN).await;
+    b.wait_for_text("Storage and fleet", Duration::from_secs(10)).await;
+    b.goto(&format!("http://{}/console/hooks", relay.admin)).await;
+    b.click_button("Sync now").await;
+    let status = b.find("#status").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !status.text().await.contains("Sync done") {
+        assert!(std::time::Instant::now() < deadline, "no sync result: {:?}", status.text().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.wait_for_text("alice", Duration::from_secs(10)).await;
+    let report = sim.fire(serde_json::json!({"event": "ActionCreated", "id": "77"})).await;
+    assert_eq!(report["occurrences"][0]["calls"][0]["outcome"], "delivered", "{report}");
+    sink.wait_for(1, Duration::from_secs(20)).await;
+    b.click_button("Sync now").await;
+    // One row: ActionCreated, active, triggered 1, stored 1, missing 0.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let cells: Vec<String> = {
+            let mut v = Vec::new();
+            for c in b.find_all("section[aria-label='demo / alice'] tbody td").await {
+                v.push(c.text().await);
+            }
+            v
+        };
+        if cells.len() >= 6 && cells[3] == "1" {
+            assert_eq!(cells[0], "ActionCreated", "{cells:?}");
+            assert_eq!(cells[2], "active", "{cells:?}");
+            assert_eq!(
+                (cells[4].as_str(), cells[5].as_str()),
+                ("1", "0"),
+                "stored, missing: {cells:?}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "hooks never showed the call: {cells:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    accessible(&b, "hooks").await;
+    b.screenshot(&shots().join("hooks.png")).await;
+    assert_eq!(b.console_errors().await, Vec::<String>::new());
+    assert!(!b.source().await.contains("alice-token") && !b.source().await.contains(common::TOKEN));
 }
 
 /// Whether `name` is paused in a `GET /admin/destinations` answer.

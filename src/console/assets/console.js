@@ -64,7 +64,7 @@ function table(caption, headers, rows) {
   return h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': caption },
     h('table', {},
       h('caption', { class: 'skip' }, caption),
-      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts|Per minute|Share|Stored|Duplicates|Rejected|Unauthorized|Closed)$/.test(x) ? 'num' : null }, x)))),
+      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts|Per minute|Share|Stored|Missing|Duplicates|Rejected|Unauthorized|Closed)$/.test(x) ? 'num' : null }, x)))),
       h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length, class: 'muted' }, 'none')))));
 }
 
@@ -375,23 +375,35 @@ async function destinations() {
 }
 
 async function hooks() {
-  const data = await api('GET', '/admin/hooks');
+  const [data, ov] = await Promise.all([api('GET', '/admin/hooks'), api('GET', '/admin/overview')]);
+  const bySource = Object.fromEntries(ov.sources.map((x) => [x.source, x]));
   const sync = async () => {
     try {
       const r = await api('POST', '/admin/hooks/sync');
       const errors = r.accounts.flatMap((a) => a.errors);
-      say(errors.length ? 'Sync: ' + errors.join('; ') : 'Sync done: ' + r.accounts.length + ' account(s) reconciled');
+      const changes = r.accounts.flatMap((a) => a.changes.map((c) => c.action + ' ' + c.event + ' (hook ' + c.hook_id + ')'));
+      say(errors.length ? 'Sync: ' + errors.join('; ')
+        : 'Sync done: ' + r.accounts.length + ' account(s); ' + (changes.length ? changes.join(', ') : 'nothing to change'));
     } catch (err) { say(err.message); }
     render();
   };
-  const sections = data.accounts.map((a) => h('section', { 'aria-label': a.source + ' / ' + a.account },
-    h('h2', {}, a.source + ' / ' + a.account, ' ', state(a.ok ? 'ok' : 'failing')),
-    h('p', { class: 'muted' }, 'Last reconcile: ', time(a.last_reconcile), a.errors.length ? ' · ' + a.errors.join('; ') : ''),
-    table('Hooks of ' + a.account, ['Event', 'Hook', 'Status', 'Triggered', 'Last triggered', 'Target'],
-      a.hooks.map((x) => h('tr', {}, h('td', {}, x.event), h('td', {}, x.id), h('td', {}, state(String(x.status).toLowerCase())),
-        h('td', { class: 'num' }, x.triggered_count === null || x.triggered_count === undefined ? '—' : x.triggered_count),
-        h('td', {}, time(x.last_triggered)), h('td', {}, x.target))))));
-  page('Hooks', h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: sync }, 'Sync now')),
+  const sections = data.accounts.map((a) => {
+    const counts = bySource[a.source] || { events: {}, missing: {} };
+    return h('section', { 'aria-label': a.source + ' / ' + a.account },
+      h('h2', {}, a.source + ' / ' + a.account, ' ', state(a.ok ? 'ok' : 'failing'), a.stale ? [' ', state('stale')] : null),
+      h('p', { class: 'muted' }, 'Last reconcile: ', time(a.last_reconcile), a.errors.length ? ' · ' + a.errors.join('; ') : ''),
+      a.changes.length ? h('p', {}, 'Changed by it: ' + a.changes.map((c) => c.action + ' ' + c.event).join(', ')) : null,
+      h('p', {}, link('/console/events' + query({ source: a.source, event: 'hookrelay.HookGap' }), 'Gaps reported for ' + a.source + ' (HookGap events)')),
+      table('Hooks of ' + a.account, ['Event', 'Hook', 'Status', 'Triggered', 'Stored', 'Missing', 'Last triggered', 'Target'],
+        a.hooks.map((x) => h('tr', {}, h('td', {}, x.event), h('td', {}, x.id), h('td', {}, state(String(x.status).toLowerCase())),
+          h('td', { class: 'num' }, x.triggered_count === null || x.triggered_count === undefined ? '—' : x.triggered_count),
+          h('td', { class: 'num' }, counts.events[x.event] || 0),
+          h('td', { class: 'num' }, counts.missing[x.event] || 0),
+          h('td', {}, time(x.last_triggered)), h('td', {}, x.target)))));
+  });
+  page('Hooks',
+    h('p', { class: 'muted' }, 'Triggered: the upstream\'s count on the hook. Stored: callbacks this relay stored for the event since it started. Missing: calls counted upstream that no stored callback answers.'),
+    h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: sync }, 'Sync now')),
     sections.length ? sections : h('p', { class: 'muted' }, 'No upstream accounts configured.'));
 }
 
