@@ -81,7 +81,7 @@ fn main() {
             sink.url()
         );
         let config = common::config_with(&dir.path().join("data"), "", &tail)
-            .replace("level = \"info\"", "level = \"hookrelay=warn,actix_server=warn\"");
+            .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
         let relay = common::Relay::start_full(common::binary(), dir.path(), &config, &[]).await;
         let (status, _) = relay.admin_post("/admin/destinations/erp/pause", None).await;
         assert_eq!(status, 200);

@@ -20,6 +20,10 @@ pub(super) struct Query {
     event: Option<String>,
     destination: Option<String>,
     after: Option<String>,
+    /// Only dead letters of events received at or after this time (RFC 3339).
+    since: Option<String>,
+    /// Only dead letters of events received before this time (RFC 3339).
+    until: Option<String>,
     limit: Option<usize>,
 }
 
@@ -36,6 +40,7 @@ fn filter(
         .map(str::parse::<EventId>)
         .transpose()
         .map_err(|e| format!("after: {e}"))?;
+    let (after, since) = views::time_window(after, q.since.as_deref(), q.until.as_deref())?;
     let limit = q.limit.unwrap_or(default_limit);
     if !(1..=max_limit).contains(&limit) {
         return Err(format!("limit: must be between 1 and {max_limit}"));
@@ -45,6 +50,7 @@ fn filter(
         event: q.event,
         destination: q.destination,
         after,
+        since,
         limit,
     })
 }
@@ -164,6 +170,80 @@ pub(super) async fn replay(
     }
     tracing::info!(replayed = destinations.len(), "dead letters replayed");
     HttpResponse::Ok().json(api::Replayed { replayed: destinations.len() })
+}
+
+/// Most dead letters one selection may name.
+const MAX_SELECTION: usize = 1_000;
+
+/// The chosen dead letters, or what is wrong with the request.
+fn selection(body: &[u8]) -> Result<Vec<api::DeliveryRef>, String> {
+    let s: api::Selection = serde_json::from_slice(body).map_err(|e| {
+        format!("body: {e}; send {{\"dead_letters\": [{{\"event\": ID, \"destination\": NAME}}]}}")
+    })?;
+    if s.dead_letters.len() > MAX_SELECTION {
+        return Err(format!("dead_letters: at most {MAX_SELECTION} at once (filters handle more)"));
+    }
+    Ok(s.dead_letters)
+}
+
+/// `POST /admin/dead-letters/selection/replay`: replays the chosen dead letters that
+/// are still dead (one replayed or discarded meanwhile is left alone).
+pub(super) async fn replay_selected(
+    state: web::Data<AdminState>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let chosen = match selection(&body) {
+        Ok(c) => c,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let now = crate::clock::now_us();
+    let mut replayed = 0;
+    for d in chosen {
+        if state.destinations.get(&d.destination).is_none() {
+            continue;
+        }
+        let dead = match state.store.deliveries_of(d.event).await {
+            Ok(all) => {
+                all.iter().any(|r| r.destination == d.destination && r.state == DeliveryState::Dead)
+            }
+            Err(e) => return store_error(&e),
+        };
+        if !dead {
+            continue;
+        }
+        match state.store.replay(d.event, vec![d.destination.clone()], now).await {
+            Ok(n) if n > 0 => {
+                replayed += 1;
+                state.destinations.wake(&d.destination);
+            }
+            Ok(_) => {}
+            Err(e) => return store_error(&e),
+        }
+    }
+    tracing::info!(replayed, "chosen dead letters replayed");
+    HttpResponse::Ok().json(api::Replayed { replayed })
+}
+
+/// `POST /admin/dead-letters/selection/discard`: discards the chosen dead letters
+/// (they become `discarded`; one no longer dead is left alone).
+pub(super) async fn discard_selected(
+    state: web::Data<AdminState>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let chosen = match selection(&body) {
+        Ok(c) => c,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let mut deleted = 0;
+    for d in chosen {
+        match state.store.discard(d.event, &d.destination).await {
+            Ok(true) => deleted += 1,
+            Ok(false) => {}
+            Err(e) => return store_error(&e),
+        }
+    }
+    tracing::info!(deleted, "chosen dead letters discarded");
+    HttpResponse::Ok().json(api::Deleted { deleted })
 }
 
 /// Deletes every dead letter matching the filters: the deliveries become `discarded`

@@ -45,22 +45,11 @@ pub(super) async fn list(
         Ok(after) => after,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("after: {e}")),
     };
-    let time = |name: &str, text: &Option<String>| match text.as_deref().map(str::trim) {
-        None | Some("") => Ok(None),
-        Some(t) => crate::timefmt::parse(t)
-            .map(|at| Some(EventId::new(crate::clock::unix_micros(at))))
-            .ok_or_else(|| format!("{name}: {t:?} is not a time such as 2026-06-12T13:23:34Z")),
-    };
-    let (since, until) = match (time("since", &query.since), time("until", &query.until)) {
-        (Ok(since), Ok(until)) => (since, until),
-        (Err(e), _) | (_, Err(e)) => return error(StatusCode::BAD_REQUEST, e),
-    };
-    // An id is its receive time: "received before `until`" is "after" it in a
-    // listing that runs newest first, and a page's cursor narrows it further.
-    let after = match (after, until) {
-        (Some(a), Some(u)) => Some(a.min(u)),
-        (a, u) => a.or(u),
-    };
+    let (after, since) =
+        match views::time_window(after, query.since.as_deref(), query.until.as_deref()) {
+            Ok(w) => w,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        };
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return error(StatusCode::BAD_REQUEST, format!("limit: must be between 1 and {MAX_LIMIT}"));

@@ -70,6 +70,14 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                     "/dead-letters/replay",
                     vec![(Method::POST, web::to(dead_letters::replay))],
                 ))
+                .service(resource(
+                    "/dead-letters/selection/replay",
+                    vec![(Method::POST, web::to(dead_letters::replay_selected))],
+                ))
+                .service(resource(
+                    "/dead-letters/selection/discard",
+                    vec![(Method::POST, web::to(dead_letters::discard_selected))],
+                ))
                 .service(resource("/overview", vec![(get(), web::to(overview::show))]))
                 .service(resource("/destinations", vec![(get(), web::to(destinations::list))]))
                 .service(resource(

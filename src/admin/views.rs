@@ -9,6 +9,28 @@ pub(super) fn time(us: u64) -> String {
 }
 
 /// An event as listings show it.
+/// The receive-time window of a listing's query: `since` (inclusive) and `until`
+/// (exclusive), RFC 3339, as ids (an id is its receive time in µs); `until` narrows
+/// the page cursor `after`. Returns `(after, since)`, or what is wrong.
+pub(super) fn time_window(
+    after: Option<EventId>,
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<(Option<EventId>, Option<EventId>), String> {
+    let time = |name: &str, text: Option<&str>| match text.map(str::trim) {
+        None => Ok(None),
+        Some(t) => crate::timefmt::parse(t)
+            .map(|at| Some(EventId::new(crate::clock::unix_micros(at))))
+            .ok_or_else(|| format!("{name}: {t:?} is not a time such as 2026-06-12T13:23:34Z")),
+    };
+    let (since, until) = (time("since", since)?, time("until", until)?);
+    let after = match (after, until) {
+        (Some(a), Some(u)) => Some(a.min(u)),
+        (a, u) => a.or(u),
+    };
+    Ok((after, since))
+}
+
 pub(super) fn event_summary(r: &EventRecord) -> api::EventSummary {
     let m = &r.meta;
     api::EventSummary {

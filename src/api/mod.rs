@@ -155,6 +155,22 @@ pub(crate) struct EventReplayed {
     pub(crate) destinations: Vec<String>,
 }
 
+/// `POST /admin/dead-letters/selection/replay|discard`: the dead letters chosen.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Selection {
+    /// At most 1,000.
+    pub(crate) dead_letters: Vec<DeliveryRef>,
+}
+
+/// One delivery: its event and destination.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeliveryRef {
+    pub(crate) event: EventId,
+    pub(crate) destination: String,
+}
+
 /// The answer to `POST /admin/dead-letters/replay`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct Replayed {

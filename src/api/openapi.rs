@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Accounts, ApiError, DeadLetterPage, Deleted, DestinationList, EventDetail, EventPage,
-    EventReplayed, Overview, Paused, ReplayRequest, Replayed,
+    EventReplayed, Overview, Paused, ReplayRequest, Replayed, Selection,
 };
 use crate::store::{EventId, EventStatus};
 
@@ -32,6 +32,7 @@ pub(crate) fn document() -> Value {
     let paused = subschema::<Paused>(&mut g);
     let accounts = subschema::<Accounts>(&mut g);
     let overview = subschema::<Overview>(&mut g);
+    let selection = subschema::<Selection>(&mut g);
     let event_id = subschema::<EventId>(&mut g);
     let status = subschema::<EventStatus>(&mut g);
     let error = subschema::<ApiError>(&mut g);
@@ -99,8 +100,31 @@ pub(crate) fn document() -> Value {
         ]),
     );
     replay_op["requestBody"] = json!({ "required": false, "content": { "application/json": { "schema": replay_request } } });
-    let dead_filters =
-        vec![source.clone(), event.clone(), destination.clone(), after.clone(), limit.clone()];
+    let since = query(
+        "since",
+        json!({ "type": "string", "format": "date-time" }),
+        "only those of events received at or after this time (RFC 3339)",
+    );
+    let until = query(
+        "until",
+        json!({ "type": "string", "format": "date-time" }),
+        "only those of events received before this time (RFC 3339)",
+    );
+    let dead_filters = vec![
+        source.clone(),
+        event.clone(),
+        destination.clone(),
+        since.clone(),
+        until.clone(),
+        after.clone(),
+        limit.clone(),
+    ];
+    let chosen = |summary: &str, answer: &Value, what: &str| {
+        let mut op = admin(summary, vec![], json_body(answer, what), bad_query.clone());
+        op["requestBody"] =
+            json!({ "required": true, "content": { "application/json": { "schema": selection } } });
+        op
+    };
 
     json!({
         "openapi": "3.1.0",
@@ -147,7 +171,11 @@ pub(crate) fn document() -> Value {
                     dead_filters.clone(), json_body(&deleted, "how many were deleted"), bad_query.clone()),
             },
             "/admin/dead-letters/replay": { "post": admin("Replay every matching dead letter", dead_filters,
-                json_body(&replayed, "how many were replayed"), bad_query) },
+                json_body(&replayed, "how many were replayed"), bad_query.clone()) },
+            "/admin/dead-letters/selection/replay": { "post": chosen("Replay the chosen dead letters (those still dead)",
+                &replayed, "how many were replayed") },
+            "/admin/dead-letters/selection/discard": { "post": chosen("Discard the chosen dead letters (they become `discarded`)",
+                &deleted, "how many were discarded") },
             "/admin/overview": { "get": admin("Callbacks per source (since this relay started), storage and fleet", vec![],
                 json_body(&overview, "the overview"), Map::new()) },
             "/admin/destinations": { "get": admin("Every destination: paused, circuit, queue, its last minute", vec![],

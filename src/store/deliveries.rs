@@ -233,6 +233,10 @@ pub(crate) struct DeadLetterFilter {
     pub(crate) source: Option<String>,
     pub(crate) event: Option<String>,
     pub(crate) destination: Option<String>,
+    /// Only those of events older than this one (a page's cursor, or "received
+    /// before": an id is its receive time).
     pub(crate) after: Option<EventId>,
+    /// Only those of this event or later ones (received at or after its time).
+    pub(crate) since: Option<EventId>,
     pub(crate) limit: usize,
 }

@@ -423,6 +423,7 @@ impl DeliveryQueue for MemoryStore {
             .filter(|(event, dest)| {
                 let meta = d.events.get(event);
                 filter.after.is_none_or(|a| *event < a)
+                    && filter.since.is_none_or(|s| *event >= s)
                     && filter.destination.as_ref().is_none_or(|x| x == dest)
                     && filter.source.as_ref().is_none_or(|s| meta.is_some_and(|m| m.source == *s))
                     && filter.event.as_ref().is_none_or(|e| meta.is_some_and(|m| m.event == *e))

@@ -205,6 +205,38 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
         .await;
     let (_, left) = relay.admin_get("/admin/dead-letters?destination=erp").await;
     assert_eq!(left["dead_letters"].as_array().unwrap().len(), 2, "only the one chosen: {left}");
+    // Discard another one: it leaves the dead letters as `discarded`.
+    b.goto(&format!("{base}/console/dead-letters?destination=erp")).await;
+    b.find(&format!("input[aria-label='Select event {} to erp']", ids[0])).await.click().await;
+    b.click_button("Discard selected").await;
+    b.confirm("Discard 1 dead letter?").await;
+    let status = b.find("#status").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !status.text().await.contains("1 dead letter discarded") {
+        assert!(std::time::Instant::now() < deadline, "no count shown: {:?}", status.text().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, first) = relay.admin_get(&format!("/admin/events/{}", ids[0])).await;
+    let erp_state =
+        first["deliveries"].as_array().unwrap().iter().find(|d| d["destination"] == "erp").unwrap()
+            ["state"]
+            .clone();
+    assert_eq!(erp_state, "discarded");
+    let (_, left) = relay.admin_get("/admin/dead-letters?destination=erp").await;
+    let left: Vec<&str> = left["dead_letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(left, [ids[2].as_str()]);
+    // Dead letters by receive time.
+    let (_, third) = relay.admin_get(&format!("/admin/events/{}", ids[2])).await;
+    let at = third["received_at"].as_str().unwrap();
+    let (_, later) = relay.admin_get(&format!("/admin/dead-letters?until={at}")).await;
+    assert!(later["dead_letters"].as_array().unwrap().is_empty(), "{later}");
+    let (_, since) = relay.admin_get(&format!("/admin/dead-letters?since={at}")).await;
+    assert_eq!(since["dead_letters"].as_array().unwrap().len(), 1, "{since}");
 
     // Pause and resume a destination: the API sees each change.
     b.goto(&format!("{base}/console/destinations")).await;

@@ -287,19 +287,23 @@ async function eventPage(id) {
 async function deadLetters() {
   const params = new URLSearchParams(location.search);
   const filters = {};
-  for (const k of ['destination', 'source', 'event']) if (params.get(k)) filters[k] = params.get(k);
+  for (const k of ['destination', 'source', 'event', 'since', 'until']) if (params.get(k)) filters[k] = params.get(k);
   const [list, dests] = await Promise.all([
     api('GET', '/admin/dead-letters' + query({ ...filters, limit: '1000' })),
     api('GET', '/admin/destinations')]);
   const form = h('form', { class: 'filters', role: 'search', onsubmit: (e) => {
     e.preventDefault();
-    navigate('/console/dead-letters' + query(Object.fromEntries(new FormData(form))));
+    const data = Object.fromEntries(new FormData(form));
+    for (const k of ['since', 'until']) if (data[k]) data[k] = new Date(data[k]).toISOString();
+    navigate('/console/dead-letters' + query(data));
   } },
   h('label', {}, 'Destination', h('select', { name: 'destination' },
     h('option', { value: '' }, 'any'),
     dests.destinations.map((d) => h('option', { value: d.name, selected: filters.destination === d.name }, d.name)))),
   h('label', {}, 'Source', h('input', { name: 'source', value: filters.source || '' })),
   h('label', {}, 'Event', h('input', { name: 'event', value: filters.event || '' })),
+  h('label', {}, 'Received from', h('input', { type: 'datetime-local', name: 'since', value: localInput(filters.since) })),
+  h('label', {}, 'Received before', h('input', { type: 'datetime-local', name: 'until', value: localInput(filters.until) })),
   h('button', { type: 'submit', class: 'primary' }, 'Filter'));
   const boxes = [];
   const rows = list.dead_letters.map((d) => {
@@ -312,17 +316,17 @@ async function deadLetters() {
       h('td', {}, d.last_status === null ? '—' : d.last_status), h('td', {}, d.last_error || ''));
   });
   const selected = () => boxes.filter((b) => b.checked);
-  const replaySelected = async () => {
+  const onSelected = async (action, verb, done) => {
     const chosen = selected();
     if (!chosen.length) return say('Select dead letters first.');
-    if (!await confirmed('Replay ' + chosen.length + ' dead letter' + (chosen.length === 1 ? '' : 's') + '?', 'Replay')) return;
-    let replayed = 0;
+    const n = chosen.length;
+    if (!await confirmed(verb + ' ' + n + ' dead letter' + (n === 1 ? '' : 's') + '?', verb)) return;
     try {
-      for (const b of chosen) {
-        const r = await api('POST', '/admin/events/' + b.dataset.event + '/replay', { destinations: [b.dataset.destination] });
-        replayed += r.replayed;
-      }
-      say(replayed + ' dead letter' + (replayed === 1 ? '' : 's') + ' replayed');
+      const r = await api('POST', '/admin/dead-letters/selection/' + action, {
+        dead_letters: chosen.map((b) => ({ event: b.dataset.event, destination: b.dataset.destination })),
+      });
+      const count = action === 'replay' ? r.replayed : r.deleted;
+      say(count + ' dead letter' + (count === 1 ? '' : 's') + ' ' + done);
     } catch (err) { say(err.message); }
     render();
   };
@@ -340,7 +344,8 @@ async function deadLetters() {
   const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select all', onchange: (e) => boxes.forEach((b) => { b.checked = e.target.checked; }) });
   page('Dead letters', form,
     h('div', { class: 'actions' },
-      h('button', { type: 'button', class: 'primary', onclick: replaySelected }, 'Replay selected'),
+      h('button', { type: 'button', class: 'primary', onclick: () => onSelected('replay', 'Replay', 'replayed') }, 'Replay selected'),
+      h('button', { type: 'button', class: 'danger', onclick: () => onSelected('discard', 'Discard', 'discarded') }, 'Discard selected'),
       h('button', { type: 'button', onclick: () => bulk('POST', '/admin/dead-letters/replay', 'Replay') }, 'Replay all matching'),
       h('button', { type: 'button', class: 'danger', onclick: () => bulk('DELETE', '/admin/dead-letters', 'Discard') }, 'Discard all matching')),
     h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': 'Dead letters' }, h('table', {},

@@ -190,6 +190,16 @@ pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
     let wrong_source =
         DeadLetterFilter { source: Some("other".into()), limit: 10, ..Default::default() };
     assert!(store.dead_letters(wrong_source).await.unwrap().is_empty());
+    // By the event's receive time: `since` keeps it from its own id on, `after` below.
+    let window = |since: u64, after: Option<EventId>| DeadLetterFilter {
+        since: Some(EventId::new(since)),
+        after,
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(store.dead_letters(window(id.raw(), None)).await.unwrap().len(), 1);
+    assert!(store.dead_letters(window(id.raw() + 1, None)).await.unwrap().is_empty());
+    assert!(store.dead_letters(window(0, Some(id))).await.unwrap().is_empty());
     // Replayed: pending, due now, a new round; out of the dead letters.
     now += 10 * S;
     assert_eq!(store.replay(id, vec!["a".into()], now).await.unwrap(), 1);

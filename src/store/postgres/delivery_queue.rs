@@ -223,6 +223,7 @@ impl DeliveryQueue for PostgresStore {
                  WHERE d.state = 'dead' AND ($1::bigint IS NULL OR d.event < $1)
                    AND ($2::text IS NULL OR d.destination = $2)
                    AND ($3::text IS NULL OR e.source = $3) AND ($4::text IS NULL OR e.event = $4)
+                   AND ($6::bigint IS NULL OR d.event >= $6)
                  ORDER BY d.event DESC, d.destination DESC LIMIT $5",
                 &[
                     &filter.after.map(sql_id),
@@ -230,6 +231,7 @@ impl DeliveryQueue for PostgresStore {
                     &filter.source,
                     &filter.event,
                     &limit(filter.limit),
+                    &filter.since.map(sql_id),
                 ],
             )
             .await?;

@@ -184,6 +184,10 @@ impl SledState {
             }
             let (key, _) = item?;
             let Some((event, dest)) = keys::split_delivery(&key) else { continue };
+            // Newest event first: once older than `since`, every later one is too.
+            if filter.since.is_some_and(|s| event < s) {
+                break;
+            }
             if filter.destination.as_ref().is_some_and(|d| *d != dest) {
                 continue;
             }
