@@ -690,7 +690,15 @@ fn order_violations(got: &[Received]) -> Vec<String> {
         if !first.insert(id.to_owned()) {
             continue;
         }
-        let event: u64 = id.split('_').nth(1).and_then(|e| e.parse().ok()).unwrap_or(0);
+        // `evt_{id}_{destination}`, the id in hex (its Display): a receive time, so
+        // later callbacks have larger ids. An id that does not parse is a failure,
+        // never a 0 that would make the check vacuous (it was, until a date whose hex
+        // ids had no letters in their upper digits showed it).
+        let hex = id.split('_').nth(1).unwrap_or_default();
+        let Ok(event) = u64::from_str_radix(hex, 16) else {
+            bad.push(format!("webhook-id {id:?} names no event id"));
+            continue;
+        };
         let v: Value = serde_json::from_slice(&r.body).unwrap_or_default();
         let record = v["data"]["id"].as_str().unwrap_or_default().to_owned();
         if let Some(prev) = last.insert(record.clone(), event) {

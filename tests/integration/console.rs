@@ -262,13 +262,26 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
     b.wait_for_text("Sync now", Duration::from_secs(10)).await;
     accessible(&b, "hooks").await;
 
-    // Readable at 360 px: the page itself never scrolls sideways (tables scroll inside).
+    // Readable at 360 px: no page scrolls sideways (wide tables scroll inside).
     b.resize(360, 800).await;
-    b.goto(&format!("{base}/console/")).await;
-    b.wait_for_text("Destinations", Duration::from_secs(10)).await;
-    let width = b.run("return document.documentElement.scrollWidth;", serde_json::json!([])).await;
-    assert!(width.as_u64().unwrap() <= 360, "the page is {width} px wide at 360");
-    b.screenshot(&shots().join("overview-360.png")).await;
+    let event_page = format!("/console/events/{}", ids[2]);
+    for (page, shown) in [
+        ("/console/", "Storage and fleet"),
+        ("/console/events?resource=actions%2F5", "Resource"),
+        (event_page.as_str(), "Deliveries"),
+        ("/console/dead-letters", "Replay selected"),
+        ("/console/destinations", "Route"),
+        ("/console/hooks", "Sync now"),
+    ] {
+        b.goto(&format!("{base}{page}")).await;
+        b.wait_for_text(shown, Duration::from_secs(10)).await;
+        let width =
+            b.run("return document.documentElement.scrollWidth;", serde_json::json!([])).await;
+        assert!(width.as_u64().unwrap() <= 360, "{page} is {width} px wide at 360");
+        if page == "/console/" {
+            b.screenshot(&shots().join("overview-360.png")).await;
+        }
+    }
 
     // No console error on any page, and the token in no page source nor log line.
     assert_eq!(b.console_errors().await, Vec::<String>::new());
