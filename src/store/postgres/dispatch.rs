@@ -62,7 +62,12 @@ impl Dispatch for PostgresStore {
             };
             let (may, rows) = tokio::try_join!(self.inner.may_dispatch(&tx), inbox)?;
             if !may {
-                // Another relay leads dispatch now: it takes these (in order).
+                // Another relay leads dispatch now: it takes these (in order). The
+                // rows this transaction locked are let go before returning: a dropped
+                // transaction rolls back only when its connection next runs, and the
+                // leader's `SKIP LOCKED` would meanwhile skip them (seen as a flaky
+                // `a_relay_that_lost_the_dispatch_lease_dispatches_nothing` under load).
+                tx.rollback().await?;
                 return Ok(plans.iter().map(|_| DispatchVerdict::Gone).collect());
             }
             let mut inbox = HashMap::new();
