@@ -106,14 +106,10 @@ async fn bulk(
     // One dead letter: `(done, destination)`. A destination no longer configured is
     // not replayed: its dead letters stay until it is back.
     let handle = |event: EventId, dest: String| async move {
-        match op {
-            Bulk::Replay if state.destinations.get(&dest).is_none() => Ok((false, dest)),
-            Bulk::Replay => {
-                store.replay(event, vec![dest.clone()], now).await.map(|n| (n > 0, dest))
-            }
-            Bulk::Delete => store.discard(event, &dest).await.map(|done| (done, dest)),
-        }
-        .map_err(|e| store_error(&e))
+        one(state, op, event, &dest, now)
+            .await
+            .map(|done| (done, dest))
+            .map_err(|e| store_error(&e))
     };
     loop {
         let left = cap.map_or(usize::MAX, |c| c.saturating_sub(handled.len()));
@@ -186,64 +182,70 @@ fn selection(body: &[u8]) -> Result<Vec<api::DeliveryRef>, String> {
     Ok(s.dead_letters)
 }
 
-/// `POST /admin/dead-letters/selection/replay`: replays the chosen dead letters that
-/// are still dead (one replayed or discarded meanwhile is left alone).
+/// Applies `op` to one dead letter; whether it was done. A destination no longer
+/// configured is not replayed: its dead letters stay until it is back.
+async fn one(
+    state: &AdminState,
+    op: Bulk,
+    event: EventId,
+    dest: &str,
+    now: u64,
+) -> Result<bool, crate::store::StoreError> {
+    match op {
+        Bulk::Replay if state.destinations.get(dest).is_none() => Ok(false),
+        Bulk::Replay => state.store.replay(event, vec![dest.to_owned()], now).await.map(|n| n > 0),
+        Bulk::Delete => state.store.discard(event, dest).await,
+    }
+}
+
+/// Applies `op` to the chosen dead letters that are still dead (one replayed or
+/// discarded meanwhile is left alone); how many it handled.
+async fn selected(state: &AdminState, body: &[u8], op: Bulk) -> Result<usize, HttpResponse> {
+    let chosen = selection(body).map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+    let now = crate::clock::now_us();
+    let mut done = 0;
+    for d in chosen {
+        let all = state.store.deliveries_of(d.event).await.map_err(|e| store_error(&e))?;
+        if !all.iter().any(|r| r.destination == d.destination && r.state == DeliveryState::Dead) {
+            continue;
+        }
+        if one(state, op, d.event, &d.destination, now).await.map_err(|e| store_error(&e))? {
+            done += 1;
+            if matches!(op, Bulk::Replay) {
+                state.destinations.wake(&d.destination);
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// `POST /admin/dead-letters/selection/replay`: replays the chosen dead letters.
 pub(super) async fn replay_selected(
     state: web::Data<AdminState>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let chosen = match selection(&body) {
-        Ok(c) => c,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
-    };
-    let now = crate::clock::now_us();
-    let mut replayed = 0;
-    for d in chosen {
-        if state.destinations.get(&d.destination).is_none() {
-            continue;
+    match selected(&state, &body, Bulk::Replay).await {
+        Ok(replayed) => {
+            tracing::info!(replayed, "chosen dead letters replayed");
+            HttpResponse::Ok().json(api::Replayed { replayed })
         }
-        let dead = match state.store.deliveries_of(d.event).await {
-            Ok(all) => {
-                all.iter().any(|r| r.destination == d.destination && r.state == DeliveryState::Dead)
-            }
-            Err(e) => return store_error(&e),
-        };
-        if !dead {
-            continue;
-        }
-        match state.store.replay(d.event, vec![d.destination.clone()], now).await {
-            Ok(n) if n > 0 => {
-                replayed += 1;
-                state.destinations.wake(&d.destination);
-            }
-            Ok(_) => {}
-            Err(e) => return store_error(&e),
-        }
+        Err(resp) => resp,
     }
-    tracing::info!(replayed, "chosen dead letters replayed");
-    HttpResponse::Ok().json(api::Replayed { replayed })
 }
 
 /// `POST /admin/dead-letters/selection/discard`: discards the chosen dead letters
-/// (they become `discarded`; one no longer dead is left alone).
+/// (they become `discarded`).
 pub(super) async fn discard_selected(
     state: web::Data<AdminState>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let chosen = match selection(&body) {
-        Ok(c) => c,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
-    };
-    let mut deleted = 0;
-    for d in chosen {
-        match state.store.discard(d.event, &d.destination).await {
-            Ok(true) => deleted += 1,
-            Ok(false) => {}
-            Err(e) => return store_error(&e),
+    match selected(&state, &body, Bulk::Delete).await {
+        Ok(deleted) => {
+            tracing::info!(deleted, "chosen dead letters discarded");
+            HttpResponse::Ok().json(api::Deleted { deleted })
         }
+        Err(resp) => resp,
     }
-    tracing::info!(deleted, "chosen dead letters discarded");
-    HttpResponse::Ok().json(api::Deleted { deleted })
 }
 
 /// Deletes every dead letter matching the filters: the deliveries become `discarded`
