@@ -66,6 +66,7 @@ fn attempt(a: &Attempt) -> api::Attempt {
         duration_ms: a.duration_us as f64 / 1000.0,
         status: a.status,
         error: a.error.clone(),
+        answer: a.answer.clone(),
     }
 }
 

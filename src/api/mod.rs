@@ -107,6 +107,10 @@ pub(crate) struct Attempt {
     pub(crate) status: Option<u16>,
     /// Why there was no (good) answer.
     pub(crate) error: Option<String>,
+    /// The start of the answer's body (up to 512 bytes), kept for the latest ten
+    /// attempts of a delivery.
+    #[serde(default)]
+    pub(crate) answer: Option<String>,
 }
 
 /// A delivery with its attempts.

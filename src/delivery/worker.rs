@@ -315,9 +315,9 @@ impl Worker {
                         duration_us: crate::clock::micros(answer.duration),
                         status: answer.status,
                         error: answer.error.clone(),
+                        answer: answer.excerpt.clone(),
                     },
                     class: answer.class,
-                    excerpt: answer.excerpt.clone(),
                     jitter: fastrand::f64(),
                 };
                 (report, Some(meta))

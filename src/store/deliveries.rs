@@ -84,10 +84,18 @@ pub(crate) struct Attempt {
     pub(crate) status: Option<u16>,
     /// What went wrong (timeout, connection refused, status class...).
     pub(crate) error: Option<String>,
+    /// The start of the answer's body (or why nothing was sent), kept on the latest
+    /// [`ANSWERS_KEPT`] attempts only: the record is rewritten after every attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) answer: Option<String>,
 }
 
 /// Attempts kept per delivery; older ones are dropped (their count is kept).
 pub(crate) const MAX_KEPT_ATTEMPTS: usize = 100;
+
+/// Attempts that keep the start of their answer: up to 512 bytes each, so a delivery
+/// retried a hundred times rewrites ~5 KB per attempt, not ~50 KB.
+pub(crate) const ANSWERS_KEPT: usize = 10;
 
 /// One event's delivery to one destination.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,6 +150,9 @@ impl DeliveryRecord {
             self.attempts.remove(0);
         }
         self.attempts.push(attempt);
+        if let Some(older) = self.attempts.len().checked_sub(ANSWERS_KEPT + 1) {
+            self.attempts[older].answer = None;
+        }
         self.round_attempts += 1;
         self.total_attempts += 1;
     }
@@ -239,4 +250,31 @@ pub(crate) struct DeadLetterFilter {
     /// Only those of this event or later ones (received at or after its time).
     pub(crate) since: Option<EventId>,
     pub(crate) limit: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_latest_attempts_keep_their_answer_and_at_most_a_hundred_are_kept() {
+        let mut r = DeliveryRecord::new(EventId::new(1), "crm", 0);
+        for at_us in 0..150 {
+            let answer = Some(format!("answer {at_us}"));
+            r.push_attempt(Attempt {
+                at_us,
+                duration_us: 1,
+                status: Some(500),
+                error: None,
+                answer,
+            });
+        }
+        assert_eq!(r.total_attempts, 150);
+        assert_eq!(r.attempts.len(), MAX_KEPT_ATTEMPTS);
+        assert_eq!(r.attempts[0].at_us, 50);
+        let answered: Vec<u64> =
+            r.attempts.iter().filter(|a| a.answer.is_some()).map(|a| a.at_us).collect();
+        assert_eq!(answered, (140..150).collect::<Vec<_>>());
+        assert_eq!(r.attempts[MAX_KEPT_ATTEMPTS - 1].answer.as_deref(), Some("answer 149"));
+    }
 }

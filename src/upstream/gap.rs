@@ -16,10 +16,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::model::Hook;
+use super::status::GapView;
 use super::AccountId;
 use crate::clock::unix_micros;
 use crate::event_names::HOOK_GAP;
-use crate::store::{EventMeta, EventNameOrigin, EventStatus, NewEvent};
+use crate::store::{EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent};
 use crate::timefmt::format_utc;
 
 /// A gap found but not yet reported.
@@ -87,6 +88,32 @@ impl PendingGap {
     pub(crate) fn prefix(account: &AccountId) -> String {
         format!("gap/{}/{}/", account.source, account.account)
     }
+
+    /// What is kept of the gap once reported as `reported_by` (None before it is
+    /// closed).
+    pub(crate) fn view(&self, event: &str, reported_by: EventId) -> Option<GapView> {
+        let closed = self.closed.as_ref()?;
+        Some(GapView {
+            event: event.to_owned(),
+            window_start: self.window_start.clone().unwrap_or_else(|| self.detected_at.clone()),
+            window_end: closed.window_end.clone(),
+            triggered_count: self.triggered_count,
+            disabled_hook_ids: self.hook_ids.clone(),
+            new_hook_id: closed.new_hook_id.clone(),
+            hook_gap_event: reported_by.to_string(),
+        })
+    }
+}
+
+/// The store key of the last gap reported for `event` of `account` (shown by
+/// `GET /admin/hooks`; not under `gap/`, which holds the gaps still to report).
+pub(crate) fn last_key(account: &AccountId, event: &str) -> String {
+    format!("lastgap/{}/{}/{event}", account.source, account.account)
+}
+
+/// The prefix of [`last_key`] for `account`.
+pub(crate) fn last_prefix(source: &str, account: &str) -> String {
+    format!("lastgap/{source}/{account}/")
 }
 
 /// The event reporting the closed `gap`, stored at `now`. Its body depends on the

@@ -53,6 +53,28 @@ pub(crate) struct AccountStatus {
     /// or every pass fails before it ends), so the hooks shown may have changed.
     #[serde(default)]
     pub(crate) stale: bool,
+    /// The last gap reported per event (a Disabled hook re-created), read from the
+    /// store when shown: any relay may have reported it.
+    #[serde(default)]
+    pub(crate) last_gaps: Vec<GapView>,
+}
+
+/// The last window in which an event's callbacks may be missing: a Disabled hook,
+/// from its last trigger until the hook that replaced it; its `hookrelay.HookGap`
+/// event says the same to consumers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub(crate) struct GapView {
+    pub(crate) event: String,
+    /// From the Disabled hooks' last trigger (or when the relay noticed, if unknown).
+    pub(crate) window_start: String,
+    /// When the new hook was created.
+    pub(crate) window_end: String,
+    /// Calls the upstream counted on the Disabled hooks.
+    pub(crate) triggered_count: u64,
+    pub(crate) disabled_hook_ids: Vec<String>,
+    pub(crate) new_hook_id: String,
+    /// The `hookrelay.HookGap` event that reported it.
+    pub(crate) hook_gap_event: String,
 }
 
 impl HookView {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::common::browser::Browser;
 use crate::common::proxy::Proxy;
@@ -167,9 +167,29 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
     b.goto(&format!("{base}/console/events?resource=actions%2F5")).await;
     b.find(&format!("a[href='/console/events/{}']", ids[2])).await.click().await;
     let event = b.wait_for_text(&format!("Event {}", ids[2]), Duration::from_secs(10)).await;
-    for word in ["crm", "erp", "delivered", "dead", "400", "actions/5", "update 3"] {
+    // Each attempt with the start of its answer ("sink says 400", "thanks").
+    for word in [
+        "crm",
+        "erp",
+        "delivered",
+        "dead",
+        "400",
+        "actions/5",
+        "update 3",
+        "sink says 400",
+        "thanks",
+    ] {
         assert!(event.contains(word), "{word} missing from the event page: {event}");
     }
+    let (_, detail) = relay.admin_get(&format!("/admin/events/{}", ids[2])).await;
+    let answers: Vec<_> = detail["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["destination"].clone(), d["attempts"][0]["answer"].clone()))
+        .collect();
+    assert!(answers.contains(&(json!("erp"), json!("sink says 400"))), "{answers:?}");
+    assert!(answers.contains(&(json!("crm"), json!("thanks"))), "{answers:?}");
     accessible(&b, "event").await;
     b.screenshot(&shots().join("event.png")).await;
 
@@ -347,6 +367,19 @@ async fn the_hooks_page_shows_each_hook_against_what_was_stored_and_syncs_now() 
         assert!(std::time::Instant::now() < deadline, "hooks never showed the call: {cells:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The relay looks broken to the upstream: the hook is Disabled; "Sync now"
+    // re-creates it, and the gap's window links to the HookGap event reporting it.
+    proxy.fail_with(500);
+    let report = sim.fire(serde_json::json!({"event": "ActionCreated", "id": "78"})).await;
+    assert_eq!(report["occurrences"][0]["calls"][0]["outcome"], "disabled", "{report}");
+    proxy.fail_with(0);
+    b.click_button("Sync now").await;
+    let gap = b.find("section[aria-label='demo / alice'] tbody td:nth-child(8) a").await;
+    gap.click().await;
+    let page = b.wait_for_text("hookrelay.HookGap", Duration::from_secs(10)).await;
+    assert!(page.contains("windowStart") && page.contains("ActionCreated"), "{page}");
+    b.goto(&format!("http://{}/console/hooks", relay.admin)).await;
+    b.find("section[aria-label='demo / alice'] tbody td:nth-child(8) a").await;
     accessible(&b, "hooks").await;
     b.screenshot(&shots().join("hooks.png")).await;
     assert_eq!(b.console_errors().await, Vec::<String>::new());

@@ -257,6 +257,26 @@ async fn a_disabled_hook_is_recreated_and_its_gap_reported() {
         (attrs["windowStart"].as_str().unwrap(), attrs["windowEnd"].as_str().unwrap());
     assert!(start <= end, "{start} .. {end}");
     assert!(got[0].header("webhook-id").is_some());
+    // The account shows the gap: its window, hooks and the event that reported it.
+    let (_, hooks_now) = s.relay.admin_get("/admin/hooks").await;
+    let last = &hooks_now["accounts"][0]["last_gaps"];
+    assert_eq!(last.as_array().map(Vec::len), Some(1), "{hooks_now}");
+    assert_eq!(
+        (
+            last[0]["event"].as_str(),
+            last[0]["window_start"].as_str(),
+            last[0]["window_end"].as_str()
+        ),
+        (Some("FileNoteCreated"), Some(start), Some(end)),
+        "{last}"
+    );
+    assert_eq!(
+        (&last[0]["disabled_hook_ids"][0], &last[0]["new_hook_id"]),
+        (&json!(old_id), &json!(new_id))
+    );
+    let reported_by = last[0]["hook_gap_event"].as_str().unwrap();
+    let (_, reporter) = s.relay.admin_get(&format!("/admin/events/{reported_by}")).await;
+    assert_eq!(reporter["event"], "hookrelay.HookGap", "{reporter}");
 
     // The new hook works; the gap went only where it was asked for.
     s.sim.fire(json!({"event": "FileNoteCreated", "id": "260"})).await;

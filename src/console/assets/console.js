@@ -266,10 +266,9 @@ async function eventPage(id) {
       h('dt', {}, 'Next attempt'), h('dd', {}, time(d.next_attempt_at)),
       h('dt', {}, 'Delivered'), h('dd', {}, time(d.delivered_at)),
       d.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'error' }, d.last_error)] : null),
-    table('Attempts to ' + d.destination, ['When', 'Took', 'Status', 'Error'],
+    table('Attempts to ' + d.destination, ['When', 'Took', 'Status', 'Error', 'Answer'],
       d.attempts.map((a) => h('tr', {}, h('td', {}, time(a.at)), h('td', {}, a.duration_ms.toFixed(1) + ' ms'),
-        h('td', {}, a.status === null ? '—' : a.status), h('td', {}, a.error || '')))),
-    d.last_response ? [h('p', { class: 'muted' }, 'Start of the last answer'), h('pre', {}, d.last_response)] : null,
+        h('td', {}, a.status === null ? '—' : a.status), h('td', {}, a.error || ''), h('td', { class: 'answer' }, answer(a.answer))))),
     h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => replay([d.destination]) }, 'Replay to ' + d.destination))));
   page('Event ' + e.id,
     facts,
@@ -379,6 +378,14 @@ async function destinations() {
   page('Destinations', table('Destinations', ['Destination', 'URL', 'State', 'Circuit', 'Route', 'Share', 'In flight', 'Action'], rows));
 }
 
+/** The start of an attempt's answer: its first line in the table, all of it on demand. */
+function answer(text) {
+  if (!text) return '';
+  const first = text.split('\n')[0];
+  if (first.length <= 60 && first === text) return h('code', {}, text);
+  return h('details', {}, h('summary', {}, first.slice(0, 60) + '…'), h('pre', {}, text));
+}
+
 async function hooks() {
   const [data, ov] = await Promise.all([api('GET', '/admin/hooks'), api('GET', '/admin/overview')]);
   const bySource = Object.fromEntries(ov.sources.map((x) => [x.source, x]));
@@ -394,17 +401,23 @@ async function hooks() {
   };
   const sections = data.accounts.map((a) => {
     const counts = bySource[a.source] || { events: {}, missing: {} };
+    const gaps = Object.fromEntries((a.last_gaps || []).map((g) => [g.event, g]));
+    const gap = (event) => {
+      const g = gaps[event];
+      if (!g) return 'none';
+      return link('/console/events/' + g.hook_gap_event, [time(g.window_start), ' – ', time(g.window_end)]);
+    };
     return h('section', { 'aria-label': a.source + ' / ' + a.account },
       h('h2', {}, a.source + ' / ' + a.account, ' ', state(a.ok ? 'ok' : 'failing'), a.stale ? [' ', state('stale')] : null),
       h('p', { class: 'muted' }, 'Last reconcile: ', time(a.last_reconcile), a.errors.length ? ' · ' + a.errors.join('; ') : ''),
       a.changes.length ? h('p', {}, 'Changed by it: ' + a.changes.map((c) => c.action + ' ' + c.event).join(', ')) : null,
       h('p', {}, link('/console/events' + query({ source: a.source, event: 'hookrelay.HookGap' }), 'Gaps reported for ' + a.source + ' (HookGap events)')),
-      table('Hooks of ' + a.account, ['Event', 'Hook', 'Status', 'Triggered', 'Stored', 'Missing', 'Last triggered', 'Target'],
+      table('Hooks of ' + a.account, ['Event', 'Hook', 'Status', 'Triggered', 'Stored', 'Missing', 'Last triggered', 'Last gap', 'Target'],
         a.hooks.map((x) => h('tr', {}, h('td', {}, x.event), h('td', {}, x.id), h('td', {}, state(String(x.status).toLowerCase())),
           h('td', { class: 'num' }, x.triggered_count === null || x.triggered_count === undefined ? '—' : x.triggered_count),
           h('td', { class: 'num' }, counts.events[x.event] || 0),
           h('td', { class: 'num' }, counts.missing[x.event] || 0),
-          h('td', {}, time(x.last_triggered)), h('td', {}, x.target)))));
+          h('td', {}, time(x.last_triggered)), h('td', {}, gap(x.event)), h('td', {}, x.target)))));
   });
   page('Hooks',
     h('p', { class: 'muted' }, 'Triggered: the upstream\'s count on the hook. Stored: callbacks this relay stored for the event since it started. Missing: calls counted upstream that no stored callback answers.'),

@@ -183,7 +183,12 @@ pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
         [(id, "a")]
     );
     assert_eq!(dead[0].total_attempts, 3);
-    assert_eq!(dead[0].last_response.as_deref(), Some("answer"));
+    // Each attempt keeps the start of its own answer; the last is the record's.
+    let answers: Vec<_> = dead[0].attempts.iter().map(|a| a.answer.clone()).collect();
+    let at: Vec<_> =
+        dead[0].attempts.iter().map(|a| Some(format!("answer at {}", a.at_us))).collect();
+    assert_eq!(answers, at);
+    assert_eq!(dead[0].last_response, Some(format!("answer at {now}")));
     let only_b =
         DeadLetterFilter { destination: Some("b".into()), limit: 10, ..Default::default() };
     assert!(store.dead_letters(only_b).await.unwrap().is_empty());

@@ -179,9 +179,14 @@ pub(crate) fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
 
 fn report(class: AnswerClass, at_us: u64) -> AttemptReport {
     AttemptReport {
-        attempt: Attempt { at_us, duration_us: 1_000, status: Some(500), error: None },
+        attempt: Attempt {
+            at_us,
+            duration_us: 1_000,
+            status: Some(500),
+            error: None,
+            answer: Some(format!("answer at {at_us}")),
+        },
         class,
-        excerpt: Some("answer".into()),
         jitter: 0.0,
     }
 }

@@ -53,11 +53,9 @@ impl AttemptVerdict {
 /// What one attempt found, as the worker saw it.
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptReport {
-    /// When it started, how long it took, the status and error.
+    /// When it started, how long it took, the status, error and start of the answer.
     pub(crate) attempt: Attempt,
     pub(crate) class: AnswerClass,
-    /// The start of the answer's body, for diagnosis.
-    pub(crate) excerpt: Option<String>,
     /// The backoff's random draw, uniform in `[0, 1)`.
     pub(crate) jitter: f64,
 }
@@ -68,9 +66,14 @@ impl AttemptReport {
     /// error and answer.
     pub(crate) fn not_sent(at_us: u64, reason: String) -> Self {
         Self {
-            attempt: Attempt { at_us, duration_us: 0, status: None, error: Some(reason.clone()) },
+            attempt: Attempt {
+                at_us,
+                duration_us: 0,
+                status: None,
+                error: Some(reason.clone()),
+                answer: Some(reason),
+            },
             class: AnswerClass::Permanent,
-            excerpt: Some(reason),
             jitter: 0.0,
         }
     }
@@ -133,10 +136,10 @@ fn apply(
     policy: &RetryPolicy,
 ) -> AttemptVerdict {
     let now_us = report.ended_us();
-    record.push_attempt(report.attempt.clone());
-    if report.excerpt.is_some() || report.attempt.status.is_some() {
-        record.last_response.clone_from(&report.excerpt);
+    if report.attempt.answer.is_some() || report.attempt.status.is_some() {
+        record.last_response.clone_from(&report.attempt.answer);
     }
+    record.push_attempt(report.attempt.clone());
     let retry_after = match report.class {
         AnswerClass::Success => {
             record.state = DeliveryState::Delivered;
@@ -204,9 +207,14 @@ mod tests {
 
     fn report(class: AnswerClass, status: Option<u16>, at_us: u64) -> AttemptReport {
         AttemptReport {
-            attempt: Attempt { at_us, duration_us: 5_000, status, error: None },
+            attempt: Attempt {
+                at_us,
+                duration_us: 5_000,
+                status,
+                error: None,
+                answer: Some("nope".into()),
+            },
             class,
-            excerpt: Some("nope".into()),
             jitter: 0.5,
         }
     }

@@ -255,9 +255,9 @@ fn run(ops: Vec<Op>) {
                         duration_us: 10,
                         status: Some(200),
                         error: None,
+                        answer: None,
                     },
                     class: outcome,
-                    excerpt: None,
                     jitter: 0.3,
                 };
                 let mut st = Staged::new(&w);
@@ -398,9 +398,14 @@ fn a_finished_head_hands_the_turn_on_at_the_given_clock() {
     };
     assert_eq!(states(&w), [DeliveryState::Pending, DeliveryState::Held, DeliveryState::Held]);
     let report = AttemptReport {
-        attempt: Attempt { at_us: 1_000, duration_us: 500, status: Some(200), error: None },
+        attempt: Attempt {
+            at_us: 1_000,
+            duration_us: 500,
+            status: Some(200),
+            error: None,
+            answer: None,
+        },
         class: AnswerClass::Success,
-        excerpt: None,
         jitter: 0.0,
     };
     let mut st = Staged::new(&w);

@@ -10,7 +10,9 @@
 //! [total attempts: u32][next attempt µs: opt u64][delivered µs: opt u64]
 //! [next in order: opt u64][resource: opt str][last response: opt str]
 //! [attempt count: var] then per attempt [at µs: u64][duration µs: u64][status: opt u16][error: opt str]
+//!   [answer: opt str]
 //! ```
+//! Version 1 (earlier builds, still read) had no per-attempt answer.
 //! `opt x` is a byte 0 (absent) or 1 followed by `x`; `var` a LEB128 integer; `str` is
 //! `[length: var][UTF-8]` (`bin.rs`).
 //! A value that starts with `{` is the JSON of earlier builds, still read.
@@ -18,7 +20,10 @@
 use super::bin::{Reader, Writer};
 use crate::store::{Attempt, DeliveryRecord, DeliveryState, EventId};
 
-const VERSION: u8 = 1;
+/// The version written; [`V1`] is still read.
+const VERSION: u8 = 2;
+/// Attempts without their answer.
+const V1: u8 = 1;
 
 fn state_byte(s: DeliveryState) -> u8 {
     match s {
@@ -63,6 +68,7 @@ pub(crate) fn encode(r: &DeliveryRecord) -> Vec<u8> {
         w.u64(a.duration_us);
         w.opt_u16(a.status);
         w.opt_str(a.error.as_deref());
+        w.opt_str(a.answer.as_deref());
     }
     w.0
 }
@@ -75,13 +81,19 @@ pub(crate) fn decode(
 ) -> Result<DeliveryRecord, String> {
     match value.first() {
         Some(b'{') => serde_json::from_slice(value).map_err(|e| e.to_string()),
-        Some(&VERSION) => read(Reader(&value[1..]), event, destination),
+        Some(&VERSION) => read(Reader(&value[1..]), event, destination, true),
+        Some(&V1) => read(Reader(&value[1..]), event, destination, false),
         Some(v) => Err(format!("unknown delivery record version {v}")),
         None => Err("empty delivery record".into()),
     }
 }
 
-fn read(mut r: Reader<'_>, event: EventId, destination: &str) -> Result<DeliveryRecord, String> {
+fn read(
+    mut r: Reader<'_>,
+    event: EventId,
+    destination: &str,
+    answers: bool,
+) -> Result<DeliveryRecord, String> {
     let state = r.u8()?;
     let state = state_of(state).ok_or_else(|| format!("unknown state {state}"))?;
     let created_us = r.u64()?;
@@ -100,7 +112,8 @@ fn read(mut r: Reader<'_>, event: EventId, destination: &str) -> Result<Delivery
         let duration_us = r.u64()?;
         let status = r.opt_u16()?;
         let error = r.opt_str()?;
-        attempts.push(Attempt { at_us, duration_us, status, error });
+        let answer = if answers { r.opt_str()? } else { None };
+        attempts.push(Attempt { at_us, duration_us, status, error, answer });
     }
     r.end()?;
     Ok(DeliveryRecord {
@@ -130,9 +143,20 @@ mod tests {
     }
 
     fn attempt() -> impl Strategy<Value = Attempt> {
-        (any::<u64>(), any::<u64>(), any::<Option<u16>>(), any::<Option<String>>()).prop_map(
-            |(at_us, duration_us, status, error)| Attempt { at_us, duration_us, status, error },
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<Option<u16>>(),
+            any::<Option<String>>(),
+            any::<Option<String>>(),
         )
+            .prop_map(|(at_us, duration_us, status, error, answer)| Attempt {
+                at_us,
+                duration_us,
+                status,
+                error,
+                answer,
+            })
     }
 
     prop_compose! {
@@ -177,7 +201,13 @@ mod tests {
     #[test]
     fn reads_the_json_of_earlier_builds_and_is_smaller() {
         let mut r = DeliveryRecord::new(EventId::new(1_763_000_000_000_000), "crm", 42);
-        r.push_attempt(Attempt { at_us: 43, duration_us: 900, status: Some(200), error: None });
+        r.push_attempt(Attempt {
+            at_us: 43,
+            duration_us: 900,
+            status: Some(200),
+            error: None,
+            answer: Some("ok".into()),
+        });
         r.state = DeliveryState::Delivered;
         r.delivered_us = Some(44);
         r.last_response = Some("ok".into());
@@ -189,5 +219,22 @@ mod tests {
         let mut trailing = binary;
         trailing.push(0);
         assert!(decode(r.event, "crm", &trailing).is_err());
+    }
+
+    #[test]
+    fn reads_the_version_1_records_of_earlier_builds() {
+        let mut r = DeliveryRecord::new(EventId::new(9), "crm", 42);
+        r.push_attempt(Attempt {
+            at_us: 43,
+            duration_us: 900,
+            status: Some(503),
+            error: None,
+            answer: None,
+        });
+        let v2 = encode(&r);
+        // Version 1 is version 2 without the per-attempt answer (the last byte here).
+        let mut v1 = vec![V1];
+        v1.extend_from_slice(&v2[1..v2.len() - 1]);
+        assert_eq!(decode(r.event, "crm", &v1), Ok(r));
     }
 }

@@ -58,6 +58,17 @@ impl Reconciler {
         let stored =
             self.store.append(new_event).await.map_err(|e| UpstreamError::Store(e.to_string()))?;
         tracing::info!(id = %stored, source = %account.id().source, account = %account.id().account, event, "HookGap event stored");
+        // Shown by `GET /admin/hooks` until the next gap of the event; a crash before
+        // this raises the same event again, and this is written then.
+        if let Some(view) = gap.view(event, stored) {
+            let bytes =
+                serde_json::to_vec(&view).map_err(|e| UpstreamError::Store(e.to_string()))?;
+            let key = gap::last_key(account.id(), event);
+            self.store
+                .upstream_put(&key, Some(bytes))
+                .await
+                .map_err(|e| UpstreamError::Store(e.to_string()))?;
+        }
         self.save_gap(account, event, None).await
     }
 

@@ -14,7 +14,7 @@ use super::gap::{self, PendingGap};
 use super::gauges::Gauges;
 use super::model::Hook;
 use super::plan::{self, Targets};
-use super::status::{AccountStatus, Change, HookView};
+use super::status::{AccountStatus, Change, GapView, HookView};
 use super::{AccountId, UpstreamError};
 use crate::config::{Secret, MASK};
 use crate::internal_events::{
@@ -152,7 +152,11 @@ impl Reconciler {
             .buffer_unordered(self.max_concurrency)
             .collect::<Vec<()>>()
             .await;
-        self.statuses()
+        let mut statuses = self.statuses();
+        for status in &mut statuses {
+            status.last_gaps = self.last_gaps(&status.source, &status.account).await;
+        }
+        statuses
     }
 
     async fn reconcile(&self, account: &Account) {
@@ -200,6 +204,7 @@ impl Reconciler {
             reconciled_at_us: Some(crate::clock::unix_micros(now)),
             age_seconds: None,
             stale: false,
+            last_gaps: Vec::new(),
         };
         // Shared with the other relays: any of them shows the last pass.
         match serde_json::to_vec(&status) {

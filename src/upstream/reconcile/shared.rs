@@ -29,6 +29,7 @@ impl Reconciler {
                     reconciled_at_us: None,
                     age_seconds: None,
                     stale: false,
+                    last_gaps: Vec::new(),
                 })
             })
             .collect()
@@ -58,6 +59,7 @@ impl Reconciler {
                     tracing::warn!(key, error = %e, "cannot read the stored account status; showing this relay's")
                 }
             }
+            status.last_gaps = self.last_gaps(&status.source, &status.account).await;
             if let Some(at) = status.reconciled_at_us {
                 let age = std::time::Duration::from_micros(now_us.saturating_sub(at));
                 status.age_seconds = Some(age.as_secs());
@@ -66,5 +68,26 @@ impl Reconciler {
             out.push(status);
         }
         out
+    }
+
+    /// The last gap reported per event of an account, by any relay sharing the store.
+    pub(super) async fn last_gaps(&self, source: &str, account: &str) -> Vec<GapView> {
+        let prefix = gap::last_prefix(source, account);
+        match self.store.upstream_scan(&prefix).await {
+            Ok(entries) => entries
+                .into_iter()
+                .filter_map(|(key, value)| match serde_json::from_slice(&value) {
+                    Ok(view) => Some(view),
+                    Err(e) => {
+                        tracing::warn!(key, error = %e, "unreadable last hook gap ignored");
+                        None
+                    }
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(source, account, error = %e, "cannot read the last hook gaps; shown without them");
+                Vec::new()
+            }
+        }
     }
 }
