@@ -24,6 +24,7 @@ mod metrics;
 mod notify;
 mod reachability;
 mod retention;
+mod shape;
 mod shutdown;
 mod sim;
 mod space;

@@ -1,4 +1,6 @@
-//! `GET /admin/destinations`, `POST /admin/destinations/{name}/pause|resume`.
+//! `GET /admin/destinations`, `POST /admin/destinations/{name}/pause|resume|preview`.
+
+use std::sync::Arc;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
@@ -7,6 +9,8 @@ use super::events::store_error;
 use super::views::age_seconds;
 use super::{error, AdminState};
 use crate::api;
+use crate::shape::program::{CompileError, Program};
+use crate::shape::{self, FilterVerdict};
 use crate::timefmt::format_admin;
 
 /// Every destination with its state and queue.
@@ -62,4 +66,85 @@ pub(super) async fn pause(state: web::Data<AdminState>, name: web::Path<String>)
 
 pub(super) async fn resume(state: web::Data<AdminState>, name: web::Path<String>) -> HttpResponse {
     set_paused(state, name.into_inner(), false).await
+}
+
+/// What the destination `name` would make of a stored event, with its own programs or
+/// those given: the filter's verdict and the body it would send. Writes nothing.
+pub(super) async fn preview(
+    state: web::Data<AdminState>,
+    name: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let request = match serde_json::from_slice::<api::PreviewRequest>(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("body: not a preview request ({e}); send {{\"event\": \"<id>\"}}, optionally with \"filter\" and \"transform\""),
+            )
+        }
+    };
+    let Some(dest) = state.destinations.get(&name) else {
+        return error(StatusCode::NOT_FOUND, format!("no destination named {:?}", name.as_str()));
+    };
+    // A program given replaces the configured one; "" means none.
+    let filter = match tried(request.filter.as_deref(), &dest.dest.filter) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("filter: {e}")),
+    };
+    let transform = match tried(request.transform.as_deref(), &dest.dest.transform) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("transform: {e}")),
+    };
+    let id = request.event;
+    let record = match state.store.event(id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
+        Err(e) => return store_error(&e),
+    };
+    let stored = match state.store.body(id).await {
+        Ok(Some(body)) => bytes::Bytes::from(body),
+        Ok(None) => {
+            return error(StatusCode::CONFLICT, format!("event {id} has no body (it was rejected)"))
+        }
+        Err(e) => return store_error(&e),
+    };
+    let verdict = filter.as_ref().map_or(FilterVerdict::Matched, |f| {
+        shape::filter_verdict(f.run(shape::input(id, &record.meta, &stored)))
+    });
+    let shaped = shape::body_sent(transform.as_deref(), id, &record.meta, &stored);
+    let (verdict, reason) = match verdict {
+        FilterVerdict::Matched => ("matched", None),
+        FilterVerdict::Filtered { reason, .. } => ("filtered", Some(reason)),
+    };
+    let (content_type, body, body_error) = match shaped {
+        Ok((body, content_type)) => {
+            (content_type, Some(String::from_utf8_lossy(&body).into_owned()), None)
+        }
+        Err(e) => (None, None, Some(e)),
+    };
+    HttpResponse::Ok().json(api::Preview {
+        destination: name.into_inner(),
+        event: id,
+        verdict: verdict.into(),
+        reason,
+        filter: filter.map(|p| p.code().to_owned()),
+        transform: transform.map(|p| p.code().to_owned()),
+        content_type,
+        body,
+        body_error,
+    })
+}
+
+/// The program a preview applies: the one `given` (none for `""`), else the
+/// `configured` one.
+fn tried(
+    given: Option<&str>,
+    configured: &Option<Arc<Program>>,
+) -> Result<Option<Arc<Program>>, CompileError> {
+    match given {
+        None => Ok(configured.clone()),
+        Some("") => Ok(None),
+        Some(code) => Program::compile(code).map(|p| Some(Arc::new(p))),
+    }
 }

@@ -193,6 +193,20 @@ pub(super) async fn replay(
     if let Some(unknown) = targets.iter().find(|d| state.destinations.get(d).is_none()) {
         return error(StatusCode::BAD_REQUEST, format!("no destination named {unknown:?}"));
     }
+    // A replay asks each destination's filter again, as configured now: a filter
+    // fixed since dispatch decides anew, and a replay never sends what it refuses.
+    let (targets, filtered) = match refiltered(&state, &record, targets).await {
+        Ok(split) => split,
+        Err(response) => return response,
+    };
+    if targets.is_empty() {
+        return HttpResponse::Ok().json(api::EventReplayed {
+            event: id,
+            replayed: 0,
+            destinations: targets,
+            filtered,
+        });
+    }
     let now = crate::clock::now_us();
     match state.store.replay(id, targets.clone(), now).await {
         Ok(n) => {
@@ -204,8 +218,41 @@ pub(super) async fn replay(
                 event: id,
                 replayed: n,
                 destinations: targets,
+                filtered,
             })
         }
         Err(e) => store_error(&e),
     }
+}
+
+/// Splits `targets` into those whose filter (as configured now) matches the event
+/// `record` or that have none, and those it leaves out, with the reason.
+async fn refiltered(
+    state: &AdminState,
+    record: &crate::store::EventRecord,
+    targets: Vec<String>,
+) -> Result<(Vec<String>, Vec<api::FilteredReplay>), HttpResponse> {
+    let filters: Vec<_> = targets
+        .iter()
+        .filter_map(|d| Some((d.clone(), state.destinations.get(d)?.dest.filter.clone()?)))
+        .collect();
+    if filters.is_empty() {
+        return Ok((targets, Vec::new()));
+    }
+    let body = match state.store.body(record.id).await {
+        Ok(body) => bytes::Bytes::from(body.unwrap_or_default()),
+        Err(e) => return Err(store_error(&e)),
+    };
+    let doc = crate::shape::input(record.id, &record.meta, &body);
+    let mut left_out = Vec::new();
+    for (destination, program) in filters {
+        if let crate::shape::FilterVerdict::Filtered { reason, .. } =
+            crate::shape::filter_verdict(program.run(doc.clone()))
+        {
+            left_out.push(api::FilteredReplay { destination, reason });
+        }
+    }
+    let kept =
+        targets.into_iter().filter(|t| left_out.iter().all(|f| &f.destination != t)).collect();
+    Ok((kept, left_out))
 }

@@ -88,6 +88,10 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                     "/destinations/{name}/resume",
                     vec![(Method::POST, web::to(destinations::resume))],
                 ))
+                .service(resource(
+                    "/destinations/{name}/preview",
+                    vec![(Method::POST, web::to(destinations::preview))],
+                ))
                 .service(resource("/hooks", vec![(get(), web::to(hooks::list))]))
                 .service(resource("/hooks/sync", vec![(Method::POST, web::to(hooks::sync))]))
                 .default_service(web::to(|| async {

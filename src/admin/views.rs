@@ -84,6 +84,7 @@ pub(super) fn delivery(d: &DeliveryRecord) -> api::Delivery {
         last_status: last.and_then(|a| a.status),
         last_error: last.and_then(|a| a.error.clone()),
         last_response: d.last_response.clone(),
+        reason: d.reason.clone(),
         attempts: d.attempts.iter().map(attempt).collect(),
     }
 }

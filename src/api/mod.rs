@@ -130,6 +130,9 @@ pub(crate) struct Delivery {
     pub(crate) last_error: Option<String>,
     /// The start of the destination's last answer.
     pub(crate) last_response: Option<String>,
+    /// Why it ended without an answer: the filter's verdict, for `filtered`.
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
     /// The latest attempts, oldest first.
     pub(crate) attempts: Vec<Attempt>,
 }
@@ -157,6 +160,52 @@ pub(crate) struct EventReplayed {
     /// Deliveries scheduled again.
     pub(crate) replayed: usize,
     pub(crate) destinations: Vec<String>,
+    /// Destinations asked for whose filter, as configured now, does not match the
+    /// event: not replayed, with the reason.
+    #[serde(default)]
+    pub(crate) filtered: Vec<FilteredReplay>,
+}
+
+/// `POST /admin/destinations/{name}/preview`: a stored event, and optionally jq
+/// programs to try instead of the destination's own.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PreviewRequest {
+    pub(crate) event: EventId,
+    /// A filter to try instead of the configured one (`""`: none).
+    #[serde(default)]
+    pub(crate) filter: Option<String>,
+    /// A transform to try instead of the configured one (`""`: none).
+    #[serde(default)]
+    pub(crate) transform: Option<String>,
+}
+
+/// What a destination would make of a stored event: nothing is written or sent.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct Preview {
+    pub(crate) destination: String,
+    pub(crate) event: EventId,
+    /// `matched` (it would be delivered) or `filtered`.
+    pub(crate) verdict: String,
+    /// Why it is filtered.
+    pub(crate) reason: Option<String>,
+    /// The filter applied (the configured one or the one tried), if any.
+    pub(crate) filter: Option<String>,
+    /// The transform applied, if any.
+    pub(crate) transform: Option<String>,
+    /// The content type of the body sent.
+    pub(crate) content_type: Option<String>,
+    /// The body that would be sent (as text; the transform's output is JSON).
+    pub(crate) body: Option<String>,
+    /// Why there would be no body: the transform failed (the delivery would be dead).
+    pub(crate) body_error: Option<String>,
+}
+
+/// A destination a replay left out because its filter does not match.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct FilteredReplay {
+    pub(crate) destination: String,
+    pub(crate) reason: String,
 }
 
 /// `POST /admin/dead-letters/selection/replay|discard`: the dead letters chosen.

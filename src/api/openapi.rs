@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Accounts, ApiError, DeadLetterPage, Deleted, DestinationList, EventDetail, EventPage,
-    EventReplayed, Overview, Paused, ReplayRequest, Replayed, Selection,
+    EventReplayed, Overview, Paused, Preview, PreviewRequest, ReplayRequest, Replayed, Selection,
 };
 use crate::store::{EventId, EventStatus};
 
@@ -33,6 +33,8 @@ pub(crate) fn document() -> Value {
     let accounts = subschema::<Accounts>(&mut g);
     let overview = subschema::<Overview>(&mut g);
     let selection = subschema::<Selection>(&mut g);
+    let preview_request = subschema::<PreviewRequest>(&mut g);
+    let preview = subschema::<Preview>(&mut g);
     let event_id = subschema::<EventId>(&mut g);
     let status = subschema::<EventStatus>(&mut g);
     let error = subschema::<ApiError>(&mut g);
@@ -126,6 +128,18 @@ pub(crate) fn document() -> Value {
         op
     };
 
+    let mut preview_op = admin(
+        "What a destination would make of a stored event (its filter's verdict, the body its transform gives), with its own jq programs or those given; writes and sends nothing",
+        vec![dest_name.clone()],
+        json_body(&preview, "the verdict and the body"),
+        with(&[
+            ("400", "the body is not a preview request, or a program given does not compile (with its position)"),
+            ("404", "no such destination or event"),
+            ("409", "the event has no body (rejected)"),
+        ]),
+    );
+    preview_op["requestBody"] = json!({ "required": true, "content": { "application/json": { "schema": preview_request } } });
+
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -184,6 +198,7 @@ pub(crate) fn document() -> Value {
                 vec![dest_name.clone()], json_body(&paused, "paused"), with(&[("404", "no such destination")])) },
             "/admin/destinations/{name}/resume": { "post": admin("Release a paused destination",
                 vec![dest_name], json_body(&paused, "resumed"), with(&[("404", "no such destination")])) },
+            "/admin/destinations/{name}/preview": { "post": preview_op },
             "/admin/hooks": { "get": admin("The upstream accounts and their hooks, as of the last reconcile by any relay", vec![],
                 json_body(&accounts, "the accounts"), Map::new()) },
             "/admin/hooks/sync": { "post": admin("Reconcile every account now", vec![],

@@ -121,6 +121,28 @@ pub(super) enum Destinations {
         /// The destination's name in the config's [[destinations]].
         name: String,
     },
+    /// What a destination would make of a stored event: its filter's verdict and the
+    /// body its transform gives. Nothing is written or sent. Try a jq program before
+    /// it is in the config with --filter or --transform.
+    #[command(
+        after_help = "Examples:\n  hookrelay destinations preview --destination crm --event 000661032a1b2c3d\n  \
+        hookrelay destinations preview --destination crm --event 000661032a1b2c3d \\\n    \
+        --filter '.body.data.attributes.status == \"Open\"' --transform '{event, id: .body.data.id}'"
+    )]
+    Preview {
+        /// The destination's name in the config's [[destinations]].
+        #[arg(long)]
+        destination: String,
+        /// A stored event's id (`hookrelay events list` shows them).
+        #[arg(long)]
+        event: String,
+        /// A jq filter to try instead of the destination's (`""`: none).
+        #[arg(long)]
+        filter: Option<String>,
+        /// A jq transform to try instead of the destination's (`""`: none).
+        #[arg(long)]
+        transform: Option<String>,
+    },
 }
 
 /// `hookrelay hooks ...`

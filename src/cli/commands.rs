@@ -262,6 +262,14 @@ pub(super) async fn destinations(
             let done: api::Paused = typed(&v)?;
             Ok((v, format!("{} resumed\n", done.name)))
         }
+        Destinations::Preview { destination, event, filter, transform } => {
+            let request =
+                serde_json::json!({ "event": event, "filter": filter, "transform": transform });
+            let path = format!("/admin/destinations/{destination}/preview");
+            let v = client.post(&path, Some(request)).await?;
+            let p: api::Preview = typed(&v)?;
+            Ok((v, preview_text(&p)))
+        }
     }
 }
 
@@ -315,4 +323,31 @@ pub(super) async fn hooks(client: &AdminClient, cmd: Hooks) -> anyhow::Result<(V
         }
     }
     Ok((v, text))
+}
+
+/// A preview as text: the verdict, the programs, and the body that would be sent.
+fn preview_text(p: &api::Preview) -> String {
+    let mut out = match &p.reason {
+        None => format!("{}: {} (event {})\n", p.destination, p.verdict, p.event),
+        Some(reason) => format!("{}: {}: {reason} (event {})\n", p.destination, p.verdict, p.event),
+    };
+    for (which, code) in [("filter", &p.filter), ("transform", &p.transform)] {
+        out.push_str(&format!("{which}: {}\n", code.as_deref().unwrap_or("none")));
+    }
+    match (&p.body, &p.body_error) {
+        (_, Some(e)) => out.push_str(&format!("no body: {e} (the delivery would be dead)\n")),
+        (Some(body), None) => {
+            out.push_str(&format!(
+                "content-type: {}\n\n",
+                p.content_type.as_deref().unwrap_or("none")
+            ));
+            let pretty = serde_json::from_str::<Value>(body)
+                .ok()
+                .and_then(|v| serde_json::to_string_pretty(&v).ok());
+            out.push_str(pretty.as_deref().unwrap_or(body));
+            out.push('\n');
+        }
+        (None, None) => {}
+    }
+    out
 }

@@ -118,6 +118,13 @@ pub(crate) struct DestinationConfig {
     /// Overrides of `[delivery]`'s retry policy.
     #[serde(default)]
     pub(crate) retry: Option<RetryOverride>,
+    /// A jq program: the event goes to this destination only when it gives `true`.
+    pub(crate) filter: Option<String>,
+    /// A jq program giving the JSON body sent instead of the callback's.
+    pub(crate) transform: Option<String>,
+    /// `filter` and `transform`, compiled when the config is validated.
+    #[serde(skip)]
+    pub(crate) shape: crate::shape::Shape,
 }
 
 /// Per-destination retry overrides (`[destinations.retry]`); unset keys inherit.

@@ -15,10 +15,11 @@ use super::DestinationState;
 use crate::destinations::{AnswerClass, Request};
 use crate::internal_events::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationRecovered,
-    DestinationStalled, InternalEvent,
+    DestinationStalled, InternalEvent, TransformFailed,
 };
 use crate::lock::lock;
 use crate::metrics::Metrics;
+use crate::shape;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{Attempt, AttemptWrite, Claim, SharedStore};
@@ -284,8 +285,21 @@ impl Worker {
     ) -> anyhow::Result<()> {
         let dest = &self.state.dest;
         let started_us = crate::clock::now_us();
-        let (report, meta) = match (&claim.meta, &claim.body) {
+        let shaped = match (&claim.meta, &claim.body) {
             (Some(meta), Some(body)) => {
+                Some(shape::body_sent(dest.transform.as_deref(), claim.event, meta, body))
+            }
+            _ => None,
+        };
+        let (report, meta) = match (&claim.meta, shaped) {
+            (Some(_), Some(Err(reason))) => {
+                drop(permit);
+                self.finished(probe, Health::NotSent);
+                TransformFailed { event: claim.event, destination: &dest.name, reason: &reason }
+                    .emit(&self.metrics);
+                (AttemptReport::not_sent(started_us, reason), claim.meta.as_ref())
+            }
+            (Some(meta), Some(Ok((body, content_type)))) => {
                 let span = tracing::Span::current();
                 span.record("source", meta.source.as_str());
                 span.record("event", meta.event.as_str());
@@ -298,8 +312,8 @@ impl Worker {
                             webhook_id: &webhook_id,
                             source: &meta.source,
                             event: &meta.event,
-                            content_type: meta.content_type.as_deref(),
-                            body: body.clone(),
+                            content_type: content_type.as_deref(),
+                            body,
                             attempt: claim.record.total_attempts + 1,
                         },
                     )

@@ -23,6 +23,11 @@ pub(crate) struct Destination {
     pub(crate) max_concurrency: usize,
     pub(crate) retry: RetryPolicy,
     pub(crate) rate_limit: Option<f64>,
+    /// The `filter` choosing the events sent (applied by dispatch; a replay asks it
+    /// again), if any.
+    pub(crate) filter: Option<std::sync::Arc<crate::shape::program::Program>>,
+    /// The `transform` giving the body sent, if any.
+    pub(crate) transform: Option<std::sync::Arc<crate::shape::program::Program>>,
 }
 
 impl Destination {
@@ -42,6 +47,8 @@ impl Destination {
             url,
             headers,
             signer: config.resolved_secret.as_ref().and_then(Signer::from_secret),
+            filter: config.shape.filter.clone(),
+            transform: config.shape.transform.clone(),
             timeout: config.timeout.unwrap_or(defaults.timeout),
             max_concurrency: config.max_concurrency.unwrap_or(defaults.max_concurrency),
             retry: config.retry_policy(&defaults.retry),

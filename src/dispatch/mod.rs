@@ -16,9 +16,10 @@ use crate::config::Config;
 use crate::delivery::Destinations;
 use crate::internal_events::{DedupKeysCounted, DispatchLead, EventDispatched, InternalEvent};
 use crate::metrics::Metrics;
+use crate::shape::{self, program::Program, FilterVerdict};
 use crate::shutdown::Stop;
 use crate::store::{
-    DedupKey, DispatchPlan, DispatchVerdict, PendingEvent, SharedStore, DISPATCH_LEAD,
+    DedupKey, DispatchPlan, DispatchVerdict, FilteredOut, PendingEvent, SharedStore, DISPATCH_LEAD,
 };
 
 use route::Router;
@@ -44,11 +45,14 @@ struct DedupRule {
     pointers: Vec<String>,
 }
 
-/// What a plan is made from: the routes, the ordered destinations, the dedup rules.
+/// What a plan is made from: the routes, the ordered destinations, the filters, the
+/// dedup rules.
 struct PlanRules {
     router: Router,
     /// Destinations with `ordering = "per-resource"`.
     ordered: std::collections::HashSet<String>,
+    /// Destinations with a `filter`.
+    filters: HashMap<String, Arc<Program>>,
     dedup: HashMap<String, DedupRule>,
 }
 
@@ -57,6 +61,7 @@ impl PlanRules {
     /// ordered, its record and its dedup key.
     fn plan(&self, p: &PendingEvent) -> DispatchPlan {
         let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
+        let filtered = self.filter(p, &destinations);
         let ordered: Vec<String> =
             destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
         let resource = match (&p.meta.resource, ordered.is_empty()) {
@@ -67,7 +72,24 @@ impl PlanRules {
             hash: dedup::key(&p.meta.source, &p.meta.event, &p.body, &r.pointers),
             window_us: r.window_us,
         });
-        DispatchPlan { id: p.id, dedup, destinations, ordered, resource }
+        DispatchPlan { id: p.id, dedup, destinations, filtered, ordered, resource }
+    }
+
+    /// The routed `destinations` whose filter does not match `p` (the input document
+    /// is built once, for the first destination with a filter).
+    fn filter(&self, p: &PendingEvent, destinations: &[String]) -> Vec<FilteredOut> {
+        let mut doc = None;
+        let mut out = Vec::new();
+        for dest in destinations {
+            let Some(program) = self.filters.get(dest) else { continue };
+            let doc = doc.get_or_insert_with(|| shape::input(p.id, &p.meta, &p.body));
+            if let FilterVerdict::Filtered { reason, error } =
+                shape::filter_verdict(program.run(doc.clone()))
+            {
+                out.push(FilteredOut { destination: dest.clone(), reason, error });
+            }
+        }
+        out
     }
 }
 
@@ -108,6 +130,11 @@ impl Dispatcher {
                 .iter()
                 .filter(|d| d.ordering == crate::config::Ordering::PerResource)
                 .map(|d| d.name.clone())
+                .collect(),
+            filters: config
+                .destinations
+                .iter()
+                .filter_map(|d| Some((d.name.clone(), d.shape.filter.clone()?)))
                 .collect(),
             dedup,
         };

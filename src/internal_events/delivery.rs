@@ -55,6 +55,24 @@ impl InternalEvent for AttemptRecorded<'_> {
     }
 }
 
+/// A destination's transform gave no body for an event: the delivery is dead (its
+/// attempt says why) until a replay once the transform is fixed.
+pub(crate) struct TransformFailed<'a> {
+    pub(crate) event: EventId,
+    pub(crate) destination: &'a str,
+    pub(crate) reason: &'a str,
+}
+
+impl InternalEvent for TransformFailed<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_transforms_failed_total"];
+    fn emit(self, m: &Metrics) {
+        let Self { event, destination, reason } = self;
+        m.delivery.transforms_failed.with_label_values(&[destination]).inc();
+        tracing::warn!(id = %event, destination, reason,
+            "the destination's transform failed: the delivery is dead; fix it, then replay");
+    }
+}
+
 /// A destination's circuit opened (probing once per interval) or closed.
 pub(crate) struct CircuitChanged<'a> {
     pub(crate) destination: &'a str,

@@ -20,6 +20,7 @@ impl InternalEvent for EventDispatched<'_> {
         "hookrelay_events_dispatched_total",
         "hookrelay_events_deduplicated_total",
         "hookrelay_events_unrouted_total",
+        "hookrelay_deliveries_filtered_total",
     ];
     fn emit(self, m: &Metrics) {
         let Self { event, plan, outcome } = self;
@@ -30,6 +31,20 @@ impl InternalEvent for EventDispatched<'_> {
                 m.dispatch.events_dispatched.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, destinations = ?plan.destinations,
                     "event dispatched");
+                for f in &plan.filtered {
+                    let cause = if f.error { "error" } else { "no_match" };
+                    m.dispatch
+                        .deliveries_filtered
+                        .with_label_values(&[&f.destination, cause])
+                        .inc();
+                    if f.error {
+                        tracing::warn!(%id, destination = %f.destination, reason = %f.reason,
+                            "the destination's filter failed: the delivery is filtered");
+                    } else {
+                        tracing::debug!(%id, destination = %f.destination, reason = %f.reason,
+                            "filtered");
+                    }
+                }
             }
             DispatchVerdict::Duplicate { original } => {
                 m.dispatch.events_deduplicated.with_label_values(&labels).inc();

@@ -18,7 +18,7 @@ mod upstream;
 pub(crate) use console::{ConsoleSignIn, SignIn};
 pub(crate) use delivery::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationRecovered,
-    DestinationStalled,
+    DestinationStalled, TransformFailed,
 };
 pub(crate) use dispatch::{DedupKeysCounted, DispatchLead, EventDispatched};
 pub(crate) use ingress::{

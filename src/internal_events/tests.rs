@@ -113,9 +113,14 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
 
     let pending = PendingEvent { id, meta: meta(), body: bytes::Bytes::new() };
     let plan = DispatchPlan {
+        filtered: vec![crate::store::FilteredOut {
+            destination: "erp".into(),
+            reason: "the filter gave false".into(),
+            error: false,
+        }],
         id,
         dedup: None,
-        destinations: vec!["crm".into()],
+        destinations: vec!["crm".into(), "erp".into()],
         ordered: Vec::new(),
         resource: None,
     };
@@ -141,6 +146,14 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
 
     let m = meta();
     check(vec![AttemptFinished { destination: "crm", took }], s);
+    check(
+        vec![TransformFailed {
+            event: id,
+            destination: "crm",
+            reason: "the transform gave no output",
+        }],
+        s,
+    );
     let recorded = |verdict| AttemptRecorded {
         event: id,
         meta: Some(&m),

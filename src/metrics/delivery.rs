@@ -17,11 +17,18 @@ pub(crate) struct DeliveryMetrics {
     pub(crate) destination_stalled: IntGaugeVec,
     pub(crate) worker_restarts: IntCounterVec,
     pub(crate) destination_paused: IntGaugeVec,
+    pub(crate) transforms_failed: IntCounterVec,
 }
 
 impl DeliveryMetrics {
     pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
         Ok(Self {
+            transforms_failed: r.counter_vec(
+                "hookrelay_transforms_failed_total",
+                "Deliveries made dead because the destination's transform failed or gave no \
+                 single JSON value (fix the transform, then replay the dead letters).",
+                &["destination"],
+            )?,
             deliveries: r.counter_vec(
                 "hookrelay_deliveries_total",
                 "Delivery attempts by destination and outcome (success, retry, failed: \

@@ -11,6 +11,7 @@ pub(crate) struct DispatchMetrics {
     pub(crate) events_dispatched: IntCounterVec,
     pub(crate) events_deduplicated: IntCounterVec,
     pub(crate) events_unrouted: IntCounterVec,
+    pub(crate) deliveries_filtered: IntCounterVec,
     pub(crate) dedup_keys: IntGauge,
     pub(crate) dispatch_leader: IntGauge,
 }
@@ -32,6 +33,13 @@ impl DispatchMetrics {
                 "hookrelay_events_unrouted_total",
                 "Events no destination wants.",
                 &["source", "event"],
+            )?,
+            deliveries_filtered: r.counter_vec(
+                "hookrelay_deliveries_filtered_total",
+                "Deliveries not made because the destination's filter did not match: \
+                 cause=\"no_match\" (false or no output) or \"error\" (the filter failed or \
+                 gave something other than a boolean: fix the filter, then replay).",
+                &["destination", "cause"],
             )?,
             dedup_keys: r.gauge("hookrelay_dedup_keys", "Keys in the deduplication index.")?,
             dispatch_leader: r.gauge(

@@ -10,6 +10,7 @@ const BOUNDED_LABELS: &[(&str, &str)] = &[
     ("destination", "configured destinations"),
     ("event", "the 21 upstream names, `hookrelay.HookGap`, or `other`"),
     ("outcome", "fixed per metric"),
+    ("cause", "fixed per metric"),
     ("state", "queue states"),
     ("status", "hook statuses, or `other`"),
     ("method", "the HTTP methods the client uses"),
@@ -43,6 +44,8 @@ fn touch_all(m: &Metrics) {
     m.store.storage_floor.set(1);
     m.delivery.destination_stalled.with_label_values(&["crm"]).set(0);
     m.delivery.worker_restarts.with_label_values(&["crm"]).inc();
+    m.delivery.transforms_failed.with_label_values(&["crm"]).inc();
+    m.dispatch.deliveries_filtered.with_label_values(&["crm", "error"]).inc();
     m.store.store_failed.set(1);
     m.store.store_reachable.set(1);
     m.relay.fleet_relays.set(1);

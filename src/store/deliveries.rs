@@ -21,11 +21,24 @@ pub(crate) struct DispatchPlan {
     pub(crate) dedup: Option<DedupKey>,
     /// Destinations that want the event.
     pub(crate) destinations: Vec<String>,
+    /// Those of `destinations` whose filter did not match: each gets a `filtered`
+    /// delivery, never attempted.
+    pub(crate) filtered: Vec<FilteredOut>,
     /// Those of `destinations` that deliver per resource in order.
     pub(crate) ordered: Vec<String>,
     /// The resource the event is about (hash of source, `data.type`, `data.id`), if
     /// the body names one.
     pub(crate) resource: Option<[u8; 16]>,
+}
+
+/// A destination whose filter did not match an event, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FilteredOut {
+    pub(crate) destination: String,
+    pub(crate) reason: String,
+    /// The filter failed or gave something other than a boolean (a bug of the
+    /// filter), rather than `false` or nothing.
+    pub(crate) error: bool,
 }
 
 /// A deduplication key: a hash of the source, the event name and the identifying
@@ -66,6 +79,9 @@ pub(crate) enum DeliveryState {
     /// Waits for an earlier delivery of the same resource to the same destination
     /// (`ordering = "per-resource"`); not in the schedule until that one finishes.
     Held,
+    /// Routed, but the destination's `filter` did not match (its `reason` says why):
+    /// never attempted, pruned like a delivered one.
+    Filtered,
 }
 
 impl DeliveryState {
@@ -115,6 +131,9 @@ pub(crate) struct DeliveryRecord {
     pub(crate) attempts: Vec<Attempt>,
     /// The start of the last answer's body, for diagnosis.
     pub(crate) last_response: Option<String>,
+    /// Why the delivery ended without an answer: the filter's verdict (`filtered`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
     pub(crate) delivered_us: Option<u64>,
     /// For per-resource ordering: the resource key (hex), and the next delivery of
     /// the same resource to the same destination.
@@ -138,6 +157,7 @@ impl DeliveryRecord {
             total_attempts: 0,
             attempts: Vec::new(),
             last_response: None,
+            reason: None,
             delivered_us: None,
             resource: None,
             next_in_order: None,

@@ -28,6 +28,7 @@ mod openapi;
 mod postgres;
 mod power_loss;
 mod prometheus;
+mod shape;
 mod shutdown;
 mod signatures;
 mod sim;

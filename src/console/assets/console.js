@@ -240,7 +240,9 @@ async function eventPage(id) {
     if (!await confirmed('Replay event ' + e.id + ' to ' + what + '?', 'Replay')) return;
     try {
       const r = await api('POST', '/admin/events/' + e.id + '/replay', destinations ? { destinations } : {});
-      say(r.replayed + ' deliver' + (r.replayed === 1 ? 'y' : 'ies') + ' scheduled again');
+      const left = (r.filtered || []).map((f) => f.destination + ' (' + f.reason + ')');
+      say(r.replayed + ' deliver' + (r.replayed === 1 ? 'y' : 'ies') + ' scheduled again'
+        + (left.length ? '; left out by their filter: ' + left.join(', ') : ''));
       render();
     } catch (err) { if (err instanceof SignedOut) signIn(); else say(err.message); }
   };
@@ -265,7 +267,8 @@ async function eventPage(id) {
       h('dt', {}, 'Attempts'), h('dd', {}, d.total_attempts),
       h('dt', {}, 'Next attempt'), h('dd', {}, time(d.next_attempt_at)),
       h('dt', {}, 'Delivered'), h('dd', {}, time(d.delivered_at)),
-      d.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'error' }, d.last_error)] : null),
+      d.last_error ? [h('dt', {}, 'Last error'), h('dd', { class: 'error' }, d.last_error)] : null,
+      d.reason ? [h('dt', {}, 'Why'), h('dd', {}, d.reason)] : null),
     table('Attempts to ' + d.destination, ['When', 'Took', 'Status', 'Error', 'Answer'],
       d.attempts.map((a) => h('tr', {}, h('td', {}, time(a.at)), h('td', {}, a.duration_ms.toFixed(1) + ' ms'),
         h('td', {}, a.status === null ? '—' : a.status), h('td', {}, a.error || ''), h('td', { class: 'answer' }, answer(a.answer))))),

@@ -90,6 +90,7 @@ pub(super) async fn counts_survive_concurrent_append_and_dispatch(h: &mut dyn Ha
         let mut hash = [0u8; 16];
         hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
         DispatchPlan {
+            filtered: Vec::new(),
             id: p.id,
             dedup: Some(DedupKey { hash, window_us: 600 * S }),
             destinations: Vec::new(),
@@ -138,4 +139,58 @@ pub(super) async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched(h:
         store.list_events(by_resource).await.unwrap().into_iter().map(|r| r.id).collect();
     assert_eq!(found, second);
     store.close().await.unwrap();
+}
+
+/// A destination whose filter did not match gets a `filtered` delivery with the
+/// reason: never scheduled, not in the queue counts or the dead letters, out of the
+/// per-resource queue, prunable; a replay makes it pending.
+pub(super) async fn filtered_deliveries_are_kept_never_attempted_and_replayable(
+    h: &mut dyn Harness,
+) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        vec![
+            about(received("demo", "ActionUpdated", 10 * S, "{}"), "actions/5"),
+            about(received("demo", "ActionUpdated", 11 * S, "{}"), "actions/5"),
+        ],
+    )
+    .await;
+    let filtered = |id| DispatchPlan {
+        filtered: vec![super::super::FilteredOut {
+            destination: "f".into(),
+            reason: "the filter gave false".into(),
+            error: false,
+        }],
+        ordered: vec!["f".into()],
+        resource: Some([9; 16]),
+        ..plan(id, id.raw() as u8, &["a", "f"])
+    };
+    let outcomes = store.dispatch(vec![filtered(ids[0]), filtered(ids[1])], 20 * S).await.unwrap();
+    assert_eq!(outcomes, [DispatchVerdict::Dispatched(2), DispatchVerdict::Dispatched(2)]);
+    for id in &ids {
+        let s = states(&store, *id).await;
+        assert_eq!(s.get("f"), Some(&DeliveryState::Filtered), "{s:?}");
+        assert_eq!(s.get("a"), Some(&DeliveryState::Pending), "{s:?}");
+    }
+    let deliveries = store.deliveries_of(ids[0]).await.unwrap();
+    let f = deliveries.iter().find(|d| d.destination == "f").unwrap();
+    assert_eq!(
+        (f.reason.as_deref(), f.next_attempt_us, f.total_attempts),
+        (Some("the filter gave false"), None, 0)
+    );
+    assert!(store.claim_due("f", "r1", 100 * S, LEASE, 10).await.unwrap().is_empty());
+    assert_eq!(store.queue_stats("f").await.unwrap(), QueueStats::default());
+    let dead = DeadLetterFilter { limit: 10, ..Default::default() };
+    assert!(store.dead_letters(dead).await.unwrap().is_empty());
+    // Delivered to `a`, filtered for `f`: nothing left to do, so it may be pruned.
+    for claim in store.claim_due("a", "r1", 20 * S, LEASE, 10).await.unwrap() {
+        record(&store, &claim, report(AnswerClass::Success, 20 * S)).await;
+    }
+    assert_eq!(store.prune(11 * S, 10).await.unwrap(), 1, "the first one");
+    // A replay to `f` (its filter asked again by the caller) makes it pending.
+    assert_eq!(store.replay(ids[1], vec!["f".into()], 30 * S).await.unwrap(), 1);
+    assert_eq!(states(&store, ids[1]).await.get("f"), Some(&DeliveryState::Pending));
+    let claims = store.claim_due("f", "r1", 30 * S, LEASE, 10).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[1]]);
 }

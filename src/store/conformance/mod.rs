@@ -169,6 +169,7 @@ fn rejected(at_us: u64) -> NewEvent {
 
 pub(crate) fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
     DispatchPlan {
+        filtered: Vec::new(),
         id,
         dedup: Some(DedupKey { hash: [hash; 16], window_us: 600 * S }),
         destinations: dests.iter().map(|d| (*d).to_owned()).collect(),
@@ -256,6 +257,13 @@ macro_rules! conformance {
             #[tokio::test]
             async fn dispatch_dedups_routes_and_schedules() {
                 super::dispatch::dispatch_dedups_routes_and_schedules(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn filtered_deliveries_are_kept_never_attempted_and_replayable() {
+                super::dispatch::filtered_deliveries_are_kept_never_attempted_and_replayable(
+                    &mut $make,
+                )
+                .await;
             }
             #[tokio::test]
             async fn claims_nobody_holds_are_given_back() {

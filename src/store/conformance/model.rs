@@ -501,6 +501,7 @@ fn plans(
             let destinations: Vec<String> =
                 route(routes[&p.id]).into_iter().filter(|d| with_ordered || d != ORDERED).collect();
             DispatchPlan {
+                filtered: Vec::new(),
                 id: p.id,
                 dedup: Some(DedupKey { hash: [occurrence; 16], window_us: u64::MAX / 4 }),
                 ordered: destinations.iter().filter(|d| *d == ORDERED).cloned().collect(),

@@ -8,7 +8,8 @@ use crate::store::{
 
 /// Decides what becomes of the received event `meta` under `plan` at `now_us`, and
 /// stages it: its final record, its dedup key, one delivery per destination (due now,
-/// or `held` behind an earlier delivery of the same record to an ordered destination).
+/// `held` behind an earlier delivery of the same record to an ordered destination, or
+/// `filtered` when the destination's filter did not match: never scheduled or queued).
 ///
 /// The dedup verdict: a key held by another event whose window has not ended at this
 /// event's receive time makes it a `duplicate`; otherwise this event takes (or renews)
@@ -43,6 +44,13 @@ pub(crate) fn dispatch<V: View + ?Sized>(
         meta.destinations.clone_from(&plan.destinations);
         for dest in &plan.destinations {
             let mut record = DeliveryRecord::new(plan.id, dest, now_us);
+            if let Some(out) = plan.filtered.iter().find(|f| &f.destination == dest) {
+                record.state = DeliveryState::Filtered;
+                record.next_attempt_us = None;
+                record.reason = Some(out.reason.clone());
+                st.put_delivery(record)?;
+                continue;
+            }
             if let Some(resource) = plan.resource.filter(|_| plan.ordered.contains(dest)) {
                 record.resource = Some(resource_hex(&resource));
                 join_queue(st, &mut record, &resource)?;

@@ -51,14 +51,18 @@ pub(crate) fn discard<V: View + ?Sized>(
 }
 
 /// Whether retention may delete an event received before `before_us`: it left the
-/// inbox, and every delivery of it succeeded or was discarded (or it had none). Dead
+/// inbox, and every delivery of it succeeded, was filtered out or was discarded (or it
+/// had none). Dead
 /// letters and anything scheduled or held keep their event.
 pub(crate) fn prunable(meta: &EventMeta, deliveries: &[DeliveryRecord], before_us: u64) -> bool {
     meta.status != crate::store::EventStatus::Received
         && meta.received_at_us < before_us
-        && deliveries
-            .iter()
-            .all(|d| matches!(d.state, DeliveryState::Delivered | DeliveryState::Discarded))
+        && deliveries.iter().all(|d| {
+            matches!(
+                d.state,
+                DeliveryState::Delivered | DeliveryState::Discarded | DeliveryState::Filtered
+            )
+        })
 }
 
 /// Stages the deletion of `id` with its body and `deliveries` (all of them, read

@@ -211,6 +211,7 @@ fn run(ops: Vec<Op>) {
                     .map(|(_, d)| (*d).to_owned())
                     .collect();
                 let plan = DispatchPlan {
+                    filtered: Vec::new(),
                     id,
                     dedup: Some(DedupKey { hash: [occurrence; 16], window_us: 10_000_000 }),
                     ordered: destinations
@@ -357,6 +358,7 @@ fn two_copies_in_one_batch_are_one_delivery() {
     let mut w = World { now: 5, ..World::default() };
     let (a, b) = (w.receive(), w.receive());
     let plan = |id| DispatchPlan {
+        filtered: Vec::new(),
         id,
         dedup: Some(DedupKey { hash: [1; 16], window_us: 100 }),
         destinations: vec!["a".into()],
@@ -381,6 +383,7 @@ fn a_finished_head_hands_the_turn_on_at_the_given_clock() {
     let ids: Vec<EventId> = (0..3).map(|_| w.receive()).collect();
     for id in &ids {
         let plan = DispatchPlan {
+            filtered: Vec::new(),
             id: *id,
             dedup: None,
             destinations: vec!["b".into()],

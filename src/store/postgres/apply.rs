@@ -19,6 +19,7 @@ fn state_name(state: crate::store::DeliveryState) -> &'static str {
         Dead => "dead",
         Discarded => "discarded",
         Held => "held",
+        Filtered => "filtered",
     }
 }
 

@@ -8,11 +8,11 @@
 //! ```text
 //! [version = 1][state: u8][created µs: u64][round start µs: u64][round attempts: u32]
 //! [total attempts: u32][next attempt µs: opt u64][delivered µs: opt u64]
-//! [next in order: opt u64][resource: opt str][last response: opt str]
+//! [next in order: opt u64][resource: opt str][last response: opt str][reason: opt str]
 //! [attempt count: var] then per attempt [at µs: u64][duration µs: u64][status: opt u16][error: opt str]
 //!   [answer: opt str]
 //! ```
-//! Version 1 (earlier builds, still read) had no per-attempt answer.
+//! Version 1 (earlier builds, still read) had no reason and no per-attempt answer.
 //! `opt x` is a byte 0 (absent) or 1 followed by `x`; `var` a LEB128 integer; `str` is
 //! `[length: var][UTF-8]` (`bin.rs`).
 //! A value that starts with `{` is the JSON of earlier builds, still read.
@@ -33,6 +33,7 @@ fn state_byte(s: DeliveryState) -> u8 {
         DeliveryState::Dead => 3,
         DeliveryState::Discarded => 4,
         DeliveryState::Held => 5,
+        DeliveryState::Filtered => 6,
     }
 }
 
@@ -44,6 +45,7 @@ fn state_of(b: u8) -> Option<DeliveryState> {
         3 => DeliveryState::Dead,
         4 => DeliveryState::Discarded,
         5 => DeliveryState::Held,
+        6 => DeliveryState::Filtered,
         _ => return None,
     })
 }
@@ -62,6 +64,7 @@ pub(crate) fn encode(r: &DeliveryRecord) -> Vec<u8> {
     w.opt_u64(r.next_in_order.map(EventId::raw));
     w.opt_str(r.resource.as_deref());
     w.opt_str(r.last_response.as_deref());
+    w.opt_str(r.reason.as_deref());
     w.var(r.attempts.len() as u64);
     for a in &r.attempts {
         w.u64(a.at_us);
@@ -105,6 +108,7 @@ fn read(
     let next_in_order = r.opt_u64()?.map(EventId::new);
     let resource = r.opt_str()?;
     let last_response = r.opt_str()?;
+    let reason = if answers { r.opt_str()? } else { None };
     let n = r.count()?;
     let mut attempts = Vec::with_capacity(n);
     for _ in 0..n {
@@ -127,6 +131,7 @@ fn read(
         total_attempts,
         attempts,
         last_response,
+        reason,
         delivered_us,
         resource,
         next_in_order,
@@ -139,7 +144,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn state() -> impl Strategy<Value = DeliveryState> {
-        (0u8..6).prop_map(|b| state_of(b).unwrap())
+        (0u8..7).prop_map(|b| state_of(b).unwrap())
     }
 
     fn attempt() -> impl Strategy<Value = Attempt> {
@@ -166,6 +171,7 @@ mod tests {
             opts in any::<(Option<u64>, Option<u64>, Option<u64>)>(),
             resource in any::<Option<String>>(),
             last_response in any::<Option<String>>(),
+            reason in any::<Option<String>>(),
             attempts in proptest::collection::vec(attempt(), 0..5),
         ) -> DeliveryRecord {
             DeliveryRecord {
@@ -179,6 +185,7 @@ mod tests {
                 total_attempts: times.3,
                 attempts,
                 last_response,
+                reason,
                 delivered_us: opts.1,
                 resource,
                 next_in_order: opts.2.map(EventId::new),
@@ -232,9 +239,12 @@ mod tests {
             answer: None,
         });
         let v2 = encode(&r);
-        // Version 1 is version 2 without the per-attempt answer (the last byte here).
+        // Version 1 is version 2 without the reason and the per-attempt answer (each
+        // absent: one byte, the reason's just before the attempts' count).
+        let attempts_at = v2.len() - 1 - (8 + 8 + 3 + 1) - 1;
         let mut v1 = vec![V1];
-        v1.extend_from_slice(&v2[1..v2.len() - 1]);
+        v1.extend_from_slice(&v2[1..attempts_at - 1]);
+        v1.extend_from_slice(&v2[attempts_at..v2.len() - 1]);
         assert_eq!(decode(r.event, "crm", &v1), Ok(r));
     }
 }

@@ -1,0 +1,157 @@
+//! Shape: what each destination receives of an event, chosen (`filter`) and reshaped
+//! (`transform`) by jq programs of its config.
+//!
+//! Both read one input document (see [`input`]). A filter's verdict is part of
+//! dispatch's plan, so it is written in dispatch's transaction and never on the ack
+//! path; a transform runs before each attempt, and gives the same bytes on every one
+//! (its input is fixed at receive time, and its programs are pure: `program.rs`).
+//!
+//! - `program.rs`: one jq program, compiled once with jaq when the config loads.
+//! - here: the input document and the two rules that read a program's outputs.
+
+pub(crate) mod program;
+
+use std::sync::Arc;
+
+use jaq_json::Val;
+
+use crate::store::{EventId, EventMeta};
+use program::{CompileError, Program};
+
+/// How much of an unexpected output a reason quotes.
+const QUOTED: usize = 80;
+
+/// A destination's programs, compiled.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Shape {
+    pub(crate) filter: Option<Arc<Program>>,
+    pub(crate) transform: Option<Arc<Program>>,
+}
+
+impl Shape {
+    /// Compiles a destination's `filter` and `transform`: the errors keyed by which.
+    pub(crate) fn compile(
+        filter: Option<&str>,
+        transform: Option<&str>,
+    ) -> Result<Self, Vec<(&'static str, CompileError)>> {
+        let mut errors = Vec::new();
+        let mut compile = |which, code: Option<&str>| {
+            code.and_then(|c| match Program::compile(c) {
+                Ok(p) => Some(Arc::new(p)),
+                Err(e) => {
+                    errors.push((which, e));
+                    None
+                }
+            })
+        };
+        let shape =
+            Self { filter: compile("filter", filter), transform: compile("transform", transform) };
+        if errors.is_empty() {
+            Ok(shape)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// The document a destination's programs read:
+/// `{"id", "event", "source", "resource", "record", "received_at", "body"}`, where
+/// `body` is the parsed JSON body (null when it is not JSON), `resource` is
+/// `"type/id"` or null, and `record` the same under its first name.
+pub(crate) fn input(id: EventId, meta: &EventMeta, body: &[u8]) -> Val {
+    let text = |s: &str| Val::utf8_str(s.as_bytes().to_vec());
+    let resource = meta.resource.as_deref().map_or(Val::Null, text);
+    let body = jaq_json::read::parse_single(body).unwrap_or(Val::Null);
+    let received_at = crate::timefmt::format_admin(meta.received_at());
+    let fields = [
+        ("id", text(&id.to_string())),
+        ("event", text(&meta.event)),
+        ("source", text(&meta.source)),
+        ("resource", resource.clone()),
+        ("record", resource),
+        ("received_at", text(&received_at)),
+        ("body", body),
+    ];
+    Val::obj(fields.into_iter().map(|(k, v)| (text(k), v)).collect())
+}
+
+/// What a filter decided for one destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum FilterVerdict {
+    /// Its single output was `true`: the event goes to the destination.
+    Matched,
+    /// Anything else: recorded as the delivery's `filtered` reason.
+    Filtered { reason: String, error: bool },
+}
+
+/// The verdict of a filter from its outputs (at most two read) or its error: only a
+/// single `true` matches; an error, no output, several, or any other value does not,
+/// and the reason says which.
+pub(crate) fn filter_verdict(outputs: Result<Vec<Val>, String>) -> FilterVerdict {
+    let filtered = |reason: String| FilterVerdict::Filtered { reason, error: false };
+    match outputs {
+        Err(e) => {
+            FilterVerdict::Filtered { reason: format!("the filter failed: {e}"), error: true }
+        }
+        Ok(out) => match out.as_slice() {
+            [Val::Bool(true)] => FilterVerdict::Matched,
+            [Val::Bool(false)] => filtered("the filter gave false".into()),
+            [] => filtered("the filter gave no output".into()),
+            [other] => FilterVerdict::Filtered {
+                reason: format!("the filter gave {}, not a boolean", quote(other)),
+                error: true,
+            },
+            _ => FilterVerdict::Filtered {
+                reason: "the filter gave more than one output".into(),
+                error: true,
+            },
+        },
+    }
+}
+
+/// The body a transform produced: its single output as compact JSON, or why there
+/// is none (an error, no output, several, or a value JSON cannot hold, such as NaN).
+pub(crate) fn transformed(outputs: Result<Vec<Val>, String>) -> Result<Vec<u8>, String> {
+    let out = outputs.map_err(|e| format!("the transform failed: {e}"))?;
+    let [value] = out.as_slice() else {
+        return Err(if out.is_empty() {
+            "the transform gave no output".into()
+        } else {
+            "the transform gave more than one output".into()
+        });
+    };
+    let bytes = value.to_string().into_bytes();
+    match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        Ok(_) => Ok(bytes),
+        Err(_) => Err(format!("the transform gave {}, which is not JSON", quote(value))),
+    }
+}
+
+/// What is sent for event `id`: its body as received, or what `transform` makes of it
+/// (JSON, whatever the callback's content type was).
+pub(crate) fn body_sent(
+    transform: Option<&Program>,
+    id: EventId,
+    meta: &EventMeta,
+    body: &bytes::Bytes,
+) -> Result<(bytes::Bytes, Option<String>), String> {
+    match transform {
+        None => Ok((body.clone(), meta.content_type.clone())),
+        Some(p) => {
+            let out = transformed(p.run(input(id, meta, body)))?;
+            Ok((out.into(), Some("application/json".to_owned())))
+        }
+    }
+}
+
+/// The start of `v`, for a reason.
+fn quote(v: &Val) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(QUOTED) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,248 @@
+//! Filters and transforms (jq, per destination) end to end: what each consumer
+//! receives, the verdicts recorded and counted, the signature over the transformed
+//! body, the preview (API and CLI), a replay that asks the filter again, and a
+//! broken transform fixed in the config and replayed.
+
+use crate::common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::sink::Sink;
+use common::{metric, Relay};
+use serde_json::{json, Value};
+
+/// `whsec_` + base64 of 32 bytes.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwRv5D8XT7Qm8=";
+/// Everything due is delivered within this bound after each step.
+const BOUND: Duration = Duration::from_secs(15);
+
+fn destinations(
+    open: &Sink,
+    strict: &Sink,
+    flat: &Sink,
+    picky: &Sink,
+    picky_transform: &str,
+) -> String {
+    let flatten = include_str!("../../docs/transforms/flatten.jq");
+    format!(
+        r#"
+[[destinations]]
+name = "open"
+url = "{}"
+filter = '.body.data.attributes.status == "Open"'
+
+[[destinations]]
+name = "strict"
+url = "{}"
+filter = '.body.data.attributes.status | ascii_downcase == "open"'
+
+[[destinations]]
+name = "flat"
+url = "{}"
+secret = "{SECRET}"
+transform = '''
+{flatten}
+'''
+
+[[destinations]]
+name = "picky"
+url = "{}"
+transform = '{picky_transform}'
+"#,
+        open.url(),
+        strict.url(),
+        flat.url(),
+        picky.url()
+    )
+}
+
+const BROKEN: &str =
+    r#"if .body.data.id == "7" then error("no id 7") else {id: .body.data.id} end"#;
+const FIXED: &str = r#"if .body.data.id == "7" then {fixed: true} else {id: .body.data.id} end"#;
+
+/// The delivery of `id` to `dest` as the admin API shows it.
+async fn delivery(relay: &Relay, id: &str, dest: &str) -> Value {
+    let (_, v) = relay.admin_get(&format!("/admin/events/{id}")).await;
+    v["deliveries"].as_array().unwrap().iter().find(|d| d["destination"] == dest).cloned().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_and_transforms_shape_what_each_destination_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (open, strict, flat, picky) =
+        (Sink::start().await, Sink::start().await, Sink::start().await, Sink::start().await);
+    let config = |picky_transform: &str| {
+        common::config_with(
+            &dir.path().join("data"),
+            "",
+            &destinations(&open, &strict, &flat, &picky, picky_transform),
+        )
+    };
+    let mut relay = Relay::start(dir.path(), &config(BROKEN)).await;
+
+    // Three callbacks at once: an open action, a closed one, a task without a status.
+    let bodies = [
+        r#"{"data":{"type":"actions","id":"5","attributes":{"status":"Open","subject":"a"}}}"#,
+        r#"{"data":{"type":"actions","id":"6","attributes":{"status":"Closed"}}}"#,
+        r#"{"data":{"type":"tasks","id":"7","attributes":{"done":false}}}"#,
+    ];
+    let mut ids = Vec::new();
+    let sent = futures_util::future::join_all(
+        bodies
+            .iter()
+            .map(|b| relay.callback(Some("ActionUpdated"), "application/json", (*b).to_owned())),
+    )
+    .await;
+    for r in sent {
+        assert_eq!(r.status(), 200);
+        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+
+    // Everything due arrives within the bound: the open action to `open` and `strict`,
+    // all three flattened and signed to `flat`, two of three to `picky`.
+    open.wait_for(1, BOUND).await;
+    strict.wait_for(1, BOUND).await;
+    let got = flat.wait_for(3, BOUND).await;
+    picky.wait_for(2, BOUND).await;
+    relay
+        .admin_until(&format!("/admin/events/{}", ids[2]), BOUND, |v| {
+            v["deliveries"].as_array().is_some_and(|d| {
+                d.iter().any(|d| d["destination"] == "picky" && d["state"] == "dead")
+            })
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((open.count(), strict.count(), flat.count(), picky.count()), (1, 1, 3, 2));
+    assert!(String::from_utf8_lossy(&open.received()[0].body).contains("\"5\""));
+
+    // The filtered deliveries say why; a failing filter is a filter error.
+    let closed = delivery(&relay, &ids[1], "open").await;
+    assert_eq!(
+        (closed["state"].as_str(), closed["reason"].as_str()),
+        (Some("filtered"), Some("the filter gave false"))
+    );
+    let task = delivery(&relay, &ids[2], "strict").await;
+    assert_eq!(task["state"], "filtered", "{task}");
+    assert!(task["reason"].as_str().unwrap().starts_with("the filter failed: "), "{task}");
+    let m = relay.metrics().await;
+    let filtered = |dest, cause| {
+        metric(
+            &m,
+            "hookrelay_deliveries_filtered_total",
+            &[("destination", dest), ("cause", cause)],
+        )
+    };
+    assert_eq!(
+        (filtered("open", "no_match"), filtered("strict", "no_match"), filtered("strict", "error")),
+        (Some(2.0), Some(1.0), Some(1.0)),
+        "{m}"
+    );
+
+    // The transformed body, as JSON, signed: the reference verifier accepts it.
+    let mut flattened: Vec<Value> =
+        got.iter().map(|r| serde_json::from_slice(&r.body).unwrap()).collect();
+    flattened.sort_by_key(|v| v["id"].as_str().unwrap_or_default().to_owned());
+    assert_eq!(
+        flattened[0],
+        json!({"event": "ActionUpdated", "type": "actions", "id": "5", "attributes": {"status": "Open", "subject": "a"}})
+    );
+    assert_eq!(flattened[2]["type"], "tasks");
+    for r in &got {
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        crate::signatures::verify_with_reference(dir.path(), SECRET, r);
+    }
+
+    // A transform that fails makes the delivery dead, with the error, and is counted.
+    let dead = delivery(&relay, &ids[2], "picky").await;
+    assert!(dead["last_error"].as_str().unwrap().contains("no id 7"), "{dead}");
+    assert_eq!(
+        metric(&m, "hookrelay_transforms_failed_total", &[("destination", "picky")]),
+        Some(1.0)
+    );
+
+    // Preview: the configured filter, one tried inline, a transform tried inline, and a
+    // syntax error with its position.
+    let preview = |dest: &str, body: Value| {
+        let path = format!("/admin/destinations/{dest}/preview");
+        let relay = &relay;
+        async move { relay.admin_post(&path, Some(body)).await }
+    };
+    let (status, p) = preview("open", json!({"event": ids[1]})).await;
+    assert_eq!((status, p["verdict"].as_str()), (200, Some("filtered")), "{p}");
+    let (_, p) = preview(
+        "open",
+        json!({"event": ids[1], "filter": ".body.data.attributes.status == \"Closed\"", "transform": "{s: .body.data.attributes.status}"}),
+    )
+    .await;
+    assert_eq!(
+        (p["verdict"].as_str(), p["body"].as_str()),
+        (Some("matched"), Some(r#"{"s":"Closed"}"#)),
+        "{p}"
+    );
+    let (status, p) = preview("open", json!({"event": ids[1], "filter": ".a == "})).await;
+    assert_eq!(status, 400, "{p}");
+    assert!(p["error"].as_str().unwrap().contains("filter: line 1, column"), "{p}");
+    let (_, p) = preview("picky", json!({"event": ids[2]})).await;
+    assert!(p["body_error"].as_str().unwrap().contains("no id 7"), "{p}");
+    // The same from the CLI.
+    let out = Command::new(common::binary())
+        .args(["destinations", "preview", "--destination", "flat", "--event", &ids[0]])
+        .arg("--config")
+        .arg(dir.path().join("hookrelay.toml"))
+        .arg("--admin-url")
+        .arg(format!("http://{}", relay.admin))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("flat: matched") && text.contains("\"attributes\": {"), "{text}");
+
+    // A replay asks the filter again: the closed action stays out of `open`.
+    let (status, r) = relay
+        .admin_post(
+            &format!("/admin/events/{}/replay", ids[1]),
+            Some(json!({"destinations": ["open"]})),
+        )
+        .await;
+    assert_eq!((status, r["replayed"].as_u64()), (200, Some(0)), "{r}");
+    assert_eq!(r["filtered"][0]["reason"], "the filter gave false", "{r}");
+
+    // The transform fixed in the config: the dead delivery is replayed and delivered
+    // with the new body, within the bound.
+    relay.signal(libc::SIGTERM);
+    assert!(relay.wait_exit(Duration::from_secs(10)).success());
+    let relay = Relay::start(dir.path(), &config(FIXED)).await;
+    let (status, r) = relay
+        .admin_post(
+            &format!("/admin/events/{}/replay", ids[2]),
+            Some(json!({"destinations": ["picky"]})),
+        )
+        .await;
+    assert_eq!((status, r["replayed"].as_u64()), (200, Some(1)), "{r}");
+    let got = picky.wait_for(3, BOUND).await;
+    assert_eq!(String::from_utf8_lossy(&got[2].body), r#"{"fixed":true}"#);
+    assert!(!relay.logs().contains("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"));
+}
+
+/// A program that does not compile is a config error naming the destination and the
+/// position, reported by check-config and refused by serve.
+#[test]
+fn a_program_that_does_not_compile_is_a_config_error_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookrelay.toml");
+    let tail = "\n[[destinations]]\nname = \"crm\"\nurl = \"http://127.0.0.1:9/\"\nfilter = '''.event ==\n  (\"x\"'''\ntransform = 'env.HOME'\n";
+    std::fs::write(&path, common::config_with(&dir.path().join("data"), "", tail)).unwrap();
+    for cmd in ["check-config", "serve"] {
+        let out =
+            Command::new(common::binary()).args([cmd, "--config"]).arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd}: {err}");
+        assert!(
+            err.contains(r#"destinations[0].filter (destination "crm"): line 2"#),
+            "{cmd}: {err}"
+        );
+        assert!(err.contains("closing parenthesis"), "{cmd}: {err}");
+        assert!(err.contains(r#"destinations[0].transform (destination "crm"): line 1, column 1: unknown filter env"#), "{cmd}: {err}");
+    }
+}
