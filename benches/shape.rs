@@ -29,7 +29,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONNECTIONS: usize = 64;
 const DESTINATIONS: usize = 10;
-const FILTER: &str = r#".body.data.type == "actions" and (.body.data.attributes.name | length) > 0"#;
+const FILTER: &str =
+    r#".body.data.type == "actions" and (.body.data.attributes.name | length) > 0"#;
 
 /// A sink on its own thread that counts what it receives and answers 200.
 fn start_sink(count: Arc<AtomicU64>) -> std::net::SocketAddr {
@@ -91,7 +92,9 @@ async fn contender(label: &'static str, bin: &str, filter: bool, transform: bool
     let flatten = include_str!("../docs/transforms/flatten.jq");
     let mut tail = String::new();
     for i in 0..DESTINATIONS {
-        tail.push_str(&format!("\n[[destinations]]\nname = \"d{i}\"\nurl = \"http://{sink}/in\"\n"));
+        tail.push_str(&format!(
+            "\n[[destinations]]\nname = \"d{i}\"\nurl = \"http://{sink}/in\"\n"
+        ));
         if filter {
             tail.push_str(&format!("filter = '{FILTER}'\n"));
         }
@@ -117,7 +120,12 @@ async fn run(c: &Contender, n: u64, base: u64) -> (f64, Duration) {
         let (client, url, slots) = (client.clone(), url.clone(), slots.clone());
         tasks.push(tokio::spawn(async move {
             let _s = slots.acquire_owned().await.unwrap();
-            let r = client.post(&url).header("content-type", "application/json").body(body(base + i)).send().await;
+            let r = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body(base + i))
+                .send()
+                .await;
             assert_eq!(r.map(|r| r.status().as_u16()).ok(), Some(200));
         }));
     }

@@ -109,10 +109,11 @@ pub(super) async fn preview(
         }
         Err(e) => return store_error(&e),
     };
-    let verdict = filter.as_ref().map_or(FilterVerdict::Matched, |f| {
-        shape::filter_verdict(f.run(shape::input(id, &record.meta, &stored)))
-    });
-    let shaped = shape::body_sent(transform.as_deref(), id, &record.meta, &stored);
+    let verdict = match &filter {
+        Some(f) => shape::verdict(f, id, &record.meta, &stored).await,
+        None => FilterVerdict::Matched,
+    };
+    let shaped = shape::body_sent(transform.as_ref(), id, &record.meta, &stored).await;
     let (verdict, reason) = match verdict {
         FilterVerdict::Matched => ("matched", None),
         FilterVerdict::Filtered { reason, .. } => ("filtered", Some(reason)),

@@ -243,15 +243,17 @@ async fn refiltered(
         Ok(body) => bytes::Bytes::from(body.unwrap_or_default()),
         Err(e) => return Err(store_error(&e)),
     };
-    let doc = crate::shape::input(record.id, &record.meta, &body);
-    let mut left_out = Vec::new();
-    for (destination, program) in filters {
-        if let crate::shape::FilterVerdict::Filtered { reason, .. } =
-            crate::shape::filter_verdict(program.run(doc.clone()))
-        {
-            left_out.push(api::FilteredReplay { destination, reason });
-        }
-    }
+    let (id, meta) = (record.id, record.meta.clone());
+    let asked =
+        tokio::task::spawn_blocking(move || crate::shape::filtered_out(&filters, id, &meta, &body))
+            .await;
+    let left_out: Vec<api::FilteredReplay> = match asked {
+        Ok(out) => out
+            .into_iter()
+            .map(|f| api::FilteredReplay { destination: f.destination, reason: f.reason })
+            .collect(),
+        Err(e) => return Err(error(StatusCode::INTERNAL_SERVER_ERROR, format!("filters: {e}"))),
+    };
     let kept =
         targets.into_iter().filter(|t| left_out.iter().all(|f| &f.destination != t)).collect();
     Ok((kept, left_out))

@@ -287,7 +287,7 @@ impl Worker {
         let started_us = crate::clock::now_us();
         let shaped = match (&claim.meta, &claim.body) {
             (Some(meta), Some(body)) => {
-                Some(shape::body_sent(dest.transform.as_deref(), claim.event, meta, body))
+                Some(shape::body_sent(dest.transform.as_ref(), claim.event, meta, body).await)
             }
             _ => None,
         };

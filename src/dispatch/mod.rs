@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::delivery::Destinations;
 use crate::internal_events::{DedupKeysCounted, DispatchLead, EventDispatched, InternalEvent};
 use crate::metrics::Metrics;
-use crate::shape::{self, program::Program, FilterVerdict};
+use crate::shape::{self, program::Program};
 use crate::shutdown::Stop;
 use crate::store::{
     DedupKey, DispatchPlan, DispatchVerdict, FilteredOut, PendingEvent, SharedStore, DISPATCH_LEAD,
@@ -75,21 +75,17 @@ impl PlanRules {
         DispatchPlan { id: p.id, dedup, destinations, filtered, ordered, resource }
     }
 
-    /// The routed `destinations` whose filter does not match `p` (the input document
-    /// is built once, for the first destination with a filter).
+    /// The routed `destinations` whose filter does not match `p` (all of them asked
+    /// in one bounded run).
     fn filter(&self, p: &PendingEvent, destinations: &[String]) -> Vec<FilteredOut> {
-        let mut doc = None;
-        let mut out = Vec::new();
-        for dest in destinations {
-            let Some(program) = self.filters.get(dest) else { continue };
-            let doc = doc.get_or_insert_with(|| shape::input(p.id, &p.meta, &p.body));
-            if let FilterVerdict::Filtered { reason, error } =
-                shape::filter_verdict(program.run(doc.clone()))
-            {
-                out.push(FilteredOut { destination: dest.clone(), reason, error });
-            }
+        let filters: Vec<(String, Arc<Program>)> = destinations
+            .iter()
+            .filter_map(|d| Some((d.clone(), self.filters.get(d)?.clone())))
+            .collect();
+        if filters.is_empty() {
+            return Vec::new();
         }
-        out
+        shape::filtered_out(&filters, p.id, &p.meta, &p.body)
     }
 }
 

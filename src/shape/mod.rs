@@ -7,15 +7,18 @@
 //! (its input is fixed at receive time, and its programs are pure: `program.rs`).
 //!
 //! - `program.rs`: one jq program, compiled once with jaq when the config loads.
+//! - `bounded.rs`: where programs run: a pool of threads, each run bounded in time.
 //! - here: the input document and the two rules that read a program's outputs.
 
+pub(crate) mod bounded;
 pub(crate) mod program;
 
 use std::sync::Arc;
 
 use jaq_json::Val;
 
-use crate::store::{EventId, EventMeta};
+use crate::store::{EventId, EventMeta, FilteredOut};
+use bounded::EVALUATOR;
 use program::{CompileError, Program};
 
 /// How much of an unexpected output a reason quotes.
@@ -127,21 +130,79 @@ pub(crate) fn transformed(outputs: Result<Vec<Val>, String>) -> Result<Vec<u8>, 
     }
 }
 
-/// What is sent for event `id`: its body as received, or what `transform` makes of it
-/// (JSON, whatever the callback's content type was).
-pub(crate) fn body_sent(
-    transform: Option<&Program>,
+/// A body to send and its content type.
+pub(crate) type Sent = (bytes::Bytes, Option<String>);
+
+/// The destinations among `filters` whose filter does not match the event, each run
+/// bounded (`bounded.rs`): a program that overruns fails, and the others are asked
+/// again, so the answer always comes.
+pub(crate) fn filtered_out(
+    filters: &[(String, Arc<Program>)],
     id: EventId,
     meta: &EventMeta,
     body: &bytes::Bytes,
-) -> Result<(bytes::Bytes, Option<String>), String> {
-    match transform {
-        None => Ok((body.clone(), meta.content_type.clone())),
-        Some(p) => {
-            let out = transformed(p.run(input(id, meta, body)))?;
-            Ok((out.into(), Some("application/json".to_owned())))
+) -> Vec<FilteredOut> {
+    // Each overrun disables one program for good: at most one more try each.
+    for _ in 0..=filters.len() {
+        let (filters, meta, body) = (filters.to_vec(), meta.clone(), body.clone());
+        let asked = EVALUATOR.run(move |running| {
+            let doc = input(id, &meta, &body);
+            let mut out = Vec::new();
+            for (destination, program) in filters {
+                if let FilterVerdict::Filtered { reason, error } =
+                    filter_verdict(running.run(&program, doc.clone()))
+                {
+                    out.push(FilteredOut { destination, reason, error });
+                }
+            }
+            out
+        });
+        if let Ok(out) = asked {
+            return out;
         }
     }
+    // Not reached: by then every program fails at once. Still an answer: none match.
+    filters
+        .iter()
+        .map(|(destination, _)| FilteredOut {
+            destination: destination.clone(),
+            reason: "the filter could not be run".into(),
+            error: true,
+        })
+        .collect()
+}
+
+/// What is sent for event `id`: its body as received, or what `transform` makes of it
+/// (JSON, whatever the callback's content type was), the run bounded.
+pub(crate) async fn body_sent(
+    transform: Option<&Arc<Program>>,
+    id: EventId,
+    meta: &EventMeta,
+    body: &bytes::Bytes,
+) -> Result<Sent, String> {
+    let Some(program) = transform.cloned() else {
+        return Ok((body.clone(), meta.content_type.clone()));
+    };
+    let (meta, body) = (meta.clone(), body.clone());
+    let out = EVALUATOR
+        .run_async(move |running| transformed(running.run(&program, input(id, &meta, &body))))
+        .await
+        .and_then(|out| out)?;
+    Ok((out.into(), Some("application/json".to_owned())))
+}
+
+/// A filter's verdict on one event, the run bounded (the preview).
+pub(crate) async fn verdict(
+    filter: &Arc<Program>,
+    id: EventId,
+    meta: &EventMeta,
+    body: &bytes::Bytes,
+) -> FilterVerdict {
+    let (program, meta, body) = (filter.clone(), meta.clone(), body.clone());
+    EVALUATOR
+        .run_async(move |running| filter_verdict(running.run(&program, input(id, &meta, &body))))
+        .await
+        .unwrap_or_else(|reason| FilterVerdict::Filtered { reason, error: true })
 }
 
 /// The start of `v`, for a reason.

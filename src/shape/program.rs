@@ -30,6 +30,8 @@ pub(crate) struct Program {
     filter: jaq_core::Filter<Data>,
     /// The source, for `check-config` and the preview.
     code: String,
+    /// Set once a run outlived its limit (`bounded.rs`): every run fails with it.
+    runaway: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for Program {
@@ -127,7 +129,12 @@ impl Program {
                 None => CompileError::at(code, "", "does not compile".into()),
             }
         })?;
-        Ok(Self { filter, code: code.to_owned() })
+        Ok(Self { filter, code: code.to_owned(), runaway: std::sync::OnceLock::new() })
+    }
+
+    /// From now on every run fails with `reason` (the first one given).
+    pub(crate) fn mark_runaway(&self, reason: String) {
+        let _ = self.runaway.set(reason);
     }
 
     /// The source it was compiled from.
@@ -138,6 +145,9 @@ impl Program {
     /// Runs the program on `input`: its first outputs (at most two, enough to tell
     /// one from several), or the first error.
     pub(crate) fn run(&self, input: Val) -> Result<Vec<Val>, String> {
+        if let Some(reason) = self.runaway.get() {
+            return Err(reason.clone());
+        }
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([]));
         let mut out = Vec::new();
         for value in self.filter.id.run((ctx, input)).map(unwrap_valr).take(OUTPUTS_READ) {

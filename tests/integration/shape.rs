@@ -246,3 +246,46 @@ fn a_program_that_does_not_compile_is_a_config_error_with_its_position() {
         assert!(err.contains(r#"destinations[0].transform (destination "crm"): line 1, column 1: unknown filter env"#), "{cmd}: {err}");
     }
 }
+
+/// A filter that never ends holds dispatch up once, for its limit (5 s): it is then
+/// disabled (every event filtered out, with the reason), and every other destination
+/// gets every event; a transform that never ends makes its deliveries dead the same
+/// way. Nothing is wedged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_never_ends_is_disabled_and_everything_else_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, looping) = (Sink::start().await, Sink::start().await);
+    let tail = format!(
+        "\n[[destinations]]\nname = \"plain\"\nurl = \"{}\"\n\n[[destinations]]\nname = \"looping\"\nurl = \"{}\"\nfilter = 'last(range(1e18)) > 0'\n\n[[destinations]]\nname = \"stuck\"\nurl = \"{}\"\ntransform = '[limit(1e18; repeat(1))] | length'\n",
+        plain.url(),
+        looping.url(),
+        looping.url()
+    );
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let body = format!(r#"{{"data":{{"type":"actions","id":"{n}"}}}}"#);
+        let r = relay.callback(Some("ActionCreated"), "application/json", body).await;
+        assert_eq!(r.status(), 200);
+        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    // Two overruns of 5 s at most (one per program), then the bound.
+    plain.wait_for(5, Duration::from_secs(12) + BOUND).await;
+    for id in &ids {
+        let filtered = delivery(&relay, id, "looping").await;
+        assert_eq!(filtered["state"], "filtered", "{filtered}");
+        assert!(filtered["reason"].as_str().unwrap().contains("ran longer than 5s"), "{filtered}");
+    }
+    relay
+        .admin_until(
+            "/admin/dead-letters?destination=stuck",
+            Duration::from_secs(12) + BOUND,
+            |v| v["dead_letters"].as_array().is_some_and(|a| a.len() == 5),
+        )
+        .await;
+    let dead = delivery(&relay, &ids[4], "stuck").await;
+    assert!(dead["last_error"].as_str().unwrap().contains("ran longer than 5s"), "{dead}");
+    assert_eq!(looping.count(), 0);
+    assert!(relay.logs().contains("a jq program ran past its limit"));
+}
