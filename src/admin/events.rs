@@ -243,13 +243,12 @@ async fn refiltered(
         Ok(body) => bytes::Bytes::from(body.unwrap_or_default()),
         Err(e) => return Err(store_error(&e)),
     };
-    let (id, meta) = (record.id, record.meta.clone());
-    let asked =
-        tokio::task::spawn_blocking(move || crate::shape::filtered_out(&filters, id, &meta, &body))
-            .await;
+    let event = crate::shape::ToFilter { id: record.id, meta: record.meta.clone(), body, filters };
+    let asked = tokio::task::spawn_blocking(move || crate::shape::filtered_out(vec![event])).await;
     let left_out: Vec<api::FilteredReplay> = match asked {
         Ok(out) => out
             .into_iter()
+            .flatten()
             .map(|f| api::FilteredReplay { destination: f.destination, reason: f.reason })
             .collect(),
         Err(e) => return Err(error(StatusCode::INTERNAL_SERVER_ERROR, format!("filters: {e}"))),

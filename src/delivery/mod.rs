@@ -197,6 +197,7 @@ impl Destinations {
                     store: self.store.clone(),
                     metrics: relay.metrics.clone(),
                     client: relay.client.clone(),
+                    shaped: std::sync::Mutex::default(),
                 };
                 (format!("delivery:{}", state.dest.name), tokio::spawn(worker.run(stop.clone())))
             })

@@ -2,6 +2,7 @@
 //! the pacer what to do, does it (claim, release, start a request, sleep), reports
 //! each answer back, and runs the destination's progress [`watchdog`].
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +46,13 @@ pub(super) struct Worker {
     pub(super) store: SharedStore,
     pub(super) metrics: Arc<Metrics>,
     pub(super) client: reqwest::Client,
+    /// Bodies the destination's transform made for claims taken ahead, by claim token:
+    /// a claimed batch is transformed in one hand-over to the jq threads.
+    pub(super) shaped: std::sync::Mutex<HashMap<u64, Result<shape::Sent, String>>>,
 }
+
+/// Bodies kept for claims taken ahead at most (beyond, each is made when sent).
+const SHAPED_KEPT: usize = 4096;
 
 impl Worker {
     /// Runs the destination until `stop`: looks at the schedule whenever the pacer
@@ -130,11 +137,34 @@ impl Worker {
     /// lives, so nobody takes it over, and it would wait out its lease.
     async fn release(&self, claims: Vec<Claim>) {
         for claim in claims {
+            lock(&self.shaped).remove(&claim.token);
             if let Err(e) = self.store.release(&claim).await {
                 self.state.unknown_claims.store(true, Ordering::SeqCst);
                 tracing::warn!(destination = %self.state.dest.name, error = %e, "cannot release a claim now; the next look gives it back");
             }
         }
+    }
+
+    /// Makes the bodies of `claims` with the destination's transform, if it has one,
+    /// in one hand-over to the jq threads.
+    async fn shape_ahead(&self, claims: &[Claim]) {
+        let Some(transform) = &self.state.dest.transform else { return };
+        let events: Vec<shape::ToTransform> = claims
+            .iter()
+            .filter_map(|c| {
+                let (meta, body) = (c.meta.clone()?, c.body.clone()?);
+                Some(shape::ToTransform { token: c.token, id: c.event, meta, body })
+            })
+            .collect();
+        if events.is_empty() {
+            return;
+        }
+        let made = shape::bodies_sent(transform, events).await;
+        let mut shaped = lock(&self.shaped);
+        if shaped.len() + made.len() > SHAPED_KEPT {
+            shaped.clear();
+        }
+        shaped.extend(made);
     }
 
     /// Gives back this relay's claims on the destination that it does not hold, once
@@ -176,6 +206,7 @@ impl Worker {
                         .store
                         .claim_due(name, &self.owner, now.wall_us, self.lease(), want)
                         .await?;
+                    self.shape_ahead(&claims).await;
                     lock(&self.state.pacer).claimed(claims);
                     self.state.unknown_claims.store(false, Ordering::SeqCst);
                 }
@@ -258,6 +289,7 @@ impl Worker {
     async fn restart(&self) {
         let fresh = self.state.fresh_pacer();
         let mut old = std::mem::replace(&mut *lock(&self.state.pacer), fresh);
+        lock(&self.shaped).clear();
         self.release(old.drain()).await;
         *lock(&self.pause_read) = None;
     }
@@ -285,8 +317,10 @@ impl Worker {
     ) -> anyhow::Result<()> {
         let dest = &self.state.dest;
         let started_us = crate::clock::now_us();
-        let shaped = match (&claim.meta, &claim.body) {
-            (Some(meta), Some(body)) => {
+        let made = lock(&self.shaped).remove(&claim.token);
+        let shaped = match (&claim.meta, &claim.body, made) {
+            (Some(_), Some(_), Some(made)) => Some(made),
+            (Some(meta), Some(body), None) => {
                 Some(shape::body_sent(dest.transform.as_ref(), claim.event, meta, body).await)
             }
             _ => None,

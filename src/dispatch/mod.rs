@@ -59,9 +59,8 @@ struct PlanRules {
 impl PlanRules {
     /// The dispatch plan of one pending event: its destinations, whether they are
     /// ordered, its record and its dedup key.
-    fn plan(&self, p: &PendingEvent) -> DispatchPlan {
+    fn plan(&self, p: &PendingEvent, filtered: Vec<FilteredOut>) -> DispatchPlan {
         let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
-        let filtered = self.filter(p, &destinations);
         let ordered: Vec<String> =
             destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
         let resource = match (&p.meta.resource, ordered.is_empty()) {
@@ -75,17 +74,37 @@ impl PlanRules {
         DispatchPlan { id: p.id, dedup, destinations, filtered, ordered, resource }
     }
 
-    /// The routed `destinations` whose filter does not match `p` (all of them asked
-    /// in one bounded run).
-    fn filter(&self, p: &PendingEvent, destinations: &[String]) -> Vec<FilteredOut> {
-        let filters: Vec<(String, Arc<Program>)> = destinations
-            .iter()
-            .filter_map(|d| Some((d.clone(), self.filters.get(d)?.clone())))
-            .collect();
-        if filters.is_empty() {
-            return Vec::new();
+    /// The plans of a batch: the filters of every event asked in one bounded run.
+    fn plans(&self, pending: &[PendingEvent]) -> Vec<DispatchPlan> {
+        let mut batch = Vec::new();
+        let mut at = Vec::with_capacity(pending.len());
+        for p in pending {
+            let filters: Vec<(String, Arc<Program>)> = self
+                .router
+                .destinations_for(&p.meta.source, &p.meta.event)
+                .into_iter()
+                .filter_map(|d| {
+                    let program = self.filters.get(&d)?.clone();
+                    Some((d, program))
+                })
+                .collect();
+            if filters.is_empty() {
+                at.push(None);
+                continue;
+            }
+            at.push(Some(batch.len()));
+            let (id, meta, body) = (p.id, p.meta.clone(), p.body.clone());
+            batch.push(shape::ToFilter { id, meta, body, filters });
         }
-        shape::filtered_out(&filters, p.id, &p.meta, &p.body)
+        let mut verdicts = if batch.is_empty() { Vec::new() } else { shape::filtered_out(batch) };
+        pending
+            .iter()
+            .zip(at)
+            .map(|(p, at)| {
+                let filtered = at.and_then(|i| verdicts.get_mut(i)).map(std::mem::take);
+                self.plan(p, filtered.unwrap_or_default())
+            })
+            .collect()
     }
 }
 
@@ -214,7 +233,7 @@ impl Dispatcher {
     /// (looking again at once would fetch the same bodies again and again).
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
         let rules = self.rules.clone();
-        let planner: crate::store::Planner = Arc::new(move |p| rules.plan(p));
+        let planner: crate::store::Planner = Arc::new(move |pending| rules.plans(pending));
         let now = crate::clock::now_us();
         // Read, plan and dispatch in one store call (one hop for a blocking backend);
         // durable when it returns, as configured: the store's business.

@@ -109,23 +109,38 @@ impl Evaluator {
                 Ok(out) => Ok(out),
                 Err(_) => Err(self.overrun(&running)),
             },
-            Err(RecvTimeoutError::Disconnected) => {
-                // The job panicked (its thread is gone): start another one.
-                self.start_thread();
-                Err("the program's run failed (a panic in jq); see the relay's log".into())
-            }
+            Err(RecvTimeoutError::Disconnected) => Err(self.panicked()),
         }
     }
 
-    /// Like [`Evaluator::run`], without holding up the async runtime.
+    /// Like [`Evaluator::run`], awaited: the caller's runtime thread is not held.
     pub(crate) async fn run_async<T: Send + 'static>(
-        &'static self,
+        &self,
         work: impl FnOnce(&Running) -> T + Send + 'static,
     ) -> Result<T, String> {
-        match tokio::task::spawn_blocking(move || self.run(work)).await {
-            Ok(out) => out,
-            Err(e) => Err(format!("the program's run failed: {e}")),
+        let running = Running::default();
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        let job_running = running.clone();
+        let job: Job = Box::new(move || {
+            let _ = reply.send(work(&job_running));
+        });
+        if lock(&self.jobs).send(job).is_err() {
+            return Err("no thread runs jq programs".into());
         }
+        match tokio::time::timeout(self.limit, &mut answer).await {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(_)) => Err(self.panicked()),
+            Err(_) => match tokio::time::timeout(GRACE, answer).await {
+                Ok(Ok(out)) => Ok(out),
+                _ => Err(self.overrun(&running)),
+            },
+        }
+    }
+
+    /// A job panicked (its thread is gone): starts another one.
+    fn panicked(&self) -> String {
+        self.start_thread();
+        "the program's run failed (a panic in jq); see the relay's log".into()
     }
 
     /// A run outlived the limit: blames the program it was running and replaces its

@@ -133,41 +133,55 @@ pub(crate) fn transformed(outputs: Result<Vec<Val>, String>) -> Result<Vec<u8>, 
 /// A body to send and its content type.
 pub(crate) type Sent = (bytes::Bytes, Option<String>);
 
-/// The destinations among `filters` whose filter does not match the event, each run
-/// bounded (`bounded.rs`): a program that overruns fails, and the others are asked
-/// again, so the answer always comes.
-pub(crate) fn filtered_out(
-    filters: &[(String, Arc<Program>)],
-    id: EventId,
-    meta: &EventMeta,
-    body: &bytes::Bytes,
-) -> Vec<FilteredOut> {
+/// One event and the filters of the destinations it is routed to.
+#[derive(Clone)]
+pub(crate) struct ToFilter {
+    pub(crate) id: EventId,
+    pub(crate) meta: EventMeta,
+    pub(crate) body: bytes::Bytes,
+    pub(crate) filters: Vec<(String, Arc<Program>)>,
+}
+
+/// For each event, the destinations whose filter does not match it: all of them asked
+/// in one bounded run (`bounded.rs`). A program that overruns fails from then on and
+/// the batch is asked again, so the answer always comes.
+pub(crate) fn filtered_out(batch: Vec<ToFilter>) -> Vec<Vec<FilteredOut>> {
+    let programs = batch.iter().map(|e| e.filters.len()).sum::<usize>();
     // Each overrun disables one program for good: at most one more try each.
-    for _ in 0..=filters.len() {
-        let (filters, meta, body) = (filters.to_vec(), meta.clone(), body.clone());
+    for _ in 0..=programs {
+        let events = batch.clone();
         let asked = EVALUATOR.run(move |running| {
-            let doc = input(id, &meta, &body);
-            let mut out = Vec::new();
-            for (destination, program) in filters {
-                if let FilterVerdict::Filtered { reason, error } =
-                    filter_verdict(running.run(&program, doc.clone()))
-                {
-                    out.push(FilteredOut { destination, reason, error });
+            let mut all = Vec::with_capacity(events.len());
+            for e in events {
+                let doc = input(e.id, &e.meta, &e.body);
+                let mut out = Vec::new();
+                for (destination, program) in e.filters {
+                    if let FilterVerdict::Filtered { reason, error } =
+                        filter_verdict(running.run(&program, doc.clone()))
+                    {
+                        out.push(FilteredOut { destination, reason, error });
+                    }
                 }
+                all.push(out);
             }
-            out
+            all
         });
-        if let Ok(out) = asked {
-            return out;
+        if let Ok(all) = asked {
+            return all;
         }
     }
     // Not reached: by then every program fails at once. Still an answer: none match.
-    filters
+    batch
         .iter()
-        .map(|(destination, _)| FilteredOut {
-            destination: destination.clone(),
-            reason: "the filter could not be run".into(),
-            error: true,
+        .map(|e| {
+            e.filters
+                .iter()
+                .map(|(destination, _)| FilteredOut {
+                    destination: destination.clone(),
+                    reason: "the filter could not be run".into(),
+                    error: true,
+                })
+                .collect()
         })
         .collect()
 }
@@ -189,6 +203,35 @@ pub(crate) async fn body_sent(
         .await
         .and_then(|out| out)?;
     Ok((out.into(), Some("application/json".to_owned())))
+}
+
+/// One event to transform for the claim `token`.
+pub(crate) struct ToTransform {
+    pub(crate) token: u64,
+    pub(crate) id: EventId,
+    pub(crate) meta: EventMeta,
+    pub(crate) body: bytes::Bytes,
+}
+
+/// What `transform` makes of each event, by claim token, in one bounded run; nothing
+/// when it overruns (each is then made on its own, and the runaway fails at once).
+pub(crate) async fn bodies_sent(
+    transform: &Arc<Program>,
+    events: Vec<ToTransform>,
+) -> Vec<(u64, Result<Sent, String>)> {
+    let program = transform.clone();
+    let made = EVALUATOR
+        .run_async(move |running| {
+            events
+                .into_iter()
+                .map(|e| {
+                    let out = transformed(running.run(&program, input(e.id, &e.meta, &e.body)));
+                    (e.token, out.map(|b| (b.into(), Some("application/json".to_owned()))))
+                })
+                .collect()
+        })
+        .await;
+    made.unwrap_or_default()
 }
 
 /// A filter's verdict on one event, the run bounded (the preview).

@@ -86,17 +86,22 @@ pub(super) async fn counts_survive_concurrent_append_and_dispatch(h: &mut dyn Ha
         })
         .collect();
     // Every event its own dedup key (from its id), no destination.
-    let planner: crate::store::Planner = Arc::new(|p: &PendingEvent| {
-        let mut hash = [0u8; 16];
-        hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
-        DispatchPlan {
-            filtered: Vec::new(),
-            id: p.id,
-            dedup: Some(DedupKey { hash, window_us: 600 * S }),
-            destinations: Vec::new(),
-            ordered: Vec::new(),
-            resource: None,
-        }
+    let planner: crate::store::Planner = Arc::new(|pending: &[PendingEvent]| {
+        pending
+            .iter()
+            .map(|p| {
+                let mut hash = [0u8; 16];
+                hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
+                DispatchPlan {
+                    filtered: Vec::new(),
+                    id: p.id,
+                    dedup: Some(DedupKey { hash, window_us: 600 * S }),
+                    destinations: Vec::new(),
+                    ordered: Vec::new(),
+                    resource: None,
+                }
+            })
+            .collect()
     });
     let mut dispatched = 0u64;
     loop {

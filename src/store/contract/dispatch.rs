@@ -7,9 +7,10 @@ use async_trait::async_trait;
 
 use crate::store::{DispatchPlan, DispatchVerdict, PendingEvent, StoreError};
 
-/// Makes a pending event's dispatch plan (routing and dedup key: the dispatcher's
-/// configuration), callable on whichever thread the store runs it.
-pub(crate) type Planner = Arc<dyn Fn(&PendingEvent) -> DispatchPlan + Send + Sync>;
+/// Makes the dispatch plans of pending events, one each in order (routing, filters and
+/// dedup key: the dispatcher's configuration), callable on whichever thread the store
+/// runs it. A batch at a time: the filters of a whole batch run in one hand-over.
+pub(crate) type Planner = Arc<dyn Fn(&[PendingEvent]) -> Vec<DispatchPlan> + Send + Sync>;
 
 /// The inbox and dedup: read by the dispatcher (one per fleet, see
 /// [`DISPATCH_LEAD`](super::DISPATCH_LEAD)), purged by its timer.
@@ -45,7 +46,7 @@ pub(crate) trait Dispatch: Send + Sync {
         if pending.is_empty() {
             return Ok((pending, Vec::new(), Vec::new()));
         }
-        let plans: Vec<DispatchPlan> = pending.iter().map(|p| plan(p)).collect();
+        let plans = plan(&pending);
         let outcomes = self.dispatch(plans.clone(), now_us).await?;
         Ok((pending, plans, outcomes))
     }

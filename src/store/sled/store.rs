@@ -103,7 +103,7 @@ impl Dispatch for SledStore {
             if pending.is_empty() {
                 return Ok((pending, Vec::new(), Vec::new()));
             }
-            let plans: Vec<DispatchPlan> = pending.iter().map(|p| plan(p)).collect();
+            let plans = plan(&pending);
             let outcomes = s.dispatch(&plans, now_us)?;
             Ok((pending, plans, outcomes))
         })
