@@ -3,25 +3,14 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::store::{EventFlag, EventNameOrigin, EventStatus};
 
+/// An `ActionUpdated` of source `demo`, received at 1,763,000,000 s, about `resource`.
 fn meta(resource: Option<&str>) -> EventMeta {
-    EventMeta {
-        source: "demo".into(),
-        event: "ActionUpdated".into(),
-        event_from: EventNameOrigin::Path,
-        received_at_us: 1_763_000_000_000_000,
-        size: 2,
-        content_type: Some("application/json".into()),
-        headers: Vec::new(),
-        remote_addr: None,
-        status: EventStatus::Received,
-        flags: Vec::<EventFlag>::new(),
-        reason: None,
-        duplicate_of: None,
-        destinations: Vec::new(),
-        resource: resource.map(str::to_owned),
-    }
+    let mut meta =
+        crate::store::conformance::received("demo", "ActionUpdated", 1_763_000_000_000_000, "{}")
+            .meta;
+    meta.resource = resource.map(str::to_owned);
+    meta
 }
 
 fn run(code: &str, body: &str) -> Result<Vec<Val>, String> {
