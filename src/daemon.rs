@@ -70,6 +70,9 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         "store open"
     );
 
+    // The relay's own operational events (`hookrelay.*`), stored like callbacks.
+    let source = config.sources.first().map_or("hookrelay", |s| s.name.as_str());
+    let _operational = crate::operational::start(store.clone(), source);
     let destinations = Arc::new(
         Destinations::new(&config, store.clone()).await.context("setting up destinations")?,
     );

@@ -79,6 +79,9 @@ pub(crate) fn metric_label(name: &str) -> &'static str {
     if name == HOOK_GAP {
         return HOOK_GAP;
     }
+    if let Some(own) = crate::operational::NAMES.iter().find(|n| **n == name) {
+        return own;
+    }
     KNOWN.iter().find(|k| **k == name).copied().unwrap_or("other")
 }
 

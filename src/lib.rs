@@ -22,6 +22,7 @@ mod internal_events;
 mod lock;
 mod metrics;
 mod notify;
+mod operational;
 mod reachability;
 mod retention;
 mod shape;

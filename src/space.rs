@@ -116,6 +116,14 @@ impl Space {
         self.total.store(total, Ordering::Relaxed);
         let below = free < self.floor();
         if self.below.swap(below, Ordering::SeqCst) != below {
+            let data_dir = self.path.display().to_string();
+            crate::operational::OperationalEvent::StorageLow {
+                data_dir: &data_dir,
+                low: below,
+                free_bytes: free,
+                floor_bytes: self.floor(),
+            }
+            .raise();
             if below {
                 tracing::error!(free = free, floor = self.floor(), data_dir = %self.path.display(),
                     "free space below storage.min_free_bytes / min_free_percent: refusing callbacks (connections closed, the upstream retries) and holding dispatch, delivery, purges and retention until space is freed");

@@ -251,6 +251,13 @@ impl Destinations {
         self.store.set_paused(name, paused).await?;
         state.paused.store(paused, Ordering::SeqCst);
         state.wake.notify_one();
+        if paused {
+            let by = crate::operational::OperationalEvent::DestinationPaused {
+                destination: name,
+                by: "admin",
+            };
+            by.raise();
+        }
         tracing::info!(
             destination = name,
             paused,

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::delivery::Destinations;
 use crate::internal_events::{DedupKeysCounted, DispatchLead, EventDispatched, InternalEvent};
 use crate::metrics::Metrics;
+use crate::operational;
 use crate::shape::{self, program::Program};
 use crate::shutdown::Stop;
 use crate::store::{
@@ -59,8 +60,12 @@ struct PlanRules {
 impl PlanRules {
     /// The dispatch plan of one pending event: its destinations, whether they are
     /// ordered, its record and its dedup key.
-    fn plan(&self, p: &PendingEvent, filtered: Vec<FilteredOut>) -> DispatchPlan {
-        let destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
+    fn plan(
+        &self,
+        p: &PendingEvent,
+        destinations: Vec<String>,
+        filtered: Vec<FilteredOut>,
+    ) -> DispatchPlan {
         let ordered: Vec<String> =
             destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
         let resource = match (&p.meta.resource, ordered.is_empty()) {
@@ -78,16 +83,18 @@ impl PlanRules {
     fn plans(&self, pending: &[PendingEvent]) -> Vec<DispatchPlan> {
         let mut batch = Vec::new();
         let mut at = Vec::with_capacity(pending.len());
+        let mut routes = Vec::with_capacity(pending.len());
         for p in pending {
-            let filters: Vec<(String, Arc<Program>)> = self
-                .router
-                .destinations_for(&p.meta.source, &p.meta.event)
-                .into_iter()
-                .filter_map(|d| {
-                    let program = self.filters.get(&d)?.clone();
-                    Some((d, program))
-                })
+            let mut destinations = self.router.destinations_for(&p.meta.source, &p.meta.event);
+            // An operational event never goes to the destination it reports on.
+            if let Some(about) = operational::reported_on(&p.meta) {
+                destinations.retain(|d| d != about);
+            }
+            let filters: Vec<(String, Arc<Program>)> = destinations
+                .iter()
+                .filter_map(|d| Some((d.clone(), self.filters.get(d)?.clone())))
                 .collect();
+            routes.push(destinations);
             if filters.is_empty() {
                 at.push(None);
                 continue;
@@ -100,9 +107,10 @@ impl PlanRules {
         pending
             .iter()
             .zip(at)
-            .map(|(p, at)| {
+            .zip(routes)
+            .map(|((p, at), destinations)| {
                 let filtered = at.and_then(|i| verdicts.get_mut(i)).map(std::mem::take);
-                self.plan(p, filtered.unwrap_or_default())
+                self.plan(p, destinations, filtered.unwrap_or_default())
             })
             .collect()
     }

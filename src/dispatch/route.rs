@@ -29,9 +29,11 @@ impl Router {
 
     /// Names of the destinations that want `event` from `source`.
     pub(crate) fn destinations_for(&self, source: &str, event: &str) -> Vec<String> {
+        // The relay's operational events are about the relay, not a source.
+        let any_source = crate::operational::NAMES.contains(&event);
         self.routes
             .iter()
-            .filter(|r| r.sources.iter().any(|p| glob_match(p, source)))
+            .filter(|r| any_source || r.sources.iter().any(|p| glob_match(p, source)))
             .filter(|r| r.events.iter().any(|p| event_matches(p, event)))
             .map(|r| r.destination.clone())
             .collect()

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::InternalEvent;
 use crate::metrics::Metrics;
+use crate::operational::OperationalEvent;
 use crate::store::lifecycle::AttemptVerdict;
 use crate::store::{EventId, EventMeta};
 
@@ -51,6 +52,16 @@ impl InternalEvent for AttemptRecorded<'_> {
             let (source, name) = meta.map_or(("", ""), |m| (m.source.as_str(), m.event.as_str()));
             tracing::warn!(id = %event, source, event = name, destination, ?status, ?error,
                 "delivery is dead: see the dead letters");
+            OperationalEvent::DeliveryDead {
+                destination,
+                event,
+                source,
+                event_name: name,
+                resource: meta.and_then(|m| m.resource.as_deref()),
+                status,
+                error,
+            }
+            .raise();
         }
     }
 }
@@ -85,6 +96,11 @@ impl InternalEvent for CircuitChanged<'_> {
         let destination = self.destination;
         m.delivery.circuit_open.with_label_values(&[destination]).set(i64::from(self.open));
         if self.open {
+            OperationalEvent::CircuitOpened { destination }.raise();
+        } else {
+            OperationalEvent::CircuitClosed { destination }.raise();
+        }
+        if self.open {
             tracing::warn!(destination, "circuit open: probing once per interval");
         } else {
             tracing::info!(destination, "circuit closed");
@@ -118,6 +134,7 @@ impl InternalEvent for DestinationStalled<'_> {
             in_flight = self.in_flight, share = self.share, free = self.free, restart = self.restart,
             "destination stalled: deliveries are due and no attempt started; {}",
             if self.restart { "restarting its worker" } else { "restarts did not help: see docs/runbook.md" });
+        OperationalEvent::DestinationStalled { destination, idle_s: self.idle.as_secs() }.raise();
     }
 }
 
@@ -144,5 +161,6 @@ impl InternalEvent for DestinationGone<'_> {
     const FAMILIES: &'static [&'static str] = &[];
     fn emit(self, _: &Metrics) {
         tracing::warn!(destination = self.destination, "destination answered 410 Gone: pausing it");
+        OperationalEvent::DestinationPaused { destination: self.destination, by: "gone" }.raise();
     }
 }

@@ -25,6 +25,7 @@ mod liveness;
 mod logs;
 mod observability;
 mod openapi;
+mod operational;
 mod postgres;
 mod power_loss;
 mod prometheus;

@@ -1,0 +1,254 @@
+//! Operational events: what the relay has to say about itself (a delivery dead, a
+//! circuit opened or closed, a destination paused or stalled, storage low), stored as
+//! events named `hookrelay.*` and routed like `hookrelay.HookGap`: only to
+//! destinations that name them (`events = ["hookrelay.*"]`), where a transform can turn
+//! them into chat messages (docs/operational-events.md).
+//!
+//! They are raised where the occurrence is already one internal event
+//! (`internal_events/`), so the log line, the metric and the stored event cannot
+//! drift. Raising never waits: events go through a bounded queue to a task that
+//! appends them (one dropped when the queue is full is logged).
+//!
+//! Two rules keep them from feeding on themselves: an event about a destination (its
+//! resource `destinations/{name}`) is never routed to that destination
+//! (`dispatch/`), and the death of a delivery of an operational event raises nothing.
+
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::clock::unix_micros;
+use crate::store::{EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent, SharedStore};
+use crate::timefmt::format_admin;
+
+/// Events waiting to be appended at most.
+const QUEUE: usize = 1024;
+
+/// The queue to the appending task, once the daemon started it.
+static QUEUE_TX: OnceLock<mpsc::Sender<NewEvent>> = OnceLock::new();
+
+/// What the relay reports.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OperationalEvent<'a> {
+    /// A delivery gave up (retries exhausted, or a permanent failure).
+    DeliveryDead {
+        destination: &'a str,
+        event: EventId,
+        source: &'a str,
+        event_name: &'a str,
+        resource: Option<&'a str>,
+        status: Option<u16>,
+        error: Option<&'a str>,
+    },
+    CircuitOpened {
+        destination: &'a str,
+    },
+    CircuitClosed {
+        destination: &'a str,
+    },
+    /// Paused by `by`: `gone` (the consumer answered 410) or `admin`.
+    DestinationPaused {
+        destination: &'a str,
+        by: &'a str,
+    },
+    /// Deliveries due and no attempt started for `idle_s`.
+    DestinationStalled {
+        destination: &'a str,
+        idle_s: u64,
+    },
+    /// Free space of the data directory crossed the floor: `low` true below it, false
+    /// back above.
+    StorageLow {
+        data_dir: &'a str,
+        low: bool,
+        free_bytes: u64,
+        floor_bytes: u64,
+    },
+}
+
+/// The names, for docs and checks.
+pub(crate) const NAMES: &[&str] = &[
+    "hookrelay.DeliveryDead",
+    "hookrelay.CircuitOpened",
+    "hookrelay.CircuitClosed",
+    "hookrelay.DestinationPaused",
+    "hookrelay.DestinationStalled",
+    "hookrelay.StorageLow",
+];
+
+impl OperationalEvent<'_> {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::DeliveryDead { .. } => NAMES[0],
+            Self::CircuitOpened { .. } => NAMES[1],
+            Self::CircuitClosed { .. } => NAMES[2],
+            Self::DestinationPaused { .. } => NAMES[3],
+            Self::DestinationStalled { .. } => NAMES[4],
+            Self::StorageLow { .. } => NAMES[5],
+        }
+    }
+
+    /// The resource it is about (`type`, `id`) and its attributes.
+    fn about(&self) -> (&'static str, String, Value) {
+        match *self {
+            Self::DeliveryDead {
+                destination,
+                event,
+                source,
+                event_name,
+                resource,
+                status,
+                error,
+            } => (
+                "destinations",
+                destination.to_owned(),
+                json!({"event": event.to_string(), "source": source, "eventName": event_name,
+                       "resource": resource, "status": status, "error": error}),
+            ),
+            Self::CircuitOpened { destination } | Self::CircuitClosed { destination } => {
+                ("destinations", destination.to_owned(), json!({}))
+            }
+            Self::DestinationPaused { destination, by } => {
+                ("destinations", destination.to_owned(), json!({"by": by}))
+            }
+            Self::DestinationStalled { destination, idle_s } => {
+                ("destinations", destination.to_owned(), json!({"idleSeconds": idle_s}))
+            }
+            Self::StorageLow { data_dir, low, free_bytes, floor_bytes } => (
+                "storage",
+                data_dir.to_owned(),
+                json!({"low": low, "freeBytes": free_bytes, "floorBytes": floor_bytes}),
+            ),
+        }
+    }
+
+    /// The stored event, raised at `now` by source `source` (its body in the
+    /// upstream's shape: `data` names what it is about).
+    pub(crate) fn to_event(&self, source: &str, now: SystemTime) -> NewEvent {
+        let (kind, id, attributes) = self.about();
+        let body = json!({
+            "data": {"type": kind, "id": id, "attributes": attributes},
+            "meta": {"hookrelay": {"event": self.name(), "at": format_admin(now)}},
+        })
+        .to_string();
+        NewEvent {
+            meta: EventMeta {
+                source: source.to_owned(),
+                event: self.name().to_owned(),
+                event_from: EventNameOrigin::Internal,
+                received_at_us: unix_micros(now),
+                size: body.len() as u64,
+                content_type: Some("application/json".to_owned()),
+                headers: Vec::new(),
+                remote_addr: None,
+                status: EventStatus::Received,
+                flags: Vec::new(),
+                reason: None,
+                duplicate_of: None,
+                destinations: Vec::new(),
+                resource: Some(format!("{kind}/{id}")),
+            },
+            body: Some(body.into()),
+        }
+    }
+
+    /// Raises it: queued for the appending task, never waited for. Nothing happens
+    /// before the daemon started the task (unit tests), nor for the death of a
+    /// delivery of an operational event (they would feed on each other).
+    pub(crate) fn raise(&self) {
+        if let Self::DeliveryDead { event_name, .. } = self {
+            if NAMES.contains(event_name) {
+                return;
+            }
+        }
+        let Some(tx) = QUEUE_TX.get() else { return };
+        let source = SOURCE.get().map_or("hookrelay", String::as_str);
+        if tx.try_send(self.to_event(source, SystemTime::now())).is_err() {
+            tracing::warn!(
+                event = self.name(),
+                "operational event dropped: its queue is full or closed"
+            );
+        }
+    }
+}
+
+/// The source operational events are stored under.
+static SOURCE: OnceLock<String> = OnceLock::new();
+
+/// The destination an internal event of `meta` reports on, which never receives it.
+pub(crate) fn reported_on(meta: &EventMeta) -> Option<&str> {
+    if meta.event_from != EventNameOrigin::Internal {
+        return None;
+    }
+    meta.resource.as_deref()?.strip_prefix("destinations/")
+}
+
+/// Starts the task that appends raised events to `store` under source `source` (the
+/// first configured source: they are listed under it; routing ignores the source of
+/// an operational event), until every sender is gone.
+pub(crate) fn start(store: SharedStore, source: &str) -> tokio::task::JoinHandle<()> {
+    let (tx, mut rx) = mpsc::channel::<NewEvent>(QUEUE);
+    let _ = SOURCE.set(source.to_owned());
+    if QUEUE_TX.set(tx).is_err() {
+        tracing::warn!("operational events already started");
+    }
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            let name = event.meta.event.clone();
+            match store.append(event).await {
+                Ok(id) => tracing::debug!(%id, event = %name, "operational event stored"),
+                Err(e) => tracing::warn!(event = %name, error = %e, "operational event not stored"),
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_names_what_it_is_about_and_whom_it_is_never_sent_to() {
+        let dead = OperationalEvent::DeliveryDead {
+            destination: "crm",
+            event: EventId::new(0x10),
+            source: "demo",
+            event_name: "ActionCreated",
+            resource: Some("actions/5"),
+            status: Some(400),
+            error: Some("HTTP 400"),
+        };
+        let e = dead.to_event("demo", SystemTime::UNIX_EPOCH);
+        assert_eq!(e.meta.event, "hookrelay.DeliveryDead");
+        assert_eq!(reported_on(&e.meta), Some("crm"));
+        let body: Value = serde_json::from_slice(e.body.as_deref().unwrap()).unwrap();
+        assert_eq!(body["data"]["attributes"]["status"], 400);
+        assert_eq!(body["data"]["attributes"]["event"], "0000000000000010");
+        let low = OperationalEvent::StorageLow {
+            data_dir: "/var/lib/hookrelay",
+            low: true,
+            free_bytes: 1,
+            floor_bytes: 2,
+        };
+        assert_eq!(reported_on(&low.to_event("demo", SystemTime::UNIX_EPOCH).meta), None);
+        for (e, name) in [
+            (OperationalEvent::CircuitOpened { destination: "a" }, "hookrelay.CircuitOpened"),
+            (OperationalEvent::CircuitClosed { destination: "a" }, "hookrelay.CircuitClosed"),
+            (
+                OperationalEvent::DestinationPaused { destination: "a", by: "admin" },
+                "hookrelay.DestinationPaused",
+            ),
+            (
+                OperationalEvent::DestinationStalled { destination: "a", idle_s: 60 },
+                "hookrelay.DestinationStalled",
+            ),
+            (low, "hookrelay.StorageLow"),
+        ] {
+            assert_eq!(e.name(), name);
+            assert!(crate::event_names::is_internal(name), "{name}");
+            assert_eq!(crate::event_names::metric_label(name), name);
+        }
+    }
+}
