@@ -72,7 +72,12 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 
     // The relay's own operational events (`hookrelay.*`), stored like callbacks.
     let source = config.sources.first().map_or("hookrelay", |s| s.name.as_str());
-    let _operational = crate::operational::start(store.clone(), source);
+    let wanted = crate::operational::NAMES
+        .iter()
+        .copied()
+        .filter(|name| crate::dispatch::wanted(&config, name))
+        .collect();
+    let _operational = crate::operational::start(store.clone(), source, wanted);
     let destinations = Arc::new(
         Destinations::new(&config, store.clone()).await.context("setting up destinations")?,
     );

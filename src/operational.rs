@@ -28,6 +28,9 @@ const QUEUE: usize = 1024;
 
 /// The queue to the appending task, once the daemon started it.
 static QUEUE_TX: OnceLock<mpsc::Sender<NewEvent>> = OnceLock::new();
+/// The names some destination takes: the others are not raised at all (stored for
+/// nobody, they would only crowd the event listings).
+static WANTED: OnceLock<Vec<&'static str>> = OnceLock::new();
 
 /// What the relay reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +166,9 @@ impl OperationalEvent<'_> {
                 return;
             }
         }
+        if !WANTED.get().is_some_and(|w| w.contains(&self.name())) {
+            return;
+        }
         let Some(tx) = QUEUE_TX.get() else { return };
         let source = SOURCE.get().map_or("hookrelay", String::as_str);
         if tx.try_send(self.to_event(source, SystemTime::now())).is_err() {
@@ -187,10 +193,16 @@ pub(crate) fn reported_on(meta: &EventMeta) -> Option<&str> {
 
 /// Starts the task that appends raised events to `store` under source `source` (the
 /// first configured source: they are listed under it; routing ignores the source of
-/// an operational event), until every sender is gone.
-pub(crate) fn start(store: SharedStore, source: &str) -> tokio::task::JoinHandle<()> {
+/// an operational event), until every sender is gone. Only the `wanted` names (those
+/// some destination takes) are raised.
+pub(crate) fn start(
+    store: SharedStore,
+    source: &str,
+    wanted: Vec<&'static str>,
+) -> tokio::task::JoinHandle<()> {
     let (tx, mut rx) = mpsc::channel::<NewEvent>(QUEUE);
     let _ = SOURCE.set(source.to_owned());
+    let _ = WANTED.set(wanted);
     if QUEUE_TX.set(tx).is_err() {
         tracing::warn!("operational events already started");
     }

@@ -116,6 +116,12 @@ impl PlanRules {
     }
 }
 
+/// Whether some destination of `config` takes events named `event` (from any source:
+/// only operational events are asked, and their source does not route them).
+pub(crate) fn wanted(config: &Config, event: &str) -> bool {
+    !Router::new(&config.destinations).destinations_for("", event).is_empty()
+}
+
 /// The dispatcher task's state.
 pub(crate) struct Dispatcher {
     store: SharedStore,

@@ -156,6 +156,9 @@ async fn filters_and_transforms_shape_what_each_destination_gets() {
     // A transform that fails makes the delivery dead, with the error, and is counted.
     let dead = delivery(&relay, &ids[2], "picky").await;
     assert!(dead["last_error"].as_str().unwrap().contains("no id 7"), "{dead}");
+    // No destination takes operational events here: the death raised none.
+    let (_, raised) = relay.admin_get("/admin/events?event=hookrelay.DeliveryDead").await;
+    assert_eq!(raised["events"].as_array().map(Vec::len), Some(0), "{raised}");
     assert_eq!(
         metric(&m, "hookrelay_transforms_failed_total", &[("destination", "picky")]),
         Some(1.0)
