@@ -2,6 +2,7 @@
 //! replay, discard, pause, prune and reopen, checked after every step against a small
 //! reference model (as vector checks its disk buffer). Destination `b` is ordered per
 //! resource: its deliveries of one resource wait their turn (`held`), in dispatch order.
+//! Both have a filter that keeps some occurrences out (`filtered`, never scheduled).
 
 use proptest::prelude::*;
 
@@ -250,12 +251,8 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                         DispatchVerdict::Unrouted => EventStatus::Unrouted,
                         _ => {
                             for d in &plan.destinations {
-                                let mut delivery = Delivery {
-                                    state: DeliveryState::Pending,
-                                    due: Some(m.now),
-                                    round: 0,
-                                };
-                                if d == ORDERED {
+                                let mut delivery = dispatched(&plan, d, m.now);
+                                if d == ORDERED && delivery.state == DeliveryState::Pending {
                                     let resource = resource_index(occurrence);
                                     let queue = m.queues.entry(resource).or_default();
                                     if !queue.is_empty() {
@@ -390,7 +387,9 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                             && m.deliveries.iter().filter(|((e, _), _)| e == *id).all(|(_, d)| {
                                 matches!(
                                     d.state,
-                                    DeliveryState::Delivered | DeliveryState::Discarded
+                                    DeliveryState::Delivered
+                                        | DeliveryState::Discarded
+                                        | DeliveryState::Filtered
                                 )
                             })
                     })
@@ -501,7 +500,15 @@ fn plans(
             let destinations: Vec<String> =
                 route(routes[&p.id]).into_iter().filter(|d| with_ordered || d != ORDERED).collect();
             DispatchPlan {
-                filtered: Vec::new(),
+                filtered: destinations
+                    .iter()
+                    .filter(|d| filtered_out(occurrence, d))
+                    .map(|d| crate::store::FilteredOut {
+                        destination: d.clone(),
+                        reason: "the model's filter".into(),
+                        error: false,
+                    })
+                    .collect(),
                 id: p.id,
                 dedup: Some(DedupKey { hash: [occurrence; 16], window_us: u64::MAX / 4 }),
                 ordered: destinations.iter().filter(|d| *d == ORDERED).cloned().collect(),
@@ -510,6 +517,25 @@ fn plans(
             }
         })
         .collect()
+}
+
+/// Whether the model's filter keeps occurrence `occurrence` from `dest`: some of each
+/// destination's, the ordered one's included.
+fn filtered_out(occurrence: u8, dest: &str) -> bool {
+    match dest {
+        ORDERED => occurrence % 5 == 2,
+        _ => occurrence % 4 == 1,
+    }
+}
+
+/// A new delivery of `plan` to `dest` at `now`: due now, or `filtered` (never
+/// scheduled, never in a resource's queue).
+fn dispatched(plan: &DispatchPlan, dest: &str, now: u64) -> Delivery {
+    if plan.filtered.iter().any(|f| f.destination == dest) {
+        Delivery { state: DeliveryState::Filtered, due: None, round: 0 }
+    } else {
+        Delivery { state: DeliveryState::Pending, due: Some(now), round: 0 }
+    }
 }
 
 /// [`Op::RaceDispatch`].
@@ -555,9 +581,7 @@ async fn race_dispatch(
             DispatchVerdict::Dispatched(n) => {
                 assert_eq!(n, plan.destinations.len());
                 for d in &plan.destinations {
-                    let delivery =
-                        Delivery { state: DeliveryState::Pending, due: Some(m.now), round: 0 };
-                    m.deliveries.insert((plan.id, d.clone()), delivery);
+                    m.deliveries.insert((plan.id, d.clone()), dispatched(plan, d, m.now));
                 }
                 EventStatus::Dispatched
             }
