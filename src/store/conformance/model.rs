@@ -251,7 +251,7 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                         DispatchVerdict::Unrouted => EventStatus::Unrouted,
                         _ => {
                             for d in &plan.destinations {
-                                let mut delivery = dispatched(&plan, d, m.now);
+                                let mut delivery = dispatched(plan, d, m.now);
                                 if d == ORDERED && delivery.state == DeliveryState::Pending {
                                     let resource = resource_index(occurrence);
                                     let queue = m.queues.entry(resource).or_default();
