@@ -44,7 +44,7 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
             fleet_share: d.share() as u64,
             sources: d.route.sources.clone(),
             events: d.route.events.clone(),
-            ordering: if d.route.per_resource { "per-resource" } else { "none" }.into(),
+            ordering: d.route.ordering.into(),
         });
     }
     HttpResponse::Ok().json(api::DestinationList { destinations: list })

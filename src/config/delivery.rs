@@ -81,9 +81,13 @@ pub(crate) enum Ordering {
     None,
     /// Events about the same resource (source, `data.type`, `data.id`) in receive order.
     PerResource,
+    /// Like `per-resource`, and a newer update of a resource supersedes the older ones
+    /// still waiting: each callback carries the whole resource, so only the newest
+    /// needs sending.
+    Latest,
 }
 
-config_enum!(Ordering { "none" => None, "per-resource" => PerResource });
+config_enum!(Ordering { "none" => None, "per-resource" => PerResource, "latest" => Latest });
 
 /// One downstream consumer.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

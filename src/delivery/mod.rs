@@ -60,11 +60,11 @@ pub(crate) struct DestinationState {
 }
 
 /// A destination's route and order, as configured: the sources and event names it
-/// takes (`*` globs; empty: all) and whether it keeps per-resource order.
+/// takes (`*` globs; empty: all) and its `ordering` (`none`, `per-resource`, `latest`).
 pub(crate) struct Route {
     pub(crate) sources: Vec<String>,
     pub(crate) events: Vec<String>,
-    pub(crate) per_resource: bool,
+    pub(crate) ordering: &'static str,
 }
 
 impl DestinationState {
@@ -166,7 +166,11 @@ impl Destinations {
                 route: Route {
                     sources: dc.sources.clone(),
                     events: dc.events.clone(),
-                    per_resource: dc.ordering == crate::config::Ordering::PerResource,
+                    ordering: match dc.ordering {
+                        crate::config::Ordering::None => "none",
+                        crate::config::Ordering::PerResource => "per-resource",
+                        crate::config::Ordering::Latest => "latest",
+                    },
                 },
                 dest,
             };

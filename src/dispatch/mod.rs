@@ -50,8 +50,10 @@ struct DedupRule {
 /// dedup rules.
 struct PlanRules {
     router: Router,
-    /// Destinations with `ordering = "per-resource"`.
+    /// Destinations with `ordering = "per-resource"` or `"latest"`.
     ordered: std::collections::HashSet<String>,
+    /// Those of them with `ordering = "latest"`.
+    latest: std::collections::HashSet<String>,
     /// Destinations with a `filter`.
     filters: HashMap<String, Arc<Program>>,
     dedup: HashMap<String, DedupRule>,
@@ -76,7 +78,8 @@ impl PlanRules {
             hash: dedup::key(&p.meta.source, &p.meta.event, &p.body, &r.pointers),
             window_us: r.window_us,
         });
-        DispatchPlan { id: p.id, dedup, destinations, filtered, ordered, resource }
+        let latest = ordered.iter().filter(|d| self.latest.contains(*d)).cloned().collect();
+        DispatchPlan { id: p.id, dedup, destinations, filtered, latest, ordered, resource }
     }
 
     /// The plans of a batch: the filters of every event asked in one bounded run.
@@ -157,7 +160,13 @@ impl Dispatcher {
             ordered: config
                 .destinations
                 .iter()
-                .filter(|d| d.ordering == crate::config::Ordering::PerResource)
+                .filter(|d| d.ordering != crate::config::Ordering::None)
+                .map(|d| d.name.clone())
+                .collect(),
+            latest: config
+                .destinations
+                .iter()
+                .filter(|d| d.ordering == crate::config::Ordering::Latest)
                 .map(|d| d.name.clone())
                 .collect(),
             filters: config
@@ -259,7 +268,7 @@ impl Dispatcher {
         let mut woken = std::collections::HashSet::new();
         for ((event, plan), outcome) in pending.iter().zip(&plans).zip(&outcomes) {
             EventDispatched { event, plan, outcome }.emit(&self.metrics);
-            if let DispatchVerdict::Dispatched(_) = outcome {
+            if let DispatchVerdict::Dispatched { .. } = outcome {
                 for dest in &plan.destinations {
                     if woken.insert(dest.as_str()) {
                         self.destinations.wake(dest);

@@ -21,13 +21,17 @@ impl InternalEvent for EventDispatched<'_> {
         "hookrelay_events_deduplicated_total",
         "hookrelay_events_unrouted_total",
         "hookrelay_deliveries_filtered_total",
+        "hookrelay_deliveries_superseded_total",
     ];
     fn emit(self, m: &Metrics) {
         let Self { event, plan, outcome } = self;
         let (id, source, name) = (event.id, event.meta.source.as_str(), &event.meta.event);
         let labels = [source, event_names::metric_label(name)];
         match outcome {
-            DispatchVerdict::Dispatched(_) => {
+            DispatchVerdict::Dispatched { superseded, .. } => {
+                for dest in superseded {
+                    m.dispatch.deliveries_superseded.with_label_values(&[dest]).inc();
+                }
                 m.dispatch.events_dispatched.with_label_values(&labels).inc();
                 tracing::debug!(%id, source, event = %name, destinations = ?plan.destinations,
                     "event dispatched");

@@ -113,6 +113,7 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
 
     let pending = PendingEvent { id, meta: meta(), body: bytes::Bytes::new() };
     let plan = DispatchPlan {
+        latest: Vec::new(),
         filtered: vec![crate::store::FilteredOut {
             destination: "erp".into(),
             reason: "the filter gave false".into(),
@@ -125,7 +126,7 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         resource: None,
     };
     let outcomes = [
-        DispatchVerdict::Dispatched(1),
+        DispatchVerdict::Dispatched { deliveries: 2, superseded: vec!["erp".into()] },
         DispatchVerdict::Duplicate { original: EventId::new(1) },
         DispatchVerdict::Unrouted,
         DispatchVerdict::Gone,

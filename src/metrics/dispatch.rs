@@ -12,6 +12,7 @@ pub(crate) struct DispatchMetrics {
     pub(crate) events_deduplicated: IntCounterVec,
     pub(crate) events_unrouted: IntCounterVec,
     pub(crate) deliveries_filtered: IntCounterVec,
+    pub(crate) deliveries_superseded: IntCounterVec,
     pub(crate) dedup_keys: IntGauge,
     pub(crate) dispatch_leader: IntGauge,
 }
@@ -40,6 +41,12 @@ impl DispatchMetrics {
                  cause=\"no_match\" (false or no output) or \"error\" (the filter failed or \
                  gave something other than a boolean: fix the filter, then replay).",
                 &["destination", "cause"],
+            )?,
+            deliveries_superseded: r.counter_vec(
+                "hookrelay_deliveries_superseded_total",
+                "Deliveries not sent because a newer update of the same resource came first \
+                 (ordering = \"latest\").",
+                &["destination"],
             )?,
             dedup_keys: r.gauge("hookrelay_dedup_keys", "Keys in the deduplication index.")?,
             dispatch_leader: r.gauge(

@@ -208,6 +208,7 @@ impl Metrics {
             self.delivery.destination_stalled.with_label_values(&[destination]).set(0);
             self.delivery.worker_restarts.with_label_values(&[destination]).inc_by(0);
             self.delivery.transforms_failed.with_label_values(&[destination]).inc_by(0);
+            self.dispatch.deliveries_superseded.with_label_values(&[destination]).inc_by(0);
             for cause in ["no_match", "error"] {
                 let filtered = &self.dispatch.deliveries_filtered;
                 filtered.with_label_values(&[destination, cause]).inc_by(0);

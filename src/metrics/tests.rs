@@ -46,6 +46,7 @@ fn touch_all(m: &Metrics) {
     m.delivery.worker_restarts.with_label_values(&["crm"]).inc();
     m.delivery.transforms_failed.with_label_values(&["crm"]).inc();
     m.dispatch.deliveries_filtered.with_label_values(&["crm", "error"]).inc();
+    m.dispatch.deliveries_superseded.with_label_values(&["crm"]).inc();
     m.store.store_failed.set(1);
     m.store.store_reachable.set(1);
     m.relay.fleet_relays.set(1);

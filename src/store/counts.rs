@@ -44,7 +44,10 @@ impl QueueCounts {
             DeliveryState::Retrying => &mut c.retrying,
             DeliveryState::Held => &mut c.held,
             DeliveryState::Dead => &mut c.dead,
-            DeliveryState::Delivered | DeliveryState::Discarded | DeliveryState::Filtered => return,
+            DeliveryState::Delivered
+            | DeliveryState::Discarded
+            | DeliveryState::Filtered
+            | DeliveryState::Superseded => return,
         };
         *n = if add { *n + 1 } else { n.saturating_sub(1) };
         if r.state.is_scheduled() {
@@ -64,7 +67,10 @@ impl QueueCounts {
             DeliveryState::Retrying => c.retrying += 1,
             DeliveryState::Held => c.held += 1,
             DeliveryState::Dead => c.dead += 1,
-            DeliveryState::Delivered | DeliveryState::Discarded | DeliveryState::Filtered => {}
+            DeliveryState::Delivered
+            | DeliveryState::Discarded
+            | DeliveryState::Filtered
+            | DeliveryState::Superseded => {}
         }
         if state.is_scheduled() {
             c.scheduled.insert(event);

@@ -24,11 +24,21 @@ pub(crate) struct DispatchPlan {
     /// Those of `destinations` whose filter did not match: each gets a `filtered`
     /// delivery, never attempted.
     pub(crate) filtered: Vec<FilteredOut>,
+    /// Those of `ordered` with `ordering = "latest"`.
+    pub(crate) latest: Vec<String>,
     /// Those of `destinations` that deliver per resource in order.
     pub(crate) ordered: Vec<String>,
     /// The resource the event is about (hash of source, `data.type`, `data.id`), if
     /// the body names one.
     pub(crate) resource: Option<[u8; 16]>,
+}
+
+#[cfg(test)]
+impl DispatchVerdict {
+    /// Dispatched to `deliveries` destinations, superseding nothing.
+    pub(crate) fn dispatched(deliveries: usize) -> Self {
+        Self::Dispatched { deliveries, superseded: Vec::new() }
+    }
 }
 
 /// A destination whose filter did not match an event, and why.
@@ -52,8 +62,9 @@ pub(crate) struct DedupKey {
 /// What dispatch did with an event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum DispatchVerdict {
-    /// Deliveries were created for this many destinations.
-    Dispatched(usize),
+    /// Deliveries were created for this many destinations; those of the destinations
+    /// named in `superseded` (`ordering = "latest"`) superseded older ones.
+    Dispatched { deliveries: usize, superseded: Vec<String> },
     /// The same occurrence was already dispatched as `original`.
     Duplicate { original: EventId },
     /// No destination wants it.
@@ -82,6 +93,10 @@ pub(crate) enum DeliveryState {
     /// Routed, but the destination's `filter` did not match (its `reason` says why):
     /// never attempted, pruned like a delivered one.
     Filtered,
+    /// A newer update of the same resource came for an `ordering = "latest"`
+    /// destination before this one was sent (its `reason` names it): never attempted
+    /// again, pruned like a delivered one.
+    Superseded,
 }
 
 impl DeliveryState {

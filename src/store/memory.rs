@@ -38,18 +38,27 @@ struct Data {
     last_id: u64,
 }
 
-impl View for Data {
+/// The data under its lock, with the claims: what the rules read.
+struct Locked<'a> {
+    data: &'a Data,
+    claims: &'a ClaimTable,
+}
+
+impl View for Locked<'_> {
     fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
-        Ok(self.dedup.get(hash).copied())
+        Ok(self.data.dedup.get(hash).copied())
     }
     fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError> {
-        Ok(self.deliveries.get(&(event, dest.to_owned())).cloned())
+        Ok(self.data.deliveries.get(&(event, dest.to_owned())).cloned())
     }
     fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError> {
-        Ok(self.queues.get(&(dest.to_owned(), *resource)).copied())
+        Ok(self.data.queues.get(&(dest.to_owned(), *resource)).copied())
     }
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
-        Ok(self.events.get(&id).cloned())
+        Ok(self.data.events.get(&id).cloned())
+    }
+    fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError> {
+        Ok(self.claims.is_claimed(dest, event, now_us))
     }
 }
 
@@ -231,7 +240,8 @@ impl EventLog for MemoryStore {
                 .take_while(|((e, _), _)| *e == id)
                 .map(|(_, r)| r.clone())
                 .collect();
-            let mut st = Staged::new(&*d);
+            let view = Locked { data: &d, claims: &self.claims };
+            let mut st = Staged::new(&view);
             if lifecycle::prune(&mut st, id, &meta, &deliveries, before_us)? {
                 let changes = st.into_changes();
                 d.apply(changes);
@@ -267,7 +277,8 @@ impl Dispatch for MemoryStore {
         now_us: u64,
     ) -> Result<Vec<DispatchVerdict>, StoreError> {
         let mut d = lock(&self.data);
-        let mut st = Staged::new(&*d);
+        let view = Locked { data: &d, claims: &self.claims };
+        let mut st = Staged::new(&view);
         let mut outcomes = Vec::with_capacity(plans.len());
         for plan in &plans {
             let Some((meta, _)) = d.inbox.get(&plan.id) else {
@@ -362,7 +373,8 @@ impl DeliveryQueue for MemoryStore {
         policy: &RetryPolicy,
     ) -> Result<Vec<AttemptWrite>, StoreError> {
         let mut d = lock(&self.data);
-        let mut st = Staged::new(&*d);
+        let view = Locked { data: &d, claims: &self.claims };
+        let mut st = Staged::new(&view);
         let out = lifecycle::record_attempts(&mut st, &attempts, policy, |c| {
             self.claims.holds(&c.destination, c.event, c.token)
         })?;
@@ -391,7 +403,8 @@ impl DeliveryQueue for MemoryStore {
         now_us: u64,
     ) -> Result<usize, StoreError> {
         let mut d = lock(&self.data);
-        let mut st = Staged::new(&*d);
+        let view = Locked { data: &d, claims: &self.claims };
+        let mut st = Staged::new(&view);
         let mut n = 0;
         for dest in &destinations {
             n += usize::from(lifecycle::replay(&mut st, event, dest, now_us)?);
@@ -404,7 +417,8 @@ impl DeliveryQueue for MemoryStore {
 
     async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
         let mut d = lock(&self.data);
-        let mut st = Staged::new(&*d);
+        let view = Locked { data: &d, claims: &self.claims };
+        let mut st = Staged::new(&view);
         let done = lifecycle::discard(&mut st, event, destination)?;
         let changes = st.into_changes();
         d.apply(changes);

@@ -292,3 +292,89 @@ async fn a_program_that_never_ends_is_disabled_and_everything_else_flows() {
     assert_eq!(looping.count(), 0);
     assert!(relay.logs().contains("a jq program ran past its limit"));
 }
+
+/// `ordering = "latest"` after a paused backlog: 10 updates of each of 5 resources
+/// wait while the consumer is paused; resumed, it gets one request per resource, the
+/// last update, within the bound, while a `per-resource` destination gets all 50 in
+/// order. The others are recorded as superseded, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_only_sends_one_request_per_resource_after_a_paused_backlog() {
+    let dir = tempfile::tempdir().unwrap();
+    let (latest, every) = (Sink::start().await, Sink::start().await);
+    let tail = format!(
+        "\n[[destinations]]\nname = \"latest\"\nurl = \"{}\"\nordering = \"latest\"\n\n[[destinations]]\nname = \"every\"\nurl = \"{}\"\nordering = \"per-resource\"\n",
+        latest.url(),
+        every.url()
+    );
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    assert_eq!(relay.admin_post("/admin/destinations/latest/pause", None).await.0, 200);
+    let mut first = None;
+    for n in 1..=10 {
+        // Each round's callbacks at once, each resource's after its previous one's 200.
+        let sent = futures_util::future::join_all((1..=5).map(|r| {
+            let body =
+                format!(r#"{{"data":{{"type":"actions","id":"{r}","attributes":{{"n":{n}}}}}}}"#);
+            relay.callback(Some("ActionUpdated"), "application/json", body)
+        }))
+        .await;
+        for r in sent {
+            assert_eq!(r.status(), 200);
+            let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+            first.get_or_insert(id);
+        }
+    }
+    every.wait_for(50, BOUND).await;
+    assert_eq!(latest.count(), 0, "paused");
+    assert_eq!(relay.admin_post("/admin/destinations/latest/resume", None).await.0, 200);
+    let got = latest.wait_for(5, BOUND).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(latest.count(), 5, "one request per resource");
+    let mut last: Vec<(String, u64)> = got
+        .iter()
+        .map(|r| {
+            let v: Value = serde_json::from_slice(&r.body).unwrap();
+            (
+                v["data"]["id"].as_str().unwrap().to_owned(),
+                v["data"]["attributes"]["n"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    last.sort();
+    let want: Vec<(String, u64)> = (1..=5).map(|r| (r.to_string(), 10)).collect();
+    assert_eq!(last, want, "each the last update");
+    // `every` got all 50, each resource's in order.
+    let mut seen: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for r in every.received() {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let (id, n) = (
+            v["data"]["id"].as_str().unwrap().to_owned(),
+            v["data"]["attributes"]["n"].as_u64().unwrap(),
+        );
+        seen.entry(id).or_default().push(n);
+    }
+    assert!(seen.values().all(|ns| *ns == (1..=10).collect::<Vec<_>>()), "{seen:?}");
+    // The 45 others: superseded, with the reason, and counted; nothing left waiting.
+    let old = delivery(&relay, first.as_deref().unwrap(), "latest").await;
+    assert_eq!(old["state"], "superseded", "{old}");
+    assert!(old["reason"].as_str().unwrap().starts_with("superseded by event"), "{old}");
+    let m = relay.metrics().await;
+    assert_eq!(
+        metric(&m, "hookrelay_deliveries_superseded_total", &[("destination", "latest")]),
+        Some(45.0),
+        "{m}"
+    );
+    let (_, dests) = relay.admin_get("/admin/destinations").await;
+    let l = dests["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "latest")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (l["ordering"].as_str(), l["queue"]["pending"].as_u64(), l["queue"]["held"].as_u64()),
+        (Some("latest"), Some(0), Some(0)),
+        "{l}"
+    );
+}

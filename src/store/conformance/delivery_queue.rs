@@ -301,6 +301,79 @@ pub(super) async fn per_resource_order(h: &mut dyn Harness) {
     assert_eq!(store.claim_due("o", "r1", now, LEASE, 10).await.unwrap().len(), 1);
 }
 
+/// `ordering = "latest"`: a newer update of a resource supersedes the waiting ones,
+/// and the head too unless a worker holds a claim on it; a claimed head keeps its turn
+/// and the newest waits behind it. Superseded deliveries are final and prunable.
+pub(super) async fn latest_only(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let events: Vec<NewEvent> = (1..=5)
+        .map(|i| received("demo", "ActionUpdated", i * S, &format!("{{\"n\":{i}}}")))
+        .collect();
+    let ids = append_all(&store, events).await;
+    let plan_of = |i: usize| DispatchPlan {
+        ordered: vec!["l".into()],
+        latest: vec!["l".into()],
+        resource: Some([7; 16]),
+        ..plan(ids[i], 50 + i as u8, &["l", "free"])
+    };
+    // Three updates, dispatched one after another: only the newest is due.
+    let mut superseded = Vec::new();
+    for i in 0..3 {
+        let out = store.dispatch(vec![plan_of(i)], 10 * S).await.unwrap();
+        let [DispatchVerdict::Dispatched { deliveries: 2, superseded: s }] = &out[..] else {
+            panic!("{out:?}")
+        };
+        superseded.push(s.len());
+    }
+    assert_eq!(superseded, [0, 1, 1], "each newer one supersedes the one before");
+    let state = |i: usize| {
+        let store = store.clone();
+        let id = ids[i];
+        async move { states(&store, id).await.get("l").copied() }
+    };
+    assert_eq!(
+        (state(0).await, state(1).await, state(2).await),
+        (
+            Some(DeliveryState::Superseded),
+            Some(DeliveryState::Superseded),
+            Some(DeliveryState::Pending)
+        )
+    );
+    let first = store.deliveries_of(ids[0]).await.unwrap();
+    let reason = first.iter().find(|d| d.destination == "l").and_then(|d| d.reason.clone());
+    assert_eq!(
+        reason,
+        Some(format!("superseded by event {}, a newer update of the same resource", ids[1]))
+    );
+    assert_eq!(store.queue_stats("free").await.unwrap().pending, 3, "other destinations get all");
+    let q = store.queue_stats("l").await.unwrap();
+    assert_eq!((q.pending, q.held), (1, 0));
+    // The head claimed (its attempt may be in flight): the next waits behind it, and a
+    // newer one takes the waiting one's place.
+    let claims = store.claim_due("l", "r1", 10 * S, LEASE, 10).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[2]]);
+    store.dispatch(vec![plan_of(3)], 11 * S).await.unwrap();
+    assert_eq!(
+        (state(2).await, state(3).await),
+        (Some(DeliveryState::Pending), Some(DeliveryState::Held))
+    );
+    store.dispatch(vec![plan_of(4)], 12 * S).await.unwrap();
+    assert_eq!(
+        (state(3).await, state(4).await),
+        (Some(DeliveryState::Superseded), Some(DeliveryState::Held))
+    );
+    // The head delivered: the newest is due, and then nothing is left.
+    record(&store, &claims[0], report(AnswerClass::Success, 12 * S)).await;
+    let claims = store.claim_due("l", "r1", 13 * S, LEASE, 10).await.unwrap();
+    assert_eq!(claims.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[4]]);
+    record(&store, &claims[0], report(AnswerClass::Success, 13 * S)).await;
+    assert_eq!(store.queue_stats("l").await.unwrap(), QueueStats::default());
+    for claim in store.claim_due("free", "r1", 14 * S, LEASE, 10).await.unwrap() {
+        record(&store, &claim, report(AnswerClass::Success, 14 * S)).await;
+    }
+    assert_eq!(store.prune(20 * S, 100).await.unwrap(), 5, "superseded ones are finished");
+}
+
 /// Destinations with deliveries still to make are listed (retention retires those of a
 /// destination removed from the config); one whose deliveries all ended is not, and
 /// the list survives a reopen.

@@ -35,11 +35,11 @@ pub(super) async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
     assert_eq!(
         outcomes,
         [
-            DispatchVerdict::Dispatched(2),
+            DispatchVerdict::dispatched(2),
             DispatchVerdict::Duplicate { original: ids[0] },
-            DispatchVerdict::Dispatched(1),
+            DispatchVerdict::dispatched(1),
             DispatchVerdict::Unrouted,
-            DispatchVerdict::Dispatched(1),
+            DispatchVerdict::dispatched(1),
             DispatchVerdict::Gone,
         ]
     );
@@ -93,6 +93,7 @@ pub(super) async fn counts_survive_concurrent_append_and_dispatch(h: &mut dyn Ha
                 let mut hash = [0u8; 16];
                 hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
                 DispatchPlan {
+                    latest: Vec::new(),
                     filtered: Vec::new(),
                     id: p.id,
                     dedup: Some(DedupKey { hash, window_us: 600 * S }),
@@ -162,6 +163,7 @@ pub(super) async fn filtered_deliveries_are_kept_never_attempted_and_replayable(
     )
     .await;
     let filtered = |id| DispatchPlan {
+        latest: Vec::new(),
         filtered: vec![super::super::FilteredOut {
             destination: "f".into(),
             reason: "the filter gave false".into(),
@@ -172,7 +174,7 @@ pub(super) async fn filtered_deliveries_are_kept_never_attempted_and_replayable(
         ..plan(id, id.raw() as u8, &["a", "f"])
     };
     let outcomes = store.dispatch(vec![filtered(ids[0]), filtered(ids[1])], 20 * S).await.unwrap();
-    assert_eq!(outcomes, [DispatchVerdict::Dispatched(2), DispatchVerdict::Dispatched(2)]);
+    assert_eq!(outcomes, [DispatchVerdict::dispatched(2), DispatchVerdict::dispatched(2)]);
     for id in &ids {
         let s = states(&store, *id).await;
         assert_eq!(s.get("f"), Some(&DeliveryState::Filtered), "{s:?}");

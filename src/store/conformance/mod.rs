@@ -169,6 +169,7 @@ fn rejected(at_us: u64) -> NewEvent {
 
 pub(crate) fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
     DispatchPlan {
+        latest: Vec::new(),
         filtered: Vec::new(),
         id,
         dedup: Some(DedupKey { hash: [hash; 16], window_us: 600 * S }),
@@ -288,6 +289,10 @@ macro_rules! conformance {
             #[tokio::test]
             async fn open_destinations_are_listed() {
                 super::delivery_queue::open_destinations_are_listed(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn latest_only() {
+                super::delivery_queue::latest_only(&mut $make).await;
             }
             #[tokio::test]
             async fn per_resource_order() {

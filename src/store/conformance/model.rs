@@ -2,15 +2,20 @@
 //! replay, discard, pause, prune and reopen, checked after every step against a small
 //! reference model (as vector checks its disk buffer). Destination `b` is ordered per
 //! resource: its deliveries of one resource wait their turn (`held`), in dispatch order.
-//! Both have a filter that keeps some occurrences out (`filtered`, never scheduled).
+//! Destination `c` has `ordering = "latest"`: a newer update of a resource supersedes
+//! the one waiting (no claim outlives the step that took it here, so the head is never
+//! in flight when one is dispatched). Each has a filter that keeps some occurrences out
+//! (`filtered`, never scheduled).
 
 use proptest::prelude::*;
 
 use super::*;
 
-const DESTS: [&str; 2] = ["a", "b"];
+const DESTS: [&str; 3] = ["a", "b", "c"];
 /// The destination with `ordering = "per-resource"`.
 const ORDERED: &str = "b";
+/// The destination with `ordering = "latest"`.
+const LATEST: &str = "c";
 
 /// What the model knows of a delivery.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,9 +34,10 @@ struct Model {
     originals: BTreeMap<u8, EventId>,
     deliveries: BTreeMap<(EventId, String), Delivery>,
     paused: BTreeSet<String>,
-    /// `b`'s queue of each resource (by [`resource_index`]): its deliveries in dispatch
-    /// order, the head first (the one not held).
-    queues: BTreeMap<u8, std::collections::VecDeque<EventId>>,
+    /// The queue of each ordered destination (`b`, `c`) and resource (by
+    /// [`resource_index`]): its deliveries in dispatch order, the head first (the one
+    /// not held).
+    queues: BTreeMap<(String, u8), std::collections::VecDeque<EventId>>,
     now: u64,
 }
 
@@ -64,28 +70,28 @@ impl Model {
                 AttemptVerdict::Retry
             }
         };
-        if dest == ORDERED && !matches!(verdict, AttemptVerdict::Retry) {
-            self.advance(id, ended);
+        if (dest == ORDERED || dest == LATEST) && !matches!(verdict, AttemptVerdict::Retry) {
+            self.advance(id, dest, ended);
         }
         verdict
     }
 
     /// A finished (delivered or dead) delivery to `b` at the head of its resource's
     /// queue hands the turn to the next, due at `at`.
-    fn advance(&mut self, id: EventId, at: u64) {
-        let resource = resource_index(self.occurrence[&id]);
-        let Some(queue) = self.queues.get_mut(&resource) else { return };
+    fn advance(&mut self, id: EventId, dest: &str, at: u64) {
+        let key = (dest.to_owned(), resource_index(self.occurrence[&id]));
+        let Some(queue) = self.queues.get_mut(&key) else { return };
         if queue.front() != Some(&id) {
             return; // a replay whose turn had passed
         }
         queue.pop_front();
         match queue.front() {
             Some(next) => {
-                let d = self.deliveries.get_mut(&(*next, ORDERED.to_owned())).expect("queued");
+                let d = self.deliveries.get_mut(&(*next, dest.to_owned())).expect("queued");
                 *d = Delivery { state: DeliveryState::Pending, due: Some(at), round: 0 };
             }
             None => {
-                self.queues.remove(&resource);
+                self.queues.remove(&key);
             }
         }
     }
@@ -144,15 +150,15 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (1usize..4, 0u8..4, 0u8..4, prop_oneof![3 => Just(0u8), 1 => any::<u8>()])
+        3 => (1usize..4, 0u8..12, 0u8..8, prop_oneof![3 => Just(0u8), 1 => any::<u8>()])
             .prop_map(|(n, occurrence, routed, rejected)| Op::Append { n, occurrence, routed, rejected }),
         3 => prop_oneof![3 => Just(0u8), 1 => any::<u8>()].prop_map(|skip| Op::Dispatch { skip }),
-        6 => (0usize..2, 0u8..3).prop_map(|(dest, outcome)| Op::Attempt { dest, outcome }),
+        6 => (0usize..3, 0u8..3).prop_map(|(dest, outcome)| Op::Attempt { dest, outcome }),
         1 => prop_oneof![3 => Just(0u8), 1 => any::<u8>()].prop_map(|skip| Op::RaceDispatch { skip }),
-        2 => (0usize..2, 0u8..3).prop_map(|(dest, outcome)| Op::RaceClaims { dest, outcome }),
-        1 => (any::<usize>(), 0usize..2).prop_map(|(pick, dest)| Op::Replay { pick, dest }),
+        2 => (0usize..3, 0u8..3).prop_map(|(dest, outcome)| Op::RaceClaims { dest, outcome }),
+        1 => (any::<usize>(), 0usize..3).prop_map(|(pick, dest)| Op::Replay { pick, dest }),
         1 => any::<usize>().prop_map(|pick| Op::Discard { pick }),
-        1 => (0usize..2, any::<bool>()).prop_map(|(dest, on)| Op::Pause { dest, on }),
+        1 => (0usize..3, any::<bool>()).prop_map(|(dest, on)| Op::Pause { dest, on }),
         1 => Just(Op::Prune),
         1 => Just(Op::Reopen),
         1 => Just(Op::Crash),
@@ -160,7 +166,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Which destinations want events with `routed` (bits for "a" and "b").
+/// Which destinations want events with `routed` (bits for "a", "b" and "c").
 fn route(routed: u8) -> Vec<String> {
     DESTS
         .iter()
@@ -241,29 +247,54 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                             if plan.destinations.is_empty() {
                                 DispatchVerdict::Unrouted
                             } else {
-                                DispatchVerdict::Dispatched(plan.destinations.len())
+                                let deliveries = plan.destinations.len();
+                                // Filled in below, as the model supersedes.
+                                DispatchVerdict::Dispatched { deliveries, superseded: Vec::new() }
                             }
                         }
                     };
-                    assert_eq!(outcome, expected);
                     let status = match expected {
-                        DispatchVerdict::Duplicate { .. } => EventStatus::Duplicate,
-                        DispatchVerdict::Unrouted => EventStatus::Unrouted,
-                        _ => {
+                        DispatchVerdict::Duplicate { .. } => {
+                            assert_eq!(outcome, expected);
+                            EventStatus::Duplicate
+                        }
+                        DispatchVerdict::Unrouted => {
+                            assert_eq!(outcome, expected);
+                            EventStatus::Unrouted
+                        }
+                        DispatchVerdict::Dispatched { deliveries, mut superseded } => {
                             for d in &plan.destinations {
                                 let mut delivery = dispatched(plan, d, m.now);
+                                let key = (d.clone(), resource_index(occurrence));
                                 if d == ORDERED && delivery.state == DeliveryState::Pending {
-                                    let resource = resource_index(occurrence);
-                                    let queue = m.queues.entry(resource).or_default();
+                                    let queue = m.queues.entry(key).or_default();
                                     if !queue.is_empty() {
                                         delivery.state = DeliveryState::Held;
                                         delivery.due = None;
                                     }
                                     queue.push_back(plan.id);
+                                } else if d == LATEST && delivery.state == DeliveryState::Pending {
+                                    // Whatever waits is superseded (nothing is claimed).
+                                    let queue = m.queues.entry(key).or_default();
+                                    for older in queue.drain(..) {
+                                        let old = m
+                                            .deliveries
+                                            .get_mut(&(older, d.clone()))
+                                            .expect("queued");
+                                        old.state = DeliveryState::Superseded;
+                                        old.due = None;
+                                        superseded.push(d.clone());
+                                    }
+                                    queue.push_back(plan.id);
                                 }
                                 m.deliveries.insert((plan.id, d.clone()), delivery);
                             }
+                            let expected = DispatchVerdict::Dispatched { deliveries, superseded };
+                            assert_eq!(outcome, expected);
                             EventStatus::Dispatched
+                        }
+                        DispatchVerdict::Gone => {
+                            unreachable!("the model dispatches what is pending")
                         }
                     };
                     m.events.insert(plan.id, status);
@@ -390,6 +421,7 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                                     DeliveryState::Delivered
                                         | DeliveryState::Discarded
                                         | DeliveryState::Filtered
+                                        | DeliveryState::Superseded
                                 )
                             })
                     })
@@ -497,8 +529,10 @@ fn plans(
         .filter(|(i, _)| skip & (1 << (i % 8)) == 0)
         .map(|(_, p)| {
             let occurrence = m.occurrence[&p.id];
-            let destinations: Vec<String> =
-                route(routes[&p.id]).into_iter().filter(|d| with_ordered || d != ORDERED).collect();
+            let destinations: Vec<String> = route(routes[&p.id])
+                .into_iter()
+                .filter(|d| with_ordered || (d != ORDERED && d != LATEST))
+                .collect();
             DispatchPlan {
                 filtered: destinations
                     .iter()
@@ -511,7 +545,12 @@ fn plans(
                     .collect(),
                 id: p.id,
                 dedup: Some(DedupKey { hash: [occurrence; 16], window_us: u64::MAX / 4 }),
-                ordered: destinations.iter().filter(|d| *d == ORDERED).cloned().collect(),
+                ordered: destinations
+                    .iter()
+                    .filter(|d| *d == ORDERED || *d == LATEST)
+                    .cloned()
+                    .collect(),
+                latest: destinations.iter().filter(|d| *d == LATEST).cloned().collect(),
                 destinations,
                 resource: with_ordered.then_some([100 + resource_index(occurrence); 16]),
             }
@@ -578,7 +617,7 @@ async fn race_dispatch(
                 assert!(plan.destinations.is_empty());
                 EventStatus::Unrouted
             }
-            DispatchVerdict::Dispatched(n) => {
+            DispatchVerdict::Dispatched { deliveries: n, .. } => {
                 assert_eq!(n, plan.destinations.len());
                 for d in &plan.destinations {
                     m.deliveries.insert((plan.id, d.clone()), dispatched(plan, d, m.now));

@@ -60,7 +60,10 @@ pub(crate) fn prunable(meta: &EventMeta, deliveries: &[DeliveryRecord], before_u
         && deliveries.iter().all(|d| {
             matches!(
                 d.state,
-                DeliveryState::Delivered | DeliveryState::Discarded | DeliveryState::Filtered
+                DeliveryState::Delivered
+                    | DeliveryState::Discarded
+                    | DeliveryState::Filtered
+                    | DeliveryState::Superseded
             )
         })
 }

@@ -56,6 +56,9 @@ pub(crate) trait View {
     fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError>;
     /// The final record of an event (not one still in the inbox).
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError>;
+    /// Whether a worker holds a claim on the delivery at `now_us` (its attempt may be
+    /// in flight). The backend keeps it from changing until the changes are applied.
+    fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError>;
 }
 
 /// A delivery record before and after the change (`None`: absent). The backend
@@ -177,6 +180,10 @@ impl<V: View + ?Sized> View for Staged<'_, V> {
             Some(q) => Ok(*q),
             None => self.base.queue(dest, resource),
         }
+    }
+
+    fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError> {
+        self.base.claimed(event, dest, now_us)
     }
 
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {

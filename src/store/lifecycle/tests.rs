@@ -45,6 +45,9 @@ impl View for World {
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
         Ok(self.events.get(&id).filter(|_| !self.inbox.contains(&id)).cloned())
     }
+    fn claimed(&self, _: EventId, _: &str, _: u64) -> Result<bool, StoreError> {
+        Ok(false)
+    }
 }
 
 impl World {
@@ -211,6 +214,7 @@ fn run(ops: Vec<Op>) {
                     .map(|(_, d)| (*d).to_owned())
                     .collect();
                 let plan = DispatchPlan {
+                    latest: Vec::new(),
                     filtered: Vec::new(),
                     id,
                     dedup: Some(DedupKey { hash: [occurrence; 16], window_us: 10_000_000 }),
@@ -358,6 +362,7 @@ fn two_copies_in_one_batch_are_one_delivery() {
     let mut w = World { now: 5, ..World::default() };
     let (a, b) = (w.receive(), w.receive());
     let plan = |id| DispatchPlan {
+        latest: Vec::new(),
         filtered: Vec::new(),
         id,
         dedup: Some(DedupKey { hash: [1; 16], window_us: 100 }),
@@ -368,7 +373,7 @@ fn two_copies_in_one_batch_are_one_delivery() {
     let mut st = Staged::new(&w);
     let first = dispatch(&mut st, meta(5), &plan(a), 5).unwrap();
     let second = dispatch(&mut st, meta(5), &plan(b), 5).unwrap();
-    assert_eq!(first, crate::store::DispatchVerdict::Dispatched(1));
+    assert_eq!(first, crate::store::DispatchVerdict::dispatched(1));
     assert_eq!(second, crate::store::DispatchVerdict::Duplicate { original: a });
     let c = st.into_changes();
     w.apply(c);
@@ -383,6 +388,7 @@ fn a_finished_head_hands_the_turn_on_at_the_given_clock() {
     let ids: Vec<EventId> = (0..3).map(|_| w.receive()).collect();
     for id in &ids {
         let plan = DispatchPlan {
+            latest: Vec::new(),
             filtered: Vec::new(),
             id: *id,
             dedup: None,

@@ -20,6 +20,7 @@ fn state_name(state: crate::store::DeliveryState) -> &'static str {
         Discarded => "discarded",
         Held => "held",
         Filtered => "filtered",
+        Superseded => "superseded",
     }
 }
 

@@ -482,7 +482,7 @@ mod tests {
         let out = a.dispatch(vec![plan(id, 1, &["x"])], 200).await.unwrap();
         assert!(matches!(out[..], [DispatchVerdict::Gone]), "{out:?}");
         let out = b.dispatch(vec![plan(id, 1, &["x"])], 200).await.unwrap();
-        assert!(matches!(out[..], [DispatchVerdict::Dispatched(_)]), "{out:?}");
+        assert!(matches!(out[..], [DispatchVerdict::Dispatched { .. }]), "{out:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,8 @@ pub(super) struct Prefetch {
     pub(super) deliveries: HashMap<(EventId, String), Option<DeliveryRecord>>,
     pub(super) queues: HashMap<(String, [u8; 16]), Option<Queue>>,
     pub(super) events: HashMap<EventId, Option<EventMeta>>,
+    /// Until when each fetched delivery is claimed (absent: not claimed).
+    pub(super) claimed_until: HashMap<(EventId, String), u64>,
     misses: Mutex<Misses>,
 }
 
@@ -67,6 +69,15 @@ impl View for Prefetch {
                 Ok(None)
             }
         }
+    }
+    fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError> {
+        let key = (event, dest.to_owned());
+        if !self.deliveries.contains_key(&key) {
+            // Fetched (and locked) with the record: its claim cannot move meanwhile.
+            lock(&self.misses).deliveries.insert(key);
+            return Ok(false);
+        }
+        Ok(self.claimed_until.get(&key).is_some_and(|until| *until > now_us))
     }
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
         match self.events.get(&id) {
@@ -138,7 +149,7 @@ impl Prefetch {
             let dests: Vec<&str> = m.deliveries.iter().map(|(_, d)| d.as_str()).collect();
             let rows = tx
                 .query(
-                    "SELECT d.record FROM deliveries d
+                    "SELECT d.record, d.claim_expires_us FROM deliveries d
                      JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
                        ON d.event = k.event AND d.destination = k.destination
                      FOR UPDATE OF d",
@@ -150,7 +161,12 @@ impl Prefetch {
             }
             for r in rows {
                 let record = decode_record(r.get(0))?;
-                self.deliveries.insert((record.event, record.destination.clone()), Some(record));
+                let key = (record.event, record.destination.clone());
+                let claimed: Option<i64> = r.get(1);
+                if let Some(until) = claimed {
+                    self.claimed_until.insert(key.clone(), until as u64);
+                }
+                self.deliveries.insert(key, Some(record));
             }
         }
         if !m.queues.is_empty() {

@@ -57,6 +57,18 @@ impl SledState {
             let Some(token) = self.claims.try_claim(dest, event, now_us, expires_us) else {
                 continue;
             };
+            // An ordered delivery may be superseded by a dispatch (`ordering =
+            // "latest"`), which asks whether it is claimed under the lifecycle lock:
+            // looked at again under that lock, it is either claimed before the
+            // dispatch asked, or seen superseded here and given back.
+            if record.resource.is_some() {
+                let _decided = lock(&self.lifecycle);
+                let now = View::delivery(self, event, dest)?;
+                if now.as_ref().and_then(lifecycle::schedule_entry) != Some(due_us) {
+                    self.claims.release(dest, event, token);
+                    continue;
+                }
+            }
             let (meta, body) = self.meta_and_body(event)?;
             out.push(Claim {
                 event,

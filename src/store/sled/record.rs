@@ -34,6 +34,7 @@ fn state_byte(s: DeliveryState) -> u8 {
         DeliveryState::Discarded => 4,
         DeliveryState::Held => 5,
         DeliveryState::Filtered => 6,
+        DeliveryState::Superseded => 7,
     }
 }
 
@@ -46,6 +47,7 @@ fn state_of(b: u8) -> Option<DeliveryState> {
         4 => DeliveryState::Discarded,
         5 => DeliveryState::Held,
         6 => DeliveryState::Filtered,
+        7 => DeliveryState::Superseded,
         _ => return None,
     })
 }
@@ -144,7 +146,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn state() -> impl Strategy<Value = DeliveryState> {
-        (0u8..7).prop_map(|b| state_of(b).unwrap())
+        (0u8..8).prop_map(|b| state_of(b).unwrap())
     }
 
     fn attempt() -> impl Strategy<Value = Attempt> {

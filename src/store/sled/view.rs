@@ -19,6 +19,10 @@ impl View for SledState {
         Ok(self.ordering.get(keys::order(dest, resource))?.and_then(|v| keys::decode_order(&v)))
     }
 
+    fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError> {
+        Ok(self.claims.is_claimed(dest, event, now_us))
+    }
+
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError> {
         let key = id.to_key();
         Ok(self.records.get(key)?.map(|v| self.decode(&key, &v)).transpose()?.map(|r| r.meta))
