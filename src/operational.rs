@@ -19,8 +19,7 @@ use std::time::SystemTime;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::clock::unix_micros;
-use crate::store::{EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent, SharedStore};
+use crate::store::{EventId, EventMeta, EventNameOrigin, NewEvent, SharedStore};
 use crate::timefmt::format_admin;
 
 /// Events waiting to be appended at most.
@@ -136,25 +135,7 @@ impl OperationalEvent<'_> {
             "meta": {"hookrelay": {"event": self.name(), "at": format_admin(now)}},
         })
         .to_string();
-        NewEvent {
-            meta: EventMeta {
-                source: source.to_owned(),
-                event: self.name().to_owned(),
-                event_from: EventNameOrigin::Internal,
-                received_at_us: unix_micros(now),
-                size: body.len() as u64,
-                content_type: Some("application/json".to_owned()),
-                headers: Vec::new(),
-                remote_addr: None,
-                status: EventStatus::Received,
-                flags: Vec::new(),
-                reason: None,
-                duplicate_of: None,
-                destinations: Vec::new(),
-                resource: Some(format!("{kind}/{id}")),
-            },
-            body: Some(body.into()),
-        }
+        NewEvent::internal(source, self.name(), body, Some(format!("{kind}/{id}")), now)
     }
 
     /// Raises it: queued for the appending task, never waited for. Nothing happens

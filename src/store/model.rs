@@ -198,6 +198,38 @@ pub(crate) struct NewEvent {
     pub(crate) body: Option<bytes::Bytes>,
 }
 
+impl NewEvent {
+    /// An event the relay raises itself (`hookrelay.*`), with its JSON `body`, about
+    /// `resource`, received at `now`.
+    pub(crate) fn internal(
+        source: &str,
+        event: &str,
+        body: String,
+        resource: Option<String>,
+        now: SystemTime,
+    ) -> Self {
+        Self {
+            meta: EventMeta {
+                source: source.to_owned(),
+                event: event.to_owned(),
+                event_from: EventNameOrigin::Internal,
+                received_at_us: crate::clock::unix_micros(now),
+                size: body.len() as u64,
+                content_type: Some("application/json".to_owned()),
+                headers: Vec::new(),
+                remote_addr: None,
+                status: EventStatus::Received,
+                flags: Vec::new(),
+                reason: None,
+                duplicate_of: None,
+                destinations: Vec::new(),
+                resource,
+            },
+            body: Some(bytes::Bytes::from(body)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,9 +18,8 @@ use serde_json::json;
 use super::model::Hook;
 use super::status::GapView;
 use super::AccountId;
-use crate::clock::unix_micros;
 use crate::event_names::HOOK_GAP;
-use crate::store::{EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent};
+use crate::store::{EventId, NewEvent};
 use crate::timefmt::format_utc;
 
 /// A gap found but not yet reported.
@@ -148,25 +147,7 @@ pub(crate) fn event(
         "meta": {"hookrelay": {"event": HOOK_GAP}}
     })
     .to_string();
-    NewEvent {
-        meta: EventMeta {
-            source: account.source.clone(),
-            event: HOOK_GAP.to_owned(),
-            event_from: EventNameOrigin::Internal,
-            received_at_us: unix_micros(now),
-            size: body.len() as u64,
-            content_type: Some("application/json".to_owned()),
-            headers: Vec::new(),
-            remote_addr: None,
-            status: EventStatus::Received,
-            flags: Vec::new(),
-            reason: None,
-            duplicate_of: None,
-            destinations: Vec::new(),
-            resource: None,
-        },
-        body: Some(bytes::Bytes::from(body)),
-    }
+    NewEvent::internal(&account.source, HOOK_GAP, body, None, now)
 }
 
 #[cfg(test)]
