@@ -161,6 +161,12 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         )),
     );
 
+    let audit_task = supervisor.watch(
+        "audit",
+        "audit check".into(),
+        tokio::spawn(crate::audit::watch(store.clone(), metrics.clone(), stop.clone())),
+    );
+
     let reconciler = Arc::new(
         crate::upstream::reconciler(&config, store.clone(), metrics.clone())
             .context("setting up the upstream accounts")?,
@@ -233,6 +239,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         stop_trigger.stop();
         let _ = dispatch_task.await;
         let _ = retention_task.await;
+        let _ = audit_task.await;
         for task in [space_task, reachability_task, wakeup_task, fleet_task].into_iter().flatten() {
             let _ = task.await;
         }

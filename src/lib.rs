@@ -7,6 +7,7 @@
 
 mod admin;
 mod api;
+mod audit;
 mod cli;
 mod clock;
 mod config;

@@ -3,6 +3,7 @@
 //! Health and metrics are open (probes and scrapers carry no token); everything under
 //! `/admin` needs the bearer token of `admin.token`, and is refused when none is set.
 
+mod audit;
 mod auth;
 mod dead_letters;
 mod destinations;
@@ -78,6 +79,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                     "/dead-letters/selection/discard",
                     vec![(Method::POST, web::to(dead_letters::discard_selected))],
                 ))
+                .service(resource("/audit", vec![(get(), web::to(audit::show))]))
                 .service(resource("/overview", vec![(get(), web::to(overview::show))]))
                 .service(resource("/destinations", vec![(get(), web::to(destinations::list))]))
                 .service(resource(

@@ -9,8 +9,9 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::{
-    Accounts, ApiError, DeadLetterPage, Deleted, DestinationList, EventDetail, EventPage,
-    EventReplayed, Overview, Paused, Preview, PreviewRequest, ReplayRequest, Replayed, Selection,
+    Accounts, ApiError, AuditReport, DeadLetterPage, Deleted, DestinationList, EventDetail,
+    EventPage, EventReplayed, Overview, Paused, Preview, PreviewRequest, ReplayRequest, Replayed,
+    Selection,
 };
 use crate::store::{EventId, EventStatus};
 
@@ -35,6 +36,7 @@ pub(crate) fn document() -> Value {
     let selection = subschema::<Selection>(&mut g);
     let preview_request = subschema::<PreviewRequest>(&mut g);
     let preview = subschema::<Preview>(&mut g);
+    let audit = subschema::<AuditReport>(&mut g);
     let event_id = subschema::<EventId>(&mut g);
     let status = subschema::<EventStatus>(&mut g);
     let error = subschema::<ApiError>(&mut g);
@@ -190,6 +192,15 @@ pub(crate) fn document() -> Value {
                 &replayed, "how many were replayed") },
             "/admin/dead-letters/selection/discard": { "post": chosen("Discard the chosen dead letters (they become `discarded`)",
                 &deleted, "how many were discarded") },
+            "/admin/audit": { "get": admin("Every callback received in a window accounted for, per source and event and per destination, from the ledger kept as the states change (windows are widened to whole hours of receive time)",
+                vec![query("since", json!({ "type": "string", "format": "date-time" }),
+                        "events received at or after this time (RFC 3339); default: a day before `until`"),
+                     query("until", json!({ "type": "string", "format": "date-time" }),
+                        "events received before this time (RFC 3339); default: now"),
+                     query("source", json!({ "type": "string" }),
+                        "only this source's events (destinations are counted over every source)")],
+                json_body(&audit, "the audit and whether it balances"),
+                with(&[("400", "a time is malformed, since is not before until, or the window spans over a year")])) },
             "/admin/overview": { "get": admin("Callbacks per source (since this relay started), storage and fleet", vec![],
                 json_body(&overview, "the overview"), Map::new()) },
             "/admin/destinations": { "get": admin("Every destination: paused, circuit, queue, its last minute", vec![],

@@ -24,7 +24,7 @@ pub(crate) use dispatch::{DedupKeysCounted, DispatchLead, EventDispatched};
 pub(crate) use ingress::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed,
 };
-pub(crate) use store::{CommitGroup, EventStored, StoreFailed, StoreProbed};
+pub(crate) use store::{AuditChecked, CommitGroup, EventStored, StoreFailed, StoreProbed};
 pub(crate) use tasks::{EventsPruned, FleetCounted, RelayReady, ShuttingDown, TaskDied};
 pub(crate) use upstream::{
     AccountReconciled, HookTransition, ReconcilerStoreFailed, StoredGapUnreadable, TokenRefreshed,

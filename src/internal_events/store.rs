@@ -83,3 +83,33 @@ impl InternalEvent for StoreProbed<'_> {
         }
     }
 }
+
+/// The audit of the last day was read (`audit/`): the equations that do not hold.
+pub(crate) enum AuditChecked<'a> {
+    Read(&'a [String]),
+    /// The ledger could not be read (the gauge keeps its last value).
+    Failed(&'a crate::store::StoreError),
+}
+
+impl InternalEvent for AuditChecked<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_audit_imbalance"];
+    fn emit(self, m: &Metrics) {
+        match self {
+            Self::Read(imbalances) => {
+                let before = m.store.audit_imbalance.get();
+                let now = i64::try_from(imbalances.len()).unwrap_or(i64::MAX);
+                m.store.audit_imbalance.set(now);
+                if now > 0 && before == 0 {
+                    tracing::error!(imbalances = ?imbalances,
+                        "the audit ledger does not balance: some callbacks are not accounted for \
+                         (see GET /admin/audit and the runbook's HookrelayAuditImbalance)");
+                } else if now == 0 && before > 0 {
+                    tracing::info!("the audit ledger balances again");
+                }
+            }
+            Self::Failed(e) => {
+                tracing::warn!(error = %e, "cannot read the audit ledger; checking again in a minute");
+            }
+        }
+    }
+}

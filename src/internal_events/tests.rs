@@ -207,6 +207,16 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         ],
         s,
     );
+    let imbalance = vec!["demo/E: received 2 but ...".to_owned()];
+    let failed = crate::store::StoreError::Injected("down");
+    check(
+        vec![
+            AuditChecked::Read(&imbalance),
+            AuditChecked::Read(&[]),
+            AuditChecked::Failed(&failed),
+        ],
+        s,
+    );
     check(vec![TaskDied { kind: "dispatcher", name: "dispatcher", why: "it panicked" }], s);
     check(vec![EventsPruned(2), EventsPruned(0)], s);
     check(vec![FleetCounted { relays: 2, recovered: true }], s);

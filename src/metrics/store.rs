@@ -20,6 +20,7 @@ pub(crate) struct StoreMetrics {
     pub(crate) store_probe_failures: IntCounter,
     pub(crate) inbox_events: IntGauge,
     pub(crate) events_pruned: IntCounter,
+    pub(crate) audit_imbalance: IntGauge,
 }
 
 impl StoreMetrics {
@@ -74,6 +75,12 @@ impl StoreMetrics {
             events_pruned: r.counter(
                 "hookrelay_events_pruned_total",
                 "Finished events deleted by retention.",
+            )?,
+            audit_imbalance: r.gauge(
+                "hookrelay_audit_imbalance",
+                "Equations of the audit ledger that do not hold over the last 24 hours \
+                 (checked every minute; GET /admin/audit says which): 0 when every callback \
+                 received is accounted for.",
             )?,
         })
     }

@@ -74,7 +74,19 @@ pub(crate) enum DispatchVerdict {
 }
 
 /// Where a delivery stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum DeliveryState {
     /// Scheduled, never attempted (or replayed).
@@ -100,6 +112,20 @@ pub(crate) enum DeliveryState {
 }
 
 impl DeliveryState {
+    /// The state's name, as the API, the ledger and PostgreSQL's `state` column say it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Retrying => "retrying",
+            Self::Delivered => "delivered",
+            Self::Dead => "dead",
+            Self::Discarded => "discarded",
+            Self::Held => "held",
+            Self::Filtered => "filtered",
+            Self::Superseded => "superseded",
+        }
+    }
+
     /// Whether the delivery has an entry in the schedule.
     pub(crate) fn is_scheduled(self) -> bool {
         matches!(self, Self::Pending | Self::Retrying)

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::lifecycle::ledger::{self, Count, LedgerEdits, LedgerKey};
 use super::lifecycle::{self, AttemptReport, Changes, DedupEntry, Queue, Staged, View};
 use super::{
-    AttemptWrite, Claim, ClaimTable, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord,
-    Dispatch, DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventMeta,
-    EventRecord, EventStatus, NewEvent, PendingEvent, QueueCounts, QueueStats, SharedState,
-    StoreError, Upkeep,
+    AttemptWrite, Audit, Claim, ClaimTable, Coordination, DeadLetterFilter, DeliveryQueue,
+    DeliveryRecord, Dispatch, DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog,
+    EventMeta, EventRecord, EventStatus, LedgerReading, NewEvent, PendingEvent, QueueCounts,
+    QueueStats, SharedState, StoreError, Upkeep,
 };
 use crate::clock::micros;
 use crate::config::RetryPolicy;
@@ -35,6 +36,8 @@ struct Data {
     paused: BTreeSet<String>,
     upstream: BTreeMap<String, Vec<u8>>,
     counts: QueueCounts,
+    /// The audit ledger's counters.
+    ledger: LedgerEdits,
     last_id: u64,
 }
 
@@ -64,6 +67,7 @@ impl View for Locked<'_> {
 
 impl Data {
     fn apply(&mut self, changes: Changes) {
+        ledger::merge(&mut self.ledger, &ledger::edits(&changes, EventId::new(0)));
         for (id, meta) in changes.dispatched {
             if let Some((_, body)) = self.inbox.remove(&id) {
                 self.events.insert(id, meta);
@@ -186,6 +190,9 @@ impl EventLog for MemoryStore {
         if let Some(observer) = &self.observer {
             observer.stored(&event.meta);
         }
+        let mut edits = LedgerEdits::new();
+        ledger::appended(&mut edits, id, &event.meta, EventId::new(0));
+        ledger::merge(&mut d.ledger, &edits);
         if event.meta.status == EventStatus::Received {
             d.inbox.insert(id, (event.meta, event.body.unwrap_or_default()));
         } else {
@@ -508,6 +515,39 @@ impl Upkeep for MemoryStore {
 
     async fn close(&self) -> Result<(), StoreError> {
         self.durable_point(&lock(&self.data));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Audit for MemoryStore {
+    async fn ledger(&self, from_hour: u64, to_hour: u64) -> Result<LedgerReading, StoreError> {
+        let d = lock(&self.data);
+        let mut counts = ledger::hours(&d.ledger, from_hour, to_hour);
+        let mut waiting = LedgerEdits::new();
+        for (id, (meta, _)) in &d.inbox {
+            let hour = ledger::hour_of(*id);
+            if (from_hour..to_hour).contains(&hour) {
+                let key = LedgerKey::event(hour, &meta.source, &meta.event, Count::Waiting);
+                *waiting.entry(key).or_insert(0) += 1;
+            }
+        }
+        ledger::merge(&mut counts, &waiting);
+        Ok(LedgerReading { counts, start: EventId::new(0) })
+    }
+
+    async fn add_triggered(
+        &self,
+        hour: u64,
+        source: &str,
+        event: &str,
+        n: u64,
+    ) -> Result<(), StoreError> {
+        let mut d = lock(&self.data);
+        let key = LedgerKey::event(hour, source, event, Count::Triggered);
+        let edits = LedgerEdits::from([(key, i64::try_from(n).unwrap_or(i64::MAX))]);
+        ledger::merge(&mut d.ledger, &edits);
+        self.durable_point(&d);
         Ok(())
     }
 }

@@ -33,8 +33,8 @@ pub(crate) use self::sled::{SledOptions, SledStore};
 pub(crate) use claims::ClaimTable;
 pub(crate) use commit::Committer;
 pub(crate) use contract::{
-    owner_silence, Coordination, DeliveryQueue, Dispatch, EventFilter, EventLog, Exclusive, Fleet,
-    Planner, SharedState, Store, Upkeep, Wake, CLAIM_MARGIN, DISPATCH_LEAD,
+    owner_silence, Audit, Coordination, DeliveryQueue, Dispatch, EventFilter, EventLog, Exclusive,
+    Fleet, LedgerReading, Planner, SharedState, Store, Upkeep, Wake, CLAIM_MARGIN, DISPATCH_LEAD,
 };
 pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{

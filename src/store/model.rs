@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Identifies a stored event. Ids are strictly increasing in commit order and start
 /// from the receive time in microseconds, so the 8-byte big-endian key sorts a sled
 /// scan by time, and the id alone tells roughly when an event arrived.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct EventId(u64);
 
 impl EventId {

@@ -81,8 +81,16 @@ impl Gauges {
         lock(&self.missing).created(&id.source, event, &id.account, hook_id, received);
     }
 
-    /// Gauges and counters from an account's hooks as they are after a pass.
-    pub(super) fn update(&self, id: &AccountId, events: &[String], ours: &[Hook]) {
+    /// Gauges and counters from an account's hooks as they are after a pass. Returns,
+    /// per event, the calls the upstream counted on them since the last pass (for the
+    /// audit ledger's `triggered`).
+    pub(super) fn update(
+        &self,
+        id: &AccountId,
+        events: &[String],
+        ours: &[Hook],
+    ) -> Vec<(String, u64)> {
+        let mut calls = Vec::new();
         let m = &self.metrics.upstream;
         let mut counts: HashMap<(String, String), i64> = HashMap::new();
         for event in events {
@@ -146,10 +154,14 @@ impl Gauges {
                 continue; // not ours to compare: an unknown name in someone's hook
             }
             let received = self.received(&id.source, event);
-            let missing =
+            let (missing, grown) =
                 lock(&self.missing).observe(&id.source, event, &id.account, &hooks, received);
             m.callbacks_missing.with_label_values(&[id.source.as_str(), label]).set(missing);
+            if grown > 0 {
+                calls.push((event.to_owned(), grown));
+            }
         }
+        calls
     }
 }
 

@@ -40,7 +40,9 @@ pub(crate) struct Tracker {
 
 impl Tracker {
     /// Records `account`'s hooks for (source, event) as listed now, as (id, triggeredCount),
-    /// with `received` the callbacks stored for it so far; returns the missing count.
+    /// with `received` the callbacks stored for it so far; returns the missing count, and
+    /// the calls counted on those hooks since they were last seen (for the audit ledger:
+    /// a hook seen for the first time adds nothing, one the relay created counts from 0).
     pub(crate) fn observe(
         &mut self,
         source: &str,
@@ -48,20 +50,22 @@ impl Tracker {
         account: &str,
         hooks: &[(String, u64)],
         received: u64,
-    ) -> i64 {
+    ) -> (i64, u64) {
         let group = self.group(source, event, received);
         let before = group.hooks.len();
         group.hooks.retain(|(acc, id), _| acc != account || hooks.iter().any(|(h, _)| h == id));
         let gone = group.hooks.len() != before;
+        let mut grown = 0;
         for (id, count) in hooks {
             let entry =
                 group.hooks.entry((account.to_owned(), id.clone())).or_insert((*count, *count));
+            grown += count.saturating_sub(entry.1);
             entry.1 = (*count).max(entry.0);
         }
         if gone {
             group.restart(received);
         }
-        group.missing(received)
+        (group.missing(received), grown)
     }
 
     /// A hook the relay just created: every call on it counts, from 0.
@@ -96,25 +100,25 @@ mod tests {
     fn counts_calls_the_relay_did_not_receive() {
         let mut t = Tracker::default();
         // Existing hooks with history: counting starts now.
-        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 10)]), 100), 0);
-        assert_eq!(t.observe("s", "E", "bob", &hooks(&[("2", 4)]), 100), 0);
+        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 10)]), 100), (0, 0));
+        assert_eq!(t.observe("s", "E", "bob", &hooks(&[("2", 4)]), 100), (0, 0));
         // Each occurrence reaches both hooks: 2 calls, 2 callbacks.
-        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 11)]), 102), 0);
-        assert_eq!(t.observe("s", "E", "bob", &hooks(&[("2", 5)]), 102), 0);
+        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 11)]), 102), (0, 1));
+        assert_eq!(t.observe("s", "E", "bob", &hooks(&[("2", 5)]), 102), (0, 1));
         // One call lost.
-        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 12)]), 103), 0);
-        assert_eq!(t.observe("s", "E", "bob", &hooks(&[("2", 6)]), 103), 1);
+        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 12)]), 103), (0, 1));
+        assert_eq!(t.observe("s", "E", "bob", &hooks(&[("2", 6)]), 103), (1, 1));
     }
 
     #[test]
     fn created_hooks_count_from_zero_and_recreation_restarts() {
         let mut t = Tracker::default();
         t.created("s", "E", "alice", "1", 50);
-        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 3)]), 52), 1);
+        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("1", 3)]), 52), (1, 3));
         // Hook 1 was disabled and re-created as 2: the gap event covers hook 1's loss.
         t.created("s", "E", "alice", "2", 52);
-        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("2", 0)]), 52), 0);
-        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("2", 2)]), 54), 0);
-        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("2", 4)]), 55), 1);
+        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("2", 0)]), 52), (0, 0));
+        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("2", 2)]), 54), (0, 2));
+        assert_eq!(t.observe("s", "E", "alice", &hooks(&[("2", 4)]), 55), (1, 2));
     }
 }

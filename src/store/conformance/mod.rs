@@ -331,6 +331,10 @@ macro_rules! conformance {
             async fn it_answers_reports_its_size_and_closes_durably() {
                 super::upkeep::it_answers_reports_its_size_and_closes_durably(&mut $make).await;
             }
+            #[tokio::test]
+            async fn every_callback_is_accounted_for() {
+                super::audit::every_callback_is_accounted_for(&mut $make).await;
+            }
             #[test]
             fn model() {
                 super::model::check(|| Box::new($make));
@@ -343,6 +347,7 @@ conformance!(memory, Memory(None));
 conformance!(sled, Sled::new());
 conformance!(postgres, Postgres::new());
 
+mod audit;
 mod coordination;
 mod delivery_queue;
 mod dispatch;

@@ -5,7 +5,8 @@
 //! Destination `c` has `ordering = "latest"`: a newer update of a resource supersedes
 //! the one waiting (no claim outlives the step that took it here, so the head is never
 //! in flight when one is dispatched). Each has a filter that keeps some occurrences out
-//! (`filtered`, never scheduled).
+//! (`filtered`, never scheduled). After every step the audit ledger balances, and
+//! counts what the model says happened (retention deletes nothing from it).
 
 use proptest::prelude::*;
 
@@ -38,6 +39,10 @@ struct Model {
     /// [`resource_index`]): its deliveries in dispatch order, the head first (the one
     /// not held).
     queues: BTreeMap<(String, u8), std::collections::VecDeque<EventId>>,
+    /// Callbacks ever appended, and of them rejected: what the audit must count,
+    /// whatever retention deleted since.
+    appended: i64,
+    rejected: i64,
     now: u64,
 }
 
@@ -219,6 +224,8 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
                     let status =
                         if is_rejected(i) { EventStatus::Rejected } else { EventStatus::Received };
                     m.events.insert(id, status);
+                    m.appended += 1;
+                    m.rejected += i64::from(is_rejected(i));
                     m.occurrence.insert(id, occurrence);
                     routes.insert(id, routed);
                 }
@@ -722,4 +729,26 @@ async fn verify(store: &SharedStore, m: &Model) {
         .collect();
     assert_eq!(dead, want, "dead letters");
     assert_eq!(store.paused().await.unwrap(), m.paused.iter().cloned().collect(), "paused");
+    // The audit: both equations hold, and what it counts is what happened.
+    let audit = crate::audit::read(store, 0, 1_000, None).await.unwrap();
+    assert!(audit.balanced, "audit: {:?}", audit.imbalances);
+    let sum = |f: fn(&crate::api::EventAudit) -> i64| audit.events.iter().map(f).sum::<i64>();
+    assert_eq!(sum(|e| e.received), m.appended, "audit: received");
+    assert_eq!(sum(|e| e.rejected), m.rejected, "audit: rejected");
+    assert_eq!(sum(|e| e.waiting), inbox as i64, "audit: waiting");
+    for dest in DESTS {
+        let row = audit.destinations.iter().find(|d| d.destination == dest);
+        let got = row.map_or([0; 4], |d| [d.pending, d.retrying, d.held, d.dead]);
+        let count = |s: DeliveryState| {
+            m.deliveries.iter().filter(|((_, d), x)| d == dest && x.state == s).count() as i64
+        };
+        let want = [
+            DeliveryState::Pending,
+            DeliveryState::Retrying,
+            DeliveryState::Held,
+            DeliveryState::Dead,
+        ]
+        .map(count);
+        assert_eq!(got, want, "audit of {dest}: pending, retrying, held, dead");
+    }
 }

@@ -8,6 +8,7 @@
 //! | [`Coordination`] | the relays sharing a store: leads, holds, heartbeats, wake-ups | `conformance/coordination.rs` |
 //! | [`SharedState`] | the hook lifecycle's small state (tokens, gaps, account status) | `conformance/shared_state.rs` |
 //! | [`Upkeep`] | the store as a resource: whether it answers, its size, closing it | `conformance/upkeep.rs` |
+//! | [`Audit`] | the ledger accounting for every callback, per hour | `conformance/audit.rs` |
 //!
 //! [`Store`] is their sum, what a backend implements and the relay holds. The promises
 //! every trait keeps, written so that a shared database can keep them for several
@@ -25,6 +26,7 @@
 //!   later write is ordered after it (sled's dedup purge happens to fsync anyway);
 //! - every method is async: a backend with blocking I/O runs it on the blocking pool.
 
+mod audit;
 mod coordination;
 mod delivery_queue;
 mod dispatch;
@@ -32,6 +34,7 @@ mod event_log;
 mod shared_state;
 mod upkeep;
 
+pub(crate) use audit::{Audit, LedgerReading};
 pub(crate) use coordination::{Coordination, Exclusive, Fleet, Wake, DISPATCH_LEAD};
 pub(crate) use delivery_queue::{owner_silence, DeliveryQueue, CLAIM_MARGIN};
 pub(crate) use dispatch::{Dispatch, Planner};
@@ -42,7 +45,16 @@ pub(crate) use upkeep::Upkeep;
 /// Everything the relay needs from its storage: the sum of the traits above, which a
 /// backend implements one by one (one file per trait in `postgres/`).
 pub(crate) trait Store:
-    EventLog + Dispatch + DeliveryQueue + Coordination + SharedState + Upkeep + Send + Sync + 'static
+    EventLog
+    + Dispatch
+    + DeliveryQueue
+    + Coordination
+    + SharedState
+    + Upkeep
+    + Audit
+    + Send
+    + Sync
+    + 'static
 {
 }
 
@@ -53,6 +65,7 @@ impl<T> Store for T where
         + Coordination
         + SharedState
         + Upkeep
+        + Audit
         + Send
         + Sync
         + 'static

@@ -17,6 +17,7 @@
 mod attempt;
 mod backoff;
 mod dispatch;
+pub(crate) mod ledger;
 mod manage;
 #[cfg(test)]
 mod tests;

@@ -7,22 +7,9 @@
 
 use super::view::Prefetch;
 use super::{pg, sql_id, sql_us};
+use crate::store::lifecycle::ledger::{self, LedgerEdits};
 use crate::store::lifecycle::{self, Changes};
 use crate::store::StoreError;
-
-fn state_name(state: crate::store::DeliveryState) -> &'static str {
-    use crate::store::DeliveryState::*;
-    match state {
-        Pending => "pending",
-        Retrying => "retrying",
-        Delivered => "delivered",
-        Dead => "dead",
-        Discarded => "discarded",
-        Held => "held",
-        Filtered => "filtered",
-        Superseded => "superseded",
-    }
-}
 
 /// Delivery rows to write in one statement, column by column.
 #[derive(Default)]
@@ -54,15 +41,15 @@ impl Batch3 {
     }
 }
 
-/// Writes `changes`, and has `notifier` tell the other relays of the destinations
-/// they make due (`listen.rs`).
+/// Writes `changes` with their ledger edits, and tells the other relays of the
+/// destinations they make due (`listen.rs`).
 pub(super) async fn apply(
     tx: &pg::Transaction<'_>,
     seen: &Prefetch,
     changes: &Changes,
-    notifier: &super::listen::Notifier<'_>,
+    state: &super::PgState,
 ) -> Result<(), StoreError> {
-    notifier.notify_due(tx, changes).await?;
+    state.notifier().notify_due(tx, changes).await?;
     // One statement per table and kind of write, whatever the batch size: a group of
     // attempts or a dispatch batch costs a few round trips, not one per row.
     if !changes.dispatched.is_empty() {
@@ -119,7 +106,7 @@ pub(super) async fn apply(
                 let rows = if before.is_some() { &mut updates } else { &mut inserts };
                 rows.events.push(sql_id(*event));
                 rows.dests.push(dest.as_str());
-                rows.states.push(state_name(after.state));
+                rows.states.push(after.state.as_str());
                 rows.dues.push(lifecycle::schedule_entry(after).map(sql_us));
                 rows.records.push(serde_json::to_vec(after)?);
             }
@@ -182,5 +169,41 @@ pub(super) async fn apply(
         let ids: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
         tx.execute("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", &[&ids]).await?;
     }
+    // Last: the counters are the rows most transactions share, held for the least time,
+    // and taken in key order (no two transactions wait on each other in a cycle).
+    add_to_ledger(tx, &ledger::edits(changes, state.ledger_start)).await
+}
+
+/// Adds `edits` to the `audit` counters, on one shard picked at random.
+pub(super) async fn add_to_ledger(
+    tx: &pg::Transaction<'_>,
+    edits: &LedgerEdits,
+) -> Result<(), StoreError> {
+    if edits.is_empty() {
+        return Ok(());
+    }
+    let shard = fastrand::i16(0..LEDGER_SHARDS);
+    let mut cols = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (key, n) in edits {
+        cols.0.push(i64::try_from(key.hour).unwrap_or(i64::MAX));
+        cols.1.push(key.source.as_str());
+        cols.2.push(key.event.as_str());
+        cols.3.push(key.destination.as_str());
+        cols.4.push(key.count.as_str());
+        cols.5.push(*n);
+    }
+    tx.execute(
+        "INSERT INTO audit (hour, source, event, destination, count, shard, n)
+         SELECT k.hour, k.source, k.event, k.destination, k.count, $6, k.n
+         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $7::bigint[])
+           AS k(hour, source, event, destination, count, n)
+         ON CONFLICT (hour, source, event, destination, count, shard)
+         DO UPDATE SET n = audit.n + excluded.n",
+        &[&cols.0, &cols.1, &cols.2, &cols.3, &cols.4, &shard, &cols.5],
+    )
+    .await?;
     Ok(())
 }
+
+/// Rows one counter is spread over.
+pub(super) const LEDGER_SHARDS: i16 = 16;

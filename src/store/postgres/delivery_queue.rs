@@ -166,7 +166,7 @@ impl DeliveryQueue for PostgresStore {
             let (out, changes) = seen
                 .decide(&tx, |st| lifecycle::record_attempts(st, &attempts, policy, holds))
                 .await?;
-            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
+            apply(&tx, &seen, &changes, &self.inner).await?;
             let tokens: Vec<i64> = attempts.iter().map(|(c, _)| sql_us(c.token)).collect();
             tx.execute(
                 "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL

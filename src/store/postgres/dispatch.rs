@@ -86,7 +86,7 @@ impl Dispatch for PostgresStore {
                         .collect::<Result<Vec<_>, _>>()
                 })
                 .await?;
-            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
+            apply(&tx, &seen, &changes, &self.inner).await?;
             tx.commit().await?;
             Ok(outcomes)
         }))

@@ -27,6 +27,7 @@
 //!   channel; every relay listens on a connection of its own (`listen.rs`).
 
 mod apply;
+mod audit;
 mod connect;
 mod coordination;
 mod delivery_queue;
@@ -53,6 +54,9 @@ pub(crate) use connect::url_problem;
 pub(crate) use tls::TlsSettings;
 
 use connect::{connect_pool, session_settings_took};
+
+/// One hour in µs, as the ledger's SQL divides ids by it.
+const HOUR_US: i64 = crate::store::lifecycle::ledger::HOUR_US as i64;
 
 use super::{Committer, EventId, EventStatus, Health, NewEvent, StoreError, StoreObserver};
 
@@ -127,6 +131,8 @@ pub(super) struct PgState {
     held: lead::Held,
     /// The last id this relay handed out.
     last_id: AtomicU64,
+    /// The first event the audit ledger counts (`audit_start`).
+    pub(super) ledger_start: EventId,
     health: Arc<Health>,
     /// How long one write may take before it fails.
     write_timeout: Duration,
@@ -186,6 +192,7 @@ impl PostgresStore {
         schema::migrate(&mut client, &opts.schema).await?;
         // Ids keep increasing across a restart even if the clock stepped back.
         let last: Option<i64> = client.query_one("SELECT max(id) FROM events", &[]).await?.get(0);
+        let start: i64 = client.query_one("SELECT start FROM audit_start", &[]).await?.get(0);
         drop(client);
         // Every write gives up after write_timeout (a slow database is not a failed
         // one: the write fails, its caller retries, the relay goes on); the watchdog
@@ -201,6 +208,7 @@ impl PostgresStore {
             schema: opts.schema.clone(),
             held: lead::Held::default(),
             last_id,
+            ledger_start: EventId::new(u64::try_from(start).unwrap_or(0)),
             health: health.clone(),
             write_timeout: opts.write_timeout,
             wakeups: std::sync::OnceLock::new(),
@@ -319,10 +327,19 @@ impl PgState {
                             WITH ORDINALITY AS k(proposed, inbox, source, event, status, meta, body, record, n), top),
                  ins AS (INSERT INTO events (id, inbox, source, event, status, meta, body, record)
                          SELECT id, inbox, source, event, status, meta, body, record FROM k
-                         ON CONFLICT (id) DO NOTHING RETURNING id)
+                         ON CONFLICT (id) DO NOTHING RETURNING id),
+                 led AS (INSERT INTO audit (hour, source, event, destination, count, shard, n)
+                         SELECT k.id / $10, k.source, k.event, '', c.count, $9, count(*)
+                         FROM k JOIN ins USING (id)
+                              CROSS JOIN (VALUES ('received'), ('rejected')) AS c(count)
+                         WHERE c.count = 'received' OR k.status = 'rejected'
+                         GROUP BY 1, 2, 3, 5 ORDER BY 1, 2, 3, 5
+                         ON CONFLICT (hour, source, event, destination, count, shard)
+                         DO UPDATE SET n = audit.n + excluded.n)
                  SELECT k.id, EXISTS (SELECT 1 FROM ins WHERE ins.id = k.id) FROM k ORDER BY k.n",
             )
             .await?;
+        let shard = fastrand::i16(0..apply::LEDGER_SHARDS);
         // Ids another relay took meanwhile (same µs) get the next ones, until all fit.
         let mut todo: Vec<usize> = (0..batch.len()).collect();
         for attempt in 0..16 {
@@ -336,9 +353,11 @@ impl PgState {
                 todo.iter().map(|&i| body[i]).collect::<Vec<Option<&[u8]>>>(),
                 pick(&todo, &resource),
             );
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            // The ledger's `received` and `rejected` of the rows stored, in the same
+            // statement (their ids decide their hour).
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
                 &columns.0, &columns.1, &columns.2, &columns.3, &columns.4, &columns.5, &columns.6,
-                &columns.7,
+                &columns.7, &shard, &HOUR_US,
             ];
             let insert = tx.query(&insert, &params);
             // The group's counts go with its first insert, pipelined on the connection

@@ -73,7 +73,7 @@ impl PostgresStore {
                             Ok(count)
                         })
                         .await?;
-                    apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
+                    apply(&tx, &seen, &changes, &self.inner).await?;
                     tx.commit().await?;
                     Ok((count, Some(last)))
                 }))

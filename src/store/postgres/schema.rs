@@ -104,6 +104,25 @@ CREATE TABLE leases (
 );
 ALTER TABLE leases SET (fillfactor = 50);
 "#,
+    // 7: the audit ledger (`store/lifecycle/ledger.rs`): counters per hour of receive
+    // time, written in the transactions that change what they count; `shard` spreads
+    // one hot counter over rows, so that concurrent transactions seldom wait on one
+    // row. It starts at the next event: those stored before are not accounted.
+    r#"
+CREATE TABLE audit (
+    hour        bigint NOT NULL,
+    source      text NOT NULL,
+    event       text NOT NULL,
+    destination text NOT NULL,
+    count       text NOT NULL,
+    shard       smallint NOT NULL,
+    n           bigint NOT NULL,
+    PRIMARY KEY (hour, source, event, destination, count, shard)
+);
+ALTER TABLE audit SET (fillfactor = 50);
+CREATE TABLE audit_start (start bigint NOT NULL);
+INSERT INTO audit_start SELECT coalesce(max(id), 0) + 1 FROM events;
+"#,
 ];
 
 /// Key of the advisory lock held while migrating (any constant shared by all relays).

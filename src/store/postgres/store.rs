@@ -74,7 +74,7 @@ impl PostgresStore {
             let tx = client.transaction().await?;
             let mut seen = Prefetch::default();
             let (result, changes) = seen.decide(&tx, |st| (crate::lock::lock(&rule))(st)).await?;
-            apply(&tx, &seen, &changes, &self.inner.notifier()).await?;
+            apply(&tx, &seen, &changes, &self.inner).await?;
             tx.commit().await?;
             Ok(result)
         }))

@@ -10,6 +10,7 @@ use sled::Transactional;
 
 use super::codec::DispatchRecord;
 use super::{keys, SledState, CURSOR_KEY, SCHEDULED_PENDING, SCHEDULED_RETRYING};
+use crate::store::lifecycle::ledger::{self, LedgerEdits};
 use crate::store::lifecycle::Changes;
 use crate::store::{DeliveryRecord, DeliveryState, StoreError};
 
@@ -46,6 +47,7 @@ type Trees<'a> = [&'a TransactionalTree; 6];
 /// `dead_letters`. Returns (events dispatched, new dedup keys).
 fn write(
     changes: &Changes,
+    edits: &LedgerEdits,
     cursor: Option<u64>,
     [records, outcomes, dedup, deliveries, schedule, ordering]: Trees<'_>,
     dead: Option<&TransactionalTree>,
@@ -101,6 +103,7 @@ fn write(
         records.remove(&id.to_key())?;
         outcomes.remove(keys::outcome(*id, record.as_deref()))?;
     }
+    SledState::write_edits(outcomes, edits)?;
     Ok((dispatched, new_keys))
 }
 
@@ -123,6 +126,7 @@ impl SledState {
         }
         // A sled transaction costs more for every tree it spans: `dead_letters` joins
         // only when a delivery enters or leaves `dead` (never at dispatch).
+        let edits = ledger::edits(changes, self.ledger_start());
         let dead_letters = changes.deliveries.values().any(|c| c.index_edits().dead.is_some());
         let t = (
             &self.records,
@@ -135,17 +139,20 @@ impl SledState {
         let (dispatched, new_keys) = if dead_letters {
             (t.0, t.1, t.2, t.3, t.4, t.5, &self.dead_letters)
                 .transaction(|(a, b, c, d, e, f, dead)| {
-                    write(changes, cursor, [a, b, c, d, e, f], Some(dead))
+                    write(changes, &edits, cursor, [a, b, c, d, e, f], Some(dead))
                 })
                 .map_err(tx_error)?
         } else {
-            t.transaction(|(a, b, c, d, e, f)| write(changes, cursor, [a, b, c, d, e, f], None))
-                .map_err(tx_error)?
+            t.transaction(|(a, b, c, d, e, f)| {
+                write(changes, &edits, cursor, [a, b, c, d, e, f], None)
+            })
+            .map_err(tx_error)?
         };
         if let Some(cursor) = cursor {
             self.cursor.fetch_max(cursor, Ordering::AcqRel);
         }
         self.inbox_count.fetch_sub(signed(dispatched), Ordering::Relaxed);
+        self.untally(changes);
         self.dedup_count.fetch_add(signed(new_keys), Ordering::Relaxed);
         let mut counts = crate::lock::lock(&self.counts);
         for change in changes.deliveries.values() {

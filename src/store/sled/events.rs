@@ -7,6 +7,7 @@ use super::codec::{encode_record, split_record};
 use super::{SledState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
+use crate::store::lifecycle::ledger::{self, LedgerEdits};
 use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError};
 
 impl SledState {
@@ -35,6 +36,21 @@ impl SledState {
             records.insert(&id.to_key(), encode_record(&ev.meta, body)?);
         }
         self.records.apply_batch(records)?;
+        // The ledger's counts of the group, and the inbox tally (still under
+        // `last_id`: a ledger reading sees the group whole or not at all).
+        let start = self.ledger_start();
+        let mut edits = LedgerEdits::new();
+        {
+            let mut waiting = lock(&self.waiting);
+            for (id, ev) in ids.iter().zip(batch) {
+                ledger::appended(&mut edits, *id, &ev.meta, start);
+                if ev.meta.status == EventStatus::Received && *id >= start {
+                    let key = (ledger::hour_of(*id), ev.meta.source.clone(), ev.meta.event.clone());
+                    *waiting.entry(key).or_insert(0) += 1;
+                }
+            }
+        }
+        self.count_appended(&edits, *last)?;
         // The whole group is written: the dispatch cursor may pass it now (still under
         // `last_id`, so the watermark only moves forward).
         self.committed.fetch_max(*last, Ordering::AcqRel);

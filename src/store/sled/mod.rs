@@ -33,6 +33,7 @@ mod dispatch;
 mod events;
 mod flush;
 pub(super) mod keys;
+mod ledger;
 mod migrate;
 mod record;
 mod store;
@@ -124,6 +125,10 @@ pub(super) struct SledState {
     dedup_count: AtomicI64,
     /// The last event id handed out.
     last_id: Mutex<u64>,
+    /// The first event the audit ledger counts (`ledger.rs`), set at open.
+    ledger_start: AtomicU64,
+    /// The inbox tallied per hour, source and event: the ledger's `waiting`.
+    waiting: Mutex<ledger::Waiting>,
     flusher: flush::GroupFlush,
     durable: bool,
     /// Fail-stop: after a sled write error (sled's error is sticky) or a write that
@@ -217,6 +222,8 @@ impl SledStore {
             counts: Mutex::new(QueueCounts::default()),
             claims: ClaimTable::default(),
             last_id: Mutex::new(0),
+            ledger_start: AtomicU64::new(0),
+            waiting: Mutex::new(ledger::Waiting::new()),
             flusher: flush::GroupFlush::new(log),
             durable: opts.durable,
             health: Health::new("sled", opts.write_timeout, opts.observer.clone()),
@@ -312,7 +319,10 @@ impl SledState {
             *last_id = (*last_id).max(cursor);
             // Everything stored is visible at open.
             self.committed.store(*last_id, Ordering::Release);
+            let start = Self::open_ledger(&self.meta, *last_id)?;
+            self.ledger_start.store(start.raw(), Ordering::Relaxed);
         }
+        self.recount_appended(cursor)?;
         let mut awaiting: i64 = 0;
         for item in self.records.range(EventId::new(cursor.saturating_add(1)).to_key()..) {
             let (key, value) = item?;
@@ -352,6 +362,11 @@ impl SledState {
         }
         *crate::lock::lock(&self.counts) = counts;
         Ok(())
+    }
+
+    /// The first event the audit ledger counts.
+    pub(super) fn ledger_start(&self) -> EventId {
+        EventId::new(self.ledger_start.load(Ordering::Relaxed))
     }
 
     /// Waits until everything written so far is durable, if the store is `durable`.

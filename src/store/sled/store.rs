@@ -11,9 +11,9 @@ use super::{SledState, SledStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
-    AttemptWrite, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
-    DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord, NewEvent,
-    PendingEvent, QueueStats, SharedState, StoreError, Upkeep,
+    AttemptWrite, Audit, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord,
+    Dispatch, DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord,
+    LedgerReading, NewEvent, PendingEvent, QueueStats, SharedState, StoreError, Upkeep,
 };
 
 impl SledStore {
@@ -242,5 +242,23 @@ impl Upkeep for SledStore {
         // later appends fail.
         self.committer.close_and_join(&self.committer_thread).await?;
         self.write(SledState::flush_now).await
+    }
+}
+
+#[async_trait]
+impl Audit for SledStore {
+    async fn ledger(&self, from_hour: u64, to_hour: u64) -> Result<LedgerReading, StoreError> {
+        self.run(move |s| s.ledger(from_hour, to_hour)).await
+    }
+
+    async fn add_triggered(
+        &self,
+        hour: u64,
+        source: &str,
+        event: &str,
+        n: u64,
+    ) -> Result<(), StoreError> {
+        let (source, event) = (source.to_owned(), event.to_owned());
+        self.write(move |s| s.add_triggered(hour, &source, &event, n)).await
     }
 }

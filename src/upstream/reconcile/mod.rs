@@ -277,7 +277,16 @@ impl Reconciler {
                 Err(e) => progress.errors.push(format!("pruning hook {}: {e}", hook.id)),
             }
         }
-        self.gauges.update(account.id(), &account.events, &progress.ours);
+        let calls = self.gauges.update(account.id(), &account.events, &progress.ours);
+        let hour = crate::store::lifecycle::ledger::hour_of(crate::store::EventId::new(
+            crate::clock::now_us(),
+        ));
+        for (event, n) in calls {
+            if let Err(e) = self.store.add_triggered(hour, &account.id().source, &event, n).await {
+                tracing::warn!(source = %account.id().source, %event, error = %e,
+                    "cannot add the upstream's calls to the audit ledger; its `triggered` will be short");
+            }
+        }
         Ok(())
     }
 

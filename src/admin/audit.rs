@@ -1,0 +1,52 @@
+//! `GET /admin/audit`: the audit ledger over a window of receive time.
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+use super::events::store_error;
+use super::{error, AdminState};
+
+/// Query of the audit.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AuditQuery {
+    /// Events received at or after this time (RFC 3339); default: a day before `until`.
+    since: Option<String>,
+    /// Events received before this time (RFC 3339); default: now.
+    until: Option<String>,
+    /// Only this source's events (destinations are counted over every source).
+    source: Option<String>,
+}
+
+/// The audit of the window, widened to whole hours.
+pub(super) async fn show(
+    state: web::Data<AdminState>,
+    query: Result<web::Query<AuditQuery>, actix_web::Error>,
+) -> HttpResponse {
+    let query = match query {
+        Ok(q) => q.into_inner(),
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad query: {e}")),
+    };
+    let time = |name: &str, text: Option<&str>| match text.map(str::trim) {
+        None => Ok(None),
+        Some(t) => crate::timefmt::parse(t)
+            .map(Some)
+            .ok_or_else(|| format!("{name}: {t:?} is not a time such as 2026-06-12T13:23:34Z")),
+    };
+    let window = time("until", query.until.as_deref()).and_then(|until| {
+        let until = until.unwrap_or_else(crate::clock::now);
+        let since = time("since", query.since.as_deref())?.unwrap_or_else(|| {
+            until.checked_sub(crate::audit::DEFAULT_WINDOW).unwrap_or(std::time::UNIX_EPOCH)
+        });
+        crate::audit::hours(since, until)
+    });
+    let (from, to) = match window {
+        Ok(w) => w,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match crate::audit::read(&state.store, from, to, query.source.as_deref()).await {
+        Ok(report) => HttpResponse::Ok().json(report),
+        Err(e) => store_error(&e),
+    }
+}
