@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::client::AdminClient;
-use super::commands::{dead_letters, destinations, events, hooks, typed};
+use super::commands::{audit, dead_letters, destinations, events, hooks, typed};
 use crate::api;
 use crate::config::{Config, DEFAULT_PATH};
 
@@ -154,12 +154,28 @@ pub(super) enum Hooks {
     Sync,
 }
 
+/// `hookrelay audit`: which window of receive time, and which source.
+#[derive(Args, Debug)]
+pub(super) struct AuditArgs {
+    /// Start of the window: a time (RFC 3339, e.g. 2026-06-12T00:00:00Z) or how long
+    /// ago (e.g. 6h, 7d). Default: a day before --until.
+    #[arg(long)]
+    pub(super) since: Option<String>,
+    /// End of the window: a time or how long ago. Default: now.
+    #[arg(long)]
+    pub(super) until: Option<String>,
+    /// Only this source's events (destinations are counted over every source).
+    #[arg(long)]
+    pub(super) source: Option<String>,
+}
+
 /// What to run against the admin API.
 pub(super) enum Op {
     Events(Events),
     DeadLetters(DeadLetters),
     Destinations(Destinations),
     Hooks(Hooks),
+    Audit(AuditArgs),
 }
 
 /// Runs an admin command; prints its result.
@@ -177,11 +193,13 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
     let client =
         AdminClient::new(config.as_ref(), target.admin_url.clone(), target.admin_token.clone())?;
     let sync = matches!(op, Op::Hooks(Hooks::Sync));
+    let is_audit = matches!(op, Op::Audit(_));
     let (value, text) = match op {
         Op::Events(cmd) => events(&client, cmd).await?,
         Op::DeadLetters(cmd) => dead_letters(&client, cmd).await?,
         Op::Destinations(cmd) => destinations(&client, cmd).await?,
         Op::Hooks(cmd) => hooks(&client, cmd).await?,
+        Op::Audit(args) => audit(&client, args).await?,
     };
     if target.json {
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -194,6 +212,16 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         let failing = accounts.accounts.iter().filter(|a| !a.ok).count();
         if failing > 0 {
             anyhow::bail!("{failing} upstream account(s) could not be reconciled (see above)");
+        }
+    }
+    // An audit that does not balance is a failed command (a cron job notices).
+    if is_audit {
+        let report: api::AuditReport = typed(&value)?;
+        if !report.balanced {
+            anyhow::bail!(
+                "the audit does not balance ({} equation(s)): see above, and the runbook's HookrelayAuditImbalance",
+                report.imbalances.len()
+            );
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use super::admin::{DeadFilter, DeadLetters, Destinations, Events, Hooks};
+use super::admin::{AuditArgs, DeadFilter, DeadLetters, Destinations, Events, Hooks};
 use super::client::{query, AdminClient};
 use super::table;
 use crate::api;
@@ -350,4 +350,120 @@ fn preview_text(p: &api::Preview) -> String {
         (None, None) => {}
     }
     out
+}
+
+/// A time as the CLI takes it: RFC 3339 as is, or a duration (`6h`, `7d`) ago.
+fn time_arg(name: &str, text: Option<String>) -> anyhow::Result<Option<String>> {
+    let Some(text) = text else { return Ok(None) };
+    if crate::timefmt::parse(&text).is_some() {
+        return Ok(Some(text));
+    }
+    let ago = humantime::parse_duration(text.trim()).map_err(|_| {
+        anyhow::anyhow!(
+            "--{name} {text:?}: give a time such as 2026-06-12T00:00:00Z, or how long ago such as 6h or 7d"
+        )
+    })?;
+    let at = crate::clock::now().checked_sub(ago).unwrap_or(std::time::UNIX_EPOCH);
+    Ok(Some(crate::timefmt::format_admin(at)))
+}
+
+pub(super) async fn audit(
+    client: &AdminClient,
+    args: AuditArgs,
+) -> anyhow::Result<(Value, String)> {
+    let q = query(&[
+        ("since", time_arg("since", args.since)?),
+        ("until", time_arg("until", args.until)?),
+        ("source", args.source),
+    ]);
+    let v = client.get(&format!("/admin/audit{q}")).await?;
+    let r: api::AuditReport = typed(&v)?;
+    let verdict = if r.balanced { "balanced" } else { "DOES NOT BALANCE" };
+    let mut text =
+        format!("callbacks received {} .. {} (whole hours): {verdict}\n", r.since, r.until);
+    if let Some(from) = &r.accounted_from {
+        text.push_str(&format!(
+            "note: the ledger starts at {from}; events received before it are not accounted\n"
+        ));
+    }
+    let ok = |b: bool| if b { "ok".to_owned() } else { "NO".to_owned() };
+    let rows: Vec<Vec<String>> = r
+        .events
+        .iter()
+        .map(|e| {
+            vec![
+                e.source.clone(),
+                e.event.clone(),
+                e.received.to_string(),
+                e.rejected.to_string(),
+                e.unrouted.to_string(),
+                e.duplicate.to_string(),
+                e.routed.to_string(),
+                e.waiting.to_string(),
+                opt(&e.triggered),
+                opt(&e.not_received),
+                ok(e.balanced),
+            ]
+        })
+        .collect();
+    text.push_str(&table::render(
+        &[
+            "SOURCE",
+            "EVENT",
+            "RECEIVED",
+            "REJECTED",
+            "UNROUTED",
+            "DUPLICATE",
+            "ROUTED",
+            "WAITING",
+            "TRIGGERED",
+            "NOT RECEIVED",
+            "BALANCED",
+        ],
+        &rows,
+    ));
+    let rows: Vec<Vec<String>> = r
+        .destinations
+        .iter()
+        .map(|d| {
+            let mut row = vec![d.destination.clone()];
+            row.extend(
+                [
+                    d.routed,
+                    d.delivered,
+                    d.filtered,
+                    d.superseded,
+                    d.dead,
+                    d.discarded,
+                    d.pending,
+                    d.retrying,
+                    d.held,
+                ]
+                .map(|n| n.to_string()),
+            );
+            row.push(ok(d.balanced));
+            row
+        })
+        .collect();
+    text.push('\n');
+    text.push_str(&table::render(
+        &[
+            "DESTINATION",
+            "ROUTED",
+            "DELIVERED",
+            "FILTERED",
+            "SUPERSEDED",
+            "DEAD",
+            "DISCARDED",
+            "PENDING",
+            "RETRYING",
+            "HELD",
+            "BALANCED",
+        ],
+        &rows,
+    ));
+    for line in &r.imbalances {
+        text.push_str(&format!("does not balance: {line}\n"));
+    }
+    Ok((v, text))
 }

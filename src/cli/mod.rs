@@ -79,6 +79,20 @@ enum Command {
         #[command(subcommand)]
         command: admin::Hooks,
     },
+    /// Every callback received in a window accounted for (through the admin API):
+    /// received = rejected + unrouted + duplicate + routed + waiting per source and
+    /// event, and routed = delivered + filtered + superseded + dead + discarded +
+    /// pending + retrying + held per destination. Exits 1 when it does not balance.
+    #[command(
+        after_help = "Examples:\n  hookrelay audit\n  hookrelay audit --since 7d --source demo\n  \
+        hookrelay audit --since 2026-06-12T00:00:00Z --until 2026-06-13T00:00:00Z --json"
+    )]
+    Audit {
+        #[command(flatten)]
+        target: admin::Target,
+        #[command(flatten)]
+        window: admin::AuditArgs,
+    },
     /// A simulator of the upstream's REST hooks (and `sim fire` to raise events on it).
     ///
     /// Serves /api/rest/resthooks as the upstream does (bearer tokens per user, paging,
@@ -130,6 +144,7 @@ pub fn run() -> ExitCode {
             run_admin(target, admin::Op::Destinations(command))
         }
         Command::Hooks { target, command } => run_admin(target, admin::Op::Hooks(command)),
+        Command::Audit { target, window } => run_admin(target, admin::Op::Audit(window)),
         Command::Sim(args) => sim(args, cli.log_format),
     }
 }

@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod audit;
 mod cli;
 mod cli_admin;
 mod console;
