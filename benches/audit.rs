@@ -33,12 +33,24 @@ use serde_json::{json, Value};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONNECTIONS: u64 = 64;
-const NAMES: u64 = 10;
+/// Ten of the upstream's event names (destinations route known names only).
+const NAMES: [&str; 10] = [
+    "ActionCreated",
+    "ActionUpdated",
+    "ActionDocumentCreated",
+    "ActionParticipantAdded",
+    "DataCollectionRecordUpdated",
+    "FileNoteCreated",
+    "StepChanged",
+    "TaskCreated",
+    "TaskUpdated",
+    "TimeEntryCreated",
+];
 
 /// The callback numbered `n`: every fifth repeats the one before (a copy).
 fn callback(n: u64) -> (String, String) {
     let k = if n % 5 == 4 { n - 1 } else { n };
-    let name = format!("Event{}", k % NAMES);
+    let name = NAMES[(k % NAMES.len() as u64) as usize].to_owned();
     let body = json!({
         "data": {"type": "actions", "id": k.to_string(), "attributes": {
             "name": format!("Smith v Jones ({k})"), "status": if k % 2 == 0 { "Open" } else { "Closed" }
@@ -112,7 +124,7 @@ fn main() {
             sink.url()
         );
         let config = common::config_with(&dir.path().join("data"), "", &tail)
-            .replace("level = \"info\"", "level = \"hookrelay=warn,actix_server=warn\"");
+            .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
         let relay = common::Relay::start_full(common::binary(), dir.path(), &config, &[]).await;
         let (status, _) = relay.admin_post("/admin/destinations/erp/pause", None).await;
         assert_eq!(status, 200);
@@ -175,6 +187,13 @@ fn main() {
             .sum();
         assert_eq!(received, n as i64, "every callback counted");
         assert_eq!(duplicates, (n / 5) as i64, "every copy counted");
+        let routed: i64 = last["destinations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["routed"].as_i64().unwrap())
+            .sum();
+        assert_eq!(routed, (n - n / 5) as i64 * 2, "each original routed to both destinations");
         let rows = last["events"].as_array().unwrap().len()
             + last["destinations"].as_array().unwrap().len();
         println!("\n{n} events stored ({rows} rows in the report), medians and maxima:\n");

@@ -398,7 +398,11 @@ impl StoreObserver for Commits {
 }
 
 /// A listener that cannot bind, said with what to do about it.
-fn bind_error(e: std::io::Error, key: &str, addr: std::net::SocketAddr) -> anyhow::Error {
+pub(crate) fn bind_error(
+    e: std::io::Error,
+    key: &str,
+    addr: std::net::SocketAddr,
+) -> anyhow::Error {
     let hint = match e.kind() {
         std::io::ErrorKind::AddrInUse => format!(
             ": another process listens on {addr} (another hookrelay? `ss -ltnp 'sport = :{}'` shows which): stop it, or set another {key}",

@@ -16,7 +16,7 @@ pub(super) struct Target {
     /// Configuration file of the relay (for admin.listen and admin.token).
     #[arg(long, short, env = "HOOKRELAY_CONFIG", default_value = DEFAULT_PATH, global = true)]
     config: PathBuf,
-    /// Admin API base URL, e.g. http://127.0.0.1:9090 (default: from the config).
+    /// Admin API base URL, e.g. http://127.0.0.1:8079 (default: from the config).
     #[arg(long, env = "HOOKRELAY_ADMIN_URL", global = true)]
     admin_url: Option<String>,
     /// Admin token (default: from the config). Prefer the environment variable: a

@@ -11,6 +11,8 @@ use crate::config::Config;
 pub(super) struct AdminClient {
     base: String,
     token: Option<String>,
+    /// Where the token came from, for the hint on a refusal.
+    token_from: &'static str,
     http: reqwest::Client,
 }
 
@@ -32,14 +34,18 @@ impl AdminClient {
             }
             (None, None) => bail!("no admin URL: give --admin-url or a readable --config"),
         };
-        let token = token.or_else(|| {
-            config.and_then(|c| c.admin.resolved_token.as_ref()).map(|t| t.expose().to_owned())
-        });
+        let (token, token_from) = match token {
+            Some(t) => (Some(t), "--admin-token or HOOKRELAY_ADMIN_TOKEN"),
+            None => (
+                config.and_then(|c| c.admin.resolved_token.as_ref()).map(|t| t.expose().to_owned()),
+                "admin.token of --config (with this shell's HOOKRELAY__ADMIN__TOKEN, if set)",
+            ),
+        };
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
             .build()
             .context("building the HTTP client")?;
-        Ok(Self { base, token, http })
+        Ok(Self { base, token, token_from, http })
     }
 
     pub(super) async fn get(&self, path_and_query: &str) -> anyhow::Result<Value> {
@@ -74,6 +80,20 @@ impl AdminClient {
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
             let message = body["error"].as_str().unwrap_or("no details");
+            if status == reqwest::StatusCode::UNAUTHORIZED {
+                let sent = if self.token.is_some() {
+                    "the token sent came from"
+                } else {
+                    "no token was found in"
+                };
+                bail!(
+                    "the admin API answered {status}: {message}. {sent} {}; the relay may run \
+                     with another one (HOOKRELAY__ADMIN__TOKEN in the relay's environment \
+                     overrides admin.token in its file): give the relay's with \
+                     HOOKRELAY_ADMIN_TOKEN=... or --admin-token",
+                    self.token_from
+                );
+            }
             bail!("the admin API answered {status}: {message}");
         }
         Ok(body)
@@ -137,7 +157,7 @@ mod tests {
 
     #[test]
     fn unspecified_listen_addresses_become_loopback() {
-        assert_eq!(reachable("0.0.0.0:9090".parse().unwrap()).to_string(), "127.0.0.1:9090");
-        assert_eq!(reachable("10.1.2.3:9090".parse().unwrap()).to_string(), "10.1.2.3:9090");
+        assert_eq!(reachable("0.0.0.0:8079".parse().unwrap()).to_string(), "127.0.0.1:8079");
+        assert_eq!(reachable("10.1.2.3:8079".parse().unwrap()).to_string(), "10.1.2.3:8079");
     }
 }

@@ -314,8 +314,13 @@ pub(super) async fn hooks(client: &AdminClient, cmd: Hooks) -> anyhow::Result<(V
                 ]
             })
             .collect();
+        // triggeredCount is the upstream's, as the last reconcile listed it: say how old.
+        let triggered = match a.age_seconds {
+            Some(secs) => format!("TRIGGERED (AS OF {secs}s AGO)"),
+            None => "TRIGGERED".to_owned(),
+        };
         text.push_str(&table::render(
-            &["ID", "EVENT", "STATUS", "TRIGGERED", "LAST TRIGGERED"],
+            &["ID", "EVENT", "STATUS", &triggered, "LAST TRIGGERED"],
             &rows,
         ));
         for c in &a.changes {

@@ -51,6 +51,16 @@ enum Command {
     /// The same document is committed as docs/openapi.json; regenerate it with
     /// `hookrelay openapi > docs/openapi.json` after changing the API.
     Openapi,
+    /// Print a reference generated from the code, as committed under docs/.
+    ///
+    /// `metrics`: every metric family (docs/metrics.md); `config`: every configuration
+    /// key with its type, default and meaning (docs/configuration.md). Regenerate them
+    /// with `hookrelay reference metrics > docs/metrics.md` (a test fails when stale).
+    Reference {
+        /// Which reference.
+        #[arg(value_enum)]
+        what: Reference,
+    },
     /// Stored events: list, show, replay (through the admin API).
     Events {
         #[command(flatten)]
@@ -101,6 +111,15 @@ enum Command {
     Sim(crate::sim::SimArgs),
 }
 
+/// The references `hookrelay reference` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Reference {
+    /// Every metric family: docs/metrics.md.
+    Metrics,
+    /// Every configuration key: docs/configuration.md.
+    Config,
+}
+
 #[derive(Args, Debug)]
 struct MigrateArgs {
     #[command(flatten)]
@@ -132,6 +151,20 @@ pub fn run() -> ExitCode {
         Command::CheckConfig(args) => check_config(&args.config, &env),
         Command::Serve(args) => serve(&args.config, cli.log_format, &env),
         Command::Migrate(args) => migrate(&args.config.config, args.dry_run, &env),
+        Command::Reference { what } => {
+            let text = match what {
+                Reference::Metrics => match crate::metrics::Metrics::new() {
+                    Ok(m) => m.reference(),
+                    Err(e) => {
+                        eprintln!("hookrelay: cannot build the metrics registry: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+                Reference::Config => crate::config::reference(),
+            };
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
         Command::Openapi => {
             print!("{}", crate::api::openapi::pretty());
             ExitCode::SUCCESS
@@ -227,8 +260,13 @@ fn block_on(
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "{name} stopped on an error");
-            eprintln!("{name}: {e:#}");
+            // Once, where the logs go: a server's log line (text or JSON, as configured),
+            // or, for a command that logs nothing, a line of its own.
+            if tracing::dispatcher::has_been_set() {
+                tracing::error!(error = format!("{e:#}"), "{name} stopped on an error");
+            } else {
+                eprintln!("{name}: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }

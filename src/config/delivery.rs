@@ -9,17 +9,21 @@ use serde::{Deserialize, Serialize};
 use super::{duration, Secret};
 
 /// Retry policy; `[delivery]` holds the defaults, a destination may override each key.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct RetryPolicy {
     /// First retry delay ceiling; full jitter draws the actual delay below it.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) initial_backoff: Duration,
+    /// Each retry's delay ceiling is the previous one times this.
     pub(crate) backoff_multiplier: f32,
     /// Largest delay between two attempts (also caps `Retry-After`).
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) max_backoff: Duration,
     /// A delivery still failing this long after it was first due goes dead.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) give_up_after: Duration,
     /// A delivery that failed this many attempts goes dead.
@@ -43,11 +47,12 @@ impl Default for RetryPolicy {
 }
 
 /// `[delivery]`: defaults for every destination (`[delivery.retry]` for retries).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct DeliveryConfig {
     pub(crate) retry: RetryPolicy,
     /// Time for one request, connect to last byte of the answer.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) timeout: Duration,
     /// Requests in flight to one destination at most.
@@ -56,6 +61,7 @@ pub(crate) struct DeliveryConfig {
     /// open a destination's circuit.
     pub(crate) circuit_failure_threshold: u32,
     /// While the circuit is open, one probe request per this interval.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) circuit_probe_interval: Duration,
 }
@@ -90,9 +96,10 @@ pub(crate) enum Ordering {
 config_enum!(Ordering { "none" => None, "per-resource" => PerResource, "latest" => Latest });
 
 /// One downstream consumer.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DestinationConfig {
+    /// The destination's name: in metrics, logs, the admin API and `ordering` queues.
     pub(crate) name: String,
     /// Shown with its password and query values masked.
     #[serde(serialize_with = "super::secret::serialize_url")]
@@ -102,7 +109,9 @@ pub(crate) struct DestinationConfig {
     pub(crate) headers: BTreeMap<String, String>,
     /// Standard Webhooks signing secret (`whsec_` + base64).
     pub(crate) secret: Option<Secret>,
+    /// A file holding the signing secret (instead of `secret`).
     pub(crate) secret_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the signing secret (instead of `secret`).
     pub(crate) secret_env: Option<String>,
     #[serde(skip)]
     pub(crate) resolved_secret: Option<Secret>,
@@ -112,11 +121,16 @@ pub(crate) struct DestinationConfig {
     /// Event names this destination wants (`*` globs, e.g. `Action*`); default all.
     #[serde(default = "all")]
     pub(crate) events: Vec<String>,
+    /// Time for one request; unset: `[delivery] timeout`.
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     #[serde(default, with = "duration::option")]
     pub(crate) timeout: Option<Duration>,
+    /// Requests in flight at most; unset: `[delivery] max_concurrency`.
     pub(crate) max_concurrency: Option<usize>,
     /// Requests per second at most (on top of the concurrency cap).
     pub(crate) rate_limit: Option<f64>,
+    /// `none`; `per-resource`: one resource's deliveries in the order they came; `latest`:
+    /// as per-resource, and a newer update supersedes the older ones still waiting.
     #[serde(default)]
     pub(crate) ordering: Ordering,
     /// Overrides of `[delivery]`'s retry policy.
@@ -132,17 +146,26 @@ pub(crate) struct DestinationConfig {
 }
 
 /// Per-destination retry overrides (`[destinations.retry]`); unset keys inherit.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RetryOverride {
+    /// Unset: `[delivery.retry]`'s.
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     #[serde(default, with = "duration::option")]
     pub(crate) initial_backoff: Option<Duration>,
+    /// Unset: `[delivery.retry]`'s.
     pub(crate) backoff_multiplier: Option<f32>,
+    /// Unset: `[delivery.retry]`'s.
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     #[serde(default, with = "duration::option")]
     pub(crate) max_backoff: Option<Duration>,
+    /// Unset: `[delivery.retry]`'s.
+    #[schemars(with = "Option<crate::config::duration::Text>")]
     #[serde(default, with = "duration::option")]
     pub(crate) give_up_after: Option<Duration>,
+    /// Unset: `[delivery.retry]`'s.
     pub(crate) max_attempts: Option<u32>,
+    /// Unset: `[delivery.retry]`'s.
     pub(crate) retryable_statuses: Option<Vec<u16>>,
 }
 
@@ -168,21 +191,24 @@ impl DestinationConfig {
 }
 
 /// `[retention]`: how long finished work is kept.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct RetentionConfig {
     /// Events whose deliveries all succeeded (or that were duplicates, unrouted or
     /// rejected) are deleted this long after they were received. Dead letters stay
     /// until replayed or deleted.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) delivered: Duration,
     /// How often the pruner runs.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) interval: Duration,
     /// Deliveries to a destination removed from the config wait this long (from when
     /// a relay first finds it gone, in case it comes back) and then go dead with the
     /// reason, to be replayed if it returns or deleted; until then they keep their
     /// events from being pruned.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) removed_destinations: Duration,
 }

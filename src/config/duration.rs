@@ -56,6 +56,20 @@ pub(crate) mod option {
     }
 }
 
+/// A duration as the configuration writes it (`"30s"`), for the configuration
+/// reference's schema (`#[schemars(with = "Text")]` on a duration field).
+pub(crate) struct Text;
+
+impl schemars::JsonSchema for Text {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "duration" })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,11 +18,23 @@ macro_rules! config_enum {
                 }
             }
         }
+
+        /// In the configuration reference: one of its words.
+        impl schemars::JsonSchema for $ty {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($ty).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "type": "string", "enum": [$($text),+] })
+            }
+        }
     };
 }
 
 mod delivery;
 pub(crate) mod duration;
+mod reference;
 mod secret;
 mod upstream;
 mod validate;
@@ -37,6 +49,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) use delivery::{
     DeliveryConfig, DestinationConfig, Ordering, RetentionConfig, RetryPolicy,
 };
+pub(crate) use reference::reference;
 pub(crate) use secret::{mask_url, EnvLookup, Secret, SecretSpec, MASK};
 pub(crate) use upstream::{AccountAuth, AccountConfig, UpstreamConfig};
 
@@ -64,7 +77,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration, as read and validated.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct Config {
     pub(crate) ingress: IngressConfig,
@@ -80,7 +93,7 @@ pub(crate) struct Config {
 }
 
 /// The public listener the upstream calls.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct IngressConfig {
     /// Address of the public callback listener.
@@ -92,6 +105,7 @@ pub(crate) struct IngressConfig {
     /// Longest time a callback's body may take to arrive once its headers have: a
     /// client trickling its body is cut off (connection closed, nothing stored, the
     /// upstream retries) instead of holding a connection for ever.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) body_timeout: Duration,
 }
@@ -99,7 +113,7 @@ pub(crate) struct IngressConfig {
 impl Default for IngressConfig {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_body_bytes: 10 * 1024 * 1024,
             workers: 0,
             body_timeout: Duration::from_secs(30),
@@ -108,13 +122,17 @@ impl Default for IngressConfig {
 }
 
 /// The private listener: metrics, health and the admin API.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct AdminConfig {
+    /// Address of the private listener (`/metrics`, `/healthz`, `/readyz`, `/admin`,
+    /// `/console`): keep it private.
     pub(crate) listen: SocketAddr,
     /// Bearer token of the admin API; without one the admin API refuses every request.
     pub(crate) token: Option<Secret>,
+    /// A file holding the admin token (instead of `token`).
     pub(crate) token_file: Option<PathBuf>,
+    /// An environment variable holding the admin token (instead of `token`).
     pub(crate) token_env: Option<String>,
     #[serde(skip)]
     pub(crate) resolved_token: Option<Secret>,
@@ -123,7 +141,7 @@ pub(crate) struct AdminConfig {
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8079)),
             token: None,
             token_file: None,
             token_env: None,
@@ -158,13 +176,15 @@ pub(crate) enum StorageBackend {
 config_enum!(StorageBackend { "sled" => Sled, "postgres" => Postgres });
 
 /// `[storage.postgres]`: the shared database of a fleet of relays.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct PostgresConfig {
     /// `postgres://user:password@host:port/database`: a secret (or `url_file`,
     /// `url_env`), never logged or printed.
     pub(crate) url: Option<Secret>,
+    /// A file holding the database URL (instead of `url`).
     pub(crate) url_file: Option<PathBuf>,
+    /// An environment variable holding the database URL (instead of `url`).
     pub(crate) url_env: Option<String>,
     #[serde(skip)]
     pub(crate) resolved_url: Option<Secret>,
@@ -173,6 +193,7 @@ pub(crate) struct PostgresConfig {
     /// The schema holding hookrelay's tables (created and migrated at start).
     pub(crate) schema: String,
     /// The server cancels any statement running longer than this.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) statement_timeout: Duration,
     /// TLS to the database, as libpq's `sslmode` (wins over the URL's `sslmode`);
@@ -184,7 +205,9 @@ pub(crate) struct PostgresConfig {
 }
 
 /// libpq's `sslmode` (`store/postgres/tls.rs` says what each one checks).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) enum SslMode {
     /// Never TLS.
@@ -217,33 +240,38 @@ impl Default for PostgresConfig {
 }
 
 /// The store.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct StorageConfig {
     /// The backend (`store::open` is the one factory).
     pub(crate) backend: StorageBackend,
     /// Directory of the sled database; created if missing.
     pub(crate) data_dir: PathBuf,
+    /// When a callback is acknowledged: `durable` after its group's fsync (nothing
+    /// acknowledged is ever lost), `buffered` once in sled's buffers.
     pub(crate) durability: Durability,
     /// Most callbacks one group commit (one write batch, one fsync) takes.
     pub(crate) commit_max_batch: usize,
     /// sled's own background flush period (what `buffered` relies on).
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) flush_interval: Duration,
     /// sled page cache size.
     pub(crate) cache_capacity_bytes: u64,
-    /// zstd compression of sled's log: about a third of the bytes on disk, for about
-    /// half the ingest throughput (BENCHMARKS.md, footprint). A new data directory only:
+    /// zstd compression of sled's log: far fewer bytes on disk, for less ingest
+    /// throughput (the figures: BENCHMARKS.md, footprint). A new data directory only:
     /// sled keeps the setting a directory was created with.
     pub(crate) compression: bool,
     /// Callbacks are refused (connection closed) while the data directory's filesystem
     /// has less free space than the larger of these two.
     pub(crate) min_free_bytes: u64,
+    /// The free-space floor as a share of the filesystem (the larger of the two wins).
     pub(crate) min_free_percent: f64,
     /// sled: a store write that has not returned after this fails the store: callbacks
     /// waiting on it are closed, the relay turns unready and exits non-zero so that its
     /// service manager restarts it. PostgreSQL: the write fails (its caller retries)
     /// and the relay goes on: restarting does not make a slow database faster.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) write_timeout: Duration,
     /// The database, when `backend = "postgres"`.
@@ -281,12 +309,13 @@ pub enum LogFormat {
 config_enum!(LogFormat { "text" => Text, "json" => Json });
 
 /// Logging.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct LogConfig {
     /// A tracing filter such as `info` or `hookrelay=debug,actix_server=warn`;
     /// `RUST_LOG` overrides it.
     pub(crate) level: String,
+    /// `text` for people, `json` (one object per line) for log shippers.
     pub(crate) format: LogFormat,
 }
 
@@ -297,10 +326,11 @@ impl Default for LogConfig {
 }
 
 /// Graceful shutdown.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct ShutdownConfig {
     /// How long in-flight callbacks may take to finish after SIGTERM.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) grace: Duration,
 }
@@ -312,17 +342,23 @@ impl Default for ShutdownConfig {
 }
 
 /// One upstream organisation whose hooks call `/hooks/{name}/{token}[/{eventName}]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SourceConfig {
+    /// The source's name: the `{source}` of its callback URL and a metric label.
     pub(crate) name: String,
+    /// The secret segment of the callback URL, `/hooks/{source}/{token}`: at least 16
+    /// URL-safe characters (`openssl rand -hex 24`).
     pub(crate) token: Option<Secret>,
+    /// A file holding the token (instead of `token`).
     pub(crate) token_file: Option<PathBuf>,
+    /// An environment variable holding the token (instead of `token`).
     pub(crate) token_env: Option<String>,
     #[serde(skip)]
     pub(crate) resolved_token: Option<Secret>,
     /// A second copy of an occurrence arriving within this window is a duplicate
     /// (several users' hooks for the same event and URL); `0` disables.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(default = "default_dedup_window", with = "duration")]
     pub(crate) dedup_window: Duration,
     /// JSON pointers into the body whose values identify an occurrence; the `meta`

@@ -54,24 +54,66 @@ impl Serialize for Secret {
     }
 }
 
+/// In the configuration reference: a string, never shown.
+impl schemars::JsonSchema for Secret {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Secret".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "secret" })
+    }
+}
+
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         String::deserialize(d).map(Secret)
     }
 }
 
-/// `url` fit to print: a userinfo password and every query value replaced by
-/// [`MASK`] (API keys travel there), the rest kept so that the URL is recognisable.
-/// Something that does not parse as a URL is masked after `://` up to an `@`, and after
-/// a `?`.
+/// Query parameters whose values are shown: paging, format and version, which carry
+/// no credential. Every other value is masked, whatever its name (an API key may travel
+/// as `?k=`).
+const HARMLESS_QUERY_KEYS: &[&str] = &[
+    "page",
+    "per_page",
+    "page_size",
+    "pagesize",
+    "limit",
+    "offset",
+    "sort",
+    "order",
+    "format",
+    "fields",
+    "include",
+    "lang",
+    "locale",
+    "v",
+    "version",
+    "api-version",
+    "api_version",
+    "pretty",
+];
+
+/// `url` fit to print: a userinfo password and every query value but those of
+/// [`HARMLESS_QUERY_KEYS`] replaced by [`MASK`] (API keys travel there), the rest kept
+/// so that the URL is recognisable. Something that does not parse as a URL is masked
+/// after `://` up to an `@`, and after a `?`.
 pub(crate) fn mask_url(url: &str) -> String {
     if let Ok(mut parsed) = reqwest::Url::parse(url) {
         if parsed.password().is_some() {
             let _ = parsed.set_password(Some(MASK));
         }
         if parsed.query().is_some() {
-            let keys: Vec<String> = parsed.query_pairs().map(|(k, _)| k.into_owned()).collect();
-            parsed.query_pairs_mut().clear().extend_pairs(keys.iter().map(|k| (k.as_str(), MASK)));
+            let pairs: Vec<(String, String)> = parsed
+                .query_pairs()
+                .map(|(k, v)| {
+                    let harmless = HARMLESS_QUERY_KEYS.contains(&k.to_ascii_lowercase().as_str());
+                    let v = if harmless { v.into_owned() } else { MASK.to_owned() };
+                    (k.into_owned(), v)
+                })
+                .collect();
+            parsed.query_pairs_mut().clear().extend_pairs(pairs);
         }
         return parsed.to_string();
     }
@@ -178,6 +220,11 @@ mod tests {
         assert_eq!(
             mask_url("http://u:PASSWORD@host/in?key=KEY&x=1"),
             format!("http://u:{MASK}@host/in?key={MASK}&x={MASK}")
+        );
+        // Paging and format are shown; anything else, whatever its name, is not.
+        assert_eq!(
+            mask_url("https://host/in?page=2&Format=json&k=SECRET"),
+            format!("https://host/in?page=2&Format=json&k={MASK}")
         );
         assert_eq!(mask_url("https://host/in"), "https://host/in");
         let odd = mask_url("ftp//u:PW@host?KEY");

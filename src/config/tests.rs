@@ -40,9 +40,9 @@ fn load_error(text: &str, env: &[(&str, &str)]) -> String {
 #[test]
 fn an_empty_file_gives_the_documented_defaults() {
     let c = load("", &[]).unwrap();
-    assert_eq!(c.ingress.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.ingress.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(c.ingress.max_body_bytes, 10 * 1024 * 1024);
-    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:9090");
+    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:8079");
     assert!(c.admin.resolved_token.is_none());
     assert_eq!(c.storage.data_dir, PathBuf::from("./data"));
     assert_eq!(c.storage.durability, Durability::Durable);
@@ -280,7 +280,7 @@ rate_limit = 1e-300
         "destinations[0].url: \"ftp://example.com/x\" is not an absolute http(s) URL",
         "destinations[0].headers.webhook-id: set by the relay",
         "destinations[0].sources[0]: no source is named \"nosuch\"",
-        "destinations[0].events[0]: \"ActionCreatd\" is not an upstream event name",
+        "destinations[0].events[0]: \"ActionCreatd\" is not an upstream event name; did you mean \"ActionCreated\"?",
         "destinations[0].rate_limit: must be a positive number",
         "destinations[0].retry.max_attempts: must be at least 1",
         "destinations[0].secret: must start with `whsec_`",
@@ -414,4 +414,39 @@ client_id = "relay"
         p.iter().any(|x| x.starts_with("sources[0].accounts[0].oauth.refresh_token: missing")),
         "{p:?}"
     );
+}
+
+/// Safe by default: the repository's example tokens are fine on loopback, refused on
+/// a listener other machines reach, each with what to do; the shipped file is valid
+/// as it is (the quick start).
+#[test]
+fn example_tokens_are_refused_on_a_listener_other_machines_reach() {
+    let example = r#"
+[admin]
+token = "change-me-admin-token"
+
+[[sources]]
+name = "demo"
+token = "demo-token-change-me"
+"#;
+    assert!(load(example, &[]).is_ok(), "loopback by default: the examples are fine");
+    let p = problems(example, &[("HOOKRELAY__INGRESS__LISTEN", "0.0.0.0:8080")]);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].starts_with("sources[0].token: is the example token"), "{p:?}");
+    assert!(p[0].contains("0.0.0.0:8080") && p[0].contains("openssl rand"), "{p:?}");
+    assert!(!p[0].contains("demo-token-change-me"), "the message never holds the token");
+    let p = problems(example, &[("HOOKRELAY__ADMIN__LISTEN", "[::]:8079")]);
+    assert!(p.len() == 1 && p[0].starts_with("admin.token: is the example token"), "{p:?}");
+    // The operator's own tokens: fine anywhere.
+    let own = example
+        .replace("demo-token-change-me", "k3J9xQ2vL8mN4pR7sT1wY6zA")
+        .replace("change-me-admin-token", "a9F2kL7pQ4xZ8mN3vB6cR1tY");
+    let env = [
+        ("HOOKRELAY__INGRESS__LISTEN", "0.0.0.0:8080"),
+        ("HOOKRELAY__ADMIN__LISTEN", "0.0.0.0:8079"),
+    ];
+    assert!(load(&own, &env).is_ok());
+    let shipped = std::fs::read_to_string("config/hookrelay.toml").unwrap();
+    assert!(load(&shipped, &[]).is_ok(), "the quick start's config");
+    assert!(!problems(&shipped, &env).is_empty(), "the quick start's config, exposed");
 }

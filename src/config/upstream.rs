@@ -10,7 +10,7 @@ use super::{duration, Secret, SourceConfig};
 use crate::event_names;
 
 /// How the relay talks to the upstream's `/api/rest/resthooks`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct UpstreamConfig {
     /// The relay's public base URL as the upstream reaches it (scheme, host, optional
@@ -18,19 +18,24 @@ pub(crate) struct UpstreamConfig {
     #[serde(serialize_with = "super::secret::serialize_opt_url")]
     pub(crate) public_url: Option<String>,
     /// How often every account's hooks are checked (also `hookrelay hooks sync`).
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) reconcile_interval: Duration,
     /// Accounts reconciled at once; within one account requests go one at a time.
     pub(crate) max_concurrency: usize,
     /// One request to the upstream, connect to last byte.
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) request_timeout: Duration,
     /// Retries of a request answered 429 or 5xx or lost to the network.
     pub(crate) max_retries: u32,
     /// First retry delay; doubled per retry, capped by `max_backoff` (which also caps
     /// `Retry-After`).
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) initial_backoff: Duration,
+    /// Longest delay between two retries of an upstream request (also caps `Retry-After`).
+    #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) max_backoff: Duration,
 }
@@ -50,7 +55,7 @@ impl Default for UpstreamConfig {
 }
 
 /// One upstream user whose hooks call this relay for a source.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AccountConfig {
     /// Names the account in metrics, logs and the admin API.
@@ -72,6 +77,7 @@ pub(crate) struct AccountConfig {
     pub(crate) token: Option<Secret>,
     /// A file holding the bearer token, re-read whenever it changes.
     pub(crate) token_file: Option<PathBuf>,
+    /// An environment variable holding the bearer token (instead of `token`).
     pub(crate) token_env: Option<String>,
     /// The OAuth2 refresh flow instead of a bearer token.
     pub(crate) oauth: Option<OAuthConfig>,
@@ -84,19 +90,25 @@ fn default_page_size() -> u64 {
 }
 
 /// OAuth2 refresh-token grant (`upstream-notes.md`, "Tokens").
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OAuthConfig {
     /// The token endpoint, e.g. `https://auth.example.com/oauth/token`.
     pub(crate) token_url: String,
+    /// The OAuth2 client id.
     pub(crate) client_id: String,
+    /// The OAuth2 client secret (or `client_secret_file`, `client_secret_env`).
     pub(crate) client_secret: Option<Secret>,
+    /// A file holding the client secret.
     pub(crate) client_secret_file: Option<PathBuf>,
+    /// An environment variable holding the client secret.
     pub(crate) client_secret_env: Option<String>,
     /// The refresh token to start from. Each refresh returns a new one, which the relay
     /// keeps in its store and uses from then on (the old one may stop working).
     pub(crate) refresh_token: Option<Secret>,
+    /// A file holding the first refresh token.
     pub(crate) refresh_token_file: Option<PathBuf>,
+    /// An environment variable holding the first refresh token (rotated ones are stored).
     pub(crate) refresh_token_env: Option<String>,
 }
 

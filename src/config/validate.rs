@@ -161,6 +161,8 @@ impl Config {
             }
         }
 
+        self.check_exposed_examples(&mut problems);
+
         for (i, source) in self.sources.iter().enumerate() {
             for (j, pointer) in source.dedup_pointers.iter().enumerate() {
                 if !pointer.is_empty() && !pointer.starts_with('/') {
@@ -246,6 +248,43 @@ pub(super) fn valid_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// The tokens of the configs in this repository (`config/`): anyone can read them.
+pub(crate) const EXAMPLE_TOKENS: &[&str] = &["demo-token-change-me", "change-me-admin-token"];
+
+impl Config {
+    /// Safe by default: a listener other machines can reach never takes a token
+    /// published in this repository. On loopback the examples are fine (the quick
+    /// start), anywhere else the relay refuses to start and says what to do.
+    fn check_exposed_examples(&self, problems: &mut Vec<String>) {
+        let example = |token: Option<&super::Secret>| {
+            token.is_some_and(|t| EXAMPLE_TOKENS.contains(&t.expose()))
+        };
+        let fix = "set one of your own (`openssl rand -hex 24`) in the file, or with \
+                   token_file / token_env; or listen on 127.0.0.1 to try the relay on this \
+                   machine only";
+        let ingress = self.ingress.listen;
+        if !ingress.ip().is_loopback() {
+            for (i, source) in self.sources.iter().enumerate() {
+                if example(source.resolved_token.as_ref()) {
+                    problems.push(format!(
+                        "sources[{i}].token: is the example token of this repository's config, \
+                         and ingress.listen ({ingress}) takes calls from other machines: anyone \
+                         who read it could post callbacks; {fix}"
+                    ));
+                }
+            }
+        }
+        let admin = self.admin.listen;
+        if !admin.ip().is_loopback() && example(self.admin.resolved_token.as_ref()) {
+            problems.push(format!(
+                "admin.token: is the example token of this repository's config, and \
+                 admin.listen ({admin}) takes calls from other machines: anyone who read it \
+                 could replay, discard and pause; {fix} (HOOKRELAY__ADMIN__TOKEN=... also works)"
+            ));
+        }
+    }
+}
+
 /// A source token is a URL path segment the upstream stores verbatim in `targetUrl`.
 /// The message describes the problem, never the token.
 fn check_url_token(token: &str) -> Result<(), String> {
@@ -303,8 +342,13 @@ fn check_destination(
             || pattern == "unknown"
             || pattern.starts_with("hookrelay.");
         if !pattern.contains('*') && !known {
+            let hint = match event_names::closest(pattern) {
+                Some(close) => format!("did you mean {close:?}? "),
+                None => String::new(),
+            };
             problems.push(format!(
-                "{key}.events[{j}]: {pattern:?} is not an upstream event name (use a glob such as \"Action*\" for a family)"
+                "{key}.events[{j}]: {pattern:?} is not an upstream event name; {hint}use one of: {}, or a glob such as \"Action*\" for a family",
+                event_names::KNOWN.join(", ")
             ));
         }
     }

@@ -47,10 +47,10 @@ impl InternalEvent for AttemptRecorded<'_> {
             let lag = crate::clock::now().duration_since(meta.received_at()).unwrap_or_default();
             m.delivery.delivery_lag.with_label_values(&[destination]).observe(lag.as_secs_f64());
         }
-        tracing::debug!(attempt, ?status, ?error, verdict = verdict.label(), "delivery attempt");
+        tracing::debug!(attempt, status, error, verdict = verdict.label(), "delivery attempt");
         if matches!(verdict, AttemptVerdict::Dead | AttemptVerdict::Failed) {
             let (source, name) = meta.map_or(("", ""), |m| (m.source.as_str(), m.event.as_str()));
-            tracing::warn!(id = %event, source, event = name, destination, ?status, ?error,
+            tracing::warn!(id = %event, source, event = name, destination, status, error,
                 "delivery is dead: see the dead letters");
             OperationalEvent::DeliveryDead {
                 destination,

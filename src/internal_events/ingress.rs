@@ -57,7 +57,7 @@ impl InternalEvent for CallbackRefused<'_> {
     fn emit(self, m: &Metrics) {
         count(m, self.source, ingress_outcome::UNAUTHORIZED, self.took);
         if let Some(suppressed) = self.logged {
-            tracing::warn!(source = self.source, peer = ?self.peer, suppressed,
+            tracing::warn!(source = self.source, peer = self.peer.map(tracing::field::display), suppressed,
                 "callback refused: unknown source or wrong token (one line per source a minute; `suppressed` counts the others since the last)");
         }
     }

@@ -79,7 +79,7 @@ impl InternalEvent for AccountReconciled<'_> {
             tracing::debug!(source = %account.source, account = %account.account, hooks, changes,
                 "account reconciled");
         } else {
-            tracing::warn!(source = %account.source, account = %account.account, ?errors,
+            tracing::warn!(source = %account.source, account = %account.account, errors = %errors.join("; "),
                 "account reconcile failed");
         }
     }

@@ -63,6 +63,17 @@ pub(crate) mod ingress_outcome {
 /// Delivery attempt outcomes, the values of `hookrelay_deliveries_total{outcome}`.
 pub(crate) const DELIVERY_OUTCOMES: [&str; 4] = ["success", "retry", "failed", "dead"];
 
+/// The values of a label that takes a fixed set, for the reference.
+fn fixed_values(family: &str, label: &str) -> Option<Vec<&'static str>> {
+    match (family, label) {
+        ("hookrelay_ingress_requests_total", "outcome") => Some(ingress_outcome::ALL.to_vec()),
+        ("hookrelay_deliveries_total", "outcome") => Some(DELIVERY_OUTCOMES.to_vec()),
+        ("hookrelay_deliveries_filtered_total", "cause") => Some(vec!["no_match", "error"]),
+        ("hookrelay_queue_depth", "state") => Some(vec!["pending", "held", "retrying", "dead"]),
+        _ => None,
+    }
+}
+
 /// Every metric the relay exports.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -73,8 +84,9 @@ pub(crate) struct Metrics {
     pub(crate) relay: RelayMetrics,
     pub(crate) upstream: UpstreamMetrics,
     /// Name, help and label names of every metric registered.
-    #[cfg_attr(not(test), allow(dead_code))]
     descs: Vec<prometheus::core::Desc>,
+    /// The type of each, in the order of `descs`.
+    kinds: Vec<&'static str>,
 }
 
 /// Registers metrics, remembering their descriptions (so a test can check every one,
@@ -82,6 +94,7 @@ pub(crate) struct Metrics {
 pub(super) struct Registrar {
     registry: Registry,
     descs: std::cell::RefCell<Vec<prometheus::core::Desc>>,
+    kinds: std::cell::RefCell<Vec<&'static str>>,
 }
 
 impl Registrar {
@@ -94,7 +107,7 @@ impl Registrar {
     }
 
     pub(super) fn counter(&self, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
-        reg_one(self, IntCounter::new(name, help)?)
+        reg_one(self, IntCounter::new(name, help)?, "counter")
     }
 
     pub(super) fn counter_vec(
@@ -103,11 +116,11 @@ impl Registrar {
         help: &str,
         labels: &[&str],
     ) -> Result<IntCounterVec, MetricsError> {
-        reg_one(self, IntCounterVec::new(Self::opts(name, help), labels)?)
+        reg_one(self, IntCounterVec::new(Self::opts(name, help), labels)?, "counter")
     }
 
     pub(super) fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, MetricsError> {
-        reg_one(self, IntGauge::new(name, help)?)
+        reg_one(self, IntGauge::new(name, help)?, "gauge")
     }
 
     pub(super) fn gauge_vec(
@@ -116,7 +129,7 @@ impl Registrar {
         help: &str,
         labels: &[&str],
     ) -> Result<IntGaugeVec, MetricsError> {
-        reg_one(self, IntGaugeVec::new(Self::opts(name, help), labels)?)
+        reg_one(self, IntGaugeVec::new(Self::opts(name, help), labels)?, "gauge")
     }
 
     pub(super) fn float_gauge_vec(
@@ -125,7 +138,7 @@ impl Registrar {
         help: &str,
         labels: &[&str],
     ) -> Result<GaugeVec, MetricsError> {
-        reg_one(self, GaugeVec::new(Self::opts(name, help), labels)?)
+        reg_one(self, GaugeVec::new(Self::opts(name, help), labels)?, "gauge")
     }
 
     pub(super) fn histogram(
@@ -134,7 +147,7 @@ impl Registrar {
         help: &str,
         buckets: &[f64],
     ) -> Result<Histogram, MetricsError> {
-        reg_one(self, Histogram::with_opts(Self::hopts(name, help, buckets))?)
+        reg_one(self, Histogram::with_opts(Self::hopts(name, help, buckets))?, "histogram")
     }
 
     pub(super) fn histogram_vec(
@@ -144,7 +157,7 @@ impl Registrar {
         buckets: &[f64],
         labels: &[&str],
     ) -> Result<HistogramVec, MetricsError> {
-        reg_one(self, HistogramVec::new(Self::hopts(name, help, buckets), labels)?)
+        reg_one(self, HistogramVec::new(Self::hopts(name, help, buckets), labels)?, "histogram")
     }
 }
 
@@ -152,8 +165,12 @@ impl Registrar {
 fn reg_one<M: prometheus::core::Collector + Clone + 'static>(
     reg: &Registrar,
     metric: M,
+    kind: &'static str,
 ) -> Result<M, MetricsError> {
-    reg.descs.borrow_mut().extend(metric.desc().into_iter().cloned());
+    for desc in metric.desc() {
+        reg.descs.borrow_mut().push(desc.clone());
+        reg.kinds.borrow_mut().push(kind);
+    }
     reg.registry.register(Box::new(metric.clone()))?;
     Ok(metric)
 }
@@ -164,7 +181,11 @@ pub(crate) type MetricsError = prometheus::Error;
 impl Metrics {
     pub(crate) fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
-        let reg = Registrar { registry: registry.clone(), descs: Default::default() };
+        let reg = Registrar {
+            registry: registry.clone(),
+            descs: Default::default(),
+            kinds: Default::default(),
+        };
         let build_info = reg.gauge_vec(
             "hookrelay_build_info",
             "Build of the running relay; always 1.",
@@ -180,6 +201,7 @@ impl Metrics {
             relay: RelayMetrics::register(&reg)?,
             upstream: UpstreamMetrics::register(&reg)?,
             descs: reg.descs.take(),
+            kinds: reg.kinds.take(),
             registry,
         })
     }
@@ -259,6 +281,44 @@ impl Metrics {
             let Some(key) = labels.get(by) else { continue };
             let inner = labels.get(split).cloned().unwrap_or_default();
             *out.entry(key.clone()).or_default().entry(inner).or_default() += value.max(0.0) as u64;
+        }
+        out
+    }
+
+    /// The metrics reference (`docs/metrics.md`, `hookrelay reference metrics`): every
+    /// family the registry holds, with its type, labels (and their values where they
+    /// are a fixed set) and help, generated here so that it cannot drift.
+    pub(crate) fn reference(&self) -> String {
+        let mut rows: Vec<(String, String)> = self
+            .descs
+            .iter()
+            .zip(&self.kinds)
+            .map(|(d, kind)| {
+                let labels: Vec<String> = d
+                    .variable_labels
+                    .iter()
+                    .map(|l| match fixed_values(&d.fq_name, l) {
+                        Some(values) => format!("`{l}` ({})", values.join(", ")),
+                        None => format!("`{l}`"),
+                    })
+                    .collect();
+                let labels = if labels.is_empty() { "—".to_owned() } else { labels.join(", ") };
+                let help = d.help.replace('|', "\\|");
+                (d.fq_name.clone(), format!("| `{}` | {kind} | {labels} | {help} |\n", d.fq_name))
+            })
+            .collect();
+        rows.sort();
+        let mut out = String::from(
+            "# Metrics reference\n\n\
+             Every metric family hookrelay serves at `GET /metrics` on the admin listener, \
+             generated from its registry (`hookrelay reference metrics > docs/metrics.md`; a \
+             test fails when this file is stale). Series named in the configuration \
+             (sources, destinations) exist at 0 from the start. Alerts: \
+             `deploy/prometheus/alerts.yml`; what to do about each: `docs/runbook.md`.\n\n\
+             | metric | type | labels | what it says |\n|---|---|---|---|\n",
+        );
+        for (_, row) in rows {
+            out.push_str(&row);
         }
         out
     }

@@ -147,3 +147,21 @@ fn every_metric_has_help_base_units_and_bounded_labels() {
         text.contains("hookrelay_ingress_requests_total{outcome=\"accepted\",source=\"demo\"} 1")
     );
 }
+
+/// The committed metrics reference is the one the registry gives (regenerate with
+/// `cargo run -- reference metrics > docs/metrics.md`), and names every family.
+#[test]
+fn the_committed_metrics_reference_is_up_to_date() {
+    let m = Metrics::new().unwrap();
+    let reference = m.reference();
+    for name in m.family_names() {
+        assert!(reference.contains(&format!("| `{name}` |")), "{name} is not in the reference");
+    }
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+            .unwrap_or_default();
+    assert!(
+        committed == reference,
+        "docs/metrics.md is stale: run `cargo run -- reference metrics > docs/metrics.md`"
+    );
+}

@@ -29,6 +29,8 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/sim/throttle", web::post().to(throttle))
         .route("/sim/tokens/expire", web::post().to(expire_tokens))
         .route("/sim/users/{name}/token", web::put().to(set_user_token))
+        .route("/sim/hooks/disable", web::post().to(disable_hooks))
+        .route("/sim/sink-outage", web::post().to(sink_outage))
         .route("/sim/sink", web::get().to(sink_list))
         .route("/sim/sink", web::post().to(sink_receive))
         .route("/sim/sink/{rest:.*}", web::post().to(sink_receive))
@@ -115,13 +117,92 @@ async fn load(state: Arc<SimState>, occurrence: Occurrence, rate: f64, total: u6
     tracing::info!(total, rate, "generated load finished");
 }
 
+/// `POST /sim/hooks/disable`: which hooks to disable, as the upstream does when a
+/// target does not answer 200: one by id, or every one of an event (of one user).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DisableRequest {
+    id: Option<String>,
+    event: Option<String>,
+    user: Option<String>,
+}
+
+async fn disable_hooks(
+    state: web::Data<SimState>,
+    body: web::Json<DisableRequest>,
+) -> HttpResponse {
+    let DisableRequest { id, event, user } = body.into_inner();
+    if id.is_none() && event.is_none() {
+        return bad_request(
+            "give \"id\" (a hook) or \"event\" (every hook of it, optionally of one \"user\")",
+        );
+    }
+    let id = match id.map(|i| i.parse::<u64>()).transpose() {
+        Ok(id) => id,
+        Err(_) => {
+            return bad_request("\"id\" is a hook's numeric id, as GET /sim/hooks lists them")
+        }
+    };
+    let mut hooks = lock(&state.hooks);
+    let chosen: Vec<u64> = hooks
+        .all()
+        .filter(|h| id.is_none_or(|i| h.id == i))
+        .filter(|h| event.as_ref().is_none_or(|e| h.event_name == *e))
+        .filter(|h| user.as_ref().is_none_or(|u| h.owner == *u))
+        .filter(|h| h.status == super::hooks::Status::Active)
+        .map(|h| h.id)
+        .collect();
+    if chosen.is_empty() {
+        return HttpResponse::NotFound()
+            .json(json!({ "error": "no Active hook matches (GET /sim/hooks lists them)" }));
+    }
+    for h in &chosen {
+        hooks.disable(*h);
+    }
+    tracing::info!(hooks = ?chosen, "hooks disabled on command");
+    HttpResponse::Ok()
+        .json(json!({ "disabled": chosen.iter().map(u64::to_string).collect::<Vec<_>>() }))
+}
+
+/// `POST /sim/sink-outage`: the sink answers `status` (default 503) for `seconds`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutageRequest {
+    seconds: u64,
+    #[serde(default = "unavailable")]
+    status: u16,
+}
+
+fn unavailable() -> u16 {
+    503
+}
+
+async fn sink_outage(state: web::Data<SimState>, body: web::Json<OutageRequest>) -> HttpResponse {
+    let OutageRequest { seconds, status } = body.into_inner();
+    if seconds > MAX_LOAD.as_secs() || !(400..=599).contains(&status) {
+        return bad_request("\"seconds\": at most 3600; \"status\": 400 to 599");
+    }
+    let until = Instant::now() + Duration::from_secs(seconds);
+    *lock(&state.sink_down) = (seconds > 0).then_some((until, status));
+    tracing::info!(seconds, status, "the sink fails on command");
+    HttpResponse::Ok().json(json!({ "failing_for_seconds": seconds, "status": status }))
+}
+
 /// `POST /sim/sink[/...]`: a downstream consumer to point a destination at when trying
-/// the relay; answers 200 and keeps the last requests for `GET /sim/sink`.
+/// the relay; answers 200 (or, during an outage, its status) and keeps the last
+/// requests it took for `GET /sim/sink`.
 async fn sink_receive(
     req: HttpRequest,
     body: web::Bytes,
     state: web::Data<SimState>,
 ) -> HttpResponse {
+    let down = *lock(&state.sink_down);
+    if let Some((until, status)) = down.filter(|(until, _)| Instant::now() < *until) {
+        let left = until.saturating_duration_since(Instant::now()).as_secs() + 1;
+        let status = actix_web::http::StatusCode::from_u16(status)
+            .unwrap_or(actix_web::http::StatusCode::SERVICE_UNAVAILABLE);
+        return HttpResponse::build(status).body(format!("sink outage: {left}s left\n"));
+    }
     let headers: serde_json::Map<String, Value> = req
         .headers()
         .iter()

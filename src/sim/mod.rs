@@ -41,6 +41,46 @@ pub(crate) enum SimCommand {
     ///
     /// Prints the calls made (hook, user, delivered / disabled / failed) as JSON.
     Fire(FireArgs),
+    /// Disable hooks on a running simulator, as the upstream does when their target
+    /// does not answer 200: the relay then re-creates them and reports the gap.
+    #[command(after_help = "Examples:\n  hookrelay sim disable --event ActionCreated\n  \
+        hookrelay sim disable --hook 3\n  hookrelay sim disable --event TaskCreated --user alice")]
+    Disable(DisableArgs),
+    /// Make the simulator's sink (`/sim/sink`, a consumer to deliver to) fail for a
+    /// while: the relay retries, and delivers once it is back.
+    #[command(after_help = "Example:\n  hookrelay sim outage --seconds 60 --status 503")]
+    Outage(OutageArgs),
+}
+
+/// `hookrelay sim disable`.
+#[derive(Args, Debug)]
+pub(crate) struct DisableArgs {
+    /// Base URL of the simulator.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    url: String,
+    /// One hook, by id (`GET /sim/hooks` lists them).
+    #[arg(long, required_unless_present = "event")]
+    hook: Option<String>,
+    /// Every Active hook of this event.
+    #[arg(long)]
+    event: Option<String>,
+    /// Only this user's hooks.
+    #[arg(long)]
+    user: Option<String>,
+}
+
+/// `hookrelay sim outage`.
+#[derive(Args, Debug)]
+pub(crate) struct OutageArgs {
+    /// Base URL of the simulator.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    url: String,
+    /// How long the sink fails (0 ends an outage).
+    #[arg(long)]
+    seconds: u64,
+    /// The status it answers meanwhile (400 to 599).
+    #[arg(long, default_value_t = 503)]
+    status: u16,
 }
 
 /// Options of the simulator server. The flags add to (or override) `--config`.
@@ -101,6 +141,14 @@ pub(crate) struct FireArgs {
 pub(crate) async fn run(args: SimArgs) -> anyhow::Result<()> {
     match args.command {
         Some(SimCommand::Fire(fire)) => fire_command(fire).await,
+        Some(SimCommand::Disable(a)) => {
+            let body = json!({ "id": a.hook, "event": a.event, "user": a.user });
+            control_command(&a.url, "/sim/hooks/disable", body).await
+        }
+        Some(SimCommand::Outage(a)) => {
+            let body = json!({ "seconds": a.seconds, "status": a.status });
+            control_command(&a.url, "/sim/sink-outage", body).await
+        }
         None => serve(args.serve).await,
     }
 }
@@ -154,7 +202,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .workers(2)
     .disable_signals()
     .bind(listen)
-    .with_context(|| format!("binding {listen}"))?;
+    .map_err(|e| {
+        crate::daemon::bind_error(e, "--listen (or listen in the sim's config)", listen)
+    })?;
     for addr in server.addrs() {
         tracing::info!(listener = "sim", %addr, ?users, "listening");
     }
@@ -165,6 +215,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%reason, "simulator stopping");
     handle.stop(true).await;
     let _ = task.await;
+    Ok(())
+}
+
+/// Posts `body` to a control of the simulator at `base`; prints its answer.
+async fn control_command(base: &str, path: &str, body: serde_json::Value) -> anyhow::Result<()> {
+    let url = format!("{}{path}", base.trim_end_matches('/'));
+    let response =
+        reqwest::Client::new().post(&url).json(&body).send().await.with_context(|| {
+            format!("cannot reach the simulator at {url} (is `hookrelay sim` running? --url)")
+        })?;
+    let status = response.status();
+    let text = response.text().await.context("reading the simulator's answer")?;
+    if !status.is_success() {
+        anyhow::bail!("the simulator answered {status}: {text}");
+    }
+    println!("{}", text.trim_end());
     Ok(())
 }
 

@@ -140,6 +140,8 @@ pub(crate) struct SimState {
     pub(crate) stats: super::fire::Stats,
     /// The last deliveries `POST /sim/sink` received.
     pub(crate) sink: Mutex<std::collections::VecDeque<serde_json::Value>>,
+    /// Until when, and with which status, the sink fails (`POST /sim/sink-outage`).
+    pub(crate) sink_down: Mutex<Option<(std::time::Instant, u16)>>,
 }
 
 impl SimState {
@@ -178,6 +180,7 @@ impl SimState {
             next_resource: AtomicU64::new(1),
             stats: super::fire::Stats::default(),
             sink: Mutex::new(std::collections::VecDeque::new()),
+            sink_down: Mutex::new(None),
             config,
         })
     }

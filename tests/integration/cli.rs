@@ -134,6 +134,7 @@ async fn a_second_relay_on_the_same_data_dir_says_it_is_in_use() {
     let err = text(&out.stderr);
     assert!(err.contains("is in use by another process"), "{err}");
     assert!(err.contains("another hookrelay"), "{err}");
+    assert_eq!(err.matches("is in use by another process").count(), 1, "said once: {err}");
 }
 
 /// A config full of credentials outside `token`/`secret` fields: check-config shows

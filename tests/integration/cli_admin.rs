@@ -130,6 +130,19 @@ async fn the_admin_commands_list_show_replay_pause_and_resume() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "no token without the config");
     assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    // A wrong token: where it came from, and that the relay's environment may override
+    // its file.
+    let out = std::process::Command::new(common::binary())
+        .args(["events", "list", "--admin-url", &format!("http://{}", relay.admin)])
+        .args(["--config", "/nonexistent.toml"])
+        .env("HOOKRELAY_ADMIN_TOKEN", "not-the-relays-token-0123")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("401") && err.contains("HOOKRELAY__ADMIN__TOKEN"), "{err}");
+    assert!(err.contains("--admin-token or HOOKRELAY_ADMIN_TOKEN"), "{err}");
+    assert!(!err.contains("not-the-relays-token-0123"), "never the token itself: {err}");
 }
 
 /// `hooks sync` with the upstream unreachable: says which account failed and why, and

@@ -261,19 +261,66 @@ fn the_dockerfile_passes_hadolint_and_runs_the_binary_as_documented() {
     let cmd = json_array("CMD ");
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     assert_serve_accepts("Dockerfile CMD", &cmd);
-    for needle in ["EXPOSE 8080 9090", "VOLUME [\"/var/lib/hookrelay\"]", "USER 65532:65532"] {
+    for needle in ["EXPOSE 8080 8079", "VOLUME [\"/var/lib/hookrelay\"]", "USER 65532:65532"] {
         assert!(dockerfile.contains(needle), "Dockerfile lacks {needle}");
     }
-    // The image's config, with the image's environment, is valid.
-    let out = Command::new(common::binary())
-        .args(["check-config", "--config", &format!("{ROOT}/config/hookrelay.toml")])
-        .env("HOOKRELAY__ADMIN__LISTEN", "0.0.0.0:9090")
-        .env("HOOKRELAY__STORAGE__DATA_DIR", "/var/lib/hookrelay")
-        .env("HOOKRELAY__LOG__FORMAT", "json")
-        .output()
-        .unwrap();
+    // Every bench of Cargo.toml has a stub in the dependency layer (cargo refuses a
+    // manifest whose bench file is missing).
+    let manifest = read("Cargo.toml");
+    let benches: Vec<&str> = manifest
+        .split("[[bench]]")
+        .skip(1)
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("name = ")))
+        .map(|n| n.trim_matches('"'))
+        .collect();
+    let stubs = dockerfile
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("&& for b in "))
+        .and_then(|l| l.split(';').next())
+        .expect("the bench stubs' loop");
+    let stubs: Vec<&str> = stubs.split_whitespace().collect();
+    assert_eq!(stubs, benches, "the Dockerfile's bench stubs and Cargo.toml's benches");
+    // The image's environment with the default config's example tokens: refused, with
+    // what to do (both listeners reach other machines in a container).
+    let image_env = [
+        ("HOOKRELAY__INGRESS__LISTEN", "0.0.0.0:8080"),
+        ("HOOKRELAY__ADMIN__LISTEN", "0.0.0.0:8079"),
+        ("HOOKRELAY__STORAGE__DATA_DIR", "/var/lib/hookrelay"),
+        ("HOOKRELAY__LOG__FORMAT", "json"),
+    ];
+    let check = |extra: &[(&str, &str)], config: &str| {
+        Command::new(common::binary())
+            .args(["check-config", "--config", config])
+            .envs(image_env.iter().copied())
+            .envs(extra.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let shipped = format!("{ROOT}/config/hookrelay.toml");
+    let out = check(&[], &shipped);
+    assert!(!out.status.success(), "{}", text(&out));
+    for needle in [
+        "sources[0].token: is the example token",
+        "admin.token: is the example token",
+        "openssl rand",
+    ] {
+        assert!(text(&out).contains(needle), "{needle}: {}", text(&out));
+    }
+    // With the operator's tokens (a mounted config; the admin token from the
+    // environment), it is valid.
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("hookrelay.toml");
+    let source_token = "k3J9xQ2vL8mN4pR7sT1wY6zA";
+    std::fs::write(
+        &own,
+        read("config/hookrelay.toml").replace("demo-token-change-me", source_token),
+    )
+    .unwrap();
+    let admin_token = "a9F2kL7pQ4xZ8mN3vB6cR1tY";
+    let out = check(&[("HOOKRELAY__ADMIN__TOKEN", admin_token)], own.to_str().unwrap());
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("/var/lib/hookrelay"));
+    assert!(!text(&out).contains(source_token) && !text(&out).contains(admin_token));
 }
 
 /// The `hookrelay.toml` a ConfigMap manifest carries.

@@ -347,6 +347,16 @@ async fn fire_command_raises_events_and_the_cli_refuses_bad_setups() {
         .unwrap();
     assert!(!no_users.status.success());
     assert!(String::from_utf8_lossy(&no_users.stderr).contains("--user"));
+
+    // A port in use: which, and what to do, said once.
+    let taken = std::process::Command::new(common::binary())
+        .args(["sim", "--user", "a:b", "--listen", &sim.addr.to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&taken.stderr);
+    assert!(!taken.status.success());
+    assert!(err.contains("another process listens on") && err.contains("--listen"), "{err}");
+    assert_eq!(err.matches("another process listens on").count(), 1, "{err}");
 }
 
 #[tokio::test]

@@ -557,7 +557,7 @@ async fn the_readme_local_loop_works() {
                 &format!("public_url = \"{}\"", proxy.url()),
             )
             .replace("127.0.0.1:8080", "127.0.0.1:0")
-            .replace("127.0.0.1:9090", "127.0.0.1:0")
+            .replace("127.0.0.1:8079", "127.0.0.1:0")
             .replace("./data-local-loop", &dir.path().join("data").display().to_string());
     let relay = Relay::start(dir.path(), &text).await;
     proxy.forward_to(relay.ingress);
@@ -592,4 +592,55 @@ async fn the_readme_local_loop_works() {
     assert_eq!(crm["received"].as_array().unwrap().len(), 1, "{crm}");
     let gaps: Value = reqwest::get(sim.url("/sim/sink/gaps")).await.unwrap().json().await.unwrap();
     assert_eq!(gaps["received"], serde_json::json!([]), "nothing was delivered to gaps");
+    let listed = cli(&["hooks", "list"]);
+    assert!(listed.contains("TRIGGERED (AS OF "), "the snapshot's age: {listed}");
+
+    // The README's outage: the sink fails for 3 s, the relay retries and delivers.
+    let crm_count = || async {
+        let v: Value = reqwest::get(sim.url("/sim/sink/crm")).await.unwrap().json().await.unwrap();
+        v["received"].as_array().unwrap().len()
+    };
+    let said = cli(&["sim", "outage", "--url", &sim.url(""), "--seconds", "3"]);
+    assert!(said.contains("\"failing_for_seconds\":3"), "{said}");
+    cli(&["sim", "fire", "--url", &sim.url(""), "--event", "FileNoteCreated", "--id", "9"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(crm_count().await, 1, "nothing gets through during the outage");
+    // Within the outage, the circuit's probe interval (30 s: a few fast failures open
+    // it) and a margin.
+    let deadline = Instant::now() + Duration::from_secs(3 + 30 + 15);
+    while crm_count().await != 2 {
+        assert!(Instant::now() < deadline, "the delivery after the outage did not come");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The README's heal: alice's hook disabled on command, an event fired (her call is
+    // lost), a sync re-creates the hook and reports the gap at /sim/sink/gaps.
+    let said = cli(&[
+        "sim",
+        "disable",
+        "--url",
+        &sim.url(""),
+        "--event",
+        "ActionCreated",
+        "--user",
+        "alice",
+    ]);
+    assert!(said.contains("\"disabled\""), "{said}");
+    cli(&["sim", "fire", "--url", &sim.url(""), "--event", "ActionCreated", "--id", "6"]);
+    let synced = cli(&["hooks", "sync"]);
+    assert!(synced.contains("demo/alice  ok"), "{synced}");
+    wait_until("the HookGap at /sim/sink/gaps", || async {
+        let v: Value = reqwest::get(sim.url("/sim/sink/gaps")).await.unwrap().json().await.unwrap();
+        v["received"].as_array().unwrap().iter().any(|d| {
+            d["body"]["event"] == "hookrelay.HookGap" || d["body"].to_string().contains("HookGap")
+        })
+    })
+    .await;
+    // Nothing to disable: said plainly.
+    let out = std::process::Command::new(common::binary())
+        .args(["sim", "disable", "--url", &sim.url(""), "--hook", "999999"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no Active hook matches"));
 }

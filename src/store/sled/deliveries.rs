@@ -229,6 +229,9 @@ impl SledState {
     /// Decides and deletes under the lifecycle lock, one event at a time, so a replay
     /// can never slip between the decision and the delete.
     pub(super) fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
+        // The appends' ledger counts not saved yet would be recounted from their records
+        // after a crash: save them before any record goes.
+        self.save_appended()?;
         let mut pruned = 0;
         let mut from = EventId::new(0);
         let end = EventId::new(before_us).to_key();

@@ -50,7 +50,7 @@ impl SledState {
                 }
             }
         }
-        self.count_appended(&edits, *last)?;
+        self.add_appended(&edits, batch.len(), *last)?;
         // The whole group is written: the dispatch cursor may pass it now (still under
         // `last_id`, so the watermark only moves forward).
         self.committed.fetch_max(*last, Ordering::AcqRel);

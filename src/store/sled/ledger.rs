@@ -3,10 +3,12 @@
 //! with [`LEDGER`] and sort by hour.
 //!
 //! - A rule's edits are written in its transaction (`apply.rs`).
-//! - An append's (`received`, `rejected`) are written right after its batch, with the
-//!   [`APPENDED_KEY`] mark of the last id they count, while the append still holds
-//!   `last_id`; a crash between the two leaves records above the mark, which the next
-//!   open counts ([`SledState::recount_appended`]).
+//! - The appends' (`received`, `rejected`) are kept in memory ([`Unsaved`]) and written
+//!   every [`SAVE_EVERY_EVENTS`] events or [`SAVE_EVERY`], and at close, with the
+//!   [`APPENDED_KEY`] mark of the last id they count: an extra sled batch per commit
+//!   group cost the ack path ~8 µs of CPU per callback (BENCHMARKS.md, audit). What a
+//!   crash loses of them is the records above the mark, which the next open counts
+//!   ([`SledState::recount_appended`]); a reading adds the unsaved counts.
 //! - `waiting` is the inbox, tallied in memory per hour, source and event (`waiting`),
 //!   rebuilt from the records at open.
 //! - A reading holds `last_id` and the lifecycle lock, so no append or rule lands
@@ -31,6 +33,21 @@ pub(super) const START_KEY: &[u8] = b"ledger_start";
 
 /// The in-memory tally of the inbox: (hour, source, event) -> events waiting.
 pub(super) type Waiting = BTreeMap<(u64, String, String), i64>;
+
+/// Appends' counts not written yet; changed only under `last_id`.
+#[derive(Default)]
+pub(super) struct Unsaved {
+    edits: LedgerEdits,
+    /// The last id they count.
+    last: u64,
+    events: usize,
+    since: Option<std::time::Instant>,
+}
+
+/// Unsaved appends' counts are written once they count this many events...
+const SAVE_EVERY_EVENTS: usize = 2048;
+/// ...or are this old.
+const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn part(out: &mut Vec<u8>, text: &str) {
     let len = u16::try_from(text.len()).unwrap_or(u16::MAX);
@@ -94,9 +111,42 @@ impl SledState {
         Ok(out)
     }
 
-    /// Adds an append's counters and moves the mark to `last`, in one batch. The
-    /// caller holds `last_id` (so it is the only writer of these counters).
-    pub(super) fn count_appended(&self, edits: &LedgerEdits, last: u64) -> Result<(), StoreError> {
+    /// Adds a group's counts (`events` events, up to id `last`) to the unsaved ones,
+    /// and writes them when they are many or old enough. The caller holds `last_id`.
+    pub(super) fn add_appended(
+        &self,
+        edits: &LedgerEdits,
+        events: usize,
+        last: u64,
+    ) -> Result<(), StoreError> {
+        let mut unsaved = lock(&self.unsaved);
+        for (key, n) in edits {
+            *unsaved.edits.entry(key.clone()).or_insert(0) += n;
+        }
+        unsaved.last = last;
+        unsaved.events += events;
+        let since = *unsaved.since.get_or_insert_with(std::time::Instant::now);
+        if unsaved.events >= SAVE_EVERY_EVENTS || since.elapsed() >= SAVE_EVERY {
+            self.count_appended(&unsaved.edits, unsaved.last)?;
+            *unsaved = Unsaved::default();
+        }
+        Ok(())
+    }
+
+    /// Writes the unsaved appends' counts (at close). Takes `last_id`.
+    pub(super) fn save_appended(&self) -> Result<(), StoreError> {
+        let _appends = lock(&self.last_id);
+        let mut unsaved = lock(&self.unsaved);
+        if unsaved.events > 0 {
+            self.count_appended(&unsaved.edits, unsaved.last)?;
+            *unsaved = Unsaved::default();
+        }
+        Ok(())
+    }
+
+    /// Adds counters and moves the mark to `last`, in one batch. The caller holds
+    /// `last_id` (so it is the only writer of these counters).
+    fn count_appended(&self, edits: &LedgerEdits, last: u64) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for (k, v) in self.new_values(edits)? {
             batch.insert(k, &v.to_be_bytes());
@@ -229,6 +279,12 @@ impl SledState {
                 counts.insert(key, n);
             }
         }
+        for (key, n) in &lock(&self.unsaved).edits {
+            if (from_hour..to_hour).contains(&key.hour) {
+                *counts.entry(key.clone()).or_insert(0) += n;
+            }
+        }
+        counts.retain(|_, n| *n != 0);
         let waiting = lock(&self.waiting);
         for ((hour, source, event), n) in waiting.range((from_hour, String::new(), String::new())..)
         {

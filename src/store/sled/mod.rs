@@ -129,6 +129,8 @@ pub(super) struct SledState {
     ledger_start: AtomicU64,
     /// The inbox tallied per hour, source and event: the ledger's `waiting`.
     waiting: Mutex<ledger::Waiting>,
+    /// Appends' ledger counts not written yet (`ledger.rs`).
+    unsaved: Mutex<ledger::Unsaved>,
     flusher: flush::GroupFlush,
     durable: bool,
     /// Fail-stop: after a sled write error (sled's error is sticky) or a write that
@@ -224,6 +226,7 @@ impl SledStore {
             last_id: Mutex::new(0),
             ledger_start: AtomicU64::new(0),
             waiting: Mutex::new(ledger::Waiting::new()),
+            unsaved: Mutex::new(ledger::Unsaved::default()),
             flusher: flush::GroupFlush::new(log),
             durable: opts.durable,
             health: Health::new("sled", opts.write_timeout, opts.observer.clone()),

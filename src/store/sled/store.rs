@@ -241,7 +241,11 @@ impl Upkeep for SledStore {
         // was acknowledged is durable already. What is queued is committed first;
         // later appends fail.
         self.committer.close_and_join(&self.committer_thread).await?;
-        self.write(SledState::flush_now).await
+        self.write(|s| {
+            s.save_appended()?;
+            s.flush_now()
+        })
+        .await
     }
 }
 
