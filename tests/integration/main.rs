@@ -19,6 +19,7 @@ mod delivery;
 mod delivery_restart;
 mod deploy;
 mod disk_full;
+mod docs;
 mod durability;
 mod http_edges;
 mod ingress;

@@ -21,7 +21,7 @@ use super::{SledState, META, OUTCOMES, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::ledger::{self, Count, LedgerEdits, LedgerKey};
-use crate::store::{EventId, LedgerReading, StoreError};
+use crate::store::{DeliveryState, EventId, LedgerReading, StoreError};
 
 /// First byte of a ledger key in `outcomes` (event outcomes start with 0x00 or 0x01,
 /// the cursor with `d`).
@@ -55,58 +55,120 @@ fn part(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(&text.as_bytes()[..usize::from(len)]);
 }
 
-/// `[2][hour: 8][count][source][event][destination]`, each text with its u16 length.
-pub(super) fn encode_key(key: &LedgerKey) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32 + key.source.len() + key.event.len());
+/// The counters of one row, in the order of its value's slots. A row is one sled key,
+/// so a change writes one key per source-and-event or destination it touches, not one
+/// per count. Appends have a row of their own: they are written outside the rules'
+/// transactions (under `last_id`), and two writers must never share a key.
+const APPEND_ROW: &[Count] = &[Count::Received, Count::Rejected];
+const EVENT_ROW: &[Count] = &[Count::Unrouted, Count::Duplicate, Count::Routed, Count::Triggered];
+const DESTINATION_ROW: &[Count] = &[
+    Count::Routed,
+    Count::State(DeliveryState::Delivered),
+    Count::State(DeliveryState::Filtered),
+    Count::State(DeliveryState::Superseded),
+    Count::State(DeliveryState::Dead),
+    Count::State(DeliveryState::Discarded),
+    Count::State(DeliveryState::Pending),
+    Count::State(DeliveryState::Retrying),
+    Count::State(DeliveryState::Held),
+];
+
+/// The rows, by the byte after the hour in their key.
+const ROWS: [&[Count]; 3] = [APPEND_ROW, EVENT_ROW, DESTINATION_ROW];
+
+/// The row of a counter (its key) and its slot in the row's value.
+fn row_of(key: &LedgerKey) -> Option<(Vec<u8>, usize)> {
+    let kind: u8 = match key.count {
+        _ if !key.destination.is_empty() => 2,
+        Count::Received | Count::Rejected => 0,
+        _ => 1,
+    };
+    let slot = ROWS[usize::from(kind)].iter().position(|c| *c == key.count)?;
+    let mut out =
+        Vec::with_capacity(16 + key.source.len() + key.event.len() + key.destination.len());
     out.push(LEDGER);
     out.extend_from_slice(&key.hour.to_be_bytes());
-    for text in [key.count.as_str(), &key.source, &key.event, &key.destination] {
+    out.push(kind);
+    for text in [&key.source, &key.event, &key.destination] {
         part(&mut out, text);
     }
-    out
+    Some((out, slot))
 }
 
-fn decode_key(bytes: &[u8]) -> Option<LedgerKey> {
+/// A row's key read back: its hour, kind, source, event and destination.
+fn decode_row(bytes: &[u8]) -> Option<(u64, u8, [String; 3])> {
     let (&first, rest) = bytes.split_first()?;
-    if first != LEDGER || rest.len() < 8 {
+    if first != LEDGER || rest.len() < 9 {
         return None;
     }
     let hour = u64::from_be_bytes(rest[..8].try_into().ok()?);
-    let mut rest = &rest[8..];
-    let mut texts = Vec::with_capacity(4);
-    for _ in 0..4 {
+    let kind = rest[8];
+    if usize::from(kind) >= ROWS.len() {
+        return None;
+    }
+    let mut rest = &rest[9..];
+    let mut texts: [String; 3] = Default::default();
+    for text in &mut texts {
         let len = usize::from(u16::from_be_bytes(rest.get(..2)?.try_into().ok()?));
-        let text = std::str::from_utf8(rest.get(2..2 + len)?).ok()?;
-        texts.push(text.to_owned());
+        *text = std::str::from_utf8(rest.get(2..2 + len)?).ok()?.to_owned();
         rest = &rest[2 + len..];
     }
-    let count = Count::parse(&texts[0])?;
-    let destination = texts.pop()?;
-    let event = texts.pop()?;
-    let source = texts.pop()?;
-    Some(LedgerKey { hour, source, event, destination, count })
+    Some((hour, kind, texts))
 }
 
-fn decode_count(key: &[u8], value: &[u8]) -> Result<i64, StoreError> {
-    <[u8; 8]>::try_from(value).map(i64::from_be_bytes).map_err(|_| StoreError::Corrupt {
-        table: OUTCOMES,
-        key: hex(key),
-        reason: "a ledger counter is not 8 bytes".into(),
-    })
+/// A row's value: one big-endian i64 per slot (a shorter value reads as zeros beyond).
+fn decode_values(key: &[u8], value: &[u8], width: usize) -> Result<Vec<i64>, StoreError> {
+    if !value.len().is_multiple_of(8) || value.len() / 8 > width {
+        return Err(StoreError::Corrupt {
+            table: OUTCOMES,
+            key: hex(key),
+            reason: "a ledger row is not a whole number of counters".into(),
+        });
+    }
+    let mut out: Vec<i64> =
+        value.chunks_exact(8).map(|c| i64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+    out.resize(width, 0);
+    Ok(out)
+}
+
+fn encode_values(values: &[i64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_be_bytes()).collect()
+}
+
+/// A row's edit: its key, its width, and what to add to which slot.
+type RowEdit = (Vec<u8>, usize, Vec<(usize, i64)>);
+
+/// `edits` grouped by row.
+fn by_row(edits: &LedgerEdits) -> Result<Vec<RowEdit>, StoreError> {
+    let mut rows: BTreeMap<Vec<u8>, (usize, Vec<(usize, i64)>)> = BTreeMap::new();
+    for (key, n) in edits {
+        let Some((row, slot)) = row_of(key) else {
+            return Err(StoreError::Corrupt {
+                table: OUTCOMES,
+                key: key.count.as_str().to_owned(),
+                reason: "a count the ledger does not keep".into(),
+            });
+        };
+        let width = ROWS[usize::from(row[9])].len();
+        rows.entry(row).or_insert_with(|| (width, Vec::new())).1.push((slot, *n));
+    }
+    Ok(rows.into_iter().map(|(k, (w, d))| (k, w, d)).collect())
 }
 
 impl SledState {
-    /// The counters `edits` change, with their new values, read from `outcomes` as it
-    /// is now: what a batch or transaction then writes.
-    fn new_values(&self, edits: &LedgerEdits) -> Result<Vec<(Vec<u8>, i64)>, StoreError> {
-        let mut out = Vec::with_capacity(edits.len());
-        for (key, n) in edits {
-            let k = encode_key(key);
-            let old = match self.outcomes.get(&k)? {
-                Some(v) => decode_count(&k, &v)?,
-                None => 0,
+    /// The rows `edits` change, with their new values, read from `outcomes` as it is
+    /// now: what a batch then writes.
+    fn new_values(&self, edits: &LedgerEdits) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let mut out = Vec::new();
+        for (row, width, deltas) in by_row(edits)? {
+            let mut values = match self.outcomes.get(&row)? {
+                Some(v) => decode_values(&row, &v, width)?,
+                None => vec![0; width],
             };
-            out.push((k, old + n));
+            for (slot, n) in deltas {
+                values[slot] += n;
+            }
+            out.push((row, encode_values(&values)));
         }
         Ok(out)
     }
@@ -149,7 +211,7 @@ impl SledState {
     fn count_appended(&self, edits: &LedgerEdits, last: u64) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for (k, v) in self.new_values(edits)? {
-            batch.insert(k, &v.to_be_bytes());
+            batch.insert(k, v);
         }
         batch.insert(APPENDED_KEY, &last.to_be_bytes());
         self.outcomes.apply_batch(batch)?;
@@ -163,13 +225,15 @@ impl SledState {
         edits: &LedgerEdits,
     ) -> Result<(), sled::transaction::ConflictableTransactionError<StoreError>> {
         use sled::transaction::ConflictableTransactionError as Txe;
-        for (key, n) in edits {
-            let k = encode_key(key);
-            let old = match outcomes.get(&k)? {
-                Some(v) => decode_count(&k, &v).map_err(Txe::Abort)?,
-                None => 0,
+        for (row, width, deltas) in by_row(edits).map_err(Txe::Abort)? {
+            let mut values = match outcomes.get(&row)? {
+                Some(v) => decode_values(&row, &v, width).map_err(Txe::Abort)?,
+                None => vec![0; width],
             };
-            outcomes.insert(k, &(old + n).to_be_bytes())?;
+            for (slot, n) in deltas {
+                values[slot] += n;
+            }
+            outcomes.insert(row, encode_values(&values))?;
         }
         Ok(())
     }
@@ -269,14 +333,24 @@ impl SledState {
         };
         for item in self.outcomes.range(bound(from_hour)..bound(to_hour)) {
             let (k, v) = item?;
-            let key = decode_key(&k).ok_or_else(|| StoreError::Corrupt {
-                table: OUTCOMES,
-                key: hex(&k),
-                reason: "unreadable ledger key".into(),
-            })?;
-            let n = decode_count(&k, &v)?;
-            if n != 0 {
-                counts.insert(key, n);
+            let (hour, kind, [source, event, destination]) =
+                decode_row(&k).ok_or_else(|| StoreError::Corrupt {
+                    table: OUTCOMES,
+                    key: hex(&k),
+                    reason: "unreadable ledger row".into(),
+                })?;
+            let row = ROWS[usize::from(kind)];
+            for (count, n) in row.iter().zip(decode_values(&k, &v, row.len())?) {
+                if n != 0 {
+                    let key = LedgerKey {
+                        hour,
+                        source: source.clone(),
+                        event: event.clone(),
+                        destination: destination.clone(),
+                        count: *count,
+                    };
+                    counts.insert(key, n);
+                }
             }
         }
         for (key, n) in &lock(&self.unsaved).edits {
@@ -350,12 +424,22 @@ mod tests {
     }
 
     #[test]
-    fn a_key_reads_back_and_sorts_by_hour() {
+    fn a_row_reads_back_and_sorts_by_hour() {
         let a = LedgerKey::event(7, "demo", "matters.updated", Count::Received);
-        let b = LedgerKey::delivery(8, "crm", Count::Routed);
-        assert_eq!(decode_key(&encode_key(&a)), Some(a.clone()));
-        assert_eq!(decode_key(&encode_key(&b)), Some(b.clone()));
-        assert!(encode_key(&a) < encode_key(&b));
-        assert_eq!(decode_key(b"\x02short"), None);
+        let b = LedgerKey::delivery(8, "crm", Count::State(DeliveryState::Dead));
+        let (ka, sa) = row_of(&a).unwrap();
+        let (kb, sb) = row_of(&b).unwrap();
+        assert_eq!(
+            decode_row(&ka),
+            Some((7, 0, ["demo".into(), "matters.updated".into(), String::new()]))
+        );
+        assert_eq!(decode_row(&kb), Some((8, 2, [String::new(), String::new(), "crm".into()])));
+        assert_eq!((sa, sb), (0, 4));
+        assert!(ka < kb);
+        // The rules' counts of an event are another row than its appends'.
+        let routed = LedgerKey::event(7, "demo", "matters.updated", Count::Routed);
+        assert_ne!(row_of(&routed).unwrap().0, ka);
+        assert_eq!(row_of(&LedgerKey::event(7, "d", "e", Count::Waiting)), None, "not stored");
+        assert_eq!(decode_row(b"\x02short"), None);
     }
 }
