@@ -5,10 +5,16 @@ use std::path::Path;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The relative link targets of a markdown text (`[x](target)`), anchors dropped.
+/// The relative link targets of a markdown text (`[x](target)`), anchors dropped;
+/// code spans (between backticks) are not links.
 fn links(text: &str) -> Vec<String> {
+    let prose: String = text
+        .lines()
+        .map(|l| l.split('`').step_by(2).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut out = Vec::new();
-    let mut rest = text;
+    let mut rest = prose.as_str();
     while let Some(at) = rest.find("](") {
         rest = &rest[at + 2..];
         let Some(end) = rest.find(')') else { break };

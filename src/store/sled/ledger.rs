@@ -135,12 +135,16 @@ fn encode_values(values: &[i64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_be_bytes()).collect()
 }
 
-/// A row's edit: its key, its width, and what to add to which slot.
-type RowEdit = (Vec<u8>, usize, Vec<(usize, i64)>);
+/// What to add to which slot of a row.
+type Deltas = Vec<(usize, i64)>;
+/// A row's edit: its key, its width, and its deltas.
+type RowEdit = (Vec<u8>, usize, Deltas);
+/// A row's key and its new value.
+type RowWrite = (Vec<u8>, Vec<u8>);
 
 /// `edits` grouped by row.
 fn by_row(edits: &LedgerEdits) -> Result<Vec<RowEdit>, StoreError> {
-    let mut rows: BTreeMap<Vec<u8>, (usize, Vec<(usize, i64)>)> = BTreeMap::new();
+    let mut rows: BTreeMap<Vec<u8>, (usize, Deltas)> = BTreeMap::new();
     for (key, n) in edits {
         let Some((row, slot)) = row_of(key) else {
             return Err(StoreError::Corrupt {
@@ -158,7 +162,7 @@ fn by_row(edits: &LedgerEdits) -> Result<Vec<RowEdit>, StoreError> {
 impl SledState {
     /// The rows `edits` change, with their new values, read from `outcomes` as it is
     /// now: what a batch then writes.
-    fn new_values(&self, edits: &LedgerEdits) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn new_values(&self, edits: &LedgerEdits) -> Result<Vec<RowWrite>, StoreError> {
         let mut out = Vec::new();
         for (row, width, deltas) in by_row(edits)? {
             let mut values = match self.outcomes.get(&row)? {
