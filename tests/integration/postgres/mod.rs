@@ -433,7 +433,7 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     let (ok, text) = migrate(&["--dry-run"]);
     assert!(ok && text.contains("at version 0"), "the dry run changed something: {text}");
     let (ok, text) = migrate(&[]);
-    assert!(ok && text.contains("was at version 0, is at version 6"), "{text}");
+    assert!(ok && text.contains("was at version 0, is at version 7"), "{text}");
     let (ok, text) = migrate(&["--dry-run"]);
     assert!(ok && text.contains("nothing to apply"), "{text}");
     assert!(!text.contains(&url), "the URL is a secret: {text}");
@@ -443,16 +443,19 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     tokio::spawn(connection);
     client
         .batch_execute(
-            "DROP TABLE hookrelay.relays, hookrelay.received, hookrelay.leases;
+            "DROP TABLE hookrelay.relays, hookrelay.received, hookrelay.leases,
+                 hookrelay.audit, hookrelay.audit_start;
              ALTER TABLE hookrelay.events DROP COLUMN record;
              UPDATE hookrelay.schema_version SET version = 1",
         )
         .await
         .unwrap();
     let (ok, text) = migrate(&["--dry-run"]);
-    assert!(ok && text.contains("at version 1; would apply migration(s) 2, 3, 4, 5, 6 "), "{text}");
+    assert!(ok && text.contains("at version 1; would apply migration(s) 2, 3, 4, 5, 6, 7 "), "{text}");
     let (ok, text) = migrate(&[]);
-    assert!(ok && text.contains("was at version 1, is at version 6"), "{text}");
+    assert!(ok && text.contains("was at version 1, is at version 7"), "{text}");
+    // The ledger starts after the events already stored.
+    client.query_one("SELECT start FROM hookrelay.audit_start", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.leases", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.relays", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.received", &[]).await.unwrap();
