@@ -439,3 +439,21 @@ pub(crate) struct DestinationAudit {
     pub(crate) held: i64,
     pub(crate) balanced: bool,
 }
+
+impl DestinationAudit {
+    /// The states the deliveries are in, in the order the equation and the tables
+    /// give them: delivered, filtered, superseded, dead, discarded, pending, retrying,
+    /// held.
+    pub(crate) fn states(&self) -> [i64; 8] {
+        [
+            self.delivered,
+            self.filtered,
+            self.superseded,
+            self.dead,
+            self.discarded,
+            self.pending,
+            self.retrying,
+            self.held,
+        ]
+    }
+}

@@ -90,16 +90,7 @@ pub(crate) fn report(
     let destinations: Vec<DestinationAudit> = destinations
         .into_values()
         .map(|mut d| {
-            let states = [
-                d.delivered,
-                d.filtered,
-                d.superseded,
-                d.dead,
-                d.discarded,
-                d.pending,
-                d.retrying,
-                d.held,
-            ];
+            let states = d.states();
             let accounted: i64 = states.iter().sum();
             d.balanced = d.routed == accounted && states.iter().all(|n| *n >= 0) && d.routed >= 0;
             if !d.balanced {

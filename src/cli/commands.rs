@@ -431,21 +431,8 @@ pub(super) async fn audit(
         .destinations
         .iter()
         .map(|d| {
-            let mut row = vec![d.destination.clone()];
-            row.extend(
-                [
-                    d.routed,
-                    d.delivered,
-                    d.filtered,
-                    d.superseded,
-                    d.dead,
-                    d.discarded,
-                    d.pending,
-                    d.retrying,
-                    d.held,
-                ]
-                .map(|n| n.to_string()),
-            );
+            let mut row = vec![d.destination.clone(), d.routed.to_string()];
+            row.extend(d.states().map(|n| n.to_string()));
             row.push(ok(d.balanced));
             row
         })

@@ -544,9 +544,7 @@ impl Audit for MemoryStore {
         n: u64,
     ) -> Result<(), StoreError> {
         let mut d = lock(&self.data);
-        let key = LedgerKey::event(hour, source, event, Count::Triggered);
-        let edits = LedgerEdits::from([(key, i64::try_from(n).unwrap_or(i64::MAX))]);
-        ledger::merge(&mut d.ledger, &edits);
+        ledger::merge(&mut d.ledger, &ledger::triggered(hour, source, event, n));
         self.durable_point(&d);
         Ok(())
     }

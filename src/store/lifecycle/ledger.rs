@@ -149,6 +149,13 @@ pub(crate) fn appended(edits: &mut LedgerEdits, id: EventId, meta: &EventMeta, s
     }
 }
 
+/// The edit adding `n` calls the upstream counted on its hooks for (`source`, `event`)
+/// to `hour` (`Audit::add_triggered`, every backend).
+pub(crate) fn triggered(hour: u64, source: &str, event: &str, n: u64) -> LedgerEdits {
+    let key = LedgerKey::event(hour, source, event, Count::Triggered);
+    LedgerEdits::from([(key, i64::try_from(n).unwrap_or(i64::MAX))])
+}
+
 /// What applying `changes` moves in the ledger: each event leaving the inbox adds one
 /// to its verdict; each delivery created adds one to `routed` and to its state; each
 /// delivery changing state moves one from the old state to the new. A deletion

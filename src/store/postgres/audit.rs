@@ -79,8 +79,7 @@ impl Audit for PostgresStore {
     ) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let key = LedgerKey::event(hour, source, event, Count::Triggered);
-        let edits = LedgerEdits::from([(key, i64::try_from(n).unwrap_or(i64::MAX))]);
+        let edits = crate::store::lifecycle::ledger::triggered(hour, source, event, n);
         super::apply::add_to_ledger(&tx, &edits).await?;
         tx.commit().await?;
         Ok(())

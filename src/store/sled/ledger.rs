@@ -385,8 +385,7 @@ impl SledState {
         n: u64,
     ) -> Result<(), StoreError> {
         let _rules = lock(&self.lifecycle);
-        let key = LedgerKey::event(hour, source, event, Count::Triggered);
-        let edits = LedgerEdits::from([(key, i64::try_from(n).unwrap_or(i64::MAX))]);
+        let edits = ledger::triggered(hour, source, event, n);
         self.outcomes.transaction(|tx| Self::write_edits(tx, &edits)).map_err(|e| match e {
             sled::transaction::TransactionError::Abort(e) => e,
             sled::transaction::TransactionError::Storage(e) => e.into(),

@@ -451,7 +451,10 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
         .await
         .unwrap();
     let (ok, text) = migrate(&["--dry-run"]);
-    assert!(ok && text.contains("at version 1; would apply migration(s) 2, 3, 4, 5, 6, 7 "), "{text}");
+    assert!(
+        ok && text.contains("at version 1; would apply migration(s) 2, 3, 4, 5, 6, 7 "),
+        "{text}"
+    );
     let (ok, text) = migrate(&[]);
     assert!(ok && text.contains("was at version 1, is at version 7"), "{text}");
     // The ledger starts after the events already stored.
