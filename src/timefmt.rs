@@ -17,6 +17,11 @@ pub(crate) fn format_admin(t: SystemTime) -> String {
     humantime::format_rfc3339_micros(t).to_string()
 }
 
+/// Microseconds since the Unix epoch as [`format_admin`] shows a time.
+pub(crate) fn format_admin_us(us: u64) -> String {
+    format_admin(UNIX_EPOCH + Duration::from_micros(us))
+}
+
 /// Parses `YYYY-MM-DD[T ]HH:MM:SS[.fff](Z|±HH:MM|±HHMM)`; `None` for anything else
 /// (including the empty string the upstream uses for "never").
 pub(crate) fn parse(text: &str) -> Option<SystemTime> {

@@ -5,6 +5,7 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 use super::events::store_error;
+use super::views::query_time;
 use super::{error, AdminState};
 
 /// Query of the audit.
@@ -28,15 +29,9 @@ pub(super) async fn show(
         Ok(q) => q.into_inner(),
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad query: {e}")),
     };
-    let time = |name: &str, text: Option<&str>| match text.map(str::trim) {
-        None => Ok(None),
-        Some(t) => crate::timefmt::parse(t)
-            .map(Some)
-            .ok_or_else(|| format!("{name}: {t:?} is not a time such as 2026-06-12T13:23:34Z")),
-    };
-    let window = time("until", query.until.as_deref()).and_then(|until| {
+    let window = query_time("until", query.until.as_deref()).and_then(|until| {
         let until = until.unwrap_or_else(crate::clock::now);
-        let since = time("since", query.since.as_deref())?.unwrap_or_else(|| {
+        let since = query_time("since", query.since.as_deref())?.unwrap_or_else(|| {
             until.checked_sub(crate::audit::DEFAULT_WINDOW).unwrap_or(std::time::UNIX_EPOCH)
         });
         crate::audit::hours(since, until)

@@ -5,7 +5,20 @@ use crate::store::{Attempt, DeliveryRecord, EventId, EventRecord};
 
 /// Microseconds since the epoch as RFC 3339.
 pub(super) fn time(us: u64) -> String {
-    crate::timefmt::format_admin(std::time::UNIX_EPOCH + std::time::Duration::from_micros(us))
+    crate::timefmt::format_admin_us(us)
+}
+
+/// A query's time parameter `name` (RFC 3339), if given, or what is wrong with it.
+pub(super) fn query_time(
+    name: &str,
+    text: Option<&str>,
+) -> Result<Option<std::time::SystemTime>, String> {
+    match text.map(str::trim) {
+        None => Ok(None),
+        Some(t) => crate::timefmt::parse(t)
+            .map(Some)
+            .ok_or_else(|| format!("{name}: {t:?} is not a time such as 2026-06-12T13:23:34Z")),
+    }
 }
 
 /// An event as listings show it.
@@ -17,13 +30,8 @@ pub(super) fn time_window(
     since: Option<&str>,
     until: Option<&str>,
 ) -> Result<(Option<EventId>, Option<EventId>), String> {
-    let time = |name: &str, text: Option<&str>| match text.map(str::trim) {
-        None => Ok(None),
-        Some(t) => crate::timefmt::parse(t)
-            .map(|at| Some(EventId::new(crate::clock::unix_micros(at))))
-            .ok_or_else(|| format!("{name}: {t:?} is not a time such as 2026-06-12T13:23:34Z")),
-    };
-    let (since, until) = (time("since", since)?, time("until", until)?);
+    let id = |at| EventId::new(crate::clock::unix_micros(at));
+    let (since, until) = (query_time("since", since)?.map(id), query_time("until", until)?.map(id));
     let after = match (after, until) {
         (Some(a), Some(u)) => Some(a.min(u)),
         (a, u) => a.or(u),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use crate::api::{AuditReport, DestinationAudit, EventAudit};
 use crate::store::lifecycle::ledger::{Count, HOUR_US};
 use crate::store::{DeliveryState, LedgerReading};
-use crate::timefmt::format_admin;
+use crate::timefmt::format_admin_us;
 
 /// The window `from_hour..to_hour` of `reading` as the report says it; only the events
 /// of `source` when one is given (destinations are counted over every source).
@@ -103,20 +103,13 @@ pub(crate) fn report(
             d
         })
         .collect();
-    let at = |hour: u64| {
-        format_admin(std::time::UNIX_EPOCH + std::time::Duration::from_micros(hour * HOUR_US))
-    };
+    let at = |hour: u64| format_admin_us(hour * HOUR_US);
     let start_hour = crate::store::lifecycle::ledger::hour_of(reading.start);
     AuditReport {
         since: at(from_hour),
         until: at(to_hour),
-        accounted_from: (reading.start.raw() > from_hour * HOUR_US && start_hour < to_hour).then(
-            || {
-                format_admin(
-                    std::time::UNIX_EPOCH + std::time::Duration::from_micros(reading.start.raw()),
-                )
-            },
-        ),
+        accounted_from: (reading.start.raw() > from_hour * HOUR_US && start_hour < to_hour)
+            .then(|| format_admin_us(reading.start.raw())),
         balanced: imbalances.is_empty(),
         imbalances,
         events,

@@ -128,10 +128,19 @@ impl LedgerKey {
 pub(crate) type LedgerEdits = BTreeMap<LedgerKey, i64>;
 
 fn add(edits: &mut LedgerEdits, key: LedgerKey, n: i64) {
-    let slot = edits.entry(key.clone()).or_insert(0);
-    *slot += n;
-    if *slot == 0 {
-        edits.remove(&key);
+    use std::collections::btree_map::Entry;
+    match edits.entry(key) {
+        Entry::Occupied(mut slot) => {
+            *slot.get_mut() += n;
+            if *slot.get() == 0 {
+                slot.remove();
+            }
+        }
+        Entry::Vacant(slot) => {
+            if n != 0 {
+                slot.insert(n);
+            }
+        }
     }
 }
 
@@ -193,8 +202,7 @@ pub(crate) fn edits(changes: &Changes, start: EventId) -> LedgerEdits {
     edits
 }
 
-/// Adds `edits` into the counters `into` (a backend that keeps them in a map).
-#[cfg(test)]
+/// Adds `edits` into the counters `into` (counters kept in a map).
 pub(crate) fn merge(into: &mut LedgerEdits, edits: &LedgerEdits) {
     for (key, n) in edits {
         add(into, key.clone(), *n);
@@ -202,7 +210,6 @@ pub(crate) fn merge(into: &mut LedgerEdits, edits: &LedgerEdits) {
 }
 
 /// The counters of `all` in the hours `from_hour..to_hour`.
-#[cfg(test)]
 pub(crate) fn hours(all: &LedgerEdits, from_hour: u64, to_hour: u64) -> LedgerEdits {
     all.iter()
         .filter(|(k, _)| (from_hour..to_hour).contains(&k.hour))

@@ -19,7 +19,7 @@ pub(super) fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn tx_error(e: TransactionError<StoreError>) -> StoreError {
+pub(super) fn tx_error(e: TransactionError<StoreError>) -> StoreError {
     match e {
         TransactionError::Abort(e) => e,
         TransactionError::Storage(e) => e.into(),

@@ -45,8 +45,7 @@ impl SledState {
             for (id, ev) in ids.iter().zip(batch) {
                 ledger::appended(&mut edits, *id, &ev.meta, start);
                 if ev.meta.status == EventStatus::Received && *id >= start {
-                    let key = (ledger::hour_of(*id), ev.meta.source.clone(), ev.meta.event.clone());
-                    *waiting.entry(key).or_insert(0) += 1;
+                    *waiting.entry(super::ledger::waiting_key(*id, &ev.meta)).or_insert(0) += 1;
                 }
             }
         }

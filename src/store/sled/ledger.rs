@@ -10,18 +10,18 @@
 //!   crash loses of them is the records above the mark, which the next open counts
 //!   ([`SledState::recount_appended`]); a reading adds the unsaved counts.
 //! - `waiting` is the inbox, tallied in memory per hour, source and event (`waiting`),
-//!   rebuilt from the records at open.
+//!   rebuilt at open by the same scan that counts the inbox (`SledState::rebuild`).
 //! - A reading holds `last_id` and the lifecycle lock, so no append or rule lands
 //!   between its counters and its tally.
 
 use std::collections::BTreeMap;
 
-use super::codec::{awaits_outcome, decode_meta, outcome_key};
+use super::codec::decode_meta;
 use super::{SledState, META, OUTCOMES, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::ledger::{self, Count, LedgerEdits, LedgerKey};
-use crate::store::{DeliveryState, EventId, LedgerReading, StoreError};
+use crate::store::{DeliveryState, EventId, EventMeta, LedgerReading, StoreError};
 
 /// First byte of a ledger key in `outcomes` (event outcomes start with 0x00 or 0x01,
 /// the cursor with `d`).
@@ -33,6 +33,11 @@ pub(super) const START_KEY: &[u8] = b"ledger_start";
 
 /// The in-memory tally of the inbox: (hour, source, event) -> events waiting.
 pub(super) type Waiting = BTreeMap<(u64, String, String), i64>;
+
+/// Where an event waiting in the inbox is tallied.
+pub(super) fn waiting_key(id: EventId, meta: &EventMeta) -> (u64, String, String) {
+    (ledger::hour_of(id), meta.source.clone(), meta.event.clone())
+}
 
 /// Appends' counts not written yet; changed only under `last_id`.
 #[derive(Default)]
@@ -135,6 +140,23 @@ fn encode_values(values: &[i64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_be_bytes()).collect()
 }
 
+/// A row's new value: `old` (absent: zeros) with `deltas` added.
+fn added(
+    row: &[u8],
+    old: Option<&[u8]>,
+    width: usize,
+    deltas: &Deltas,
+) -> Result<Vec<u8>, StoreError> {
+    let mut values = match old {
+        Some(v) => decode_values(row, v, width)?,
+        None => vec![0; width],
+    };
+    for (slot, n) in deltas {
+        values[*slot] += n;
+    }
+    Ok(encode_values(&values))
+}
+
 /// What to add to which slot of a row.
 type Deltas = Vec<(usize, i64)>;
 /// A row's edit: its key, its width, and its deltas.
@@ -165,14 +187,8 @@ impl SledState {
     fn new_values(&self, edits: &LedgerEdits) -> Result<Vec<RowWrite>, StoreError> {
         let mut out = Vec::new();
         for (row, width, deltas) in by_row(edits)? {
-            let mut values = match self.outcomes.get(&row)? {
-                Some(v) => decode_values(&row, &v, width)?,
-                None => vec![0; width],
-            };
-            for (slot, n) in deltas {
-                values[slot] += n;
-            }
-            out.push((row, encode_values(&values)));
+            let value = added(&row, self.outcomes.get(&row)?.as_deref(), width, &deltas)?;
+            out.push((row, value));
         }
         Ok(out)
     }
@@ -186,9 +202,7 @@ impl SledState {
         last: u64,
     ) -> Result<(), StoreError> {
         let mut unsaved = lock(&self.unsaved);
-        for (key, n) in edits {
-            *unsaved.edits.entry(key.clone()).or_insert(0) += n;
-        }
+        ledger::merge(&mut unsaved.edits, edits);
         unsaved.last = last;
         unsaved.events += events;
         let since = *unsaved.since.get_or_insert_with(std::time::Instant::now);
@@ -230,14 +244,9 @@ impl SledState {
     ) -> Result<(), sled::transaction::ConflictableTransactionError<StoreError>> {
         use sled::transaction::ConflictableTransactionError as Txe;
         for (row, width, deltas) in by_row(edits).map_err(Txe::Abort)? {
-            let mut values = match outcomes.get(&row)? {
-                Some(v) => decode_values(&row, &v, width).map_err(Txe::Abort)?,
-                None => vec![0; width],
-            };
-            for (slot, n) in deltas {
-                values[slot] += n;
-            }
-            outcomes.insert(row, encode_values(&values))?;
+            let old = outcomes.get(&row)?;
+            let value = added(&row, old.as_deref(), width, &deltas).map_err(Txe::Abort)?;
+            outcomes.insert(row, value)?;
         }
         Ok(())
     }
@@ -248,7 +257,7 @@ impl SledState {
         let start = self.ledger_start();
         let mut waiting = lock(&self.waiting);
         for (id, meta) in changes.dispatched.range(start..) {
-            let key = (ledger::hour_of(*id), meta.source.clone(), meta.event.clone());
+            let key = waiting_key(*id, meta);
             if let Some(n) = waiting.get_mut(&key) {
                 *n -= 1;
                 if *n == 0 {
@@ -278,9 +287,9 @@ impl SledState {
         }
     }
 
-    /// Counts the records above the append mark (a crash came between an append's
-    /// batch and its counters), and tallies the inbox from `cursor` on.
-    pub(super) fn recount_appended(&self, cursor: u64) -> Result<(), StoreError> {
+    /// Counts the records above the append mark (a crash came between their append
+    /// and the save of its counts).
+    pub(super) fn recount_appended(&self) -> Result<(), StoreError> {
         let start = self.ledger_start();
         let mark = match self.outcomes.get(APPENDED_KEY)? {
             Some(v) => {
@@ -292,36 +301,22 @@ impl SledState {
             }
             None => start.raw().saturating_sub(1),
         };
-        let corrupt =
-            |key: &[u8], reason| StoreError::Corrupt { table: RECORDS, key: hex(key), reason };
         let mut edits = LedgerEdits::new();
         let mut last = mark;
         for item in self.records.range(EventId::new(mark.saturating_add(1)).to_key()..) {
             let (key, value) = item?;
             let Some(id) = EventId::from_key(&key) else { break };
-            let meta = decode_meta(&value).map_err(|r| corrupt(&key, r))?;
+            let meta = decode_meta(&value).map_err(|reason| StoreError::Corrupt {
+                table: RECORDS,
+                key: hex(&key),
+                reason,
+            })?;
             ledger::appended(&mut edits, id, &meta, start);
             last = id.raw();
         }
         if last != mark {
             self.count_appended(&edits, last)?;
         }
-        let mut waiting = Waiting::new();
-        let from = EventId::new(cursor.saturating_add(1)).max(start);
-        for item in self.records.range(from.to_key()..) {
-            let (key, value) = item?;
-            let Some(id) = EventId::from_key(&key) else { break };
-            if !awaits_outcome(&value)
-                || self
-                    .outcomes
-                    .contains_key(outcome_key(&key, &value).map_err(|r| corrupt(&key, r))?)?
-            {
-                continue;
-            }
-            let meta = decode_meta(&value).map_err(|r| corrupt(&key, r))?;
-            *waiting.entry((ledger::hour_of(id), meta.source, meta.event)).or_insert(0) += 1;
-        }
-        *lock(&self.waiting) = waiting;
         Ok(())
     }
 
@@ -357,12 +352,7 @@ impl SledState {
                 }
             }
         }
-        for (key, n) in &lock(&self.unsaved).edits {
-            if (from_hour..to_hour).contains(&key.hour) {
-                *counts.entry(key.clone()).or_insert(0) += n;
-            }
-        }
-        counts.retain(|_, n| *n != 0);
+        ledger::merge(&mut counts, &ledger::hours(&lock(&self.unsaved).edits, from_hour, to_hour));
         let waiting = lock(&self.waiting);
         for ((hour, source, event), n) in waiting.range((from_hour, String::new(), String::new())..)
         {
@@ -386,10 +376,9 @@ impl SledState {
     ) -> Result<(), StoreError> {
         let _rules = lock(&self.lifecycle);
         let edits = ledger::triggered(hour, source, event, n);
-        self.outcomes.transaction(|tx| Self::write_edits(tx, &edits)).map_err(|e| match e {
-            sled::transaction::TransactionError::Abort(e) => e,
-            sled::transaction::TransactionError::Storage(e) => e.into(),
-        })?;
+        self.outcomes
+            .transaction(|tx| Self::write_edits(tx, &edits))
+            .map_err(super::apply::tx_error)?;
         self.durable()
     }
 }

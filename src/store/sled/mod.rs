@@ -325,20 +325,28 @@ impl SledState {
             let start = Self::open_ledger(&self.meta, *last_id)?;
             self.ledger_start.store(start.raw(), Ordering::Relaxed);
         }
-        self.recount_appended(cursor)?;
+        self.recount_appended()?;
+        // The inbox: its count, and its tally for the ledger's `waiting`.
+        let start = self.ledger_start();
         let mut awaiting: i64 = 0;
+        let mut waiting = ledger::Waiting::new();
         for item in self.records.range(EventId::new(cursor.saturating_add(1)).to_key()..) {
             let (key, value) = item?;
-            if codec::awaits_outcome(&value) {
-                let outcome = codec::outcome_key(&key, &value).map_err(|reason| {
-                    StoreError::Corrupt { table: RECORDS, key: hex(&key), reason }
-                })?;
-                if !self.outcomes.contains_key(outcome)? {
-                    awaiting += 1;
-                }
+            if !codec::awaits_outcome(&value) {
+                continue;
+            }
+            let corrupt = |reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
+            if self.outcomes.contains_key(codec::outcome_key(&key, &value).map_err(corrupt)?)? {
+                continue;
+            }
+            awaiting += 1;
+            if let Some(id) = EventId::from_key(&key).filter(|id| *id >= start) {
+                let meta = decode_meta(&value).map_err(corrupt)?;
+                *waiting.entry(ledger::waiting_key(id, &meta)).or_insert(0) += 1;
             }
         }
         self.inbox_count.store(awaiting, Ordering::Relaxed);
+        *crate::lock::lock(&self.waiting) = waiting;
         // From the indexes (the live queue), not from every record kept for retention.
         let mut counts = QueueCounts::default();
         for item in self.schedule.iter() {
