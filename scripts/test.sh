@@ -44,6 +44,15 @@ if [[ "$("$fuzz/bin/schemathesis" --version 2>/dev/null || true)" != *4.32.5* ]]
   "$fuzz/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 fi
 "$fuzz/bin/schemathesis" --version
+# opentelemetry-proto (the OpenTelemetry project's generated types) decodes the relay's
+# OTLP trace exports (tests/integration/traces.rs, scripts/otlp_decode.py), in a
+# virtualenv of its own: its protobuf must not meet checkov's dependencies.
+otlp=target/otlp
+if ! "$otlp/bin/python3" -c "import opentelemetry.proto" 2>/dev/null; then
+  python3 -m venv "$otlp"
+  "$otlp/bin/pip" install --quiet --disable-pip-version-check opentelemetry-proto==1.45.2 protobuf==7.36.2
+fi
+"$otlp/bin/python3" -c "import opentelemetry.proto; print('opentelemetry-proto ok')"
 export PATH="$PATH:$PWD/$tools/bin"
 # kubectl renders the PostgreSQL overlay (kustomize) for its test.
 command -v kubectl >/dev/null 2>&1 || {

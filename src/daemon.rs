@@ -81,12 +81,16 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let destinations = Arc::new(
         Destinations::new(&config, store.clone()).await.context("setting up destinations")?,
     );
+    // This relay's name on its delivery claims.
+    let owner = format!("relay-{}-{:08x}", std::process::id(), fastrand::u32(..));
+    let salt = trace_salt(&store).await.context("reading the store's trace salt")?;
+    let (tracer, export) =
+        crate::telemetry::export::start(&config.telemetry, salt, &owner, metrics.clone())
+            .context("setting up the trace export ([telemetry])")?;
     let client = crate::destinations::client().context("building the HTTP client")?;
     let (stop_trigger, stop) = StopTrigger::new();
     let supervisor =
         Supervisor { readiness: readiness.clone(), metrics: metrics.clone(), stop: stop.clone() };
-    // This relay's name on its delivery claims.
-    let owner = format!("relay-{}-{:08x}", std::process::id(), fastrand::u32(..));
     // On a shared store, each destination's limits are divided among the relays.
     metrics.relay.fleet_relays.set(1);
     let (fleet, fleet_task) =
@@ -101,6 +105,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
                 space: space.clone(),
                 metrics: metrics.clone(),
                 client,
+                tracer: tracer.clone(),
             },
             stop.clone(),
         )
@@ -122,6 +127,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         destinations.clone(),
         committed,
         space.clone(),
+        tracer.clone(),
     );
     let dispatch_task = supervisor.watch(
         "dispatcher",
@@ -192,6 +198,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         config.ingress.max_body_bytes,
         config.ingress.body_timeout,
         space.clone(),
+        tracer,
     );
     let (ingress_server, ingress_addrs) =
         ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
@@ -247,6 +254,10 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         for task in delivery_tasks {
             let _ = task.await;
         }
+        // Nothing records spans any more: the last ones go out.
+        if let Some(export) = export {
+            export.finish(EXPORT_FINISH).await;
+        }
         admin_handle.stop(true).await;
     };
     if tokio::time::timeout(grace, drain).await.is_err() {
@@ -277,6 +288,26 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     })?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Longest the last traces may take to be exported at shutdown (within the grace).
+const EXPORT_FINISH: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The store's trace salt (`telemetry/ids.rs`). The store was just opened; a database
+/// that fails right after is waited for a little, as at open.
+async fn trace_salt(store: &SharedStore) -> anyhow::Result<crate::telemetry::ids::Salt> {
+    let mut backoff = OPEN_BACKOFF;
+    loop {
+        match crate::telemetry::export::salt(store).await {
+            Ok(salt) => return Ok(salt),
+            Err(e) if e.is_transient() && backoff < OPEN_BACKOFF_MAX => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "cannot read the trace salt yet");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// First wait between two tries to open a database that is not there, doubled after

@@ -36,6 +36,7 @@ mod delivery;
 pub(crate) mod duration;
 mod reference;
 mod secret;
+mod telemetry;
 mod upstream;
 mod validate;
 
@@ -51,6 +52,7 @@ pub(crate) use delivery::{
 };
 pub(crate) use reference::reference;
 pub(crate) use secret::{mask_url, EnvLookup, Secret, SecretSpec, MASK};
+pub(crate) use telemetry::TelemetryConfig;
 pub(crate) use upstream::{AccountAuth, AccountConfig, UpstreamConfig};
 
 /// The file `serve` and `check-config` read unless told otherwise.
@@ -84,6 +86,7 @@ pub(crate) struct Config {
     pub(crate) admin: AdminConfig,
     pub(crate) storage: StorageConfig,
     pub(crate) log: LogConfig,
+    pub(crate) telemetry: TelemetryConfig,
     pub(crate) shutdown: ShutdownConfig,
     pub(crate) sources: Vec<SourceConfig>,
     pub(crate) delivery: DeliveryConfig,

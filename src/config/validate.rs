@@ -123,6 +123,7 @@ impl Config {
             problems.push("ingress.body_timeout: must be between 1s and 1h".into());
         }
         self.validate_storage(env, &mut problems);
+        problems.extend(self.telemetry.problems());
         if self.shutdown.grace.is_zero() {
             problems.push("shutdown.grace: must be greater than 0".into());
         }
@@ -321,7 +322,7 @@ fn check_destination(
             problems.push(format!("{key}.headers.{name}: not a valid HTTP header"));
         } else if lower.starts_with("webhook-")
             || lower.starts_with("hookrelay-")
-            || matches!(lower.as_str(), "content-type" | "content-length" | "host")
+            || matches!(lower.as_str(), "content-type" | "content-length" | "host" | "traceparent")
         {
             problems.push(format!("{key}.headers.{name}: set by the relay, cannot be overridden"));
         }

@@ -132,6 +132,8 @@ pub(crate) struct RelayContext {
     pub(crate) space: Arc<crate::space::Space>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) client: reqwest::Client,
+    /// Each attempt's span, and the `traceparent` it sends.
+    pub(crate) tracer: Arc<crate::telemetry::Tracer>,
 }
 
 /// Every configured destination, by name.
@@ -201,6 +203,7 @@ impl Destinations {
                     store: self.store.clone(),
                     metrics: relay.metrics.clone(),
                     client: relay.client.clone(),
+                    tracer: relay.tracer.clone(),
                     shaped: std::sync::Mutex::default(),
                 };
                 (format!("delivery:{}", state.dest.name), tokio::spawn(worker.run(stop.clone())))

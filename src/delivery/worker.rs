@@ -24,6 +24,7 @@ use crate::shape;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{Attempt, AttemptWrite, Claim, SharedStore};
+use crate::telemetry::trace;
 
 impl pacer::Leased for Claim {
     fn expires_us(&self) -> u64 {
@@ -46,6 +47,7 @@ pub(super) struct Worker {
     pub(super) store: SharedStore,
     pub(super) metrics: Arc<Metrics>,
     pub(super) client: reqwest::Client,
+    pub(super) tracer: Arc<crate::telemetry::Tracer>,
     /// Bodies the destination's transform made for claims taken ahead, by claim token:
     /// a claimed batch is transformed in one hand-over to the jq threads.
     pub(super) shaped: std::sync::Mutex<HashMap<u64, Result<shape::Sent, String>>>,
@@ -317,6 +319,8 @@ impl Worker {
     ) -> anyhow::Result<()> {
         let dest = &self.state.dest;
         let started_us = crate::clock::now_us();
+        // The attempt's span: its id goes to the consumer in the `traceparent`.
+        let span_id = crate::telemetry::ids::random_span();
         let made = lock(&self.shaped).remove(&claim.token);
         let shaped = match (&claim.meta, &claim.body, made) {
             (Some(_), Some(_), Some(made)) => Some(made),
@@ -325,13 +329,13 @@ impl Worker {
             }
             _ => None,
         };
-        let (report, meta) = match (&claim.meta, shaped) {
+        let (report, meta, sent) = match (&claim.meta, shaped) {
             (Some(_), Some(Err(reason))) => {
                 drop(permit);
                 self.finished(probe, Health::NotSent);
                 TransformFailed { event: claim.event, destination: &dest.name, reason: &reason }
                     .emit(&self.metrics);
-                (AttemptReport::not_sent(started_us, reason), claim.meta.as_ref())
+                (AttemptReport::not_sent(started_us, reason), claim.meta.as_ref(), false)
             }
             (Some(meta), Some(Ok((body, content_type)))) => {
                 let span = tracing::Span::current();
@@ -339,6 +343,7 @@ impl Worker {
                 span.record("event", meta.event.as_str());
                 // The same id on every attempt, by any relay: consumers dedup on it.
                 let webhook_id = format!("evt_{}_{}", claim.event, dest.name);
+                let traceparent = self.tracer.traceparent(claim.event, span_id).header();
                 let answer = dest
                     .send(
                         &self.client,
@@ -349,6 +354,7 @@ impl Worker {
                             content_type: content_type.as_deref(),
                             body,
                             attempt: claim.record.total_attempts + 1,
+                            traceparent: &traceparent,
                         },
                     )
                     .await;
@@ -368,14 +374,14 @@ impl Worker {
                     class: answer.class,
                     jitter: fastrand::f64(),
                 };
-                (report, Some(meta))
+                (report, Some(meta), true)
             }
             _ => {
                 drop(permit);
                 self.finished(probe, Health::NotSent);
                 let report =
                     AttemptReport::not_sent(started_us, "the event is no longer stored".into());
-                (report, None)
+                (report, None, false)
             }
         };
         let (status, error, class) =
@@ -387,11 +393,29 @@ impl Worker {
         self.state.wake.notify_one();
         let recorded = recorded?;
         let verdict = match recorded {
-            AttemptWrite::Done(v) => v,
-            AttemptWrite::Stale | AttemptWrite::ClaimLost => {
-                tracing::debug!(?recorded, "attempt not recorded: the delivery moved meanwhile");
-                return Ok(());
-            }
+            AttemptWrite::Done(v) => Some(v),
+            AttemptWrite::Stale | AttemptWrite::ClaimLost => None,
+        };
+        if let Some(meta) = meta {
+            let attempt = trace::AttemptSpan {
+                event: claim.event,
+                meta,
+                span: span_id,
+                destination: &dest.name,
+                host: dest.host(),
+                number: claim.record.total_attempts + 1,
+                start_us: started_us,
+                end_us: crate::clock::now_us(),
+                sent,
+                status,
+                error: error.as_deref(),
+                verdict,
+            };
+            self.tracer.record(|salt| trace::attempt(salt, &attempt));
+        }
+        let Some(verdict) = verdict else {
+            tracing::debug!(?recorded, "attempt not recorded: the delivery moved meanwhile");
+            return Ok(());
         };
         AttemptRecorded {
             event: claim.event,

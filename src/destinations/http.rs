@@ -19,6 +19,8 @@ pub(crate) struct Request<'a> {
     pub(crate) body: bytes::Bytes,
     /// 1 for the first attempt.
     pub(crate) attempt: u32,
+    /// The attempt's W3C trace context: the consumer's spans join the event's trace.
+    pub(crate) traceparent: &'a str,
 }
 
 /// What an answer (or its absence) means for the delivery: the lifecycle's own type.
@@ -50,7 +52,8 @@ impl Destination {
             .header("webhook-timestamp", timestamp.to_string())
             .header("hookrelay-event", req.event)
             .header("hookrelay-source", req.source)
-            .header("hookrelay-attempt", req.attempt.to_string());
+            .header("hookrelay-attempt", req.attempt.to_string())
+            .header("traceparent", req.traceparent);
         if let Some(ct) = req.content_type.and_then(|c| HeaderValue::from_str(c).ok()) {
             builder = builder.header(CONTENT_TYPE, ct);
         }

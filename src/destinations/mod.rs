@@ -31,6 +31,12 @@ pub(crate) struct Destination {
 }
 
 impl Destination {
+    /// The host requests go to (a span's `server.address`): never the whole URL, which
+    /// may hold a password or a token.
+    pub(crate) fn host(&self) -> Option<&str> {
+        self.url.host_str()
+    }
+
     /// Builds a destination from its validated config.
     pub(crate) fn new(
         config: &DestinationConfig,

@@ -22,6 +22,7 @@ use crate::shutdown::Stop;
 use crate::store::{
     DedupKey, DispatchPlan, DispatchVerdict, FilteredOut, PendingEvent, SharedStore, DISPATCH_LEAD,
 };
+use crate::telemetry::trace;
 
 use route::Router;
 
@@ -134,6 +135,8 @@ pub(crate) struct Dispatcher {
     wake: Arc<Notify>,
     /// Below the free-space floor, dispatch (a write) waits for space.
     space: Arc<crate::space::Space>,
+    /// Each event's dispatch span.
+    tracer: Arc<crate::telemetry::Tracer>,
 }
 
 impl Dispatcher {
@@ -146,6 +149,7 @@ impl Dispatcher {
         destinations: Arc<Destinations>,
         wake: Arc<Notify>,
         space: Arc<crate::space::Space>,
+        tracer: Arc<crate::telemetry::Tracer>,
     ) -> Self {
         let dedup = config
             .sources
@@ -176,7 +180,7 @@ impl Dispatcher {
                 .collect(),
             dedup,
         };
-        Self { store, rules: Arc::new(rules), metrics, destinations, wake, space }
+        Self { store, rules: Arc::new(rules), metrics, destinations, wake, space, tracer }
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
@@ -265,9 +269,14 @@ impl Dispatcher {
             return Ok(0);
         }
 
+        let done = crate::clock::now_us();
         let mut woken = std::collections::HashSet::new();
         for ((event, plan), outcome) in pending.iter().zip(&plans).zip(&outcomes) {
             EventDispatched { event, plan, outcome }.emit(&self.metrics);
+            if !matches!(outcome, DispatchVerdict::Gone) {
+                let (id, meta) = (event.id, &event.meta);
+                self.tracer.record(|salt| trace::dispatch(salt, id, meta, outcome, now, done));
+            }
             if let DispatchVerdict::Dispatched { .. } = outcome {
                 for dest in &plan.destinations {
                     if woken.insert(dest.as_str()) {

@@ -17,6 +17,7 @@ use crate::internal_events::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed, InternalEvent,
 };
 use crate::store::{EventFlag, EventMeta, EventNameOrigin, EventStatus, NewEvent};
+use crate::telemetry::trace;
 
 /// Request headers worth keeping with an event. Never credentials or cookies.
 const KEPT_HEADERS: [&str; 8] = [
@@ -131,9 +132,15 @@ async fn store(
     let status = event.meta.status;
     let event_name = event.meta.event.clone();
     tracing::Span::current().record("event", event_name.as_str());
+    // The callback's span is made once its answer is known (kept only if exported).
+    let traced = state.tracer.exporting().then(|| event.meta.clone());
     match state.store.append(event).await {
         Ok(id) => {
             tracing::Span::current().record("id", tracing::field::display(id));
+            if let Some(meta) = traced {
+                let end = crate::clock::now_us();
+                state.tracer.record(|salt| trace::callback(salt, id, &meta, end));
+            }
             let rejected = status == EventStatus::Rejected;
             CallbackStored { id, source, event: &event_name, rejected, took: started.elapsed() }
                 .emit(m);

@@ -44,6 +44,8 @@ pub(crate) struct IngressState {
     pub(crate) space: Arc<crate::space::Space>,
     /// Throttles the log line of refused callbacks.
     refusals: throttle::Throttle,
+    /// Each stored callback's span (the root of its event's trace).
+    pub(crate) tracer: Arc<crate::telemetry::Tracer>,
 }
 
 impl IngressState {
@@ -54,6 +56,7 @@ impl IngressState {
         max_body_bytes: u64,
         body_timeout: std::time::Duration,
         space: Arc<crate::space::Space>,
+        tracer: Arc<crate::telemetry::Tracer>,
     ) -> Self {
         Self {
             sources: Sources::from_config(sources),
@@ -63,6 +66,7 @@ impl IngressState {
             body_timeout,
             space,
             refusals: throttle::Throttle::default(),
+            tracer,
         }
     }
 }

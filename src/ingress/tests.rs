@@ -29,6 +29,10 @@ async fn a_store_failure_closes_the_connection_without_any_status() {
         1024,
         std::time::Duration::from_secs(30),
         space,
+        Arc::new(crate::telemetry::Tracer::silent(
+            crate::telemetry::ids::Salt::random(),
+            metrics.clone(),
+        )),
     );
     let listen = "127.0.0.1:0".parse().unwrap();
     let (server, addrs) = server(listen, 1, Duration::from_secs(1), state).unwrap();

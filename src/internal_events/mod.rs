@@ -13,6 +13,7 @@ mod dispatch;
 mod ingress;
 mod store;
 mod tasks;
+mod telemetry;
 mod upstream;
 
 pub(crate) use console::{ConsoleSignIn, SignIn};
@@ -26,6 +27,7 @@ pub(crate) use ingress::{
 };
 pub(crate) use store::{AuditChecked, CommitGroup, EventStored, StoreFailed, StoreProbed};
 pub(crate) use tasks::{EventsPruned, FleetCounted, RelayReady, ShuttingDown, TaskDied};
+pub(crate) use telemetry::{SpanDropped, SpanExportFailed, SpansExported};
 pub(crate) use upstream::{
     AccountReconciled, HookTransition, ReconcilerStoreFailed, StoredGapUnreadable, TokenRefreshed,
     UpstreamRequest,

@@ -222,6 +222,9 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     check(vec![FleetCounted { relays: 2, recovered: true }], s);
     check(vec![RelayReady { sources: 1 }], s);
     check(vec![ShuttingDown { reason: "SIGTERM", grace: took }], s);
+    check(vec![SpansExported { spans: 3, recovered: true }], s);
+    check(vec![SpanExportFailed { spans: 3, why: "HTTP 503", logged: true }], s);
+    check(vec![SpanDropped], s);
 
     let account = AccountId { source: "demo".into(), account: "alice".into() };
     let a = &account;

@@ -69,6 +69,7 @@ fn fixed_values(family: &str, label: &str) -> Option<Vec<&'static str>> {
         ("hookrelay_ingress_requests_total", "outcome") => Some(ingress_outcome::ALL.to_vec()),
         ("hookrelay_deliveries_total", "outcome") => Some(DELIVERY_OUTCOMES.to_vec()),
         ("hookrelay_deliveries_filtered_total", "cause") => Some(vec!["no_match", "error"]),
+        ("hookrelay_trace_spans_total", "outcome") => Some(vec!["exported", "failed", "dropped"]),
         ("hookrelay_queue_depth", "state") => Some(vec!["pending", "held", "retrying", "dead"]),
         _ => None,
     }

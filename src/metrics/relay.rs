@@ -13,6 +13,7 @@ pub(crate) struct RelayMetrics {
     pub(crate) task_failures: IntCounterVec,
     pub(crate) internal_errors: IntCounterVec,
     pub(crate) console_sign_ins: IntCounterVec,
+    pub(crate) trace_spans: IntCounterVec,
 }
 
 impl RelayMetrics {
@@ -43,6 +44,13 @@ impl RelayMetrics {
                 "Sign-ins to the console, by result: ok, wrong_token, throttled (too many \
                  wrong tokens from one address, or from all, within a minute).",
                 &["result"],
+            )?,
+            trace_spans: r.counter_vec(
+                "hookrelay_trace_spans_total",
+                "Spans of callbacks' traces ([telemetry] otlp_endpoint), by outcome: exported \
+                 (the receiver took them), failed (the export failed three times), dropped \
+                 (the export queue was full).",
+                &["outcome"],
             )?,
         })
     }

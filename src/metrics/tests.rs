@@ -54,6 +54,7 @@ fn touch_all(m: &Metrics) {
     m.store.inbox_events.set(1);
     m.relay.ready.set(1);
     m.relay.console_sign_ins.with_label_values(&["ok"]).inc();
+    m.relay.trace_spans.with_label_values(&["exported"]).inc();
     for v in [
         &m.dispatch.events_dispatched,
         &m.dispatch.events_deduplicated,

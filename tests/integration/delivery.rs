@@ -89,6 +89,9 @@ async fn copies_of_one_occurrence_are_delivered_once_per_destination() {
     assert_eq!(r.header("hookrelay-event"), Some("ActionUpdated"));
     assert_eq!(r.header("hookrelay-source"), Some("demo"));
     assert_eq!(r.header("hookrelay-attempt"), Some("1"));
+    // A W3C trace context on every delivery; not sampled: this relay exports no traces.
+    let tp: Vec<&str> = r.header("traceparent").expect("traceparent").split('-').collect();
+    assert_eq!((tp.len(), tp[0], tp[1].len(), tp[2].len(), tp[3]), (4, "00", 32, 16, "00"));
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert!(r.header("webhook-timestamp").unwrap().parse::<i64>().is_ok());
     assert_eq!(r.header("webhook-signature"), None, "no secret, no signature");

@@ -35,4 +35,5 @@ mod shape;
 mod shutdown;
 mod signatures;
 mod sim;
+mod traces;
 mod upstream;

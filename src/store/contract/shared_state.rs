@@ -1,11 +1,13 @@
-//! The hook lifecycle's small shared state: rotated OAuth2 refresh tokens, pending
-//! gaps, the account's status, keyed by text.
+//! The relay's small shared state, keyed by text: the hook lifecycle's (rotated OAuth2
+//! refresh tokens, pending gaps, the accounts' status) and the trace salt
+//! (`telemetry/ids.rs`).
 
 use async_trait::async_trait;
 
 use crate::store::StoreError;
 
-/// A small durable map every relay on the store sees (`upstream/` keeps its keys).
+/// A small durable map every relay on the store sees (`upstream/` keeps its keys, and
+/// `telemetry/` one).
 #[async_trait]
 pub(crate) trait SharedState: Send + Sync {
     /// The value of `key`, if set.

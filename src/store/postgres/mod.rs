@@ -545,4 +545,22 @@ mod tests {
         let got = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap();
         assert!(got >= released);
     }
+
+    /// Relays starting together agree on one trace salt: a fleet derives one trace per
+    /// callback, whichever relay attempts it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn relays_starting_together_agree_on_one_trace_salt() {
+        use crate::store::SharedStore;
+        use crate::telemetry::export::salt;
+        use std::sync::Arc;
+        let (a, b) = two_relays("salt").await;
+        let (a, b): (SharedStore, SharedStore) = (Arc::new(a), Arc::new(b));
+        for _ in 0..5 {
+            a.upstream_put(crate::telemetry::ids::SALT_KEY, None).await.unwrap();
+            let (x, y) = tokio::join!(salt(&a), salt(&b));
+            let (x, y) = (x.unwrap(), y.unwrap());
+            assert_eq!(x, y, "two salts for one store");
+            assert_eq!(salt(&b).await.unwrap(), x, "the salt is kept");
+        }
+    }
 }

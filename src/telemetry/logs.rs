@@ -1,4 +1,4 @@
-//! Logging setup: human-readable lines by default, JSON lines on request.
+//! Log lines: human-readable by default, JSON lines on request.
 
 use std::io::IsTerminal;
 
