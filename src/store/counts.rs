@@ -2,7 +2,7 @@
 //! owns: a scrape or an admin listing reads them instead of scanning the schedule and
 //! the dead letters. Rebuilt at open from the stored records.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use super::{DeliveryRecord, DeliveryState, EventId, QueueStats};
 
@@ -12,8 +12,26 @@ struct Counts {
     retrying: u64,
     held: u64,
     dead: u64,
-    /// Events with a delivery scheduled, for the oldest one.
-    scheduled: BTreeSet<EventId>,
+    /// Deliveries scheduled, by the second of their event's id (see
+    /// [`QueueStats::second_of`]): the oldest is the first key. Bounded by the seconds
+    /// a backlog spans, not by its size.
+    scheduled: BTreeMap<u64, u64>,
+}
+
+impl Counts {
+    fn schedule(&mut self, event: EventId) {
+        *self.scheduled.entry(QueueStats::second_of(event).raw() / 1_000_000).or_default() += 1;
+    }
+
+    fn unschedule(&mut self, event: EventId) {
+        let second = QueueStats::second_of(event).raw() / 1_000_000;
+        if let Some(n) = self.scheduled.get_mut(&second) {
+            *n -= 1;
+            if *n == 0 {
+                self.scheduled.remove(&second);
+            }
+        }
+    }
 }
 
 /// Per destination.
@@ -52,9 +70,9 @@ impl QueueCounts {
         *n = if add { *n + 1 } else { n.saturating_sub(1) };
         if r.state.is_scheduled() {
             if add {
-                c.scheduled.insert(r.event);
+                c.schedule(r.event);
             } else {
-                c.scheduled.remove(&r.event);
+                c.unschedule(r.event);
             }
         }
     }
@@ -73,7 +91,7 @@ impl QueueCounts {
             | DeliveryState::Superseded => {}
         }
         if state.is_scheduled() {
-            c.scheduled.insert(event);
+            c.schedule(event);
         }
     }
 
@@ -95,7 +113,7 @@ impl QueueCounts {
             held: c.held,
             retrying: c.retrying,
             dead: c.dead,
-            oldest: c.scheduled.first().copied(),
+            oldest: c.scheduled.first_key_value().map(|(s, _)| EventId::new(s * 1_000_000)),
         })
     }
 }

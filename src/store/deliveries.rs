@@ -295,8 +295,19 @@ pub(crate) struct QueueStats {
     pub(crate) held: u64,
     pub(crate) retrying: u64,
     pub(crate) dead: u64,
-    /// Id of the oldest event still scheduled (ids start from the receive time).
+    /// Id of the oldest event still scheduled, to the second ([`QueueStats::second_of`]:
+    /// ids start from the receive time in µs).
     pub(crate) oldest: Option<EventId>,
+}
+
+impl QueueStats {
+    /// An id rounded down to its second, what [`QueueStats::oldest`] holds: the age it
+    /// gives is a gauge in seconds, and a backend that keeps the queue in memory keeps
+    /// one count per second of receive time, not one entry per scheduled delivery
+    /// (10 million pending deliveries were ~300 MB of a sled relay's memory).
+    pub(crate) fn second_of(id: EventId) -> EventId {
+        EventId::new(id.raw() / 1_000_000 * 1_000_000)
+    }
 }
 
 /// Which dead letters to list or replay.

@@ -148,6 +148,18 @@ impl Relay {
         config_text: &str,
         env: &[(&str, &str)],
     ) -> Relay {
+        Self::start_listening_within(bin, dir, config_text, env, Duration::from_secs(30)).await
+    }
+
+    /// Like [`Relay::start_listening`], waiting at most `within` for the listeners (a
+    /// large store takes its time to open: the capacity bench).
+    pub async fn start_listening_within(
+        bin: &str,
+        dir: &Path,
+        config_text: &str,
+        env: &[(&str, &str)],
+        within: Duration,
+    ) -> Relay {
         let config_path: PathBuf = dir.join("hookrelay.toml");
         std::fs::write(&config_path, config_text).unwrap();
         let mut child = Command::new(bin)
@@ -163,7 +175,7 @@ impl Relay {
         let (logs, rx) = read_logs(child.stderr.take().unwrap());
         let (mut ingress, mut admin) = (None, None);
         while ingress.is_none() || admin.is_none() {
-            match rx.recv_timeout(Duration::from_secs(30)) {
+            match rx.recv_timeout(within) {
                 Ok((name, addr)) if name == "ingress" => ingress = Some(addr),
                 Ok((_, addr)) => admin = Some(addr),
                 Err(_) => {
@@ -183,7 +195,12 @@ impl Relay {
 
     /// Waits until `/readyz` answers 200 (at most 30 s).
     pub async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.wait_ready_within(Duration::from_secs(30)).await;
+    }
+
+    /// Waits until `/readyz` answers 200, at most `within`.
+    pub async fn wait_ready_within(&self, within: Duration) {
+        let deadline = Instant::now() + within;
         loop {
             let url = format!("http://{}/readyz", self.admin);
             if let Ok(r) = self.client.get(&url).send().await {

@@ -257,7 +257,7 @@ impl DeliveryQueue for PostgresStore {
             held: us_of(r.get(1)),
             retrying: us_of(r.get(2)),
             dead: us_of(r.get(3)),
-            oldest: r.get::<_, Option<i64>>(4).map(id_of),
+            oldest: r.get::<_, Option<i64>>(4).map(id_of).map(QueueStats::second_of),
         })
     }
 

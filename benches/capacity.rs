@@ -1,0 +1,303 @@
+//! Capacity of the embedded store at a firm's volume: what the relay costs in memory,
+//! disk and restart time as its history grows, release build, shipped defaults
+//! (sled, durable, 7 days of retention), one destination.
+//!
+//! Two cases, each filled through the ingress (64 connections, ~750-byte
+//! upstream-shaped bodies, each distinct) up to every point of `BENCH_POINTS`:
+//! - `kept`: the destination answers 200; every event is delivered and kept for
+//!   retention (the steady state of a relay in service);
+//! - `backlog`: the destination is paused first; every event waits as a pending
+//!   delivery (a consumer down for a long while).
+//!
+//! At each point: the relay's resident memory (RSS) and its high-water mark, the data
+//! directory's bytes per event and as a multiple of the body bytes, the p99 of the ack
+//! latency under a steady 200 callbacks/s for 10 s, then a crash (SIGKILL) and the
+//! time from the restart to `/readyz` answering 200, with the RSS once ready and 20 s
+//! later. The slope per retained event (RSS and disk) is printed between points.
+//!
+//! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
+//! `1000000`; `BENCH_CASES`, default `kept,backlog`; `BENCH_BASELINE`, an older build
+//! measured the same way after this one).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::env_or;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::sink::Sink;
+use tokio::sync::Semaphore;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const CONNECTIONS: usize = 64;
+/// The steady load the ack latency is measured under.
+const PROBE_RATE: u64 = 200;
+const PROBE_SECS: u64 = 10;
+/// How long a restart of a large store may take before the bench gives up.
+const START_BOUND: Duration = Duration::from_secs(900);
+
+/// A callback body shaped like the upstream's, distinct per `n`.
+fn body(n: u64) -> String {
+    serde_json::json!({
+        "jsonapi": {"version": "1.0"},
+        "data": {"type": "actions", "id": n.to_string(), "attributes": {
+            "name": format!("Smith v Jones ({n})"),
+            "description": "Prepare the affidavit and file it with the registry before the hearing; \
+                 call the client about the settlement offer and update the matter notes.",
+            "status": "in_progress", "priority": "normal",
+            "created_at": "2026-11-22T09:14:03Z", "updated_at": "2026-11-22T09:15:41Z",
+            "due_date": "2026-12-01", "assignee": {"id": "1207", "name": "A. Practitioner"},
+            "matter": {"id": (n % 977).to_string(), "number": format!("M-{:06}", n % 977)},
+            "tags": ["litigation", "court", "deadline"]
+        }},
+        "meta": {"debug": {"resthook": {"id": "46", "trigger_count": n, "event_name": "ActionUpdated"}}}
+    })
+    .to_string()
+}
+
+/// Bytes of every file under `dir` (apparent size).
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() { bytes_under(&entry.path()) } else { meta.len() };
+    }
+    total
+}
+
+/// `VmRSS` and `VmHWM` of `pid`, in bytes.
+fn rss(pid: i32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Sends callbacks `from..to` from [`CONNECTIONS`] connections; returns the body bytes.
+async fn fill(relay: &common::Relay, from: u64, to: u64) -> u64 {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap();
+    let url = relay.hook_url(Some("ActionUpdated"));
+    let slots = Arc::new(Semaphore::new(CONNECTIONS));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut sent = 0;
+    for n in from..to {
+        let permit = slots.clone().acquire_owned().await.unwrap();
+        let (client, url) = (client.clone(), url.clone());
+        tasks.spawn(async move {
+            let _permit = permit;
+            let b = body(n);
+            let len = b.len() as u64;
+            let r =
+                client.post(&url).header("content-type", "application/json").body(b).send().await;
+            assert_eq!(r.expect("callback").status(), 200);
+            len
+        });
+        // Reap as we go: millions of finished tasks would otherwise be held.
+        while let Some(done) = tasks.try_join_next() {
+            sent += done.unwrap();
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        sent += done.unwrap();
+    }
+    sent
+}
+
+/// The p99 ack latency of callbacks `from..` sent at [`PROBE_RATE`] for [`PROBE_SECS`].
+async fn probe_p99(relay: &common::Relay, from: u64) -> Duration {
+    let client = reqwest::Client::new();
+    let url = relay.hook_url(Some("ActionUpdated"));
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / PROBE_RATE));
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in from..from + PROBE_RATE * PROBE_SECS {
+        tick.tick().await;
+        let (client, url) = (client.clone(), url.clone());
+        tasks.spawn(async move {
+            let started = Instant::now();
+            let r = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body(n))
+                .send()
+                .await;
+            assert_eq!(r.expect("callback").status(), 200);
+            started.elapsed()
+        });
+    }
+    let mut took: Vec<Duration> = Vec::new();
+    while let Some(t) = tasks.join_next().await {
+        took.push(t.unwrap());
+    }
+    took.sort();
+    took[took.len() * 99 / 100]
+}
+
+fn config(dir: &Path, sink: &Sink) -> String {
+    let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
+    common::config_with(&dir.join("data"), "", &tail)
+        .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"")
+}
+
+/// Waits until the relay has recorded `n` successful deliveries (the kept case).
+async fn delivered(relay: &common::Relay, n: u64) {
+    loop {
+        let text = relay.metrics().await;
+        let done = common::metric(&text, "hookrelay_deliveries_total", &[("outcome", "success")])
+            .unwrap_or(0.0);
+        if done as u64 >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What one point measured.
+struct Point {
+    events: u64,
+    fill_rate: f64,
+    rss: u64,
+    hwm: u64,
+    disk: u64,
+    body_bytes: u64,
+    ack_p99: Duration,
+    restart: Duration,
+    rss_ready: u64,
+    rss_later: u64,
+}
+
+async fn start(bin: &str, dir: &Path, text: &str) -> (common::Relay, Duration) {
+    let started = Instant::now();
+    let relay = common::Relay::start_listening_within(bin, dir, text, &[], START_BOUND).await;
+    relay.wait_ready_within(START_BOUND).await;
+    (relay, started.elapsed())
+}
+
+/// One case on one build, through every point.
+async fn case(bin: &str, name: &str, points: &[u64]) -> Vec<Point> {
+    let sink = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(dir.path(), &sink);
+    let (mut relay, _) = start(bin, dir.path(), &text).await;
+    let backlog = name == "backlog";
+    if backlog {
+        assert_eq!(relay.admin_post("/admin/destinations/crm/pause", None).await.0, 200);
+    }
+    let (mut stored, mut body_bytes, mut sent_probe) = (0u64, 0u64, 0u64);
+    let mut out = Vec::new();
+    for &point in points {
+        let fill_from = stored;
+        let started = Instant::now();
+        body_bytes += fill(&relay, 1_000_000_000 + stored, 1_000_000_000 + point).await;
+        stored = point;
+        if !backlog {
+            delivered(&relay, stored + sent_probe).await;
+        }
+        let fill_rate = (point - fill_from) as f64 / started.elapsed().as_secs_f64();
+        // Let sled's flusher and the relay settle before reading the memory.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (rss_now, hwm) = rss(relay.pid());
+        let disk = bytes_under(&dir.path().join("data"));
+        let ack_p99 = probe_p99(&relay, 2_000_000_000 + sent_probe).await;
+        sent_probe += PROBE_RATE * PROBE_SECS;
+        relay.kill();
+        let (again, restart) = start(bin, dir.path(), &text).await;
+        relay = again;
+        let rss_ready = rss(relay.pid()).0;
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let rss_later = rss(relay.pid()).0;
+        let p = Point {
+            events: point,
+            fill_rate,
+            rss: rss_now,
+            hwm,
+            disk,
+            body_bytes,
+            ack_p99,
+            restart,
+            rss_ready,
+            rss_later,
+        };
+        eprintln!(
+            "{name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies), \
+             p99 ack {:.1} ms, restart to ready {:.1} s, RSS {} MB once ready, {} MB 20 s later",
+            p.fill_rate,
+            p.rss >> 20,
+            p.hwm >> 20,
+            p.disk >> 20,
+            p.disk as f64 / p.body_bytes as f64,
+            p.ack_p99.as_secs_f64() * 1e3,
+            p.restart.as_secs_f64(),
+            p.rss_ready >> 20,
+            p.rss_later >> 20
+        );
+        out.push(p);
+    }
+    out
+}
+
+fn main() {
+    let points: Vec<u64> = env_or("BENCH_POINTS", "1000000".to_owned())
+        .split(',')
+        .map(|p| p.trim().parse().expect("BENCH_POINTS: numbers, comma-separated"))
+        .collect();
+    let cases: Vec<String> = env_or("BENCH_CASES", "kept,backlog".to_owned())
+        .split(',')
+        .map(|c| c.trim().to_owned())
+        .collect();
+    let mut builds = vec![("this build".to_owned(), common::binary().to_owned())];
+    if let Ok(bin) = std::env::var("BENCH_BASELINE") {
+        builds.push(("baseline".to_owned(), bin));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut rows = Vec::new();
+        for (label, bin) in &builds {
+            for name in &cases {
+                assert!(name == "kept" || name == "backlog", "BENCH_CASES: kept, backlog");
+                rows.push((label.clone(), name.clone(), case(bin, name, &points).await));
+            }
+        }
+        println!("\nshipped defaults (sled, durable), bodies ~{} B, 64 connections:\n", body(1).len());
+        println!("| build | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s | restart to ready | RSS once ready, +20 s |");
+        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (label, name, points) in &rows {
+            for p in points {
+                println!(
+                    "| {label} | {name} | {} | {:.0} | {} MB ({} MB) | {} MB | {:.2}x | {:.1} ms | {:.1} s | {} MB, {} MB |",
+                    p.events,
+                    p.fill_rate,
+                    p.rss >> 20,
+                    p.hwm >> 20,
+                    p.disk >> 20,
+                    p.disk as f64 / p.body_bytes as f64,
+                    p.ack_p99.as_secs_f64() * 1e3,
+                    p.restart.as_secs_f64(),
+                    p.rss_ready >> 20,
+                    p.rss_later >> 20
+                );
+            }
+            for pair in points.windows(2) {
+                let (a, b) = (&pair[0], &pair[1]);
+                let n = (b.events - a.events) as f64;
+                println!(
+                    "| {label} | {name} | slope {}→{} | | {:.0} B/event | | {:.0} B/event | | {:.2} s per million | |",
+                    a.events,
+                    b.events,
+                    (b.rss as f64 - a.rss as f64) / n,
+                    (b.disk as f64 - a.disk as f64) / n,
+                    (b.restart.as_secs_f64() - a.restart.as_secs_f64()) / n * 1e6
+                );
+            }
+        }
+    });
+}
