@@ -184,7 +184,7 @@ async fn start(bin: &str, dir: &Path, text: &str) -> (common::Relay, Duration) {
 
 /// One case on one build, through every point.
 async fn case(bin: &str, name: &str, points: &[u64]) -> Vec<Point> {
-    let sink = Sink::start().await;
+    let sink = Sink::start_counting().await;
     let dir = tempfile::tempdir().unwrap();
     let text = config(dir.path(), &sink);
     let (mut relay, _) = start(bin, dir.path(), &text).await;

@@ -3,7 +3,7 @@
 //! the config go dead after `retention.removed_destinations` (they would otherwise stay
 //! scheduled for ever, and keep their events).
 
-use crate::internal_events::{EventsPruned, InternalEvent};
+use crate::internal_events::{BodiesPruned, EventsPruned, InternalEvent};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::config::{RetentionConfig, RetryPolicy};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::lifecycle::AttemptReport;
-use crate::store::{AttemptWrite, SharedStore, StoreError};
+use crate::store::{AttemptWrite, EventId, SharedStore, StoreError};
 
 /// Events deleted per store call, so one pass never holds the store for long.
 const CHUNK: usize = 1000;
@@ -65,11 +65,44 @@ pub(crate) async fn run(
                 }
             }
         }
+        if let (true, Some(keep)) = (leads, config.delivered_bodies) {
+            let before = crate::clock::now().checked_sub(keep).map_or(0, unix_micros);
+            if let Err(e) = prune_bodies(&store, before, &metrics, &stop).await {
+                tracing::error!(error = %e, "dropping the bodies of settled events failed; trying again next pass");
+            }
+        }
         tokio::select! {
             _ = tokio::time::sleep(config.interval.max(Duration::from_secs(1))) => {}
             _ = stop.wait() => return,
         }
     }
+}
+
+/// Where the bodies' pass stopped, kept in the store: a restart, or another relay
+/// taking the lead, goes on from there instead of looking at days of events again.
+const BODIES_CURSOR: &str = "retention/bodies_after";
+
+/// Retention by part: the bodies of settled events received before `before_us` go, in
+/// chunks, from where the last pass stopped. An event passed while still owed an
+/// attempt keeps its body until its record goes.
+async fn prune_bodies(
+    store: &SharedStore,
+    before_us: u64,
+    metrics: &Metrics,
+    stop: &Stop,
+) -> Result<(), StoreError> {
+    let stored = store.upstream_get(BODIES_CURSOR).await?;
+    let mut after = stored
+        .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+        .map_or(EventId::new(0), |b| EventId::new(u64::from_be_bytes(b)));
+    while !stop.is_stopped() {
+        let (gone, last) = store.prune_bodies(after, before_us, CHUNK).await?;
+        BodiesPruned(gone).emit(metrics);
+        let Some(last) = last else { break };
+        after = last;
+        store.upstream_put(BODIES_CURSOR, Some(last.raw().to_be_bytes().to_vec())).await?;
+    }
+    Ok(())
 }
 
 /// The store key remembering since when (µs) a destination with deliveries is gone

@@ -119,6 +119,7 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
         Ok((None, _, _)) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
         Err(e) => return store_error(&e),
     };
+    let body_pruned = views::body_pruned(&record.meta, body.as_deref());
     let (body, body_encoding) = match body {
         None => (None, None),
         Some(bytes) => match String::from_utf8(bytes) {
@@ -135,6 +136,7 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
         remote_addr: record.meta.remote_addr.clone(),
         body,
         body_encoding,
+        body_pruned,
         delivery_records: deliveries.iter().map(views::delivery).collect(),
     })
 }
@@ -182,6 +184,19 @@ pub(super) async fn replay(
                 record.meta.status.as_str()
             ),
         );
+    }
+    match state.store.body(id).await {
+        Ok(body) if views::body_pruned(&record.meta, body.as_deref()) => {
+            return error(
+                StatusCode::CONFLICT,
+                format!(
+                    "event {id}'s body was dropped by retention.delivered_bodies: there is \
+                     nothing left to send (its record stays, for the audit and the search)"
+                ),
+            )
+        }
+        Ok(_) => {}
+        Err(e) => return store_error(&e),
     }
     let targets = requested.unwrap_or_else(|| record.meta.destinations.clone());
     if targets.is_empty() {

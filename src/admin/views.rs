@@ -102,3 +102,9 @@ pub(super) fn age_seconds(id: EventId) -> f64 {
     let now = crate::clock::now_us();
     now.saturating_sub(id.raw()) as f64 / 1e6
 }
+
+/// Whether an event's body was dropped by retention by part: a stored event without
+/// one (a rejected event never had one).
+pub(super) fn body_pruned(meta: &crate::store::EventMeta, body: Option<&[u8]>) -> bool {
+    body.is_none() && meta.status != crate::store::EventStatus::Rejected
+}

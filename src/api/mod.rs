@@ -93,6 +93,9 @@ pub(crate) struct EventDetail {
     /// None for a rejected event (its body was not kept).
     pub(crate) body: Option<String>,
     pub(crate) body_encoding: Option<BodyEncoding>,
+    /// The body was dropped by `retention.delivered_bodies` (the record, its
+    /// deliveries and attempts stay); such an event can no longer be replayed.
+    pub(crate) body_pruned: bool,
     #[serde(rename = "deliveries")]
     pub(crate) delivery_records: Vec<Delivery>,
 }

@@ -200,6 +200,15 @@ pub(crate) struct RetentionConfig {
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) delivered: Duration,
+    /// Retention by part: the bodies of those events go this long after they were
+    /// received, their records (meta, deliveries and every attempt) staying for
+    /// `delivered`: the audit, the event pages and the search by resource keep working,
+    /// a replay of such an event is refused. Bodies are most of a store's bytes. An
+    /// event not yet settled at that age keeps its body until its record goes. Unset:
+    /// bodies go with their records.
+    #[schemars(with = "Option<crate::config::duration::Text>")]
+    #[serde(default, with = "duration::option")]
+    pub(crate) delivered_bodies: Option<Duration>,
     /// How often the pruner runs.
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
@@ -217,6 +226,7 @@ impl Default for RetentionConfig {
     fn default() -> Self {
         Self {
             delivered: Duration::from_secs(7 * 24 * 3600),
+            delivered_bodies: None,
             interval: Duration::from_secs(300),
             removed_destinations: Duration::from_secs(24 * 3600),
         }

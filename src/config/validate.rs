@@ -235,6 +235,14 @@ impl Config {
         if self.retention.delivered.is_zero() || self.retention.interval.is_zero() {
             problems.push("retention: `delivered` and `interval` must be greater than 0".into());
         }
+        match self.retention.delivered_bodies {
+            Some(d) if d.is_zero() || d > self.retention.delivered => problems.push(format!(
+                "retention.delivered_bodies: must be greater than 0 and at most \
+                 retention.delivered ({}): a body cannot outlive its record",
+                humantime::format_duration(self.retention.delivered)
+            )),
+            _ => {}
+        }
 
         if problems.is_empty() {
             Ok(())

@@ -379,9 +379,14 @@ impl Worker {
             _ => {
                 drop(permit);
                 self.finished(probe, Health::NotSent);
-                let report =
-                    AttemptReport::not_sent(started_us, "the event is no longer stored".into());
-                (report, None, false)
+                // A replay of an event whose body retention dropped is refused by the
+                // API; one that raced the drop finds nothing to send.
+                let why = if claim.meta.is_some() {
+                    "the event's body was dropped by retention.delivered_bodies"
+                } else {
+                    "the event is no longer stored"
+                };
+                (AttemptReport::not_sent(started_us, why.into()), None, false)
             }
         };
         let (status, error, class) =

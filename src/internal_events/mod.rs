@@ -26,7 +26,9 @@ pub(crate) use ingress::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed,
 };
 pub(crate) use store::{AuditChecked, CommitGroup, EventStored, StoreFailed, StoreProbed};
-pub(crate) use tasks::{EventsPruned, FleetCounted, RelayReady, ShuttingDown, TaskDied};
+pub(crate) use tasks::{
+    BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown, TaskDied,
+};
 pub(crate) use telemetry::{SpanDropped, SpanExportFailed, SpansExported};
 pub(crate) use upstream::{
     AccountReconciled, HookTransition, ReconcilerStoreFailed, StoredGapUnreadable, TokenRefreshed,

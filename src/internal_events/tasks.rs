@@ -35,6 +35,22 @@ impl InternalEvent for EventsPruned {
     }
 }
 
+/// A retention pass dropped the bodies of settled events (retention by part).
+pub(crate) struct BodiesPruned(pub(crate) usize);
+
+impl InternalEvent for BodiesPruned {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_bodies_pruned_total"];
+    fn emit(self, m: &Metrics) {
+        m.store.bodies_pruned.inc_by(self.0 as u64);
+        if self.0 > 0 {
+            tracing::info!(
+                bodies = self.0,
+                "bodies of settled events dropped (retention.delivered_bodies)"
+            );
+        }
+    }
+}
+
 /// A fleet heartbeat answered: how many relays are live; `recovered` when the one
 /// before had failed.
 pub(crate) struct FleetCounted {

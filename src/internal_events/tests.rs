@@ -219,6 +219,7 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     );
     check(vec![TaskDied { kind: "dispatcher", name: "dispatcher", why: "it panicked" }], s);
     check(vec![EventsPruned(2), EventsPruned(0)], s);
+    check(vec![BodiesPruned(2), BodiesPruned(0)], s);
     check(vec![FleetCounted { relays: 2, recovered: true }], s);
     check(vec![RelayReady { sources: 1 }], s);
     check(vec![ShuttingDown { reason: "SIGTERM", grace: took }], s);

@@ -20,6 +20,7 @@ pub(crate) struct StoreMetrics {
     pub(crate) store_probe_failures: IntCounter,
     pub(crate) inbox_events: IntGauge,
     pub(crate) events_pruned: IntCounter,
+    pub(crate) bodies_pruned: IntCounter,
     pub(crate) audit_imbalance: IntGauge,
 }
 
@@ -75,6 +76,11 @@ impl StoreMetrics {
             events_pruned: r.counter(
                 "hookrelay_events_pruned_total",
                 "Finished events deleted by retention.",
+            )?,
+            bodies_pruned: r.counter(
+                "hookrelay_bodies_pruned_total",
+                "Bodies of settled events dropped by retention.delivered_bodies (their \
+                 records stay until retention.delivered).",
             )?,
             audit_imbalance: r.gauge(
                 "hookrelay_audit_imbalance",

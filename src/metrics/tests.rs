@@ -55,6 +55,7 @@ fn touch_all(m: &Metrics) {
     m.relay.ready.set(1);
     m.relay.console_sign_ins.with_label_values(&["ok"]).inc();
     m.relay.trace_spans.with_label_values(&["exported"]).inc();
+    m.store.bodies_pruned.inc();
     for v in [
         &m.dispatch.events_dispatched,
         &m.dispatch.events_deduplicated,

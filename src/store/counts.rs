@@ -117,3 +117,34 @@ impl QueueCounts {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backlog of many deliveries costs one entry per second it spans, and the oldest
+    /// follows the deliveries that leave the queue.
+    #[test]
+    fn a_backlog_costs_one_entry_per_second_and_the_oldest_follows_it() {
+        let mut q = QueueCounts::default();
+        // 100,000 deliveries received over 10 s, from second 1,000.
+        let ids: Vec<EventId> =
+            (0..100_000u64).map(|n| EventId::new(1_000_000_000 + n * 100)).collect();
+        for id in &ids {
+            q.restore("crm", *id, DeliveryState::Pending);
+        }
+        assert_eq!(q.by_dest["crm"].scheduled.len(), 10, "one entry per second");
+        let stats = q.stats("crm");
+        assert_eq!((stats.pending, stats.oldest), (100_000, Some(EventId::new(1_000_000_000))));
+        // The first second's deliveries are made: the oldest is the next second.
+        let pending = |id| DeliveryRecord::new(id, "crm", 2_000_000_000);
+        for id in ids.iter().take(10_000) {
+            let before = pending(*id);
+            let after = DeliveryRecord { state: DeliveryState::Delivered, ..before.clone() };
+            q.apply(Some(&before), Some(&after));
+        }
+        let stats = q.stats("crm");
+        assert_eq!((stats.pending, stats.oldest), (90_000, Some(EventId::new(1_001_000_000))));
+        assert_eq!(q.by_dest["crm"].scheduled.len(), 9);
+    }
+}

@@ -257,6 +257,33 @@ impl EventLog for MemoryStore {
         }
         Ok(pruned)
     }
+
+    async fn prune_bodies(
+        &self,
+        after: EventId,
+        before_us: u64,
+        limit: usize,
+    ) -> Result<(usize, Option<EventId>), StoreError> {
+        let mut d = lock(&self.data);
+        let start = EventId::new(after.raw().saturating_add(1));
+        let candidates: Vec<EventId> =
+            d.events.range(start..EventId::new(before_us)).map(|(id, _)| *id).take(limit).collect();
+        let mut gone = 0;
+        for id in &candidates {
+            let deliveries: Vec<DeliveryRecord> = d
+                .deliveries
+                .range((*id, String::new())..)
+                .take_while(|((e, _), _)| e == id)
+                .map(|(_, r)| r.clone())
+                .collect();
+            if lifecycle::prunable(&d.events[id], &deliveries, before_us)
+                && d.bodies.remove(id).is_some()
+            {
+                gone += 1;
+            }
+        }
+        Ok((gone, candidates.last().copied()))
+    }
 }
 
 #[async_trait]

@@ -589,3 +589,54 @@ async fn deliveries_to_a_removed_destination_go_dead_and_can_be_replayed_once_it
     assert_eq!((status, body["replayed"].as_u64()), (200, Some(3)), "{body}");
     b.wait_for(3, WAIT).await;
 }
+
+/// Retention by part, end to end: the bodies of delivered events go after
+/// `retention.delivered_bodies`, their records stay (the event page with its attempts,
+/// the search by resource, the audit balanced), a replay of one is refused with why; a
+/// dead letter keeps its body and is replayed and delivered; across a restart the pass
+/// goes on, and an event that arrives after it loses its body in its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_go_after_delivered_bodies_and_records_stay() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::FailIfContains("Refused".into(), 400));
+    let tail = destination("a", &a.url(), "")
+        + FAST_RETRY
+        + "\n[retention]\ninterval = \"1s\"\ndelivered_bodies = \"1s\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config_with(&dir.path().join("data"), "", &tail);
+    let mut relay = Relay::start(dir.path(), &text).await;
+    let delivered = send(&relay, "ActionCreated", occurrence("actions", "1", "Kept", "1")).await;
+    let dead = send(&relay, "ActionCreated", occurrence("actions", "2", "Refused", "1")).await;
+    a.wait_for(2, WAIT).await;
+
+    let pruned = relay
+        .admin_until(&format!("/admin/events/{delivered}"), WAIT, |v| v["body_pruned"] == true)
+        .await;
+    assert_eq!(pruned["body"], Value::Null);
+    assert_eq!(pruned["deliveries"][0]["state"], "delivered");
+    assert_eq!(pruned["deliveries"][0]["attempts"].as_array().map(Vec::len), Some(1));
+    let (_, found) = relay.admin_get("/admin/events?resource=actions/1").await;
+    assert_eq!(found["events"][0]["id"], delivered.as_str(), "{found}");
+    let (status, body) = relay.admin_post(&format!("/admin/events/{delivered}/replay"), None).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("retention.delivered_bodies"), "{body}");
+    let (_, kept) = relay.admin_get(&format!("/admin/events/{dead}")).await;
+    assert_eq!(kept["body_pruned"], false, "a dead letter keeps its body: {kept}");
+    let metrics = relay.metrics().await;
+    assert!(common::metric(&metrics, "hookrelay_bodies_pruned_total", &[]).unwrap() >= 1.0);
+
+    // A restart; the consumer takes everything now; the dead letter is replayed.
+    relay.signal(libc::SIGTERM);
+    relay.wait_exit(WAIT);
+    a.set_mode(Mode::Ok);
+    let relay = Relay::start(dir.path(), &text).await;
+    let (status, _) = relay.admin_post("/admin/dead-letters/replay", None).await;
+    assert_eq!(status, 200);
+    let later = send(&relay, "ActionCreated", occurrence("actions", "3", "Later", "1")).await;
+    a.wait_for(4, WAIT).await;
+    let body = |r: &common::sink::Received| String::from_utf8_lossy(&r.body).into_owned();
+    assert!(a.received().iter().filter(|r| body(r).contains("Refused")).count() == 2);
+    relay.admin_until(&format!("/admin/events/{later}"), WAIT, |v| v["body_pruned"] == true).await;
+    let (_, audit) = relay.admin_get("/admin/audit").await;
+    assert_eq!(audit["balanced"], true, "{audit}");
+}

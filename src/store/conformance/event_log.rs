@@ -196,6 +196,75 @@ pub(super) async fn prune_keeps_what_is_not_finished(h: &mut dyn Harness) {
     );
 }
 
+/// Retention by part: a settled event loses its body and keeps everything else (its
+/// record, deliveries and attempts, search by resource); one still owed an attempt, a
+/// dead letter, the inbox and what was received after the cutoff keep theirs; a call
+/// looks only after its cursor.
+pub(super) async fn bodies_of_settled_events_go_and_their_records_stay(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let first = r#"{"data":{"type":"actions","id":"9"}}"#;
+    let mut about = received("demo", "A", S, first);
+    about.meta.resource = Some("actions/9".into());
+    let ids = append_all(
+        &store,
+        vec![
+            about,
+            received("demo", "A", S + 1, "{\"b\":2}"),
+            received("demo", "A", S + 2, "{\"c\":3}"),
+            received("demo", "A", S + 3, "{\"d\":4}"), // unrouted
+            received("demo", "A", 20 * S, "{}"),       // after the cutoff
+            received("demo", "A", S + 5, "{}"),        // stays in the inbox
+        ],
+    )
+    .await;
+    store
+        .dispatch(
+            vec![
+                plan(ids[0], 1, &["a"]),
+                plan(ids[1], 2, &["a"]),
+                plan(ids[2], 3, &["a"]),
+                plan(ids[3], 4, &[]),
+                plan(ids[4], 5, &["a"]),
+            ],
+            2 * S,
+        )
+        .await
+        .unwrap();
+    // ids[0] delivered, ids[1] dead, ids[2] still owed an attempt.
+    for outcome in [AnswerClass::Success, AnswerClass::Permanent] {
+        let claims = store.claim_due("a", "r1", 2 * S, LEASE, 1).await.unwrap();
+        record(&store, &claims[0], report(outcome, 2 * S)).await;
+    }
+    let (gone, last) = store.prune_bodies(EventId::new(0), 10 * S, 100).await.unwrap();
+    assert_eq!(gone, 2, "the delivered and the unrouted event's bodies");
+    assert_eq!(last, Some(ids[3]), "the last event before the cutoff looked at");
+    assert_eq!(store.body(ids[0]).await.unwrap(), None);
+    assert_eq!(store.body(ids[3]).await.unwrap(), None);
+    assert_eq!(store.body(ids[1]).await.unwrap().unwrap(), b"{\"b\":2}", "a dead letter's stays");
+    assert_eq!(store.body(ids[2]).await.unwrap().unwrap(), b"{\"c\":3}", "owed an attempt");
+    assert_eq!(store.body(ids[4]).await.unwrap().unwrap(), b"{}", "after the cutoff");
+    assert_eq!(store.body(ids[5]).await.unwrap().unwrap(), b"{}", "in the inbox");
+    // The rest of the delivered event stays: its record, its attempts, the search.
+    let kept = store.event(ids[0]).await.unwrap().unwrap();
+    assert_eq!((kept.meta.status, kept.meta.size), (EventStatus::Dispatched, first.len() as u64));
+    let deliveries = store.deliveries_of(ids[0]).await.unwrap();
+    assert_eq!(deliveries[0].state, DeliveryState::Delivered);
+    assert_eq!(deliveries[0].attempts.len(), 1);
+    let by_resource =
+        EventFilter { resource: Some("actions/9".into()), limit: 10, ..Default::default() };
+    assert_eq!(store.list_events(by_resource).await.unwrap()[0].id, ids[0]);
+    // From the cursor on, nothing is looked at twice; a limit is kept.
+    assert_eq!(store.prune_bodies(ids[3], 10 * S, 100).await.unwrap(), (0, None));
+    let (_, last) = store.prune_bodies(EventId::new(0), 10 * S, 1).await.unwrap();
+    assert_eq!(last, Some(ids[0]), "one looked at");
+    drop(store);
+    // After a restart, still gone; retention then deletes the rest as before.
+    let store = h.reopen().await;
+    assert_eq!(store.body(ids[0]).await.unwrap(), None);
+    assert!(store.event(ids[0]).await.unwrap().is_some());
+    assert_eq!(store.prune(10 * S, 100).await.unwrap(), 2, "the delivered and the unrouted");
+}
+
 /// The retention race: a replay committed between retention's decision and its delete
 /// left a schedule entry without a delivery record, retried every second forever.
 /// Prune and replay run concurrently here; afterwards every event is either gone

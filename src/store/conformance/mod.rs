@@ -310,6 +310,11 @@ macro_rules! conformance {
             async fn prune_keeps_what_is_not_finished() {
                 super::event_log::prune_keeps_what_is_not_finished(&mut $make).await;
             }
+            #[tokio::test]
+            async fn bodies_of_settled_events_go_and_their_records_stay() {
+                super::event_log::bodies_of_settled_events_go_and_their_records_stay(&mut $make)
+                    .await;
+            }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn prune_and_replay_race_leaves_no_orphan() {
                 super::event_log::prune_and_replay_race_leaves_no_orphan(&mut $make).await;

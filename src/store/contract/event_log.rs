@@ -67,6 +67,18 @@ pub(crate) trait EventLog: Send + Sync {
     ///
     /// [`lifecycle::prunable`]: crate::store::lifecycle::prunable
     async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError>;
+    /// Drops the bodies of events received before `before_us` that [`Self::prune`]
+    /// would delete at that cutoff ([`lifecycle::prunable`]: settled, every delivery
+    /// final), looking at up to `limit` events after `after`, in id order; their
+    /// records, deliveries and attempts stay until `prune` takes them
+    /// (`retention.delivered_bodies`). Returns how many bodies went, and the last event
+    /// looked at: where the next call starts (`None`: none was left to look at).
+    async fn prune_bodies(
+        &self,
+        after: EventId,
+        before_us: u64,
+        limit: usize,
+    ) -> Result<(usize, Option<EventId>), StoreError>;
     /// Callbacks stored for `source` so far, by event name, by every relay sharing the
     /// store (for the missing-callbacks comparison). `None` for a store that one
     /// process writes: that process counts its own.

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 pub(crate) use attempt::record_attempt;
 pub(crate) use attempt::{record_attempts, AnswerClass, AttemptReport, AttemptVerdict};
 pub(crate) use dispatch::dispatch;
-pub(crate) use manage::{discard, prune, replay};
+pub(crate) use manage::{discard, prunable, prune, replay};
 
 use super::{DeliveryRecord, EventId, EventMeta, StoreError};
 

@@ -66,6 +66,15 @@ impl EventLog for PostgresStore {
         self.prune_chunks(before_us, n).await
     }
 
+    async fn prune_bodies(
+        &self,
+        after: EventId,
+        before_us: u64,
+        limit: usize,
+    ) -> Result<(usize, Option<EventId>), StoreError> {
+        self.prune_bodies_after(after, before_us, limit).await
+    }
+
     async fn received_counts(
         &self,
         source: &str,

@@ -86,4 +86,57 @@ impl PostgresStore {
         }
         Ok(pruned)
     }
+
+    /// [`crate::store::EventLog::prune_bodies`]: the events after `after` locked with
+    /// their deliveries (a replay waits, or is waited for), each decided by
+    /// [`lifecycle::prunable`], and the settled ones' bodies set to NULL, in one
+    /// transaction.
+    pub(super) async fn prune_bodies_after(
+        &self,
+        after: EventId,
+        before_us: u64,
+        limit: usize,
+    ) -> Result<(usize, Option<EventId>), StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.write(self.retrying(|| async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let rows = tx
+                .query(
+                    "SELECT id, meta FROM events WHERE NOT inbox AND id > $1 AND id < $2
+                     ORDER BY id LIMIT $3 FOR UPDATE",
+                    &[&sql_id(after), &sql_us(before_us), &limit],
+                )
+                .await?;
+            let Some(last) = rows.last().map(|r| id_of(r.get(0))) else {
+                return Ok((0, None));
+            };
+            let ids: Vec<i64> = rows.iter().map(|r| r.get::<_, i64>(0)).collect();
+            let mut by_event: HashMap<EventId, Vec<DeliveryRecord>> = HashMap::new();
+            for r in tx
+                .query("SELECT record FROM deliveries WHERE event = ANY($1) FOR SHARE", &[&ids])
+                .await?
+            {
+                let record = decode_record(r.get(0))?;
+                by_event.entry(record.event).or_default().push(record);
+            }
+            let mut settled = Vec::new();
+            for r in &rows {
+                let id = id_of(r.get(0));
+                let deliveries = by_event.get(&id).map_or(&[][..], Vec::as_slice);
+                if lifecycle::prunable(&decode_meta(r.get(1))?, deliveries, before_us) {
+                    settled.push(sql_id(id));
+                }
+            }
+            let gone = tx
+                .execute(
+                    "UPDATE events SET body = NULL WHERE id = ANY($1) AND body IS NOT NULL",
+                    &[&settled],
+                )
+                .await?;
+            tx.commit().await?;
+            Ok((usize::try_from(gone).unwrap_or(usize::MAX), Some(last)))
+        }))
+        .await
+    }
 }

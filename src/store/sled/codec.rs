@@ -114,6 +114,15 @@ pub(crate) fn split_record(value: &[u8]) -> Result<RecordRef<'_>, String> {
     Ok(RecordRef { meta, body: (flags & HAS_BODY != 0).then_some(body), resource })
 }
 
+/// The record without its body (retention by part), or `None` when it has none: the
+/// header, resource and meta as they were, [`HAS_BODY`] cleared.
+pub(crate) fn strip_body(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let Some(body) = split_record(value)?.body else { return Ok(None) };
+    let mut out = value[..value.len() - body.len()].to_vec();
+    out[0] &= !HAS_BODY;
+    Ok(Some(out))
+}
+
 /// The key of a stored event's outcome (`keys::outcome`), from its `records` key
 /// and value, without parsing its meta.
 pub(crate) fn outcome_key(key: &[u8], value: &[u8]) -> Result<Vec<u8>, String> {
@@ -295,6 +304,20 @@ impl DispatchRecord {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_stripped_record_keeps_its_flags_resource_and_meta() {
+        let mut meta = crate::store::conformance::received("demo", "A", 7, "{}").meta;
+        meta.resource = Some("actions/1".into());
+        let value = super::encode_record(&meta, Some(b"the body")).unwrap();
+        let stripped = super::strip_body(&value).unwrap().unwrap();
+        assert_eq!(stripped.len(), value.len() - 8);
+        let parts = super::split_record(&stripped).unwrap();
+        assert_eq!((parts.body, parts.resource), (None, Some("actions/1")));
+        assert!(super::awaits_outcome(&stripped), "its other flags stay");
+        assert_eq!(super::decode_meta(&stripped).unwrap(), super::decode_meta(&value).unwrap());
+        assert_eq!(super::strip_body(&stripped).unwrap(), None, "nothing left to strip");
+    }
+
     use super::*;
 
     fn meta(status: EventStatus) -> EventMeta {

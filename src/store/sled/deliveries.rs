@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::codec::split_record;
+use super::codec::{self, split_record};
 use super::{keys, SledState, DELIVERIES, PAUSED_PREFIX, RECORDS};
 use crate::clock::micros;
 use crate::config::RetryPolicy;
@@ -263,6 +263,44 @@ impl SledState {
             from = EventId::new(last.raw().saturating_add(1));
         }
         Ok(pruned)
+    }
+
+    /// Drops the bodies of settled events after `after` and before `before_us`, each
+    /// decided and rewritten under the lifecycle lock (a replay cannot slip between).
+    pub(super) fn prune_bodies(
+        &self,
+        after: EventId,
+        before_us: u64,
+        limit: usize,
+    ) -> Result<(usize, Option<EventId>), StoreError> {
+        let start = EventId::new(after.raw().saturating_add(1)).to_key();
+        let end = EventId::new(before_us).to_key();
+        let candidates: Vec<EventId> = self
+            .records
+            .range(start..end)
+            .keys()
+            .take(limit)
+            .filter_map(|k| k.ok().and_then(|k| EventId::from_key(&k)))
+            .collect();
+        let mut gone = 0;
+        for id in &candidates {
+            let guard = lock(&self.lifecycle);
+            let Some(meta) = View::event(self, *id)? else { continue };
+            if lifecycle::prunable(&meta, &self.deliveries_of(*id)?, before_us) {
+                let key = id.to_key();
+                if let Some(value) = self.records.get(key)? {
+                    let stripped = codec::strip_body(&value).map_err(|reason| {
+                        StoreError::Corrupt { table: RECORDS, key: hex(&key), reason }
+                    })?;
+                    if let Some(stripped) = stripped {
+                        self.records.insert(key, stripped)?;
+                        gone += 1;
+                    }
+                }
+            }
+            drop(guard);
+        }
+        Ok((gone, candidates.last().copied()))
     }
 
     pub(super) fn paused(&self) -> Result<HashSet<String>, StoreError> {

@@ -72,6 +72,15 @@ impl EventLog for SledStore {
     async fn prune(&self, before_us: u64, limit: usize) -> Result<usize, StoreError> {
         self.write(move |s| s.prune(before_us, limit)).await
     }
+
+    async fn prune_bodies(
+        &self,
+        after: EventId,
+        before_us: u64,
+        limit: usize,
+    ) -> Result<(usize, Option<EventId>), StoreError> {
+        self.write(move |s| s.prune_bodies(after, before_us, limit)).await
+    }
 }
 
 #[async_trait]
