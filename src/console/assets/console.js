@@ -281,7 +281,9 @@ async function eventPage(id) {
     deliveries.length ? h('div', { class: 'cards wide' }, deliveries) : h('p', { class: 'muted' }, 'No deliveries.'),
     h('h2', {}, 'Headers'), h('div', { class: 'actions' }, copyButton('Headers', headerText)), h('pre', {}, headerText),
     h('h2', {}, 'Body'),
-    body === null ? h('p', { class: 'muted' }, 'Not kept (rejected).') : [
+    body === null ? h('p', { class: 'muted' }, e.body_pruned
+      ? 'Dropped by retention.delivered_bodies (the record and its attempts stay; it cannot be replayed).'
+      : 'Not kept (rejected).') : [
       h('div', { class: 'actions' }, copyButton('Body', body)),
       h('pre', {}, e.body_encoding === 'base64' ? '(base64) ' + body : pretty)]);
 }
