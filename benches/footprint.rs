@@ -37,34 +37,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const CONNECTIONS: usize = 64;
 
-/// A callback body shaped like the upstream's, distinct per `n`.
-fn body(n: u64) -> String {
-    serde_json::json!({
-        "jsonapi": {"version": "1.0"},
-        "data": {"type": "actions", "id": n.to_string(), "attributes": {
-            "name": format!("Smith v Jones ({n})"),
-            "description": "Prepare the affidavit and file it with the registry before the hearing; \
-                 call the client about the settlement offer and update the matter notes.",
-            "status": "in_progress", "priority": "normal",
-            "created_at": "2026-11-22T09:14:03Z", "updated_at": "2026-11-22T09:15:41Z",
-            "due_date": "2026-12-01", "assignee": {"id": "1207", "name": "A. Practitioner"},
-            "matter": {"id": (n % 977).to_string(), "number": format!("M-{:06}", n % 977)},
-            "tags": ["litigation", "court", "deadline"]
-        }},
-        "meta": {"debug": {"resthook": {"id": "46", "trigger_count": n, "event_name": "ActionUpdated"}}}
-    })
-    .to_string()
-}
-
-/// Bytes of every file under `dir` (apparent size).
-fn bytes_under(dir: &Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let meta = entry.metadata().unwrap();
-        total += if meta.is_dir() { bytes_under(&entry.path()) } else { meta.len() };
-    }
-    total
-}
+use common::{bytes_under, upstream_body as body};
 
 /// Sends callbacks `from..to` and returns the body bytes sent.
 async fn send_all(relay: &common::Relay, from: u64, to: u64) -> u64 {

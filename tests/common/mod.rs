@@ -25,6 +25,45 @@ pub const SOURCE: &str = "demo";
 pub const TOKEN: &str = "source-token-0123456789abcdef";
 pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
 
+/// Fast retries (and circuit probes) for tests: `[delivery]` keys to append to a config.
+pub const FAST_RETRY: &str = "
+[delivery]
+circuit_probe_interval = \"200ms\"
+[delivery.retry]
+initial_backoff = \"100ms\"
+max_backoff = \"400ms\"
+";
+
+/// A callback body shaped like the upstream's (~625 bytes of JSON), distinct per `n`:
+/// what the footprint and capacity benches store.
+pub fn upstream_body(n: u64) -> String {
+    serde_json::json!({
+        "jsonapi": {"version": "1.0"},
+        "data": {"type": "actions", "id": n.to_string(), "attributes": {
+            "name": format!("Smith v Jones ({n})"),
+            "description": "Prepare the affidavit and file it with the registry before the hearing; \
+                 call the client about the settlement offer and update the matter notes.",
+            "status": "in_progress", "priority": "normal",
+            "created_at": "2026-11-22T09:14:03Z", "updated_at": "2026-11-22T09:15:41Z",
+            "due_date": "2026-12-01", "assignee": {"id": "1207", "name": "A. Practitioner"},
+            "matter": {"id": (n % 977).to_string(), "number": format!("M-{:06}", n % 977)},
+            "tags": ["litigation", "court", "deadline"]
+        }},
+        "meta": {"debug": {"resthook": {"id": "46", "trigger_count": n, "event_name": "ActionUpdated"}}}
+    })
+    .to_string()
+}
+
+/// Bytes of every file under `dir` (apparent size).
+pub fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() { bytes_under(&entry.path()) } else { meta.len() };
+    }
+    total
+}
+
 /// A bench setting from the environment (`BENCH_ROUNDS=5`), or `default`.
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

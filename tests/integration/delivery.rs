@@ -2,6 +2,7 @@
 //! loopback, real sled files.
 
 use crate::common;
+use common::FAST_RETRY;
 
 use std::time::Duration;
 
@@ -25,15 +26,6 @@ fn occurrence(kind: &str, id: &str, name: &str, hook: &str) -> String {
 fn destination(name: &str, url: &str, extra: &str) -> String {
     format!("\n[[destinations]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
 }
-
-/// Fast retries (and circuit probes) for tests.
-const FAST_RETRY: &str = "
-[delivery]
-circuit_probe_interval = \"200ms\"
-[delivery.retry]
-initial_backoff = \"100ms\"
-max_backoff = \"400ms\"
-";
 
 async fn start(tail: &str) -> (tempfile::TempDir, Relay) {
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 //! consumer got in its `traceparent`, and no secret in any of it.
 
 use crate::common;
+use common::FAST_RETRY;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,15 +15,6 @@ use common::{Relay, ADMIN_TOKEN, TOKEN};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Fast retries for tests.
-const FAST_RETRY: &str = "
-[delivery]
-circuit_probe_interval = \"200ms\"
-[delivery.retry]
-initial_backoff = \"100ms\"
-max_backoff = \"400ms\"
-";
 
 /// A relay exporting to `receiver`, delivering to `sink`.
 async fn start(receiver: &Sink, sink: &Sink) -> (tempfile::TempDir, Relay) {
