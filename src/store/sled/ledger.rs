@@ -287,20 +287,29 @@ impl SledState {
         }
     }
 
+    /// The last event id whose append the saved counts include, if any: saved before
+    /// retention deletes any record, so it is at or above every id handed out before
+    /// (the newest records may be gone).
+    pub(super) fn appended_mark(&self) -> Result<Option<u64>, StoreError> {
+        self.outcomes
+            .get(APPENDED_KEY)?
+            .map(|v| {
+                <[u8; 8]>::try_from(v.as_ref()).map(u64::from_be_bytes).map_err(|_| {
+                    StoreError::Corrupt {
+                        table: OUTCOMES,
+                        key: hex(APPENDED_KEY),
+                        reason: "the ledger's append mark is not 8 bytes".into(),
+                    }
+                })
+            })
+            .transpose()
+    }
+
     /// Counts the records above the append mark (a crash came between their append
     /// and the save of its counts).
     pub(super) fn recount_appended(&self) -> Result<(), StoreError> {
         let start = self.ledger_start();
-        let mark = match self.outcomes.get(APPENDED_KEY)? {
-            Some(v) => {
-                u64::from_be_bytes(v.as_ref().try_into().map_err(|_| StoreError::Corrupt {
-                    table: OUTCOMES,
-                    key: hex(APPENDED_KEY),
-                    reason: "the ledger's append mark is not 8 bytes".into(),
-                })?)
-            }
-            None => start.raw().saturating_sub(1),
-        };
+        let mark = self.appended_mark()?.unwrap_or_else(|| start.raw().saturating_sub(1));
         let mut edits = LedgerEdits::new();
         let mut last = mark;
         for item in self.records.range(EventId::new(mark.saturating_add(1)).to_key()..) {

@@ -316,10 +316,13 @@ impl SledState {
         self.cursor.store(cursor, Ordering::Relaxed);
         // Never hand out an id at or below the cursor: retention may have deleted the
         // newest records (the highest key is then lower than ids already settled), and
-        // an event stored there would be taken as settled and never dispatched.
+        // an event stored there would be taken as settled and never dispatched. Nor at
+        // or below the ledger's append mark (saved before retention deletes anything):
+        // a rejected event never moves the cursor, and once it was pruned as the newest
+        // record, its id was handed out again and the new event's append went uncounted.
         {
             let mut last_id = crate::lock::lock(&self.last_id);
-            *last_id = (*last_id).max(cursor);
+            *last_id = (*last_id).max(cursor).max(self.appended_mark()?.unwrap_or(0));
             // Everything stored is visible at open.
             self.committed.store(*last_id, Ordering::Release);
             let start = Self::open_ledger(&self.meta, *last_id)?;
