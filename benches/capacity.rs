@@ -1,6 +1,7 @@
 //! Capacity of the embedded store at a firm's volume: what the relay costs in memory,
 //! disk and restart time as its history grows, release build, shipped defaults
-//! (sled, durable, 7 days of retention), one destination.
+//! (durable, 7 days of retention, 64 MiB cache), one destination, on each embedded
+//! engine side by side (sled, the default, and redb).
 //!
 //! Two cases, each filled through the ingress (64 connections, ~750-byte
 //! upstream-shaped bodies, each distinct) up to every point of `BENCH_POINTS`:
@@ -16,8 +17,8 @@
 //! later. The slope per retained event (RSS and disk) is printed between points.
 //!
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
-//! `1000000`; `BENCH_CASES`, default `kept,backlog`; `BENCH_BASELINE`, an older build
-//! measured the same way after this one).
+//! `1000000`; `BENCH_CASES`, default `kept,backlog`; `BENCH_BACKENDS`, default
+//! `sled,redb`; `BENCH_BASELINE`, an older build measured the same way after this one).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -148,19 +149,20 @@ struct Point {
     rss_later: u64,
 }
 
-async fn start(bin: &str, dir: &Path, text: &str) -> (common::Relay, Duration) {
+async fn start(bin: &str, backend: &str, dir: &Path, text: &str) -> (common::Relay, Duration) {
     let started = Instant::now();
-    let relay = common::Relay::start_listening_within(bin, dir, text, &[], START_BOUND).await;
+    let env = [("HOOKRELAY__STORAGE__BACKEND", backend)];
+    let relay = common::Relay::start_listening_within(bin, dir, text, &env, START_BOUND).await;
     relay.wait_ready_within(START_BOUND).await;
     (relay, started.elapsed())
 }
 
 /// One case on one build, through every point.
-async fn case(bin: &str, name: &str, points: &[u64]) -> Vec<Point> {
+async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point> {
     let sink = Sink::start_counting().await;
     let dir = tempfile::tempdir().unwrap();
     let text = config(dir.path(), &sink);
-    let (mut relay, _) = start(bin, dir.path(), &text).await;
+    let (mut relay, _) = start(bin, backend, dir.path(), &text).await;
     let backlog = name == "backlog";
     if backlog {
         assert_eq!(relay.admin_post("/admin/destinations/crm/pause", None).await.0, 200);
@@ -176,14 +178,14 @@ async fn case(bin: &str, name: &str, points: &[u64]) -> Vec<Point> {
             delivered(&relay, stored + sent_probe).await;
         }
         let fill_rate = (point - fill_from) as f64 / started.elapsed().as_secs_f64();
-        // Let sled's flusher and the relay settle before reading the memory.
+        // Let the engine's flusher and the relay settle before reading the memory.
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (rss_now, hwm) = rss(relay.pid());
         let disk = bytes_under(&dir.path().join("data"));
         let ack_p99 = probe_p99(&relay, 2_000_000_000 + sent_probe).await;
         sent_probe += PROBE_RATE * PROBE_SECS;
         relay.kill();
-        let (again, restart) = start(bin, dir.path(), &text).await;
+        let (again, restart) = start(bin, backend, dir.path(), &text).await;
         relay = again;
         let rss_ready = rss(relay.pid()).0;
         tokio::time::sleep(Duration::from_secs(20)).await;
@@ -201,7 +203,7 @@ async fn case(bin: &str, name: &str, points: &[u64]) -> Vec<Point> {
             rss_later,
         };
         eprintln!(
-            "{name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies), \
+            "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies), \
              p99 ack {:.1} ms, restart to ready {:.1} s, RSS {} MB once ready, {} MB 20 s later",
             p.fill_rate,
             p.rss >> 20,
@@ -227,6 +229,10 @@ fn main() {
         .split(',')
         .map(|c| c.trim().to_owned())
         .collect();
+    let backends: Vec<String> = env_or("BENCH_BACKENDS", "sled,redb".to_owned())
+        .split(',')
+        .map(|c| c.trim().to_owned())
+        .collect();
     let mut builds = vec![("this build".to_owned(), common::binary().to_owned())];
     if let Ok(bin) = std::env::var("BENCH_BASELINE") {
         builds.push(("baseline".to_owned(), bin));
@@ -235,14 +241,18 @@ fn main() {
     rt.block_on(async {
         let mut rows = Vec::new();
         for (label, bin) in &builds {
-            for name in &cases {
-                assert!(name == "kept" || name == "backlog", "BENCH_CASES: kept, backlog");
-                rows.push((label.clone(), name.clone(), case(bin, name, &points).await));
+            for backend in &backends {
+                assert!(backend == "sled" || backend == "redb", "BENCH_BACKENDS: sled, redb");
+                for name in &cases {
+                    assert!(name == "kept" || name == "backlog", "BENCH_CASES: kept, backlog");
+                    let points = case(bin, backend, name, &points).await;
+                    rows.push((format!("{label} | {backend}"), name.clone(), points));
+                }
             }
         }
-        println!("\nshipped defaults (sled, durable), bodies ~{} B, 64 connections:\n", body(1).len());
-        println!("| build | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s | restart to ready | RSS once ready, +20 s |");
-        println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("\nshipped defaults (durable), bodies ~{} B, 64 connections:\n", body(1).len());
+        println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s | restart to ready | RSS once ready, +20 s |");
+        println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (label, name, points) in &rows {
             for p in points {
                 println!(

@@ -29,7 +29,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let readiness = Arc::new(Readiness::default());
     let storage = &config.storage;
 
-    let embedded = storage.backend == crate::config::StorageBackend::Sled;
+    let embedded = storage.backend.is_embedded();
     // Where the store lives, for messages (never the database URL).
     let location = if embedded {
         format!("storage.data_dir {}", storage.data_dir.display())
@@ -327,7 +327,7 @@ async fn open_store(
     location: &str,
 ) -> anyhow::Result<Option<SharedStore>> {
     let storage = &config.storage;
-    let may_wait = storage.backend != crate::config::StorageBackend::Sled;
+    let may_wait = !storage.backend.is_embedded();
     let signal = crate::shutdown::signal();
     tokio::pin!(signal);
     // Started at the first failure that waiting may mend.

@@ -40,11 +40,16 @@ enum Command {
     ///
     /// Exits 0 when the configuration is valid, 1 (listing every problem) when not.
     CheckConfig(ConfigArg),
-    /// Bring the PostgreSQL schema to this build's version (`serve` does it too).
+    /// Bring the PostgreSQL schema to this build's version, or move an embedded store
+    /// to the other engine (--to).
     ///
-    /// Applies the embedded migrations under an advisory lock (relays starting at the
-    /// same time migrate once); refuses a schema newer than this build. With --dry-run,
-    /// says what would be applied and changes nothing. Nothing to do for sled.
+    /// PostgreSQL: applies the embedded migrations under an advisory lock (relays
+    /// starting at the same time migrate once; `serve` does it too); refuses a schema
+    /// newer than this build. `--to redb` (or `--to sled`): with the relay stopped,
+    /// copies the store in storage.data_dir from storage.backend's engine to the other,
+    /// checks the copy entry by entry and moves it into place; then set
+    /// storage.backend to it. With --dry-run, says what would be done and changes
+    /// nothing.
     Migrate(MigrateArgs),
     /// Print the admin API's OpenAPI 3.1 document (as served at /admin/openapi.json).
     ///
@@ -127,6 +132,10 @@ struct MigrateArgs {
     /// Show the schema's version and the migrations that would be applied; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Copy the embedded store (storage.backend sled or redb) to this engine, in the
+    /// same storage.data_dir.
+    #[arg(long, value_name = "ENGINE", value_parser = ["sled", "redb"])]
+    to: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -150,7 +159,7 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::CheckConfig(args) => check_config(&args.config, &env),
         Command::Serve(args) => serve(&args.config, cli.log_format, &env),
-        Command::Migrate(args) => migrate(&args.config.config, args.dry_run, &env),
+        Command::Migrate(args) => migrate(&args.config.config, args.dry_run, args.to, &env),
         Command::Reference { what } => {
             let text = match what {
                 Reference::Metrics => match crate::metrics::Metrics::new() {
@@ -208,7 +217,19 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
     block_on(true, "hookrelay", crate::daemon::serve(config))
 }
 
-fn migrate(path: &Path, dry_run: bool, env: &HashMap<String, String>) -> ExitCode {
+fn migrate(
+    path: &Path,
+    dry_run: bool,
+    to: Option<String>,
+    env: &HashMap<String, String>,
+) -> ExitCode {
+    let to = match to.map(crate::config::StorageBackend::try_from).transpose() {
+        Ok(to) => to,
+        Err(e) => {
+            eprintln!("hookrelay: --to: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // The database settings only: migrating needs no token nor secret.
     let config = match Config::load_storage(path, env) {
         Ok(config) => config,
@@ -218,7 +239,7 @@ fn migrate(path: &Path, dry_run: bool, env: &HashMap<String, String>) -> ExitCod
         }
     };
     block_on(false, "hookrelay migrate", async move {
-        let report = crate::store::migrate(&config.storage, dry_run).await?;
+        let report = crate::store::migrate(&config.storage, dry_run, to).await?;
         println!("{report}");
         Ok(())
     })

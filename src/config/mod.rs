@@ -172,11 +172,37 @@ config_enum!(Durability { "durable" => Durable, "buffered" => Buffered });
 pub(crate) enum StorageBackend {
     /// sled, embedded, in `data_dir`: one relay per data directory.
     Sled,
+    /// redb, embedded, in `data_dir` (`hookrelay.redb`): one relay per data directory,
+    /// memory bounded by `cache_capacity_bytes` and a restart in milliseconds whatever
+    /// it holds (BENCHMARKS.md, "Capacity").
+    Redb,
     /// PostgreSQL (`[storage.postgres]`): any number of relays on one database.
     Postgres,
 }
 
-config_enum!(StorageBackend { "sled" => Sled, "postgres" => Postgres });
+config_enum!(StorageBackend { "sled" => Sled, "redb" => Redb, "postgres" => Postgres });
+
+/// What the relay needs besides the engine's cache under `storage.memory_limit_bytes`:
+/// its runtime, HTTP stacks, buffers and counts (measured: BENCHMARKS.md, "Capacity").
+pub(crate) const RELAY_RESERVE_BYTES: u64 = 64 * 1024 * 1024;
+
+impl StorageConfig {
+    /// The engine's cache: `cache_capacity_bytes`, or what `memory_limit_bytes` leaves
+    /// once the relay's own share is set aside.
+    pub(crate) fn engine_cache_bytes(&self) -> u64 {
+        match self.memory_limit_bytes {
+            Some(limit) => limit.saturating_sub(RELAY_RESERVE_BYTES),
+            None => self.cache_capacity_bytes,
+        }
+    }
+}
+
+impl StorageBackend {
+    /// Whether the store lives in `data_dir`, owned by this one process.
+    pub(crate) fn is_embedded(self) -> bool {
+        matches!(self, StorageBackend::Sled | StorageBackend::Redb)
+    }
+}
 
 /// `[storage.postgres]`: the shared database of a fleet of relays.
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -248,19 +274,26 @@ impl Default for PostgresConfig {
 pub(crate) struct StorageConfig {
     /// The backend (`store::open` is the one factory).
     pub(crate) backend: StorageBackend,
-    /// Directory of the sled database; created if missing.
+    /// Directory of the embedded database (sled or redb); created if missing.
     pub(crate) data_dir: PathBuf,
     /// When a callback is acknowledged: `durable` after its group's fsync (nothing
-    /// acknowledged is ever lost), `buffered` once in sled's buffers.
+    /// acknowledged is ever lost), `buffered` once in the engine's buffers.
     pub(crate) durability: Durability,
     /// Most callbacks one group commit (one write batch, one fsync) takes.
     pub(crate) commit_max_batch: usize,
-    /// sled's own background flush period (what `buffered` relies on).
+    /// The embedded engine's background flush period (what `buffered` relies on).
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) flush_interval: Duration,
-    /// sled page cache size.
+    /// The embedded engine's page cache. redb keeps to it (its memory whatever it
+    /// holds); sled takes it as a hint and grows with what it holds.
     pub(crate) cache_capacity_bytes: u64,
+    /// redb only: the memory the relay keeps to, whatever the store holds (for a
+    /// container's memory limit). The engine's cache gets this less what the relay
+    /// itself needs (`RELAY_RESERVE_BYTES`, 64 MiB), replacing `cache_capacity_bytes`.
+    /// At least 96 MiB. sled cannot keep to a limit (its memory grows with its
+    /// history): set `backend = "redb"` to use it.
+    pub(crate) memory_limit_bytes: Option<u64>,
     /// zstd compression of sled's log: far fewer bytes on disk, for less ingest
     /// throughput (the figures: BENCHMARKS.md, footprint). A new data directory only:
     /// sled keeps the setting a directory was created with.
@@ -270,7 +303,7 @@ pub(crate) struct StorageConfig {
     pub(crate) min_free_bytes: u64,
     /// The free-space floor as a share of the filesystem (the larger of the two wins).
     pub(crate) min_free_percent: f64,
-    /// sled: a store write that has not returned after this fails the store: callbacks
+    /// sled, redb: a store write that has not returned after this fails the store: callbacks
     /// waiting on it are closed, the relay turns unready and exits non-zero so that its
     /// service manager restarts it. PostgreSQL: the write fails (its caller retries)
     /// and the relay goes on: restarting does not make a slow database faster.
@@ -290,6 +323,7 @@ impl Default for StorageConfig {
             commit_max_batch: 512,
             flush_interval: Duration::from_millis(500),
             cache_capacity_bytes: 64 * 1024 * 1024,
+            memory_limit_bytes: None,
             compression: false,
             min_free_bytes: 256 * 1024 * 1024,
             min_free_percent: 2.0,

@@ -450,3 +450,19 @@ token = "demo-token-change-me"
     assert!(load(&shipped, &[]).is_ok(), "the quick start's config");
     assert!(!problems(&shipped, &env).is_empty(), "the quick start's config, exposed");
 }
+
+#[test]
+fn a_memory_limit_sizes_redb_and_is_refused_where_it_cannot_hold() {
+    let redb = format!("[storage]\nbackend = \"redb\"\nmemory_limit_bytes = 268435456\n{SOURCE}");
+    let config = load(&redb, &[]).unwrap();
+    assert_eq!(config.storage.engine_cache_bytes(), (256 - 64) << 20);
+    let sled = format!("[storage]\nmemory_limit_bytes = 268435456\n{SOURCE}");
+    let p = problems(&sled, &[]);
+    assert!(p.iter().any(|p| p.contains("only backend = \"redb\" keeps to")), "{p:?}");
+    let small = format!("[storage]\nbackend = \"redb\"\nmemory_limit_bytes = 1000000\n{SOURCE}");
+    let p = problems(&small, &[]);
+    assert!(p.iter().any(|p| p.contains("below the floor")), "{p:?}");
+    // Without it, the cache is cache_capacity_bytes.
+    let plain = load(&format!("[storage]\nbackend = \"redb\"\n{SOURCE}"), &[]).unwrap();
+    assert_eq!(plain.storage.engine_cache_bytes(), 64 << 20);
+}

@@ -70,6 +70,23 @@ impl Config {
         if pg.statement_timeout < Duration::from_millis(100) {
             problems.push("storage.postgres.statement_timeout: must be at least 100ms".into());
         }
+        if let Some(limit) = self.storage.memory_limit_bytes {
+            let floor = super::RELAY_RESERVE_BYTES + 32 * 1024 * 1024;
+            if self.storage.backend != super::StorageBackend::Redb {
+                problems.push(
+                    "storage.memory_limit_bytes: only backend = \"redb\" keeps to a memory \
+                     limit (sled's memory grows with what it holds; PostgreSQL's is the \
+                     database's): set backend = \"redb\" (and move the data with `hookrelay \
+                     migrate --to redb`), or remove memory_limit_bytes"
+                        .into(),
+                );
+            } else if limit < floor {
+                problems.push(format!(
+                    "storage.memory_limit_bytes: {limit} is below the floor of {floor} (96 MiB: \
+                     64 MiB for the relay itself, 32 MiB at least for the engine's cache)"
+                ));
+            }
+        }
         if self.storage.data_dir.as_os_str().is_empty() {
             problems.push("storage.data_dir: must not be empty".into());
         }

@@ -17,6 +17,7 @@ pub(crate) mod conformance;
 mod contract;
 mod counts;
 mod deliveries;
+mod embedded;
 mod error;
 mod health;
 pub(crate) mod lifecycle;
@@ -25,11 +26,10 @@ pub(crate) mod memory;
 mod model;
 mod observer;
 pub(crate) mod postgres;
-mod sled;
 
 use std::sync::Arc;
 
-pub(crate) use self::sled::{SledOptions, SledStore};
+pub(crate) use self::embedded::{EmbeddedOptions, EmbeddedStore};
 pub(crate) use claims::ClaimTable;
 pub(crate) use commit::Committer;
 pub(crate) use contract::{
@@ -72,12 +72,22 @@ fn postgres_url(config: &StorageConfig) -> Result<&crate::config::Secret, StoreE
 }
 
 /// `hookrelay migrate`: brings the configured store's schema to this build's version
-/// (or, with `dry_run`, says what that would do); returns what to print.
-pub(crate) async fn migrate(config: &StorageConfig, dry_run: bool) -> Result<String, StoreError> {
+/// (or, with `dry_run`, says what that would do); with `to`, copies the embedded store
+/// to the other embedded engine (`embedded/copy.rs`). Returns what to print.
+pub(crate) async fn migrate(
+    config: &StorageConfig,
+    dry_run: bool,
+    to: Option<StorageBackend>,
+) -> Result<String, StoreError> {
+    if let Some(to) = to {
+        return copy_embedded(config, to, dry_run).await;
+    }
     match config.backend {
-        StorageBackend::Sled => Ok(format!(
-            "storage.backend is sled: nothing to migrate (the data directory carries its \
-             own layout version, {}, checked at start)",
+        StorageBackend::Sled | StorageBackend::Redb => Ok(format!(
+            "storage.backend is {}: nothing to migrate (the data directory {} carries its \
+             own layout version, checked at start; --to moves it to the other embedded \
+             engine)",
+            engine_of(config.backend).name(),
             config.data_dir.display()
         )),
         StorageBackend::Postgres => {
@@ -89,6 +99,63 @@ pub(crate) async fn migrate(config: &StorageConfig, dry_run: bool) -> Result<Str
     }
 }
 
+/// `hookrelay migrate --to {sled|redb}`.
+async fn copy_embedded(
+    config: &StorageConfig,
+    to: StorageBackend,
+    dry_run: bool,
+) -> Result<String, StoreError> {
+    if !config.backend.is_embedded() || !to.is_embedded() {
+        return Err(StoreError::Config(
+            "--to moves an embedded store (storage.backend sled or redb) to the other embedded \
+             engine: `--to redb` or `--to sled`; between PostgreSQL and an embedded store \
+             there is no copy (start the new relay empty and drain the old one)"
+                .into(),
+        ));
+    }
+    let (from, to) = (engine_of(config.backend), engine_of(to));
+    let dir = config.data_dir.clone();
+    if dry_run {
+        return Ok(format!(
+            "would copy the {} store in {} to a new {} store beside it, check it entry by \
+             entry, and leave the {} files for you to remove (nothing changed)",
+            from.name(),
+            dir.display(),
+            to.name(),
+            from.name()
+        ));
+    }
+    let (cache, compression) = (config.engine_cache_bytes(), config.compression);
+    let report = tokio::task::spawn_blocking(move || {
+        embedded::copy::copy(from, to, &dir, cache, compression)
+    })
+    .await
+    .map_err(|e| StoreError::Task(e.to_string()))??;
+    let leftovers: Vec<String> = report.leftovers.iter().map(|p| p.display().to_string()).collect();
+    Ok(format!(
+        "copied {} entries ({} bytes) from {} to {} in {}, checked entry by entry.\n\
+         Next: set storage.backend = \"{}\" (or HOOKRELAY__STORAGE__BACKEND={}) and start \
+         the relay. Once it runs, remove what is left of the {} store: {}",
+        report.entries,
+        report.bytes,
+        report.from.name(),
+        report.to.name(),
+        config.data_dir.display(),
+        report.to.name(),
+        report.to.name(),
+        report.from.name(),
+        if leftovers.is_empty() { "nothing".to_owned() } else { leftovers.join(" ") }
+    ))
+}
+
+/// The engine of an embedded backend (sled for PostgreSQL, which has none: never asked).
+fn engine_of(backend: StorageBackend) -> embedded::engine::Engine {
+    match backend {
+        StorageBackend::Redb => embedded::engine::Engine::Redb,
+        StorageBackend::Sled | StorageBackend::Postgres => embedded::engine::Engine::Sled,
+    }
+}
+
 /// Opens the backend `config` names: the one factory of the relay. `observer` hears
 /// of every group commit.
 pub(crate) async fn open(
@@ -96,10 +163,11 @@ pub(crate) async fn open(
     observer: Arc<dyn StoreObserver>,
 ) -> Result<SharedStore, StoreError> {
     match config.backend {
-        StorageBackend::Sled => {
-            let opts = SledOptions {
+        StorageBackend::Sled | StorageBackend::Redb => {
+            let opts = EmbeddedOptions {
+                engine: engine_of(config.backend),
                 path: config.data_dir.clone(),
-                cache_capacity_bytes: config.cache_capacity_bytes,
+                cache_capacity_bytes: config.engine_cache_bytes(),
                 compression: config.compression,
                 flush_interval: config.flush_interval,
                 durable: config.durability == Durability::Durable,
@@ -107,7 +175,7 @@ pub(crate) async fn open(
                 write_timeout: config.write_timeout,
                 observer,
             };
-            let store = tokio::task::spawn_blocking(move || SledStore::open(&opts))
+            let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&opts))
                 .await
                 .map_err(|e| StoreError::Task(e.to_string()))??;
             Ok(Arc::new(store))

@@ -25,6 +25,7 @@ mod http_edges;
 mod ingress;
 mod liveness;
 mod logs;
+mod migrate;
 mod observability;
 mod openapi;
 mod operational;

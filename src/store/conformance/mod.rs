@@ -70,20 +70,24 @@ impl Harness for Memory {
     }
 }
 
-pub(crate) struct Sled(tempfile::TempDir);
+/// The embedded backend on one of its engines, in a temp dir; reopening opens the same
+/// directory again (a restart of the relay).
+pub(crate) struct Embedded(tempfile::TempDir, super::embedded::engine::Engine);
 
-impl Sled {
-    fn new() -> Self {
-        Self(tempfile::tempdir().expect("temp dir"))
+impl Embedded {
+    fn new(engine: super::embedded::engine::Engine) -> Self {
+        Self(tempfile::tempdir().expect("temp dir"), engine)
     }
 }
 
 #[async_trait]
-impl Harness for Sled {
+impl Harness for Embedded {
     async fn open(&mut self) -> SharedStore {
-        let dir = self.0.path().to_path_buf();
+        let (dir, engine) = (self.0.path().to_path_buf(), self.1);
         Arc::new(
-            tokio::task::spawn_blocking(move || super::sled::testutil::open(&dir)).await.unwrap(),
+            tokio::task::spawn_blocking(move || super::embedded::testutil::open_on(engine, &dir))
+                .await
+                .unwrap(),
         )
     }
     async fn reopen(&mut self) -> SharedStore {
@@ -349,7 +353,8 @@ macro_rules! conformance {
 }
 
 conformance!(memory, Memory(None));
-conformance!(sled, Sled::new());
+conformance!(sled, Embedded::new(crate::store::embedded::engine::Engine::Sled));
+conformance!(redb, Embedded::new(crate::store::embedded::engine::Engine::Redb));
 conformance!(postgres, Postgres::new());
 
 mod audit;

@@ -9,6 +9,7 @@
 //! dropped only after the bump is durable.
 
 use super::codec::encode_raw;
+use super::engine::Db;
 use super::RECORDS;
 use crate::store::hex;
 use crate::store::StoreError;
@@ -20,7 +21,10 @@ const V1_BODIES: &str = "bodies";
 const BATCH: usize = 1024;
 
 /// Copies every version-1 event into `records` and flushes.
-pub(super) fn from_v1(db: &sled::Db) -> Result<(), StoreError> {
+pub(super) fn from_v1(db: &Db) -> Result<(), StoreError> {
+    // Only sled ever held layout 1.
+    let Db::Sled(db) = db else { return Ok(()) };
+    let db = db.raw();
     let records = db.open_tree(RECORDS)?;
     let (inbox, events, bodies) =
         (db.open_tree(V1_INBOX)?, db.open_tree(V1_EVENTS)?, db.open_tree(V1_BODIES)?);
@@ -69,7 +73,9 @@ pub(super) fn from_v1(db: &sled::Db) -> Result<(), StoreError> {
 }
 
 /// Drops the version-1 trees once the migration is durable (a no-op when absent).
-pub(super) fn drop_v1_trees(db: &sled::Db) -> Result<(), StoreError> {
+pub(super) fn drop_v1_trees(db: &Db) -> Result<(), StoreError> {
+    let Db::Sled(db) = db else { return Ok(()) };
+    let db = db.raw();
     let names = db.tree_names();
     let mut dropped = false;
     for name in [V1_INBOX, V1_EVENTS, V1_BODIES] {
@@ -86,7 +92,7 @@ pub(super) fn drop_v1_trees(db: &sled::Db) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sled::testutil;
+    use crate::store::embedded::testutil;
     use crate::store::{
         Dispatch, EventFilter, EventId, EventLog, EventMeta, EventNameOrigin, EventStatus,
     };
@@ -154,8 +160,8 @@ mod tests {
         let all = store.list_events(EventFilter { limit: 10, ..Default::default() }).await;
         assert_eq!(all.unwrap().len(), 3);
         // The next id follows the migrated ones; the old trees are gone.
-        let names = store.inner.db.tree_names();
-        assert!(!names.iter().any(|n| n.as_ref() == V1_INBOX.as_bytes()));
+        let names = store.inner.db.tree_names().unwrap();
+        assert!(!names.iter().any(|n| n == V1_INBOX), "{names:?}");
         assert_eq!(*crate::lock::lock(&store.inner.last_id), 3);
     }
 }

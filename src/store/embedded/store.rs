@@ -1,4 +1,4 @@
-//! The async [`Store`] contract over the blocking [`SledState`]: every call runs on
+//! The async [`Store`] contract over the blocking [`EmbeddedState`]: every call runs on
 //! tokio's blocking pool, so a slow disk (an fsync, a full device) never stalls a
 //! runtime thread. See BENCHMARKS.md for what the hop costs.
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{SledState, SledStore};
+use super::{EmbeddedState, EmbeddedStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
@@ -16,11 +16,11 @@ use crate::store::{
     LedgerReading, NewEvent, PendingEvent, QueueStats, SharedState, StoreError, Upkeep,
 };
 
-impl SledStore {
+impl EmbeddedStore {
     /// Runs the read `f` on the blocking pool.
     async fn run<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&SledState) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&EmbeddedState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || f(&inner))
@@ -35,7 +35,7 @@ impl SledStore {
     /// [`Health`]: crate::store::Health
     async fn write<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&SledState) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&EmbeddedState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
         let health = &self.inner.health;
@@ -52,7 +52,7 @@ impl SledStore {
 }
 
 #[async_trait]
-impl EventLog for SledStore {
+impl EventLog for EmbeddedStore {
     async fn append(&self, event: NewEvent) -> Result<EventId, StoreError> {
         self.committer.submit(event).await
     }
@@ -84,7 +84,7 @@ impl EventLog for SledStore {
 }
 
 #[async_trait]
-impl Dispatch for SledStore {
+impl Dispatch for EmbeddedStore {
     async fn inbox_len(&self) -> Result<u64, StoreError> {
         Ok(super::non_negative(&self.inner.inbox_count))
     }
@@ -129,7 +129,7 @@ impl Dispatch for SledStore {
 }
 
 #[async_trait]
-impl DeliveryQueue for SledStore {
+impl DeliveryQueue for EmbeddedStore {
     async fn claim_due(
         &self,
         destination: &str,
@@ -209,7 +209,7 @@ impl DeliveryQueue for SledStore {
     }
 
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
-        self.run(SledState::paused).await
+        self.run(EmbeddedState::paused).await
     }
 
     async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
@@ -219,10 +219,10 @@ impl DeliveryQueue for SledStore {
 }
 
 /// The whole fleet is this process (one process owns a sled store): every default answer.
-impl Coordination for SledStore {}
+impl Coordination for EmbeddedStore {}
 
 #[async_trait]
-impl SharedState for SledStore {
+impl SharedState for EmbeddedStore {
     async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key.to_owned();
         self.run(move |s| s.upstream_get(&key)).await
@@ -240,9 +240,9 @@ impl SharedState for SledStore {
 }
 
 #[async_trait]
-impl Upkeep for SledStore {
+impl Upkeep for EmbeddedStore {
     async fn size_on_disk(&self) -> Result<u64, StoreError> {
-        self.run(SledState::size_on_disk).await
+        self.run(EmbeddedState::size_on_disk).await
     }
 
     async fn close(&self) -> Result<(), StoreError> {
@@ -259,7 +259,7 @@ impl Upkeep for SledStore {
 }
 
 #[async_trait]
-impl Audit for SledStore {
+impl Audit for EmbeddedStore {
     async fn ledger(&self, from_hour: u64, to_hour: u64) -> Result<LedgerReading, StoreError> {
         self.run(move |s| s.ledger(from_hour, to_hour)).await
     }

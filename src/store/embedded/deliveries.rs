@@ -1,12 +1,12 @@
-//! Deliveries on sled: claims, attempts, operator actions, retention, pauses, and the
+//! Deliveries in the embedded store: claims, attempts, operator actions, retention, pauses, and the
 //! hook lifecycle's small state. Every change goes through the lifecycle rules under
-//! the lifecycle lock, then [`SledState::apply`].
+//! the lifecycle lock, then [`EmbeddedState::apply`].
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use super::codec::{self, split_record};
-use super::{keys, SledState, DELIVERIES, PAUSED_PREFIX, RECORDS};
+use super::{keys, EmbeddedState, DELIVERIES, PAUSED_PREFIX, RECORDS};
 use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::lock::lock;
@@ -25,7 +25,7 @@ pub(super) fn decode_record(key: &[u8], value: &[u8]) -> Result<DeliveryRecord, 
     super::record::decode(event, &dest, value).map_err(corrupt)
 }
 
-impl SledState {
+impl EmbeddedState {
     pub(super) fn claim_due(
         &self,
         dest: &str,
@@ -241,7 +241,7 @@ impl SledState {
             let candidates: Vec<EventId> = self
                 .records
                 .range(from.to_key()..end)
-                .keys()
+                .map(|entry| entry.map(|(key, _)| key))
                 .take(256)
                 .filter_map(|k| k.ok().and_then(|k| EventId::from_key(&k)))
                 .collect();
@@ -278,7 +278,7 @@ impl SledState {
         let candidates: Vec<EventId> = self
             .records
             .range(start..end)
-            .keys()
+            .map(|entry| entry.map(|(key, _)| key))
             .take(limit)
             .filter_map(|k| k.ok().and_then(|k| EventId::from_key(&k)))
             .collect();
@@ -317,7 +317,7 @@ impl SledState {
         let mut key = PAUSED_PREFIX.to_vec();
         key.extend_from_slice(dest.as_bytes());
         if paused {
-            self.meta.insert(key, &[])?;
+            self.meta.insert(key, [])?;
         } else {
             self.meta.remove(key)?;
         }
@@ -349,7 +349,7 @@ impl SledState {
     }
 
     pub(super) fn size_on_disk(&self) -> Result<u64, StoreError> {
-        Ok(self.db.size_on_disk()?)
+        self.db.size_on_disk()
     }
 
     /// Waits for a shared fsync that starts after this call, whatever the durability
@@ -357,6 +357,6 @@ impl SledState {
     pub(super) fn flush_now(&self) -> Result<(), StoreError> {
         self.flusher
             .flush(&self.db)
-            .map_err(|message| StoreError::Backend { backend: "sled", message })
+            .map_err(|message| StoreError::Backend { backend: self.db.engine().name(), message })
     }
 }

@@ -1,4 +1,4 @@
-//! The audit ledger on sled: counters in `outcomes` (which every rule's transaction
+//! The audit ledger in the embedded store: counters in `outcomes` (which every rule's transaction
 //! spans already, so keeping them costs no tree of its own), under keys that start
 //! with [`LEDGER`] and sort by hour.
 //!
@@ -8,16 +8,17 @@
 //!   [`APPENDED_KEY`] mark of the last id they count: an extra sled batch per commit
 //!   group cost the ack path ~8 µs of CPU per callback (BENCHMARKS.md, audit). What a
 //!   crash loses of them is the records above the mark, which the next open counts
-//!   ([`SledState::recount_appended`]); a reading adds the unsaved counts.
+//!   ([`EmbeddedState::recount_appended`]); a reading adds the unsaved counts.
 //! - `waiting` is the inbox, tallied in memory per hour, source and event (`waiting`),
-//!   rebuilt at open by the same scan that counts the inbox (`SledState::rebuild`).
+//!   rebuilt at open by the same scan that counts the inbox (`EmbeddedState::rebuild`).
 //! - A reading holds `last_id` and the lifecycle lock, so no append or rule lands
 //!   between its counters and its tally.
 
 use std::collections::BTreeMap;
 
 use super::codec::decode_meta;
-use super::{SledState, META, OUTCOMES, RECORDS};
+use super::engine::{Batch, Tree, TxResult, TxTree};
+use super::{EmbeddedState, META, OUTCOMES, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::ledger::{self, Count, LedgerEdits, LedgerKey};
@@ -181,7 +182,7 @@ fn by_row(edits: &LedgerEdits) -> Result<Vec<RowEdit>, StoreError> {
     Ok(rows.into_iter().map(|(k, (w, d))| (k, w, d)).collect())
 }
 
-impl SledState {
+impl EmbeddedState {
     /// The rows `edits` change, with their new values, read from `outcomes` as it is
     /// now: what a batch then writes.
     fn new_values(&self, edits: &LedgerEdits) -> Result<Vec<RowWrite>, StoreError> {
@@ -227,21 +228,18 @@ impl SledState {
     /// Adds counters and moves the mark to `last`, in one batch. The caller holds
     /// `last_id` (so it is the only writer of these counters).
     fn count_appended(&self, edits: &LedgerEdits, last: u64) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
+        let mut batch = Batch::default();
         for (k, v) in self.new_values(edits)? {
             batch.insert(k, v);
         }
-        batch.insert(APPENDED_KEY, &last.to_be_bytes());
+        batch.insert(APPENDED_KEY, last.to_be_bytes());
         self.outcomes.apply_batch(batch)?;
         Ok(())
     }
 
     /// Writes `edits` inside a rule's transaction on `outcomes` (read and written
     /// there: the transaction makes the read-modify-write atomic).
-    pub(super) fn write_edits(
-        outcomes: &sled::transaction::TransactionalTree,
-        edits: &LedgerEdits,
-    ) -> Result<(), sled::transaction::ConflictableTransactionError<StoreError>> {
+    pub(super) fn write_edits(outcomes: &TxTree<'_>, edits: &LedgerEdits) -> TxResult<()> {
         use sled::transaction::ConflictableTransactionError as Txe;
         for (row, width, deltas) in by_row(edits).map_err(Txe::Abort)? {
             let old = outcomes.get(&row)?;
@@ -270,7 +268,7 @@ impl SledState {
     /// At open, before any write: the ledger's start (set to the next event when the
     /// store held events before it had a ledger), the appends a crash left uncounted,
     /// and the inbox tally. Returns the start.
-    pub(super) fn open_ledger(meta: &sled::Tree, last_id: u64) -> Result<EventId, StoreError> {
+    pub(super) fn open_ledger(meta: &Tree, last_id: u64) -> Result<EventId, StoreError> {
         match meta.get(START_KEY)? {
             Some(v) => <[u8; 8]>::try_from(v.as_ref())
                 .map(|b| EventId::new(u64::from_be_bytes(b)))
@@ -281,7 +279,7 @@ impl SledState {
                 }),
             None => {
                 let start = last_id.saturating_add(1);
-                meta.insert(START_KEY, &start.to_be_bytes())?;
+                meta.insert(START_KEY, start.to_be_bytes())?;
                 Ok(EventId::new(start))
             }
         }
@@ -385,9 +383,7 @@ impl SledState {
     ) -> Result<(), StoreError> {
         let _rules = lock(&self.lifecycle);
         let edits = ledger::triggered(hour, source, event, n);
-        self.outcomes
-            .transaction(|tx| Self::write_edits(tx, &edits))
-            .map_err(super::apply::tx_error)?;
+        self.db.transaction(&[&self.outcomes], |tx| Self::write_edits(&tx[0], &edits))?;
         self.durable()
     }
 }

@@ -1,4 +1,4 @@
-//! Dispatch on sled: the events awaiting dispatch read after the cursor, the rules
+//! Dispatch in the embedded store: the events awaiting dispatch read after the cursor, the rules
 //! applied under the lifecycle lock, one transaction for the whole batch (outcomes,
 //! dedup keys, deliveries, schedule, queues and the cursor).
 
@@ -6,13 +6,13 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::codec::{awaits_outcome, decode_meta, outcome_key, parse_meta, split_record};
-use super::{keys, SledState, DEDUP, RECORDS};
+use super::{keys, EmbeddedState, DEDUP, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, Staged};
 use crate::store::{DispatchPlan, DispatchVerdict, EventId, PendingEvent, StoreError};
 
-impl SledState {
+impl EmbeddedState {
     /// The first `limit` events awaiting dispatch, oldest first.
     pub(super) fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
         let mut out = Vec::new();
@@ -42,9 +42,10 @@ impl SledState {
             let record = split_record(&value).map_err(corrupt)?;
             let mut meta = parse_meta(record.meta).map_err(corrupt)?;
             meta.resource = record.resource.map(str::to_owned);
-            // The body shares the value sled read (no copy): it ends the record.
+            // The body shares the value the engine read (no copy): it ends the record.
             let body_len = record.body.map_or(0, <[u8]>::len);
-            let body = bytes::Bytes::from_owner(value.clone()).slice(value.len() - body_len..);
+            let len = value.len();
+            let body = bytes::Bytes::from_owner(value).slice(len - body_len..);
             out.push(PendingEvent { id, meta, body });
         }
         if let Some(run) = settled_run {
@@ -118,21 +119,43 @@ impl SledState {
         Ok((cursor > start).then_some(cursor))
     }
 
+    /// Removes the expired dedup entries, a chunk per transaction (one commit each on
+    /// redb, not one per entry).
     pub(super) fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
+        /// Entries removed per transaction.
+        const CHUNK: usize = 512;
         let mut purged = 0;
-        for item in self.dedup.iter() {
-            let (key, value) = item?;
-            let expired = match keys::decode_dedup(&value) {
-                Some(entry) => entry.until_us <= now_us,
-                None => {
-                    tracing::warn!(tree = DEDUP, key = %hex(&key), "unreadable dedup entry removed");
-                    true
+        let mut expired = Vec::new();
+        let mut scan = self.dedup.iter().peekable();
+        while scan.peek().is_some() {
+            expired.clear();
+            for item in scan.by_ref() {
+                let (key, value) = item?;
+                let gone = match keys::decode_dedup(&value) {
+                    Some(entry) => entry.until_us <= now_us,
+                    None => {
+                        tracing::warn!(tree = DEDUP, key = %hex(&key), "unreadable dedup entry removed");
+                        true
+                    }
+                };
+                if gone {
+                    expired.push((key, value));
+                    if expired.len() >= CHUNK {
+                        break;
+                    }
                 }
-            };
-            // Only remove the entry we looked at: dispatch may have renewed it since.
-            if expired && self.dedup.compare_and_swap(&key, Some(&value), None::<&[u8]>)?.is_ok() {
-                purged += 1;
             }
+            // Only remove the entry as it was seen: dispatch may have renewed it since.
+            purged += self.db.transaction(&[&self.dedup], |t| {
+                let mut removed = 0;
+                for (key, value) in &expired {
+                    if t[0].get(key)?.is_some_and(|now| now[..] == value[..]) {
+                        t[0].remove(key)?;
+                        removed += 1;
+                    }
+                }
+                Ok(removed)
+            })?;
         }
         self.dedup_count.fetch_sub(super::apply::signed(purged as u64), Ordering::Relaxed);
         self.durable()?;

@@ -1,20 +1,21 @@
-//! [`EventStore`] on sled: ingest into `records`, reads with dispatch's outcome laid
+//! The event log in the embedded store: ingest into `records`, reads with dispatch's outcome laid
 //! over the stored meta.
 
 use std::sync::atomic::Ordering;
 
 use super::codec::{encode_record, split_record};
-use super::{SledState, RECORDS};
+use super::engine::Batch;
+use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
 use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError};
 
-impl SledState {
+impl EmbeddedState {
     /// Assigns ids and writes the group into `records` in one atomic batch, each event
     /// once with its body; then waits for durability.
     pub(super) fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
-        let mut records = sled::Batch::default();
+        let mut records = Batch::default();
         let mut received: i64 = 0;
         let mut ids = Vec::with_capacity(batch.len());
         // Held across the write: ids reach the tree in the order they were handed out,
@@ -33,7 +34,7 @@ impl SledState {
                 }
                 _ => None,
             };
-            records.insert(&id.to_key(), encode_record(&ev.meta, body)?);
+            records.insert(id.to_key(), encode_record(&ev.meta, body)?);
         }
         self.records.apply_batch(records)?;
         // The ledger's counts of the group, and the inbox tally (still under
@@ -102,7 +103,7 @@ impl SledState {
         Ok(out)
     }
 
-    /// [`SledState::list_events`] about one resource: the events still in the inbox (a scan
+    /// [`EmbeddedState::list_events`] about one resource: the events still in the inbox (a scan
     /// of the inbox, which dispatch keeps near empty), then the resource's prefix of
     /// `outcomes` for the dispatched ones (`keys::outcome`). In that order: an event
     /// dispatched between the two reads is seen twice (and listed once), never missed.

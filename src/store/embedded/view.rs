@@ -1,11 +1,11 @@
 //! The reads the lifecycle rules ask for, answered from the trees (under the
 //! lifecycle lock, so nothing moves between the read and the write).
 
-use super::{deliveries::decode_record, keys, SledState};
+use super::{deliveries::decode_record, keys, EmbeddedState};
 use crate::store::lifecycle::{DedupEntry, Queue, View};
 use crate::store::{DeliveryRecord, EventId, EventMeta, StoreError};
 
-impl View for SledState {
+impl View for EmbeddedState {
     fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
         Ok(self.dedup.get(hash)?.and_then(|v| keys::decode_dedup(&v)))
     }

@@ -1,5 +1,7 @@
-//! The sled backend: the embedded default. One named tree per concept, big-endian
-//! keys (see ARCHITECTURE.md); one process owns the database (sled locks it).
+//! The embedded backend: one process, one data directory, one named tree per concept
+//! with big-endian keys (see ARCHITECTURE.md), kept by a key-value engine
+//! ([`engine`]: sled, the default, or redb); the engine locks the database to its
+//! process.
 //!
 //! How it keeps the contract:
 //! - **Rules**: every decision is made by [`crate::store::lifecycle`] under the
@@ -12,7 +14,7 @@
 //!   may have deleted the newest records).
 //! - **Claims** live in memory ([`ClaimTable`]): a restart ends every attempt anyway.
 //! - **Durability**: in `durable` mode each write waits for a shared fsync
-//!   (`flush.rs`) before it returns; in `buffered` mode sled flushes every
+//!   (`flush.rs`) before it returns; in `buffered` mode the engine flushes every
 //!   `flush_interval`.
 //! - **Async**: every call runs on tokio's blocking pool (`store.rs`), but appends,
 //!   which go to the group committer's own thread ([`Committer`]).
@@ -28,8 +30,10 @@
 mod apply;
 mod bin;
 pub(super) mod codec;
+pub(crate) mod copy;
 mod deliveries;
 mod dispatch;
+pub(crate) mod engine;
 mod events;
 mod flush;
 pub(super) mod keys;
@@ -46,6 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::codec::{decode_meta, DispatchRecord};
+use self::engine::{Db, Engine, EngineOptions, Tree};
 use super::{
     ClaimTable, Committer, DeliveryState, EventId, EventMeta, EventRecord, Health, QueueCounts,
     StoreError, StoreObserver,
@@ -67,6 +72,9 @@ const DEDUP: &str = "dedup";
 const DEAD_LETTERS: &str = "dead_letters";
 const ORDERING: &str = "ordering";
 const UPSTREAM: &str = "upstream";
+/// Every tree of the layout (what `hookrelay migrate --to` copies).
+const TREES: [&str; 9] =
+    [META, RECORDS, OUTCOMES, DELIVERIES, SCHEDULE, DEDUP, DEAD_LETTERS, ORDERING, UPSTREAM];
 /// `schedule` values: what kind of entry it is.
 const SCHEDULED_PENDING: u8 = 0;
 const SCHEDULED_RETRYING: u8 = 1;
@@ -76,33 +84,27 @@ const CURSOR_KEY: &[u8] = b"dispatch_cursor";
 /// Keys of `meta` holding a paused destination: `paused/{name}`.
 const PAUSED_PREFIX: &[u8] = b"paused/";
 
-impl From<sled::Error> for StoreError {
-    fn from(e: sled::Error) -> Self {
-        StoreError::Backend { backend: "sled", message: e.to_string() }
-    }
-}
-
-/// sled-backed [`crate::store::Store`]; cheap to clone.
+/// The embedded [`crate::store::Store`]; cheap to clone.
 #[derive(Clone)]
-pub(crate) struct SledStore {
-    inner: Arc<SledState>,
+pub(crate) struct EmbeddedStore {
+    inner: Arc<EmbeddedState>,
     /// Appends go through group commit on its own thread.
     committer: Committer,
     committer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// The backend's state; its methods are blocking.
-pub(super) struct SledState {
-    db: sled::Db,
-    records: sled::Tree,
-    outcomes: sled::Tree,
-    deliveries: sled::Tree,
-    schedule: sled::Tree,
-    dedup: sled::Tree,
-    dead_letters: sled::Tree,
-    ordering: sled::Tree,
-    upstream: sled::Tree,
-    meta: sled::Tree,
+pub(super) struct EmbeddedState {
+    db: Db,
+    records: Tree,
+    outcomes: Tree,
+    deliveries: Tree,
+    schedule: Tree,
+    dedup: Tree,
+    dead_letters: Tree,
+    ordering: Tree,
+    upstream: Tree,
+    meta: Tree,
     /// Held while a lifecycle rule reads, decides and writes.
     lifecycle: Mutex<()>,
     counts: Mutex<QueueCounts>,
@@ -133,16 +135,18 @@ pub(super) struct SledState {
     unsaved: Mutex<ledger::Unsaved>,
     flusher: flush::GroupFlush,
     durable: bool,
-    /// Fail-stop: after a sled write error (sled's error is sticky) or a write that
-    /// does not return, no more writes.
+    /// Fail-stop: after an engine's write error (sled's error is sticky, redb's I/O
+    /// error too) or a write that does not return, no more writes.
     health: Arc<Health>,
 }
 
 /// How to open the store.
-pub(crate) struct SledOptions {
+pub(crate) struct EmbeddedOptions {
+    pub(crate) engine: Engine,
     pub(crate) path: PathBuf,
     pub(crate) cache_capacity_bytes: u64,
-    /// zstd-compress a new database (an existing one keeps what it was created with).
+    /// sled: zstd-compress a new database (an existing one keeps what it was created
+    /// with).
     pub(crate) compression: bool,
     pub(crate) flush_interval: Duration,
     /// Whether each write waits for an fsync.
@@ -154,25 +158,23 @@ pub(crate) struct SledOptions {
     pub(crate) observer: Arc<dyn StoreObserver>,
 }
 
-impl SledStore {
+impl EmbeddedStore {
     /// Opens (or creates) the store at `path`, checks its schema version and rebuilds
     /// the in-memory counts. Blocking.
-    pub(crate) fn open(opts: &SledOptions) -> Result<Self, StoreError> {
-        let flush_ms = u64::try_from(opts.flush_interval.as_millis()).unwrap_or(u64::MAX).max(1);
-        let db = sled::Config::new()
-            .path(&opts.path)
-            .cache_capacity(opts.cache_capacity_bytes)
-            .flush_every_ms(Some(flush_ms))
-            .mode(sled::Mode::HighThroughput)
-            .use_compression(compression_of(&opts.path, opts.compression))
-            .compression_factor(COMPRESSION_LEVEL)
-            .open()
-            .map_err(|e| locked(&opts.path, e))?;
+    pub(crate) fn open(opts: &EmbeddedOptions) -> Result<Self, StoreError> {
+        let db = Db::open(
+            opts.engine,
+            &EngineOptions {
+                path: &opts.path,
+                cache_capacity_bytes: opts.cache_capacity_bytes,
+                compression: opts.compression,
+                flush_interval: opts.flush_interval,
+            },
+        )?;
         let meta = db.open_tree(META)?;
         match meta.get(SCHEMA_KEY)? {
             None => {
                 meta.insert(SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes())?;
-                db.flush()?;
             }
             Some(v) if v.as_ref() == SCHEMA_VERSION.to_string().as_bytes() => {
                 migrate::drop_v1_trees(&db)?;
@@ -191,21 +193,7 @@ impl SledStore {
             }
         }
         let dedup = db.open_tree(DEDUP)?;
-        // sled's log, to fsync after each flush (see flush.rs: sled only
-        // sync_file_range's it).
-        let log_path = opts.path.join("db");
-        let log = std::fs::OpenOptions::new().write(true).open(&log_path).map_err(|e| {
-            StoreError::Backend {
-                backend: "sled",
-                message: format!("opening sled's log {} to fsync it: {e}", log_path.display()),
-            }
-        })?;
-        // What the open wrote (a schema version, a migration) is durable from here.
-        log.sync_data().map_err(|e| StoreError::Backend {
-            backend: "sled",
-            message: format!("fdatasync of sled's log {}: {e}", log_path.display()),
-        })?;
-        let inner = SledState {
+        let inner = EmbeddedState {
             records: db.open_tree(RECORDS)?,
             outcomes: db.open_tree(OUTCOMES)?,
             deliveries: db.open_tree(DELIVERIES)?,
@@ -216,7 +204,7 @@ impl SledStore {
             cursor: AtomicU64::new(0),
             committed: AtomicU64::new(0),
             inbox_count: AtomicI64::new(0),
-            dedup_count: AtomicI64::new(apply::signed(dedup.len() as u64)),
+            dedup_count: AtomicI64::new(apply::signed(dedup.len()?)),
             dedup,
             meta,
             db,
@@ -227,16 +215,19 @@ impl SledStore {
             ledger_start: AtomicU64::new(0),
             waiting: Mutex::new(ledger::Waiting::new()),
             unsaved: Mutex::new(ledger::Unsaved::default()),
-            flusher: flush::GroupFlush::new(log),
+            flusher: flush::GroupFlush::default(),
             durable: opts.durable,
-            health: Health::new("sled", opts.write_timeout, opts.observer.clone()),
+            health: Health::new(opts.engine.name(), opts.write_timeout, opts.observer.clone()),
         };
+        // What the open wrote (a schema version, a migration, new trees) is durable
+        // from here.
+        inner.db.flush()?;
         Health::start_watchdog(&inner.health)?;
         inner.rebuild()?;
         let inner = Arc::new(inner);
         let writer = inner.clone();
         let (committer, thread) = Committer::start(
-            "sled",
+            opts.engine.name(),
             Box::new(move |events| {
                 writer.health.write(StoreError::is_engine_failure, || writer.append(events))
             }),
@@ -248,58 +239,10 @@ impl SledStore {
     }
 }
 
-/// sled's error when another process holds the database, said plainly.
-fn locked(path: &std::path::Path, e: sled::Error) -> StoreError {
-    let message = e.to_string();
-    if message.contains("could not acquire lock") {
-        StoreError::Backend {
-            backend: "sled",
-            message: format!(
-                "{} is in use by another process (is another hookrelay serving this \
-                 storage.data_dir?): stop it, or give this relay a data_dir of its own",
-                path.display()
-            ),
-        }
-    } else {
-        e.into()
-    }
-}
-
-/// zstd level of sled's log: the fastest; JSON bodies and records already shrink
-/// about 3x at it (BENCHMARKS.md, footprint).
-const COMPRESSION_LEVEL: i32 = 1;
-
-/// Whether to open the database at `path` compressed. sled refuses to open a database
-/// with another setting than it was created with, and says so in its `conf` file
-/// (`use_compression: true`): an existing database keeps its own, with a note when it
-/// differs from the configuration; a new one follows `wanted`.
-fn compression_of(path: &std::path::Path, wanted: bool) -> bool {
-    let Ok(conf) = std::fs::read(path.join("conf")) else { return wanted };
-    let conf = String::from_utf8_lossy(&conf);
-    let existing = conf
-        .lines()
-        .find_map(|line| line.strip_prefix("use_compression: "))
-        .map(|v| v.trim() == "true");
-    match existing {
-        Some(existing) if existing != wanted => {
-            tracing::warn!(
-                data_dir = %path.display(),
-                compressed = existing,
-                "storage.compression differs from what this data directory was created with; \
-                 sled keeps its original setting (to change it, start the relay on a new \
-                 storage.data_dir once this one is drained)"
-            );
-            existing
-        }
-        Some(existing) => existing,
-        None => wanted,
-    }
-}
-
-impl SledState {
+impl EmbeddedState {
     /// Seeds the id counter and the queue counts from what is stored.
     fn rebuild(&self) -> Result<(), StoreError> {
-        let last = |tree: &sled::Tree| -> Result<u64, StoreError> {
+        let last = |tree: &Tree| -> Result<u64, StoreError> {
             Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)).map_or(0, EventId::raw))
         };
         *crate::lock::lock(&self.last_id) = last(&self.records)?;
@@ -392,7 +335,7 @@ impl SledState {
     }
 }
 
-impl SledState {
+impl EmbeddedState {
     /// An event's record as readers see it: the meta stored at ingest with dispatch's
     /// outcome laid over it.
     pub(super) fn decode(&self, key: &[u8], value: &[u8]) -> Result<EventRecord, StoreError> {
@@ -413,7 +356,7 @@ impl SledState {
 }
 
 /// A signed count as reported: transiently negative while a subtraction has
-/// overtaken its addition (see `SledState::inbox_count`), which reads as empty.
+/// overtaken its addition (see `EmbeddedState::inbox_count`), which reads as empty.
 pub(super) fn non_negative(count: &AtomicI64) -> u64 {
     u64::try_from(count.load(Ordering::Relaxed)).unwrap_or(0)
 }
@@ -424,14 +367,20 @@ pub(crate) mod testutil {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{SledOptions, SledStore};
+    use super::{EmbeddedOptions, EmbeddedStore, Engine};
 
-    /// Opens the store in `dir`. A store dropped just before may still be held by
-    /// sled's flusher thread for a moment (its file lock): retry briefly.
-    pub(crate) fn open(dir: &Path) -> SledStore {
+    /// Opens the sled store in `dir`.
+    pub(crate) fn open(dir: &Path) -> EmbeddedStore {
+        open_on(Engine::Sled, dir)
+    }
+
+    /// Opens the store in `dir` on `engine`. A store dropped just before may still be
+    /// held by the engine's flusher thread for a moment (its file lock): retry briefly.
+    pub(crate) fn open_on(engine: Engine, dir: &Path) -> EmbeddedStore {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            match SledStore::open(&SledOptions {
+            match EmbeddedStore::open(&EmbeddedOptions {
+                engine,
                 path: dir.to_path_buf(),
                 cache_capacity_bytes: 1 << 20,
                 compression: true,
@@ -464,7 +413,8 @@ mod tests {
             db.open_tree(META).unwrap().insert(SCHEMA_KEY, b"99").unwrap();
             db.flush().unwrap();
         }
-        let err = SledStore::open(&SledOptions {
+        let err = EmbeddedStore::open(&EmbeddedOptions {
+            engine: Engine::Sled,
             path: dir.path().to_path_buf(),
             cache_capacity_bytes: 1 << 20,
             compression: true,

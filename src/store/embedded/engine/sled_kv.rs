@@ -1,0 +1,142 @@
+//! sled 0.34 under the embedded backend: its trees as they are, its log fsynced after
+//! each flush.
+
+use std::fs::File;
+
+use super::{Bytes, EngineOptions, Iter, Tree, TxResult, TxTree};
+use crate::store::StoreError;
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Backend { backend: "sled", message: e.to_string() }
+    }
+}
+
+/// zstd level of sled's log: the fastest; JSON bodies and records already shrink
+/// about 3x at it (BENCHMARKS.md, footprint).
+const COMPRESSION_LEVEL: i32 = 1;
+
+/// An open sled database and its log file.
+pub(crate) struct SledDb {
+    pub(super) db: sled::Db,
+    /// sled's log (`{data_dir}/db`), fsynced after each `Db::flush`: on Linux, sled
+    /// 0.34's `Db::flush` ends with `sync_file_range`, not `fsync`, which writes no
+    /// metadata (the log's growing size and new blocks) and does not flush the device's
+    /// cache: `tests/integration/power_loss.rs` lost 170 of 312 acknowledged callbacks
+    /// at its first cut without it.
+    log: File,
+}
+
+impl SledDb {
+    pub(super) fn open(opts: &EngineOptions<'_>) -> Result<Self, StoreError> {
+        let flush_ms = u64::try_from(opts.flush_interval.as_millis()).unwrap_or(u64::MAX).max(1);
+        let db = sled::Config::new()
+            .path(opts.path)
+            .cache_capacity(opts.cache_capacity_bytes)
+            .flush_every_ms(Some(flush_ms))
+            .mode(sled::Mode::HighThroughput)
+            .use_compression(compression_of(opts.path, opts.compression))
+            .compression_factor(COMPRESSION_LEVEL)
+            .open()
+            .map_err(|e| locked(opts.path, e))?;
+        let log_path = opts.path.join("db");
+        let log = std::fs::OpenOptions::new().write(true).open(&log_path).map_err(|e| {
+            StoreError::Backend {
+                backend: "sled",
+                message: format!("opening sled's log {} to fsync it: {e}", log_path.display()),
+            }
+        })?;
+        Ok(Self { db, log })
+    }
+
+    pub(super) fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        self.log.sync_data().map_err(|e| StoreError::Backend {
+            backend: "sled",
+            message: format!("fdatasync of sled's log: {e}"),
+        })
+    }
+
+    /// The sled database itself, for the migration of its own old layouts.
+    pub(crate) fn raw(&self) -> &sled::Db {
+        &self.db
+    }
+}
+
+/// sled's error when another process holds the database, said plainly.
+fn locked(path: &std::path::Path, e: sled::Error) -> StoreError {
+    let message = e.to_string();
+    if message.contains("could not acquire lock") {
+        StoreError::Backend {
+            backend: "sled",
+            message: format!(
+                "{} is in use by another process (is another hookrelay serving this \
+                 storage.data_dir?): stop it, or give this relay a data_dir of its own",
+                path.display()
+            ),
+        }
+    } else {
+        e.into()
+    }
+}
+
+/// Whether to open the database at `path` compressed. sled refuses to open a database
+/// with another setting than it was created with, and says so in its `conf` file
+/// (`use_compression: true`): an existing database keeps its own, with a note when it
+/// differs from the configuration; a new one follows `wanted`.
+fn compression_of(path: &std::path::Path, wanted: bool) -> bool {
+    let Ok(conf) = std::fs::read(path.join("conf")) else { return wanted };
+    let conf = String::from_utf8_lossy(&conf);
+    let existing = conf
+        .lines()
+        .find_map(|line| line.strip_prefix("use_compression: "))
+        .map(|v| v.trim() == "true");
+    match existing {
+        Some(existing) if existing != wanted => {
+            tracing::warn!(
+                data_dir = %path.display(),
+                compressed = existing,
+                "storage.compression differs from what this data directory was created with; \
+                 sled keeps its original setting (to change it, start the relay on a new \
+                 storage.data_dir once this one is drained)"
+            );
+            existing
+        }
+        Some(existing) => existing,
+        None => wanted,
+    }
+}
+
+/// sled's scan as the backend's.
+pub(super) fn iter(scan: sled::Iter) -> Iter {
+    Box::new(scan.map(|item| {
+        let (k, v) = item?;
+        Ok((Bytes::Sled(k), Bytes::Sled(v)))
+    }))
+}
+
+/// One sled transaction over `trees` (all of one database).
+pub(super) fn transaction<T>(
+    trees: &[&Tree],
+    body: impl Fn(&[TxTree<'_>]) -> TxResult<T>,
+) -> Result<T, StoreError> {
+    use sled::transaction::TransactionError;
+    use sled::Transactional;
+    let sled_trees: Vec<&sled::Tree> = trees
+        .iter()
+        .map(|t| match t {
+            Tree::Sled(t) => Ok(t),
+            Tree::Redb(_) => Err(StoreError::Task("a redb tree in a sled transaction".into())),
+        })
+        .collect::<Result<_, _>>()?;
+    sled_trees
+        .as_slice()
+        .transaction(|views| {
+            let views: Vec<TxTree<'_>> = views.iter().cloned().map(TxTree::Sled).collect();
+            body(&views)
+        })
+        .map_err(|e| match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => e.into(),
+        })
+}

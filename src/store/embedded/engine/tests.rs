@@ -1,0 +1,173 @@
+//! Both engines against a `BTreeMap`: the backend's code relies on nothing else.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::{Batch, Db, Engine, EngineOptions, Tree};
+use crate::store::StoreError;
+
+fn options(dir: &std::path::Path) -> EngineOptions<'_> {
+    EngineOptions {
+        path: dir,
+        cache_capacity_bytes: 1 << 20,
+        compression: true,
+        flush_interval: Duration::from_millis(200),
+    }
+}
+
+fn open(engine: Engine, dir: &std::path::Path) -> Db {
+    Db::open(engine, &options(dir)).unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(Vec<u8>, Vec<u8>),
+    Remove(Vec<u8>),
+    Batch(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A transaction that writes, then aborts (when the flag says so).
+    Tx(Vec<u8>, Vec<u8>, bool),
+}
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(prop_oneof![Just(0u8), Just(1), Just(0xfe), Just(0xff)], 0..4)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (key(), key()).prop_map(|(k, v)| Op::Insert(k, v)),
+        key().prop_map(Op::Remove),
+        prop::collection::vec((key(), key()), 0..4).prop_map(Op::Batch),
+        (key(), key(), any::<bool>()).prop_map(|(k, v, a)| Op::Tx(k, v, a)),
+    ]
+}
+
+fn entries(iter: impl Iterator<Item = super::Entry>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    iter.map(|e| e.map(|(k, v)| (k.to_vec(), v.to_vec()))).collect::<Result<_, _>>().unwrap()
+}
+
+fn check(tree: &Tree, model: &BTreeMap<Vec<u8>, Vec<u8>>, probe: &[u8]) {
+    let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(entries(tree.iter()), all);
+    let mut back = entries(tree.iter().rev());
+    back.reverse();
+    assert_eq!(back, all);
+    let prefixed: Vec<_> = all.iter().filter(|(k, _)| k.starts_with(probe)).cloned().collect();
+    assert_eq!(entries(tree.scan_prefix(probe)), prefixed, "prefix {probe:?}");
+    let mut rev = entries(tree.scan_prefix(probe).rev());
+    rev.reverse();
+    assert_eq!(rev, prefixed);
+    let from: Vec<_> = all.iter().filter(|(k, _)| k.as_slice() >= probe).cloned().collect();
+    assert_eq!(entries(tree.range(probe.to_vec()..)), from);
+    let below: Vec<_> = all.iter().filter(|(k, _)| k.as_slice() < probe).cloned().collect();
+    assert_eq!(entries(tree.range(..probe.to_vec())), below);
+    assert_eq!(tree.len().unwrap(), model.len() as u64);
+    let first = tree.iter().next().transpose().unwrap();
+    assert_eq!(first.map(|(k, _)| k.to_vec()), model.keys().next().cloned());
+    assert_eq!(tree.last().unwrap().map(|(k, _)| k.to_vec()), model.keys().next_back().cloned());
+    assert_eq!(tree.get(probe).unwrap().map(|v| v.to_vec()), model.get(probe).cloned());
+}
+
+fn run(engine: Engine, ops: &[Op], probe: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    {
+        let db = open(engine, dir.path());
+        let tree = db.open_tree("t").unwrap();
+        for op in ops {
+            match op {
+                Op::Insert(k, v) => {
+                    let old = tree.insert(k, v).unwrap().map(|v| v.to_vec());
+                    assert_eq!(old, model.insert(k.clone(), v.clone()));
+                }
+                Op::Remove(k) => {
+                    let old = tree.remove(k).unwrap().map(|v| v.to_vec());
+                    assert_eq!(old, model.remove(k));
+                }
+                Op::Batch(writes) => {
+                    let mut batch = Batch::default();
+                    for (k, v) in writes {
+                        batch.insert(k, v);
+                        model.insert(k.clone(), v.clone());
+                    }
+                    tree.apply_batch(batch).unwrap();
+                }
+                Op::Tx(k, v, aborts) => {
+                    let result = db.transaction(&[&tree], |t| {
+                        t[0].insert(k, v)?;
+                        // A transaction sees its own write.
+                        assert_eq!(t[0].get(k)?.map(|v| v.to_vec()), Some(v.clone()));
+                        if *aborts {
+                            return Err(sled::transaction::ConflictableTransactionError::Abort(
+                                StoreError::Config("abort".into()),
+                            ));
+                        }
+                        Ok(())
+                    });
+                    assert_eq!(result.is_ok(), !aborts);
+                    if !aborts {
+                        model.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        check(&tree, &model, probe);
+        db.flush().unwrap();
+    }
+    // What was flushed is there after a reopen.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let db = loop {
+        match Db::open(engine, &options(dir.path())) {
+            Ok(db) => break db,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    check(&db.open_tree("t").unwrap(), &model, probe);
+    assert!(db.tree_names().unwrap().contains(&"t".to_owned()));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn both_engines_behave_as_an_ordered_map(ops in prop::collection::vec(op(), 0..24), probe in key()) {
+        run(Engine::Sled, &ops, &probe);
+        run(Engine::Redb, &ops, &probe);
+    }
+}
+
+#[test]
+fn the_successor_of_a_prefix_bounds_it() {
+    assert_eq!(super::successor(b"ab"), Some(b"ac".to_vec()));
+    assert_eq!(super::successor(&[1, 0xff]), Some(vec![2]));
+    assert_eq!(super::successor(&[0xff, 0xff]), None);
+    assert_eq!(super::successor(b""), None);
+}
+
+#[test]
+fn a_second_open_of_a_redb_data_dir_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let _db = open(Engine::Redb, dir.path());
+    let err = Db::open(Engine::Redb, &options(dir.path())).err().unwrap().to_string();
+    assert!(err.contains("in use by another process") && err.contains("data_dir"), "{err}");
+}
+
+#[test]
+fn a_data_dir_of_the_other_engine_is_refused_with_what_to_do() {
+    for (has, asked) in [(Engine::Sled, Engine::Redb), (Engine::Redb, Engine::Sled)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(has, dir.path());
+        db.open_tree("t").unwrap().insert(b"k", b"v").unwrap();
+        db.flush().unwrap();
+        drop(db);
+        std::thread::sleep(Duration::from_millis(300));
+        let err = Db::open(asked, &options(dir.path())).err().unwrap().to_string();
+        let wanted =
+            format!("holds a {} store and storage.backend is {}", has.name(), asked.name());
+        assert!(err.contains(&wanted) && err.contains("hookrelay migrate --to"), "{err}");
+    }
+}

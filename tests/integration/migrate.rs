@@ -1,0 +1,193 @@
+//! `hookrelay migrate --to redb` (and back): a store with delivered, retrying and
+//! duplicate events, left by a SIGKILL, moved to the other engine; the relay on the copy
+//! delivers everything due, once, and still knows the duplicates it saw before.
+
+use crate::common;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::sink::{Mode, Sink};
+use common::Relay;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// One occurrence as the upstream sends it; `hook` differs between the users who
+/// hold a hook for it (the same occurrence, arriving again).
+fn occurrence(id: u32, hook: u32) -> String {
+    json!({
+        "data": {"type": "actions", "id": id.to_string(), "attributes": {"name": format!("n{id}")}},
+        "meta": {"debug": {"time": "2026-06-12 13:23:00 +1200",
+                 "resthook": {"id": hook.to_string(), "trigger_count": 1}}}
+    })
+    .to_string()
+}
+
+fn migrate(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(common::binary());
+    cmd.arg("migrate").arg("--config").arg(config).args(args).env_remove("HOOKRELAY_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The webhook-ids the sink answered 200 to, each with how many times.
+fn delivered(sink: &Sink) -> std::collections::BTreeMap<String, usize> {
+    let mut seen = std::collections::BTreeMap::new();
+    for r in sink.received() {
+        if r.status == 200 {
+            *seen.entry(r.header("webhook-id").unwrap_or_default().to_owned()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+async fn post(relay: &Relay, id: u32, hook: u32) -> Value {
+    let r = relay.callback(Some("ActionCreated"), "application/json", occurrence(id, hook)).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_moved_to_redb_and_back_delivers_everything_due_once() {
+    let sink = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tail = format!(
+        "\n[[destinations]]\nname = \"a\"\nurl = \"{}\"\ntimeout = \"5s\"\n\n[delivery.retry]\ninitial_backoff = \"1s\"\nmax_backoff = \"1s\"\n",
+        sink.url()
+    );
+    let text_cfg = common::config_with(&data, "", &tail);
+    let config = dir.path().join("hookrelay.toml");
+    std::fs::write(&config, &text_cfg).unwrap();
+
+    // On sled: 10 delivered, then the consumer fails and 20 more wait for it; each of
+    // the 30 also arrives from a second user (a duplicate).
+    let relay = Relay::start(dir.path(), &text_cfg).await;
+    for id in 0..10 {
+        post(&relay, id, 1).await;
+    }
+    sink.wait_for(10, WAIT).await;
+    sink.set_mode(Mode::Status(503));
+    for id in 10..30 {
+        post(&relay, id, 1).await;
+    }
+    for id in 0..30 {
+        post(&relay, id, 2).await;
+    }
+    sink.wait_for(11, WAIT).await; // failing (its circuit may hold the rest back)
+    relay
+        .admin_until("/admin/events?status=dispatched&limit=100", WAIT, |v| {
+            v["events"].as_array().is_some_and(|e| e.len() == 30)
+        })
+        .await;
+    relay
+        .admin_until("/admin/events?status=duplicate&limit=100", WAIT, |v| {
+            v["events"].as_array().is_some_and(|e| e.len() == 30)
+        })
+        .await;
+    let ids_before = relay.all_event_ids().await;
+    assert_eq!(ids_before.len(), 60);
+    relay.signal(libc::SIGKILL);
+    drop(relay);
+
+    // While the relay is stopped: to redb. A second run refuses (the copy exists).
+    let out = migrate(&config, &["--to", "redb", "--dry-run"], &[]);
+    assert!(out.status.success() && text(&out).contains("nothing changed"), "{}", text(&out));
+    assert!(!data.join("hookrelay.redb").exists(), "a dry run wrote a database");
+    let out = migrate(&config, &["--to", "redb"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("checked entry by entry") && said.contains("backend = \"redb\""),
+        "{said}"
+    );
+    let out = migrate(&config, &["--to", "redb"], &[]);
+    assert!(!out.status.success(), "a second copy over the first");
+    assert!(text(&out).contains("already holds a redb database"), "{}", text(&out));
+
+    // On redb, the consumer back: every event due is delivered within the bound, the
+    // 10 delivered before are not sent again, and a third user's copy of an old
+    // occurrence is still a duplicate.
+    sink.set_mode(Mode::Ok);
+    let redb = [("HOOKRELAY__STORAGE__BACKEND", "redb")];
+    let relay = Relay::start_env(dir.path(), &text_cfg, &redb).await;
+    assert_eq!(relay.all_event_ids().await, ids_before, "the same events, in the same order");
+    let deadline = Instant::now() + WAIT;
+    while delivered(&sink).len() < 30 {
+        assert!(Instant::now() < deadline, "not all 30 delivered on redb: {:?}", delivered(&sink));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = post(&relay, 3, 3).await;
+    let shown = relay
+        .admin_until(&format!("/admin/events/{}", again["id"].as_str().unwrap()), WAIT, |e| {
+            e["status"] != "received"
+        })
+        .await;
+    assert_eq!(shown["status"], "duplicate", "the dedup window came along: {shown}");
+    let fresh = post(&relay, 99, 1).await;
+    let deadline = Instant::now() + WAIT;
+    while delivered(&sink).len() < 31 {
+        assert!(Instant::now() < deadline, "a new event was not delivered on redb");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(delivered(&sink).values().all(|n| *n == 1), "delivered twice: {:?}", delivered(&sink));
+    let _ = fresh;
+    let mut relay = relay;
+    relay.signal(libc::SIGTERM);
+    assert!(relay.wait_exit(WAIT).success());
+    drop(relay);
+
+    // And back to sled (the rollback), over the leftovers of the first copy removed.
+    for leftover in ["db", "conf", "blobs"] {
+        let p = data.join(leftover);
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else if p.exists() {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(&data).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("snap.") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let out = migrate(&config, &["--to", "sled"], &redb);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::remove_file(data.join("hookrelay.redb")).unwrap();
+    let relay = Relay::start(dir.path(), &text_cfg).await;
+    let ids = relay.all_event_ids().await;
+    assert_eq!(ids.len(), 62, "60, the third user's duplicate and the new one: {ids:?}");
+    post(&relay, 100, 1).await;
+    let deadline = Instant::now() + WAIT;
+    while delivered(&sink).len() < 32 {
+        assert!(Instant::now() < deadline, "a new event was not delivered back on sled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(delivered(&sink).values().all(|n| *n == 1), "delivered twice: {:?}", delivered(&sink));
+}
+
+#[test]
+fn migrate_to_says_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("hookrelay.toml");
+    std::fs::write(&config, common::config(&dir.path().join("data"), "")).unwrap();
+    // Nothing stored yet.
+    let out = migrate(&config, &["--to", "redb"], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no sled database in"), "{}", text(&out));
+    // The engine it is on already.
+    let out = migrate(&config, &["--to", "sled"], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("is sled already"), "{}", text(&out));
+    // Not an engine.
+    let out = migrate(&config, &["--to", "postgres"], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("redb"), "{}", text(&out));
+}
