@@ -18,7 +18,7 @@
 //! - no destination is stalled, and every circuit is closed;
 //! - no valid callback got an answer other than 200.
 //!
-//! `cargo test --test chaos` runs the short schedule on both backends (CI);
+//! `cargo test --test chaos` runs the short schedule on every backend, side by side (CI);
 //! `cargo test --test chaos -- --seconds 1800 --backend sled --seed 7` a long one.
 //! A failing run prints its seed; the same seed replays the same schedule.
 
@@ -45,7 +45,19 @@ const RECORDS: u64 = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backend {
     Sled,
+    Redb,
     Postgres,
+}
+
+impl Backend {
+    /// As `storage.backend` and `--backend` name it.
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sled => "sled",
+            Backend::Redb => "redb",
+            Backend::Postgres => "postgres",
+        }
+    }
 }
 
 struct Args {
@@ -54,13 +66,13 @@ struct Args {
     backends: Vec<Backend>,
 }
 
-/// `--seed N`, `--seconds N`, `--backend sled|postgres`; `None` when cargo passed a
+/// `--seed N`, `--seconds N`, `--backend sled|redb|postgres`; `None` when cargo passed a
 /// test-name filter that does not name this harness (`cargo test some_test`).
 fn args() -> Option<Args> {
     let mut args = Args {
         seed: fastrand::u64(..),
         seconds: 30,
-        backends: vec![Backend::Sled, Backend::Postgres],
+        backends: vec![Backend::Sled, Backend::Redb, Backend::Postgres],
     };
     if let Ok(seed) = std::env::var("CHAOS_SEED") {
         args.seed = seed.parse().expect("CHAOS_SEED is a number");
@@ -79,8 +91,9 @@ fn args() -> Option<Args> {
             "--backend" => {
                 args.backends = match it.next().as_deref() {
                     Some("sled") => vec![Backend::Sled],
+                    Some("redb") => vec![Backend::Redb],
                     Some("postgres") => vec![Backend::Postgres],
-                    other => panic!("--backend sled|postgres, not {other:?}"),
+                    other => panic!("--backend sled|redb|postgres, not {other:?}"),
                 }
             }
             // What cargo's own harness would take: ignored.
@@ -127,7 +140,7 @@ fn main() {
                 println!(
                     "chaos on {backend:?}: FAILED: {}\n  reproduce: cargo test --test chaos -- --seed {seed} --seconds {seconds} --backend {}",
                     why.unwrap_or_default(),
-                    if backend == Backend::Sled { "sled" } else { "postgres" }
+                    backend.name()
                 );
             }
         }
@@ -411,7 +424,7 @@ async fn relay_lane(
                 // Noted once the process is gone: nothing it sent is in flight after.
                 tally.lock().unwrap().add("sigkill");
             }
-            (_, Backend::Sled) => {
+            (_, Backend::Sled | Backend::Redb) => {
                 tally.lock().unwrap().add("disk full");
                 let dir = disk.clone().expect("a disk");
                 let filler = dir.join("filler");
@@ -454,7 +467,7 @@ async fn run(backend: Backend, seed: u64, seconds: u64) -> String {
     let ordered = Consumer::start().await;
     let work = tempfile::tempdir().unwrap();
     let (scratch, pg) = match backend {
-        Backend::Sled => (Some(Scratch::mount(Kind::Tmpfs, 160)), None),
+        Backend::Sled | Backend::Redb => (Some(Scratch::mount(Kind::Tmpfs, 160)), None),
         Backend::Postgres => {
             (None, Some(Arc::new(tokio::task::spawn_blocking(PgServer::start).await.unwrap())))
         }
@@ -470,6 +483,9 @@ async fn run(backend: Backend, seed: u64, seconds: u64) -> String {
     );
     let mut config = common::config_with(&data, "", &tail)
         .replace("[storage]", "[storage]\nmin_free_bytes = 8388608\nmin_free_percent = 0.0");
+    if backend == Backend::Redb {
+        config = config.replace("[storage]", "[storage]\nbackend = \"redb\"");
+    }
     if let Some(pg) = &pg {
         let url = pg.database("chaos");
         config = config.replace("[storage]", "[storage]\nbackend = \"postgres\"")
