@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::ops::Bound;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -39,16 +40,32 @@ fn abort(e: impl std::fmt::Display) -> sled::transaction::ConflictableTransactio
     sled::transaction::ConflictableTransactionError::Abort(err(e))
 }
 
+/// The database and whether it holds commits not durable yet.
+pub(crate) struct Shared {
+    db: Database,
+    /// Set by every non-durable commit, cleared by a durable one: the periodic flush
+    /// commits only when there is something to make durable (an idle relay does not
+    /// fsync twice a second).
+    dirty: AtomicBool,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Database;
+    fn deref(&self) -> &Database {
+        &self.db
+    }
+}
+
 /// An open redb database.
 pub(crate) struct RedbDb {
-    db: Arc<Database>,
+    db: Arc<Shared>,
     file: PathBuf,
 }
 
 /// One table of a [`RedbDb`].
 #[derive(Clone)]
 pub(crate) struct RedbTree {
-    db: Arc<Database>,
+    db: Arc<Shared>,
     def: Def,
 }
 
@@ -67,7 +84,7 @@ impl RedbDb {
             )),
             e => err(format!("opening {}: {e}", file.display())),
         })?;
-        let db = Arc::new(db);
+        let db = Arc::new(Shared { db, dirty: AtomicBool::new(false) });
         start_flusher(Arc::downgrade(&db), opts.flush_interval);
         Ok(Self { db, file })
     }
@@ -122,6 +139,7 @@ impl RedbDb {
         };
         match result {
             Ok(value) => {
+                self.db.dirty.store(true, Ordering::Release);
                 txn.commit().map_err(err)?;
                 Ok(value)
             }
@@ -134,7 +152,9 @@ impl RedbDb {
 }
 
 /// A commit that makes every earlier one durable, saving the allocator state.
-fn durable_commit(db: &Database) -> Result<(), StoreError> {
+fn durable_commit(db: &Shared) -> Result<(), StoreError> {
+    // Cleared first: a commit after this point sets it again for the next flush.
+    db.dirty.store(false, Ordering::Release);
     let mut txn = db.begin_write().map_err(err)?;
     txn.set_durability(Durability::Immediate).map_err(err)?;
     txn.set_quick_repair(true);
@@ -143,10 +163,13 @@ fn durable_commit(db: &Database) -> Result<(), StoreError> {
 
 /// Makes the writes durable every `interval` while the database is open (`buffered`
 /// mode; in `durable` mode every write flushes anyway).
-fn start_flusher(db: Weak<Database>, interval: Duration) {
+fn start_flusher(db: Weak<Shared>, interval: Duration) {
     let spawned = std::thread::Builder::new().name("redb-flush".into()).spawn(move || loop {
         std::thread::sleep(interval);
         let Some(db) = db.upgrade() else { return };
+        if !db.dirty.load(Ordering::Acquire) {
+            continue;
+        }
         if let Err(e) = durable_commit(&db) {
             tracing::warn!(error = %e, "redb's periodic flush failed (the next write says so too)");
         }
@@ -173,6 +196,7 @@ impl RedbTree {
             let mut table = txn.open_table(self.def).map_err(err)?;
             f(&mut table).map_err(err)?
         };
+        self.db.dirty.store(true, Ordering::Release);
         txn.commit().map_err(err)?;
         Ok(out)
     }
