@@ -104,11 +104,20 @@ events = ["ActionUpdated"]
             v["dead_letters"].as_array().is_some_and(|d| d.len() == 1)
         })
         .await;
-    // Every copy dispatched (a late copy may still wait in the inbox a moment).
+    // Every copy dispatched (a late copy may still wait in the inbox a moment), and
+    // every answer the sinks sent recorded (a sink has answered a moment before the
+    // relay writes the attempt).
     let waiting = |v: &Value| -> i64 {
         v["events"].as_array().map_or(1, |e| e.iter().map(|r| r["waiting"].as_i64().unwrap()).sum())
     };
-    let audit = relay.admin_until("/admin/audit", BOUND, |v| waiting(v) == 0).await;
+    let settled = |v: &Value| {
+        waiting(v) == 0
+            && ["crm", "erp"].iter().all(|d| {
+                let row = dest_row(v, d);
+                row[4] == 0 && row[5] == 0
+            })
+    };
+    let audit = relay.admin_until("/admin/audit", BOUND, settled).await;
     assert_eq!(audit["balanced"], true, "{audit:#}");
     assert_eq!(event_row(&audit, "ActionUpdated"), [31, 1, 0, 20, 10, 0], "{audit:#}");
     assert_eq!(event_row(&audit, "ContactCreated"), [1, 0, 1, 0, 0, 0]);
