@@ -18,7 +18,8 @@
 //!
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
 //! `1000000`; `BENCH_CASES`, default `kept,backlog`; `BENCH_BACKENDS`, default
-//! `sled,redb`; `BENCH_BASELINE`, an older build measured the same way after this one).
+//! `sled,redb`; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
+//! default; `BENCH_BASELINE`, an older build measured the same way after this one).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -151,7 +152,11 @@ struct Point {
 
 async fn start(bin: &str, backend: &str, dir: &Path, text: &str) -> (common::Relay, Duration) {
     let started = Instant::now();
-    let env = [("HOOKRELAY__STORAGE__BACKEND", backend)];
+    let limit = std::env::var("BENCH_MEMORY_LIMIT").ok().filter(|_| backend == "redb");
+    let mut env = vec![("HOOKRELAY__STORAGE__BACKEND", backend)];
+    if let Some(limit) = &limit {
+        env.push(("HOOKRELAY__STORAGE__MEMORY_LIMIT_BYTES", limit.as_str()));
+    }
     let relay = common::Relay::start_listening_within(bin, dir, text, &env, START_BOUND).await;
     relay.wait_ready_within(START_BOUND).await;
     (relay, started.elapsed())

@@ -183,8 +183,10 @@ pub(crate) enum StorageBackend {
 config_enum!(StorageBackend { "sled" => Sled, "redb" => Redb, "postgres" => Postgres });
 
 /// What the relay needs besides the engine's cache under `storage.memory_limit_bytes`:
-/// its runtime, HTTP stacks, buffers and counts (measured: BENCHMARKS.md, "Capacity").
-pub(crate) const RELAY_RESERVE_BYTES: u64 = 64 * 1024 * 1024;
+/// its runtime, HTTP stacks, buffers and counts. Measured on redb (BENCHMARKS.md,
+/// "Capacity"): 50 MB idle, about 110 MB beside a 64 MiB cache under 64 connections
+/// of ingest with deliveries.
+pub(crate) const RELAY_RESERVE_BYTES: u64 = 112 * 1024 * 1024;
 
 impl StorageConfig {
     /// The engine's cache: `cache_capacity_bytes`, or what `memory_limit_bytes` leaves
@@ -290,8 +292,8 @@ pub(crate) struct StorageConfig {
     pub(crate) cache_capacity_bytes: u64,
     /// redb only: the memory the relay keeps to, whatever the store holds (for a
     /// container's memory limit). The engine's cache gets this less what the relay
-    /// itself needs (`RELAY_RESERVE_BYTES`, 64 MiB), replacing `cache_capacity_bytes`.
-    /// At least 96 MiB. sled cannot keep to a limit (its memory grows with its
+    /// itself needs (`RELAY_RESERVE_BYTES`, 112 MiB, measured under load), replacing
+    /// `cache_capacity_bytes`. At least 128 MiB. sled cannot keep to a limit (its memory grows with its
     /// history): set `backend = "redb"` to use it.
     pub(crate) memory_limit_bytes: Option<u64>,
     /// zstd compression of sled's log: far fewer bytes on disk, for less ingest

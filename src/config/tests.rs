@@ -455,7 +455,7 @@ token = "demo-token-change-me"
 fn a_memory_limit_sizes_redb_and_is_refused_where_it_cannot_hold() {
     let redb = format!("[storage]\nbackend = \"redb\"\nmemory_limit_bytes = 268435456\n{SOURCE}");
     let config = load(&redb, &[]).unwrap();
-    assert_eq!(config.storage.engine_cache_bytes(), (256 - 64) << 20);
+    assert_eq!(config.storage.engine_cache_bytes(), (256 - 112) << 20);
     let sled = format!("[storage]\nmemory_limit_bytes = 268435456\n{SOURCE}");
     let p = problems(&sled, &[]);
     assert!(p.iter().any(|p| p.contains("only backend = \"redb\" keeps to")), "{p:?}");

@@ -71,7 +71,7 @@ impl Config {
             problems.push("storage.postgres.statement_timeout: must be at least 100ms".into());
         }
         if let Some(limit) = self.storage.memory_limit_bytes {
-            let floor = super::RELAY_RESERVE_BYTES + 32 * 1024 * 1024;
+            let floor = super::RELAY_RESERVE_BYTES + 16 * 1024 * 1024;
             if self.storage.backend != super::StorageBackend::Redb {
                 problems.push(
                     "storage.memory_limit_bytes: only backend = \"redb\" keeps to a memory \
@@ -82,8 +82,8 @@ impl Config {
                 );
             } else if limit < floor {
                 problems.push(format!(
-                    "storage.memory_limit_bytes: {limit} is below the floor of {floor} (96 MiB: \
-                     64 MiB for the relay itself, 32 MiB at least for the engine's cache)"
+                    "storage.memory_limit_bytes: {limit} is below the floor of {floor} (128 MiB: \
+                     112 MiB for the relay itself, 16 MiB at least for the engine's cache)"
                 ));
             }
         }
