@@ -155,10 +155,18 @@ impl RedbDb {
 fn durable_commit(db: &Shared) -> Result<(), StoreError> {
     // Cleared first: a commit after this point sets it again for the next flush.
     db.dirty.store(false, Ordering::Release);
-    let mut txn = db.begin_write().map_err(err)?;
-    txn.set_durability(Durability::Immediate).map_err(err)?;
-    txn.set_quick_repair(true);
-    txn.commit().map_err(err)
+    let commit = || -> Result<(), StoreError> {
+        let mut txn = db.begin_write().map_err(err)?;
+        txn.set_durability(Durability::Immediate).map_err(err)?;
+        txn.set_quick_repair(true);
+        txn.commit().map_err(err)
+    };
+    let result = commit();
+    if result.is_err() {
+        // Still not durable: the next flush tries again.
+        db.dirty.store(true, Ordering::Release);
+    }
+    result
 }
 
 /// Makes the writes durable every `interval` while the database is open (`buffered`
