@@ -40,6 +40,9 @@ pub(crate) struct DestinationState {
     wake: Notify,
     /// The pause as last read from the store (which every relay shares).
     paused: AtomicBool,
+    /// How many pauses and resumes this relay has written: a read of the store that
+    /// began before one of them is stale and must not undo it (`refresh_paused`).
+    pause_writes: Mutex<u64>,
     /// Attempts of this relay between their claim and their record.
     in_flight: AtomicUsize,
     /// The claim tokens of those attempts (the claims this worker holds, with the
@@ -70,6 +73,29 @@ pub(crate) struct Route {
 impl DestinationState {
     pub(crate) fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Takes a pause or resume this relay has just written to the store.
+    pub(crate) fn note_paused(&self, paused: bool) {
+        let mut writes = crate::lock::lock(&self.pause_writes);
+        *writes += 1;
+        self.paused.store(paused, Ordering::SeqCst);
+    }
+
+    /// A mark to take before reading the pause from the store.
+    pub(crate) fn pause_mark(&self) -> u64 {
+        *crate::lock::lock(&self.pause_writes)
+    }
+
+    /// Takes `paused` as read from the store after `mark`, unless this relay wrote a
+    /// pause or resume since (the read may predate it: a destination paused for a
+    /// 410 was resumed by a refresh that had read the store just before, and got the
+    /// next event).
+    pub(crate) fn refresh_paused(&self, paused: bool, mark: u64) {
+        let writes = crate::lock::lock(&self.pause_writes);
+        if *writes == mark {
+            self.paused.store(paused, Ordering::SeqCst);
+        }
     }
 
     pub(crate) fn in_flight(&self) -> usize {
@@ -159,6 +185,7 @@ impl Destinations {
                 stalled: AtomicBool::new(false),
                 permits: Arc::new(Semaphore::new(dest.max_concurrency)),
                 paused: AtomicBool::new(paused.contains(&dc.name)),
+                pause_writes: Mutex::new(0),
                 wake: Notify::new(),
                 in_flight: AtomicUsize::new(0),
                 in_flight_tokens: Mutex::new(std::collections::HashSet::new()),
@@ -256,7 +283,7 @@ impl Destinations {
     pub(crate) async fn set_paused(&self, name: &str, paused: bool) -> Result<bool, StoreError> {
         let Some(state) = self.by_name.get(name) else { return Ok(false) };
         self.store.set_paused(name, paused).await?;
-        state.paused.store(paused, Ordering::SeqCst);
+        state.note_paused(paused);
         state.wake.notify_one();
         if paused {
             let by = crate::operational::OperationalEvent::DestinationPaused {

@@ -127,8 +127,9 @@ impl Worker {
     async fn refresh_pause(&self) -> anyhow::Result<()> {
         let stale = lock(&self.pause_read).is_none_or(|t| t.elapsed() >= PAUSE_REFRESH);
         if stale {
+            let mark = self.state.pause_mark();
             let paused = self.store.paused().await?.contains(&self.state.dest.name);
-            self.state.paused.store(paused, Ordering::SeqCst);
+            self.state.refresh_paused(paused, mark);
             *lock(&self.pause_read) = Some(Instant::now());
         }
         Ok(())
@@ -437,7 +438,7 @@ impl Worker {
         if class == AnswerClass::Gone {
             DestinationGone { destination: &dest.name }.emit(&self.metrics);
             self.store.set_paused(&dest.name, true).await?;
-            self.state.paused.store(true, Ordering::SeqCst);
+            self.state.note_paused(true);
         }
         Ok(())
     }
