@@ -160,7 +160,7 @@ async fn acknowledged_callbacks_survive_repeated_full_disks_on_ext4() {
 /// durable commit (quick repair), everything acknowledged is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_callbacks_survive_repeated_full_disks_on_redb() {
-    fill_and_restart(Kind::Ext4, "redb", 3).await;
+    fill_and_restart(Kind::Ext4, "redb", 2).await;
 }
 
 /// Writes zeros to `path` until the filesystem is full.
