@@ -374,22 +374,27 @@ pub(crate) mod testutil {
         open_on(Engine::Sled, dir)
     }
 
+    /// The tests' options: a small cache, durable, quick to give up on a stuck write.
+    pub(crate) fn options(engine: Engine, dir: &Path) -> EmbeddedOptions {
+        EmbeddedOptions {
+            engine,
+            path: dir.to_path_buf(),
+            cache_capacity_bytes: 1 << 20,
+            compression: true,
+            flush_interval: Duration::from_millis(500),
+            durable: true,
+            commit_max_batch: 64,
+            write_timeout: Duration::from_secs(30),
+            observer: Arc::new(crate::store::NoObserver),
+        }
+    }
+
     /// Opens the store in `dir` on `engine`. A store dropped just before may still be
     /// held by the engine's flusher thread for a moment (its file lock): retry briefly.
     pub(crate) fn open_on(engine: Engine, dir: &Path) -> EmbeddedStore {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            match EmbeddedStore::open(&EmbeddedOptions {
-                engine,
-                path: dir.to_path_buf(),
-                cache_capacity_bytes: 1 << 20,
-                compression: true,
-                flush_interval: Duration::from_millis(500),
-                durable: true,
-                commit_max_batch: 64,
-                write_timeout: Duration::from_secs(30),
-                observer: Arc::new(crate::store::NoObserver),
-            }) {
+            match EmbeddedStore::open(&options(engine, dir)) {
                 Ok(store) => return store,
                 Err(e) if std::time::Instant::now() < deadline => {
                     let _ = e;
@@ -413,19 +418,7 @@ mod tests {
             db.open_tree(META).unwrap().insert(SCHEMA_KEY, b"99").unwrap();
             db.flush().unwrap();
         }
-        let err = EmbeddedStore::open(&EmbeddedOptions {
-            engine: Engine::Sled,
-            path: dir.path().to_path_buf(),
-            cache_capacity_bytes: 1 << 20,
-            compression: true,
-            flush_interval: Duration::from_millis(500),
-            durable: true,
-            commit_max_batch: 64,
-            write_timeout: Duration::from_secs(30),
-            observer: Arc::new(crate::store::NoObserver),
-        })
-        .err()
-        .unwrap();
+        let err = EmbeddedStore::open(&testutil::options(Engine::Sled, dir.path())).err().unwrap();
         assert!(err.to_string().contains("schema version 99"), "{err}");
     }
 }

@@ -220,7 +220,7 @@ impl Tree {
     pub(crate) fn contains_key(&self, key: impl AsRef<[u8]>) -> Result<bool, StoreError> {
         match self {
             Tree::Sled(t) => Ok(t.contains_key(key)?),
-            Tree::Redb(t) => Ok(t.get(key.as_ref())?.is_some()),
+            Tree::Redb(t) => t.contains_key(key.as_ref()),
         }
     }
 

@@ -213,6 +213,11 @@ impl RedbTree {
         Ok(self.read()?.get(key).map_err(err)?.map(|v| Bytes::Owned(v.value().to_vec())))
     }
 
+    /// Whether `key` is there, without copying its value (dispatch asks it per record).
+    pub(super) fn contains_key(&self, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.read()?.get(key).map_err(err)?.is_some())
+    }
+
     pub(super) fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Bytes>, StoreError> {
         self.write(|t| Ok(t.insert(key, value)?.map(|v| Bytes::Owned(v.value().to_vec()))))
     }
