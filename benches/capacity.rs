@@ -19,7 +19,8 @@
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
 //! `1000000`; `BENCH_CASES`, default `kept,backlog`; `BENCH_BACKENDS`, default
 //! `sled,redb`; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
-//! default; `BENCH_BASELINE`, an older build measured the same way after this one).
+//! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_BASELINE`,
+//! an older build measured the same way after this one).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -36,6 +37,7 @@ use tokio::sync::Semaphore;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Connections the fill sends from (`BENCH_CONNECTIONS` overrides).
 const CONNECTIONS: usize = 64;
 /// The steady load the ack latency is measured under.
 const PROBE_RATE: u64 = 200;
@@ -58,11 +60,13 @@ fn rss(pid: i32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// Sends callbacks `from..to` from [`CONNECTIONS`] connections; returns the body bytes.
+/// Sends callbacks `from..to` from [`CONNECTIONS`] connections (or
+/// `BENCH_CONNECTIONS`); returns the body bytes.
 async fn fill(relay: &common::Relay, from: u64, to: u64) -> u64 {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap();
+    let connections: usize = env_or("BENCH_CONNECTIONS", CONNECTIONS);
+    let client = reqwest::Client::builder().pool_max_idle_per_host(connections).build().unwrap();
     let url = relay.hook_url(Some("ActionUpdated"));
-    let slots = Arc::new(Semaphore::new(CONNECTIONS));
+    let slots = Arc::new(Semaphore::new(connections));
     let mut tasks = tokio::task::JoinSet::new();
     let mut sent = 0;
     for n in from..to {

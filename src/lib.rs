@@ -6,6 +6,7 @@
 //! ARCHITECTURE.md.
 
 mod admin;
+mod allocator;
 mod api;
 mod audit;
 mod cli;

@@ -214,6 +214,9 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
         }
     };
     crate::telemetry::init(&config.log.level, log_format.unwrap_or(config.log.format));
+    if config.storage.memory_limit_bytes.is_some() {
+        crate::allocator::return_freed_memory_at_once();
+    }
     block_on(true, "hookrelay", crate::daemon::serve(config))
 }
 

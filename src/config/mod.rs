@@ -293,8 +293,9 @@ pub(crate) struct StorageConfig {
     /// redb only: the memory the relay keeps to, whatever the store holds (for a
     /// container's memory limit). The engine's cache gets this less what the relay
     /// itself needs (`RELAY_RESERVE_BYTES`, 112 MiB, measured under load), replacing
-    /// `cache_capacity_bytes`. At least 128 MiB. sled cannot keep to a limit (its memory grows with its
-    /// history): set `backend = "redb"` to use it.
+    /// `cache_capacity_bytes`, and the allocator returns freed memory to the system at
+    /// once rather than after a delay. At least 128 MiB. sled cannot keep to a limit
+    /// (its memory grows with its history): set `backend = "redb"` to use it.
     pub(crate) memory_limit_bytes: Option<u64>,
     /// zstd compression of sled's log: far fewer bytes on disk, for less ingest
     /// throughput (the figures: BENCHMARKS.md, footprint). A new data directory only:
