@@ -8,7 +8,11 @@
 //! - `kept`: the destination answers 200; every event is delivered and kept for
 //!   retention (the steady state of a relay in service);
 //! - `backlog`: the destination is paused first; every event waits as a pending
-//!   delivery (a consumer down for a long while).
+//!   delivery (a consumer down for a long while);
+//! - `pruned`: as `kept`, with retention by part dropping delivered bodies after 1 s
+//!   (`retention.delivered_bodies`, pruned every 10 s; records, deliveries and
+//!   attempts kept): the disk a relay holds at steady state when bodies go long
+//!   before their records.
 //!
 //! At each point: the relay's resident memory (RSS) and its high-water mark, the data
 //! directory's bytes per event and as a multiple of the body bytes, the p99 of the ack
@@ -17,7 +21,7 @@
 //! later. The slope per retained event (RSS and disk) is printed between points.
 //!
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
-//! `1000000`; `BENCH_CASES`, default `kept,backlog`; `BENCH_BACKENDS`, default
+//! `1000000`; `BENCH_CASES`, default `kept,backlog` (`pruned` on demand); `BENCH_BACKENDS`, default
 //! `sled,redb`; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
 //! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_BASELINE`,
 //! an older build measured the same way after this one).
@@ -46,6 +50,19 @@ const PROBE_SECS: u64 = 10;
 const START_BOUND: Duration = Duration::from_secs(900);
 
 use common::{bytes_under, upstream_body as body};
+
+/// The bytes the files under `dir` hold on the disk (their blocks): redb grows its file
+/// ahead of use, and the part not yet written is a hole, which `bytes_under` (the
+/// files' lengths) counts too.
+fn allocated_under(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() { allocated_under(&entry.path()) } else { meta.blocks() * 512 };
+    }
+    total
+}
 
 /// `VmRSS` and `VmHWM` of `pid`, in bytes.
 fn rss(pid: i32) -> (u64, u64) {
@@ -146,7 +163,9 @@ struct Point {
     fill_rate: f64,
     rss: u64,
     hwm: u64,
+    /// Bytes on the disk (blocks) and the files' lengths.
     disk: u64,
+    length: u64,
     body_bytes: u64,
     ack_p99: Duration,
     restart: Duration,
@@ -154,10 +173,21 @@ struct Point {
     rss_later: u64,
 }
 
-async fn start(bin: &str, backend: &str, dir: &Path, text: &str) -> (common::Relay, Duration) {
+async fn start(
+    bin: &str,
+    backend: &str,
+    case: &str,
+    dir: &Path,
+    text: &str,
+) -> (common::Relay, Duration) {
     let started = Instant::now();
     let limit = std::env::var("BENCH_MEMORY_LIMIT").ok().filter(|_| backend == "redb");
     let mut env = vec![("HOOKRELAY__STORAGE__BACKEND", backend)];
+    if case == "pruned" {
+        // Pruned every 10 s (5 min by default), so that the point sees steady state.
+        env.push(("HOOKRELAY__RETENTION__DELIVERED_BODIES", "1s"));
+        env.push(("HOOKRELAY__RETENTION__INTERVAL", "10s"));
+    }
     if let Some(limit) = &limit {
         env.push(("HOOKRELAY__STORAGE__MEMORY_LIMIT_BYTES", limit.as_str()));
     }
@@ -171,7 +201,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
     let sink = Sink::start_counting().await;
     let dir = tempfile::tempdir().unwrap();
     let text = config(dir.path(), &sink);
-    let (mut relay, _) = start(bin, backend, dir.path(), &text).await;
+    let (mut relay, _) = start(bin, backend, name, dir.path(), &text).await;
     let backlog = name == "backlog";
     if backlog {
         assert_eq!(relay.admin_post("/admin/destinations/crm/pause", None).await.0, 200);
@@ -190,11 +220,12 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         // Let the engine's flusher and the relay settle before reading the memory.
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (rss_now, hwm) = rss(relay.pid());
-        let disk = bytes_under(&dir.path().join("data"));
+        let (disk, length) =
+            (allocated_under(&dir.path().join("data")), bytes_under(&dir.path().join("data")));
         let ack_p99 = probe_p99(&relay, 2_000_000_000 + sent_probe).await;
         sent_probe += PROBE_RATE * PROBE_SECS;
         relay.kill();
-        let (again, restart) = start(bin, backend, dir.path(), &text).await;
+        let (again, restart) = start(bin, backend, name, dir.path(), &text).await;
         relay = again;
         let rss_ready = rss(relay.pid()).0;
         tokio::time::sleep(Duration::from_secs(20)).await;
@@ -205,6 +236,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
             rss: rss_now,
             hwm,
             disk,
+            length,
             body_bytes,
             ack_p99,
             restart,
@@ -212,13 +244,14 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
             rss_later,
         };
         eprintln!(
-            "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies), \
+            "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies; files {} MB long), \
              p99 ack {:.1} ms, restart to ready {:.1} s, RSS {} MB once ready, {} MB 20 s later",
             p.fill_rate,
             p.rss >> 20,
             p.hwm >> 20,
             p.disk >> 20,
             p.disk as f64 / p.body_bytes as f64,
+            p.length >> 20,
             p.ack_p99.as_secs_f64() * 1e3,
             p.restart.as_secs_f64(),
             p.rss_ready >> 20,
@@ -253,13 +286,20 @@ fn main() {
             for backend in &backends {
                 assert!(backend == "sled" || backend == "redb", "BENCH_BACKENDS: sled, redb");
                 for name in &cases {
-                    assert!(name == "kept" || name == "backlog", "BENCH_CASES: kept, backlog");
+                    assert!(
+                        ["kept", "backlog", "pruned"].contains(&name.as_str()),
+                        "BENCH_CASES: kept, backlog, pruned"
+                    );
                     let points = case(bin, backend, name, &points).await;
                     rows.push((format!("{label} | {backend}"), name.clone(), points));
                 }
             }
         }
-        println!("\nshipped defaults (durable), bodies ~{} B, 64 connections:\n", body(1).len());
+        println!(
+            "\nshipped defaults (durable), bodies ~{} B, {} connections; data dir: bytes on the disk:\n",
+            body(1).len(),
+            env_or("BENCH_CONNECTIONS", CONNECTIONS)
+        );
         println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s | restart to ready | RSS once ready, +20 s |");
         println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (label, name, points) in &rows {
