@@ -144,14 +144,23 @@ fn config(dir: &Path, sink: &Sink) -> String {
         .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"")
 }
 
-/// Waits until the relay has recorded `n` successful deliveries (the kept case).
-async fn delivered(relay: &common::Relay, n: u64) {
+/// Waits until the sink has received `n` deliveries and the relay has nothing left to
+/// dispatch or deliver (the kept case). The sink's count, not the relay's counter: the
+/// relay restarts at every point, and its counters with it.
+async fn delivered(relay: &common::Relay, sink: &Sink, n: u64) {
     loop {
-        let text = relay.metrics().await;
-        let done = common::metric(&text, "hookrelay_deliveries_total", &[("outcome", "success")])
-            .unwrap_or(0.0);
-        if done as u64 >= n {
-            return;
+        if sink.count() as u64 >= n {
+            let text = relay.metrics().await;
+            let inbox = common::metric(&text, "hookrelay_inbox_events", &[]).unwrap_or(1.0);
+            let pending = common::metric(
+                &text,
+                "hookrelay_queue_depth",
+                &[("destination", "crm"), ("state", "pending")],
+            )
+            .unwrap_or(1.0);
+            if inbox == 0.0 && pending == 0.0 {
+                return;
+            }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -214,7 +223,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         body_bytes += fill(&relay, 1_000_000_000 + stored, 1_000_000_000 + point).await;
         stored = point;
         if !backlog {
-            delivered(&relay, stored + sent_probe).await;
+            delivered(&relay, &sink, stored + sent_probe).await;
         }
         let fill_rate = (point - fill_from) as f64 / started.elapsed().as_secs_f64();
         // Let the engine's flusher and the relay settle before reading the memory.
