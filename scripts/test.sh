@@ -115,27 +115,8 @@ export CARGO_INCREMENTAL=0
 # tests/integration/main.rs); RUST_TEST_THREADS overrides.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-6}"
 
-# Clippy beside the test build and the tests, at the lowest CPU priority, in a target
-# directory of its own (a running `cargo test` holds the lock of target/): it takes
-# only the CPU they leave idle (the build's serial stretches: our crate, the links;
-# the tests' waits), and its verdict is waited for at the end. Beside the tests only,
-# it ran four minutes past them (measured on 2 cores).
-echo "== cargo clippy --all-targets -- -D warnings (beside the build and the tests, output at the end)"
-clippy_log=target/clippy.log
-CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --locked --all-targets -- -D warnings >"$clippy_log" 2>&1 &
-clippy_pid=$!
-
 echo "== cargo test --no-run (the test build)"
-# The test executables, from cargo's JSON messages (diagnostics still rendered).
-cargo test --locked --no-run --message-format=json-render-diagnostics >target/test-build.json
-suites=$(python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
-        print(m["target"]["name"] + "-" + m["target"]["kind"][0] + " " + m["executable"])
-' target/test-build.json)
-echo "$suites"
+cargo test --locked --no-run
 
 echo "== test tools"
 tools_status=0
@@ -147,28 +128,18 @@ if [ "$tools_status" -ne 0 ]; then
 fi
 export PATH="$PATH:$PWD/$tools/bin"
 
-# The test executables side by side, each into its own log (printed as each ends), then
-# the doc tests: `cargo test` runs them one after another, and the unit tests and the
-# chaos harness (two minutes together) fit in the integration tests' waits. Run as
-# cargo would: from the package's root.
-echo "== the tests (the suites side by side)"
-mkdir -p target/test-logs
-names=(); pids=()
-while read -r name exe; do
-  [ -n "$name" ] || continue
-  "$exe" >"target/test-logs/$name.log" 2>&1 &
-  pids+=($!); names+=("$name")
-done <<<"$suites"
+# Clippy beside the tests, at the lowest CPU priority, in a target directory of its own
+# (a running `cargo test` holds the lock of target/): it takes only the CPU the tests
+# leave idle, and its verdict is waited for at the end. (Started beside the build it got
+# no CPU until the tests: measured.)
+echo "== cargo clippy --all-targets -- -D warnings (beside the tests, output at the end)"
+clippy_log=target/clippy.log
+CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --locked --all-targets -- -D warnings >"$clippy_log" 2>&1 &
+clippy_pid=$!
+
+echo "== cargo test"
 tests_status=0
-for i in "${!pids[@]}"; do
-  status=0
-  wait "${pids[$i]}" || status=$?
-  echo "== ${names[$i]}: exit $status"
-  cat "target/test-logs/${names[$i]}.log"
-  if [ "$status" -ne 0 ]; then tests_status=$status; fi
-done
-echo "== cargo test --doc"
-cargo test --locked --doc || tests_status=$?
+cargo test --locked || tests_status=$?
 
 clippy_status=0
 wait "$clippy_pid" || clippy_status=$?
