@@ -392,6 +392,12 @@ impl Worker {
         };
         let (status, error, class) =
             (report.attempt.status, report.attempt.error.clone(), report.class);
+        if class == AnswerClass::Gone {
+            // Paused here at once, before the record makes the retry due: a look in
+            // between started it, and it reached the consumer after the pause (seen
+            // on a loaded CI-faithful run). The store hears of it below.
+            self.state.note_paused(true);
+        }
         let recorded = self.recorder.record(claim.clone(), report).await;
         // The record may have made the next delivery of an ordered resource due: look
         // now, not at the next poll (a look woken by the answer raced this record, and
