@@ -112,10 +112,12 @@ pub(super) struct EmbeddedState {
     /// Every event id up to this one is settled (dispatched, or stored final); moved
     /// forward only, over settled records, so the scan for pending events starts here.
     cursor: AtomicU64,
-    /// Every id up to this one is written with its whole group: published by `append`
-    /// after its batch is applied. sled's iterators are not snapshots, so a scan may
-    /// see a group's later ids before its earlier ones; the cursor never passes this
-    /// watermark, so it never steps over an id that is not visible yet.
+    /// Every id up to this one is written with its whole group and tallied in the
+    /// ledger: published by `append` after its batch is applied. sled's iterators are
+    /// not snapshots, so a scan may see a group's later ids before its earlier ones;
+    /// the cursor never passes this watermark, so it never steps over an id that is
+    /// not visible yet, and dispatch takes no id above it (the ledger's `waiting`
+    /// would keep an event dispatched before its append tallied it).
     committed: AtomicU64,
     /// Events awaiting dispatch, and entries in `dedup`: sled's own `len()` walks the
     /// whole tree. Signed, because the writer that adds and the one that subtracts
