@@ -49,20 +49,7 @@ const PROBE_SECS: u64 = 10;
 /// How long a restart of a large store may take before the bench gives up.
 const START_BOUND: Duration = Duration::from_secs(900);
 
-use common::{bytes_under, upstream_body as body};
-
-/// The bytes the files under `dir` hold on the disk (their blocks): redb grows its file
-/// ahead of use, and the part not yet written is a hole, which `bytes_under` (the
-/// files' lengths) counts too.
-fn allocated_under(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let meta = entry.metadata().unwrap();
-        total += if meta.is_dir() { allocated_under(&entry.path()) } else { meta.blocks() * 512 };
-    }
-    total
-}
+use common::{blocks_under, bytes_under, upstream_body as body};
 
 /// `VmRSS` and `VmHWM` of `pid`, in bytes.
 fn rss(pid: i32) -> (u64, u64) {
@@ -229,8 +216,8 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         // Let the engine's flusher and the relay settle before reading the memory.
         tokio::time::sleep(Duration::from_secs(5)).await;
         let (rss_now, hwm) = rss(relay.pid());
-        let (disk, length) =
-            (allocated_under(&dir.path().join("data")), bytes_under(&dir.path().join("data")));
+        let data = dir.path().join("data");
+        let (disk, length) = (blocks_under(&data), bytes_under(&data));
         let ack_p99 = probe_p99(&relay, 2_000_000_000 + sent_probe).await;
         sent_probe += PROBE_RATE * PROBE_SECS;
         relay.kill();

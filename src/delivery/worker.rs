@@ -444,6 +444,8 @@ impl Worker {
         if class == AnswerClass::Gone {
             DestinationGone { destination: &dest.name }.emit(&self.metrics);
             self.store.set_paused(&dest.name, true).await?;
+            // Again once written: a refresh that read the store between the pause in
+            // memory above and this write is now stale too.
             self.state.note_paused(true);
         }
         Ok(())

@@ -364,49 +364,7 @@ pub(super) fn non_negative(count: &AtomicI64) -> u64 {
 }
 
 #[cfg(test)]
-pub(crate) mod testutil {
-    use std::path::Path;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use super::{EmbeddedOptions, EmbeddedStore, Engine};
-
-    /// Opens the sled store in `dir`.
-    pub(crate) fn open(dir: &Path) -> EmbeddedStore {
-        open_on(Engine::Sled, dir)
-    }
-
-    /// The tests' options: a small cache, durable, quick to give up on a stuck write.
-    pub(crate) fn options(engine: Engine, dir: &Path) -> EmbeddedOptions {
-        EmbeddedOptions {
-            engine,
-            path: dir.to_path_buf(),
-            cache_capacity_bytes: 1 << 20,
-            compression: true,
-            flush_interval: Duration::from_millis(500),
-            durable: true,
-            commit_max_batch: 64,
-            write_timeout: Duration::from_secs(30),
-            observer: Arc::new(crate::store::NoObserver),
-        }
-    }
-
-    /// Opens the store in `dir` on `engine`. A store dropped just before may still be
-    /// held by the engine's flusher thread for a moment (its file lock): retry briefly.
-    pub(crate) fn open_on(engine: Engine, dir: &Path) -> EmbeddedStore {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            match EmbeddedStore::open(&options(engine, dir)) {
-                Ok(store) => return store,
-                Err(e) if std::time::Instant::now() < deadline => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => panic!("cannot open the test store: {e}"),
-            }
-        }
-    }
-}
+pub(crate) mod testutil;
 
 #[cfg(test)]
 mod tests {
