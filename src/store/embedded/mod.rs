@@ -378,7 +378,7 @@ mod tests {
             db.open_tree(META).unwrap().insert(SCHEMA_KEY, b"99").unwrap();
             db.flush().unwrap();
         }
-        let err = EmbeddedStore::open(&testutil::options(Engine::Sled, dir.path())).err().unwrap();
+        let err = testutil::try_open_on(Engine::Sled, dir.path()).err().unwrap();
         assert!(err.to_string().contains("schema version 99"), "{err}");
     }
 }
