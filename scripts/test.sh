@@ -109,26 +109,75 @@ export CARGO_INCREMENTAL=0
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-6}"
 
 echo "== cargo test --no-run (the test build)"
-cargo test --locked --no-run
+mkdir -p target
+built=target/test-executables.json
+cargo test --locked --no-run --message-format=json-render-diagnostics >"$built"
+# The test executables, in the order cargo test runs them (the library's unit tests,
+# the binary's, then each tests/*.rs), as "kind name path" lines.
+executables=$(python3 -c '
+import json, sys
+found = []
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
+        kind = m["target"]["kind"][0]
+        found.append(({"lib": 0, "bin": 1}.get(kind, 2), m["target"]["name"], kind, m["executable"]))
+for _, name, kind, path in sorted(found):
+    print(kind, name, path)
+' "$built")
+if [ -z "$executables" ]; then
+  echo "FAILED: the test build named no test executable (see $built)"
+  exit 1
+fi
+echo "$executables"
 
-# Clippy beside the tests, at the lowest CPU priority, in a target directory of its own
-# (a running `cargo test` holds the lock of target/): it takes only the CPU the tests
-# leave idle, and its verdict is waited for below.
+echo "== cargo test --doc"
+cargo test --locked --doc
+
+# Clippy beside the tests, at the lowest CPU priority, in the same target directory:
+# it reuses the proc macros and build scripts the test build compiled (a third of its
+# CPU). The tests run from their executables, as `cargo test` runs them (from the
+# package root), so that no cargo holds target/'s lock while they run; clippy's verdict
+# is waited for below.
 echo "== cargo clippy --all-targets -- -D warnings (beside the tests, output at the end)"
 clippy_log=target/clippy.log
-mkdir -p target
-CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --locked --all-targets -- -D warnings >"$clippy_log" 2>&1 &
+nice -n 19 cargo clippy --locked --all-targets -- -D warnings >"$clippy_log" 2>&1 &
 clippy_pid=$!
 
-echo "== cargo test"
+# One test executable; its failure is remembered, and the next one still runs.
 tests_status=0
-cargo test --locked || tests_status=$?
+run_tests() {
+  local name=$1; shift
+  echo "== $name"
+  "$@" || { echo "== $name: FAILED (exit $?)"; tests_status=1; }
+}
+
+# (the list on fd 3: the tests and their children keep stdin)
+while read -r kind name path <&3; do
+  case "$kind $name" in
+    "test integration")
+      # The fleet's tests (PostgreSQL servers, failovers, two to three minutes each,
+      # mostly waiting) in a process of their own beside the rest, so that they start
+      # at once rather than last (a test binary starts its tests in name order).
+      fleet_log=target/integration-postgres.log
+      "$path" postgres:: --test-threads 3 >"$fleet_log" 2>&1 &
+      fleet_pid=$!
+      run_tests "integration (all but postgres::)" "$path" --skip postgres::
+      fleet_status=0
+      wait "$fleet_pid" || fleet_status=$?
+      echo "== integration postgres:: (beside the rest): exit $fleet_status"
+      cat "$fleet_log"
+      if [ "$fleet_status" -ne 0 ]; then tests_status=1; fi
+      ;;
+    *) run_tests "$kind $name" "$path" ;;
+  esac
+done 3<<<"$executables"
 
 clippy_status=0
 wait "$clippy_pid" || clippy_status=$?
 echo "== cargo clippy: exit $clippy_status"
 cat "$clippy_log"
 if [ "$tests_status" -ne 0 ] || [ "$clippy_status" -ne 0 ]; then
-  echo "FAILED: cargo test exit $tests_status, cargo clippy exit $clippy_status"
+  echo "FAILED: tests $([ "$tests_status" -eq 0 ] && echo passed || echo failed), cargo clippy exit $clippy_status"
   exit 1
 fi
