@@ -3,6 +3,7 @@
 //! each outcome. Destinations never wait for each other.
 
 mod activity;
+mod attempt;
 mod circuit;
 mod pacer;
 mod recorder;
