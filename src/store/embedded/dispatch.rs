@@ -3,6 +3,7 @@
 //! dedup keys, deliveries, schedule, queues and the cursor).
 
 use std::collections::HashSet;
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
 use super::codec::{awaits_outcome, decode_meta, outcome_key, parse_meta, split_record};
@@ -126,17 +127,30 @@ impl EmbeddedState {
     }
 
     /// Removes the expired dedup entries, a chunk per transaction (one commit each on
-    /// redb, not one per entry).
+    /// redb, not one per entry). Each chunk is found by a short scan of its own from
+    /// where the last one stopped, and made durable before the next: a scan held open
+    /// across the whole purge pinned redb's snapshot for its length, and the chunks'
+    /// commits waited in memory for the one durable commit at the end (the relay's RSS
+    /// rose by ~75 MB within 20 s of a restart over 2 M events, while the first purge
+    /// removed the keys of the fill's last hour).
     pub(super) fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
         /// Entries removed per transaction.
         const CHUNK: usize = 512;
+        /// Entries read per scan at most, expired or not.
+        const SCAN: usize = 8 * CHUNK;
         let mut purged = 0;
         let mut expired = Vec::new();
-        let mut scan = self.dedup.iter().peekable();
-        while scan.peek().is_some() {
+        let mut from: Option<Vec<u8>> = None;
+        loop {
             expired.clear();
-            for item in scan.by_ref() {
+            let lower = match from.take() {
+                Some(key) => Bound::Excluded(key),
+                None => Bound::Unbounded,
+            };
+            let mut seen = 0;
+            for item in self.dedup.range::<Vec<u8>, _>((lower, Bound::Unbounded)) {
                 let (key, value) = item?;
+                seen += 1;
                 let gone = match keys::decode_dedup(&value) {
                     Some(entry) => entry.until_us <= now_us,
                     None => {
@@ -144,15 +158,24 @@ impl EmbeddedState {
                         true
                     }
                 };
+                from = Some(key.to_vec());
                 if gone {
                     expired.push((key, value));
-                    if expired.len() >= CHUNK {
-                        break;
-                    }
+                }
+                if expired.len() >= CHUNK || seen >= SCAN {
+                    break;
                 }
             }
+            // The scan reached the end of the index, not one of its bounds.
+            let done = seen < SCAN && expired.len() < CHUNK;
+            if expired.is_empty() {
+                if done {
+                    break;
+                }
+                continue;
+            }
             // Only remove the entry as it was seen: dispatch may have renewed it since.
-            purged += self.db.transaction(&[&self.dedup], |t| {
+            let removed = self.db.transaction(&[&self.dedup], |t| {
                 let mut removed = 0;
                 for (key, value) in &expired {
                     if t[0].get(key)?.is_some_and(|now| now[..] == value[..]) {
@@ -162,9 +185,15 @@ impl EmbeddedState {
                 }
                 Ok(removed)
             })?;
+            purged += removed;
+            self.dedup_count.fetch_sub(super::apply::signed(removed as u64), Ordering::Relaxed);
+            if removed > 0 {
+                self.durable()?;
+            }
+            if done {
+                break;
+            }
         }
-        self.dedup_count.fetch_sub(super::apply::signed(purged as u64), Ordering::Relaxed);
-        self.durable()?;
         Ok(purged)
     }
 }
@@ -207,6 +236,44 @@ mod tests {
         inner.committed.fetch_max(second.raw(), Ordering::AcqRel);
         let pending: Vec<EventId> = inner.pending(10).unwrap().iter().map(|p| p.id).collect();
         assert_eq!(pending, [first], "the first event is still found");
+    }
+
+    /// The purge goes by chunks and short scans: a long run of live keys (more than
+    /// one scan), a run of expired ones (several chunks) and a mixed tail are all
+    /// passed over or removed as they should be, on both engines.
+    #[test]
+    fn the_purge_removes_every_expired_key_past_runs_of_live_ones() {
+        use super::super::{keys, testutil, Engine};
+        use crate::store::lifecycle::DedupEntry;
+        for engine in [Engine::Sled, Engine::Redb] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = testutil::open_on(engine, dir.path());
+            let inner = &store.inner;
+            let now = 1_000_000;
+            let expired = |i: u64| (5_000..8_000).contains(&i) || (i >= 8_000 && i % 2 == 0);
+            for i in 0..10_000u64 {
+                let until_us = if expired(i) { now - 1 } else { now + 1 };
+                let entry = DedupEntry { original: EventId::new(i + 1), until_us };
+                let mut key = [0u8; 16];
+                key[8..].copy_from_slice(&i.to_be_bytes());
+                inner.dedup.insert(key, keys::encode_dedup(&entry)).unwrap();
+            }
+            let purged = inner.purge_dedup(now).unwrap();
+            assert_eq!(purged, 4_000, "{engine:?}");
+            let left: Vec<u64> = inner
+                .dedup
+                .iter()
+                .map(|item| {
+                    let (key, _) = item.unwrap();
+                    u64::from_be_bytes(key[8..].try_into().unwrap())
+                })
+                .collect();
+            assert_eq!(
+                left,
+                (0..10_000).filter(|&i| !expired(i)).collect::<Vec<_>>(),
+                "{engine:?}"
+            );
+        }
     }
 
     /// An event written but not yet published by its append (its group not yet
