@@ -250,7 +250,8 @@ mod tests {
             let store = testutil::open_on(engine, dir.path());
             let inner = &store.inner;
             let now = 1_000_000;
-            let expired = |i: u64| (5_000..8_000).contains(&i) || (i >= 8_000 && i % 2 == 0);
+            let expired =
+                |i: u64| (5_000..8_000).contains(&i) || (i >= 8_000 && i.is_multiple_of(2));
             for i in 0..10_000u64 {
                 let until_us = if expired(i) { now - 1 } else { now + 1 };
                 let entry = DedupEntry { original: EventId::new(i + 1), until_us };
