@@ -128,11 +128,11 @@ impl EmbeddedState {
 
     /// Removes the expired dedup entries, a chunk per transaction (one commit each on
     /// redb, not one per entry). Each chunk is found by a short scan of its own from
-    /// where the last one stopped, and made durable before the next: a scan held open
-    /// across the whole purge pinned redb's snapshot for its length, and the chunks'
-    /// commits waited in memory for the one durable commit at the end (the relay's RSS
-    /// rose by ~75 MB within 20 s of a restart over 2 M events, while the first purge
-    /// removed the keys of the fill's last hour).
+    /// where the last one stopped, and made durable before the next: on redb, a scan
+    /// held open across the whole purge pinned one snapshot for its length (pages the
+    /// purge freed could not be reused until it ended), and the pages a non-durable
+    /// commit frees wait for the next durable one. (Measured: no change in RSS at 1 M
+    /// and 2 M events; see BENCHMARKS.md, "Capacity".)
     pub(super) fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
         /// Entries removed per transaction.
         const CHUNK: usize = 512;
