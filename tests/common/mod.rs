@@ -458,3 +458,21 @@ pub fn promtool(args: &[&str], stdin: Option<&str>) -> std::process::Output {
     drop(input);
     child.wait_with_output().unwrap()
 }
+
+/// Waits (at most 10 s) until nobody holds the lock sled takes on `{dir}/db`: a sled
+/// handle dropped in the test process is let go by its flusher thread a moment later,
+/// and a relay started in between finds its store in use (one such reopen failed a CI
+/// run).
+pub fn wait_until_sled_unlocked(dir: &Path) {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("db");
+    let file = std::fs::File::open(&path)
+        .unwrap_or_else(|e| panic!("opening {} to test its lock: {e}", path.display()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: flock on a descriptor this function owns; it touches no memory.
+    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        assert!(Instant::now() < deadline, "{} still locked after 10 s", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Closing the file (dropped here) lets the lock go.
+}

@@ -324,6 +324,7 @@ async fn a_disabled_hook_is_recreated_and_its_gap_reported() {
         .unwrap();
         db.flush().unwrap();
     }
+    common::wait_until_sled_unlocked(dir.path());
     let text = std::fs::read_to_string(dir.path().join("hookrelay.toml")).unwrap();
     let relay = Relay::start(dir.path(), &text).await;
     proxy.forward_to(relay.ingress);
