@@ -61,7 +61,6 @@ pub fn bytes_under(dir: &Path) -> u64 {
 
 /// The bytes the files under `dir` hold on the disk (their blocks): a file grown ahead
 /// of use (redb's) has a hole that [`bytes_under`], the files' lengths, counts too.
-#[allow(dead_code)] // the capacity bench's
 pub fn blocks_under(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     sum_under(dir, &|meta| meta.blocks() * 512)

@@ -140,6 +140,7 @@ impl EmbeddedState {
         const SCAN: usize = 8 * CHUNK;
         let mut purged = 0;
         let mut expired = Vec::new();
+        // Where the next scan starts: set only when a scan stops at a bound.
         let mut from: Option<Vec<u8>> = None;
         loop {
             expired.clear();
@@ -158,39 +159,37 @@ impl EmbeddedState {
                         true
                     }
                 };
-                from = Some(key.to_vec());
+                let at_bound = expired.len() + usize::from(gone) >= CHUNK || seen >= SCAN;
+                if at_bound {
+                    from = Some(key.to_vec());
+                }
                 if gone {
                     expired.push((key, value));
                 }
-                if expired.len() >= CHUNK || seen >= SCAN {
+                if at_bound {
                     break;
                 }
             }
-            // The scan reached the end of the index, not one of its bounds.
-            let done = seen < SCAN && expired.len() < CHUNK;
-            if expired.is_empty() {
-                if done {
-                    break;
-                }
-                continue;
-            }
-            // Only remove the entry as it was seen: dispatch may have renewed it since.
-            let removed = self.db.transaction(&[&self.dedup], |t| {
-                let mut removed = 0;
-                for (key, value) in &expired {
-                    if t[0].get(key)?.is_some_and(|now| now[..] == value[..]) {
-                        t[0].remove(key)?;
-                        removed += 1;
+            if !expired.is_empty() {
+                // Only remove the entry as it was seen: dispatch may have renewed it since.
+                let removed = self.db.transaction(&[&self.dedup], |t| {
+                    let mut removed = 0;
+                    for (key, value) in &expired {
+                        if t[0].get(key)?.is_some_and(|now| now[..] == value[..]) {
+                            t[0].remove(key)?;
+                            removed += 1;
+                        }
                     }
+                    Ok(removed)
+                })?;
+                purged += removed;
+                self.dedup_count.fetch_sub(super::apply::signed(removed as u64), Ordering::Relaxed);
+                if removed > 0 {
+                    self.durable()?;
                 }
-                Ok(removed)
-            })?;
-            purged += removed;
-            self.dedup_count.fetch_sub(super::apply::signed(removed as u64), Ordering::Relaxed);
-            if removed > 0 {
-                self.durable()?;
             }
-            if done {
+            // A scan that ran to the end of the index leaves no place to go on from.
+            if from.is_none() {
                 break;
             }
         }
