@@ -23,8 +23,10 @@
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
 //! `1000000`; `BENCH_CASES`, default `kept,backlog` (`pruned` on demand); `BENCH_BACKENDS`, default
 //! `sled,redb`; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
-//! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_BASELINE`,
-//! an older build measured the same way after this one).
+//! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_DEDUP_WINDOW`,
+//! the source's `dedup_window` (10 min by default: a shorter one reaches the steady
+//! state of the dedup purge, keys expiring as fast as they come, in a shorter fill);
+//! `BENCH_BASELINE`, an older build measured the same way after this one).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -126,7 +128,11 @@ async fn probe_p99(relay: &common::Relay, from: u64) -> Duration {
 }
 
 fn config(dir: &Path, sink: &Sink) -> String {
-    let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
+    let window = match std::env::var("BENCH_DEDUP_WINDOW") {
+        Ok(window) => format!("dedup_window = {window:?}\n"),
+        Err(_) => String::new(),
+    };
+    let tail = format!("{window}\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
     common::config_with(&dir.join("data"), "", &tail)
         .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"")
 }

@@ -29,7 +29,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     let readiness = Arc::new(Readiness::default());
     let storage = &config.storage;
 
-    let embedded = storage.backend.is_embedded();
+    let embedded = storage.backend().is_embedded();
     // Where the store lives, for messages (never the database URL).
     let location = if embedded {
         format!("storage.data_dir {}", storage.data_dir.display())
@@ -63,12 +63,24 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         return Ok(());
     };
     tracing::info!(
-        backend = ?storage.backend,
+        backend = ?storage.backend(),
         store = %location,
         durability = ?storage.durability,
         inbox = store.inbox_len().await.unwrap_or(0),
         "store open"
     );
+    if storage.sled_found {
+        tracing::warn!(
+            store = %location,
+            "running on sled because storage.backend is unset and the data directory holds \
+             a sled store (the default of earlier releases): its memory grows with what it \
+             holds and its restart with it. redb, the default for new data directories, \
+             keeps to storage.memory_limit_bytes and restarts in milliseconds: stop the \
+             relay, run `hookrelay migrate --to redb`, set storage.backend = \"redb\" \
+             (docs/deploy.md, \"Moving to redb\"); or set storage.backend = \"sled\" to \
+             keep it and silence this notice"
+        );
+    }
 
     // The relay's own operational events (`hookrelay.*`), stored like callbacks.
     let source = config.sources.first().map_or("hookrelay", |s| s.name.as_str());
@@ -185,6 +197,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
         space: space.clone(),
+        backend: storage.backend(),
         token: config.admin.resolved_token.clone(),
         upstream: reconciler.clone(),
         console: crate::console::Console::new(config.admin.resolved_token.as_ref()),
@@ -327,7 +340,7 @@ async fn open_store(
     location: &str,
 ) -> anyhow::Result<Option<SharedStore>> {
     let storage = &config.storage;
-    let may_wait = !storage.backend.is_embedded();
+    let may_wait = !storage.backend().is_embedded();
     let signal = crate::shutdown::signal();
     tokio::pin!(signal);
     // Started at the first failure that waiting may mend.

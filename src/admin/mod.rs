@@ -35,6 +35,8 @@ pub(crate) struct AdminState {
     pub(crate) readiness: Arc<Readiness>,
     /// Below the free-space floor, the relay is not ready.
     pub(crate) space: Arc<crate::space::Space>,
+    /// What holds the store, as the configuration names it (`storage.backend`).
+    pub(crate) backend: crate::config::StorageBackend,
     pub(crate) token: Option<Secret>,
     pub(crate) upstream: Arc<crate::upstream::Reconciler>,
     /// The console's sessions and sign-in throttle (`console/`).

@@ -45,9 +45,7 @@ pub(super) async fn show(state: web::Data<AdminState>) -> HttpResponse {
         .collect();
     let space = &state.space;
     let storage = api::Storage {
-        // A local filesystem to watch is the embedded store's; PostgreSQL's server
-        // guards its own space.
-        backend: if space.is_local() { "sled" } else { "postgres" }.into(),
+        backend: state.backend.name().into(),
         free_bytes: space.free(),
         floor_bytes: space.is_local().then(|| space.floor()),
         below_floor: space.below_floor(),

@@ -348,7 +348,7 @@ pub(crate) struct SourceCounts {
 /// Where the data lives and how much room it has.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct Storage {
-    /// The store's backend: `sled` (a local directory) or `postgres`.
+    /// The store's backend: `redb` or `sled` (a local directory), or `postgres`.
     pub(crate) backend: String,
     /// Free bytes on the data directory's filesystem (local backends only).
     pub(crate) free_bytes: Option<u64>,

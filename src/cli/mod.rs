@@ -214,6 +214,10 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
         }
     };
     crate::telemetry::init(&config.log.level, log_format.unwrap_or(config.log.format));
+    if !crate::allocator::refuse_transparent_huge_pages() {
+        tracing::debug!(error = %std::io::Error::last_os_error(),
+            "the kernel did not take PR_SET_THP_DISABLE: memory may be held in huge pages");
+    }
     if config.storage.memory_limit_bytes.is_some() {
         crate::allocator::return_freed_memory_at_once();
     }

@@ -170,11 +170,13 @@ config_enum!(Durability { "durable" => Durable, "buffered" => Buffered });
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase", try_from = "String")]
 pub(crate) enum StorageBackend {
-    /// sled, embedded, in `data_dir`: one relay per data directory.
+    /// sled, embedded, in `data_dir`: one relay per data directory. The default of
+    /// earlier releases, kept where a data directory holds a sled store; its memory
+    /// grows with what it holds (BENCHMARKS.md, "Capacity").
     Sled,
     /// redb, embedded, in `data_dir` (`hookrelay.redb`): one relay per data directory,
-    /// memory bounded by `cache_capacity_bytes` and a restart in milliseconds whatever
-    /// it holds (BENCHMARKS.md, "Capacity").
+    /// memory bounded by `cache_capacity_bytes` (or `memory_limit_bytes`) and a restart
+    /// in milliseconds whatever it holds. The default for a new data directory.
     Redb,
     /// PostgreSQL (`[storage.postgres]`): any number of relays on one database.
     Postgres,
@@ -189,6 +191,13 @@ config_enum!(StorageBackend { "sled" => Sled, "redb" => Redb, "postgres" => Post
 pub(crate) const RELAY_RESERVE_BYTES: u64 = 112 * 1024 * 1024;
 
 impl StorageConfig {
+    /// The backend the relay runs on: `backend`, which loading sets from what `data_dir`
+    /// holds when the file left it unset; redb, the default for a new directory, for a
+    /// configuration no load resolved.
+    pub(crate) fn backend(&self) -> StorageBackend {
+        self.backend.unwrap_or(StorageBackend::Redb)
+    }
+
     /// The engine's cache: `cache_capacity_bytes`, or what `memory_limit_bytes` leaves
     /// once the relay's own share is set aside.
     pub(crate) fn engine_cache_bytes(&self) -> u64 {
@@ -200,6 +209,15 @@ impl StorageConfig {
 }
 
 impl StorageBackend {
+    /// Its word in the configuration (and in the admin API's overview).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StorageBackend::Sled => "sled",
+            StorageBackend::Redb => "redb",
+            StorageBackend::Postgres => "postgres",
+        }
+    }
+
     /// Whether the store lives in `data_dir`, owned by this one process.
     pub(crate) fn is_embedded(self) -> bool {
         matches!(self, StorageBackend::Sled | StorageBackend::Redb)
@@ -274,8 +292,15 @@ impl Default for PostgresConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct StorageConfig {
-    /// The backend (`store::open` is the one factory).
-    pub(crate) backend: StorageBackend,
+    /// Which store holds the relay's state. Unset, the engine of the store
+    /// `data_dir` holds: redb for a new directory, sled where an earlier relay left a
+    /// sled store (whose memory grows with what it holds: a notice at start names
+    /// `hookrelay migrate --to redb`). A directory holding both is refused until this
+    /// names one.
+    pub(crate) backend: Option<StorageBackend>,
+    /// The backend was unset and `data_dir` holds a sled store: said at start.
+    #[serde(skip)]
+    pub(crate) sled_found: bool,
     /// Directory of the embedded database (sled or redb); created if missing.
     pub(crate) data_dir: PathBuf,
     /// When a callback is acknowledged: `durable` after its group's fsync (nothing
@@ -320,7 +345,8 @@ pub(crate) struct StorageConfig {
 impl Default for StorageConfig {
     fn default() -> Self {
         Self {
-            backend: StorageBackend::Sled,
+            backend: None,
+            sled_found: false,
             data_dir: PathBuf::from("./data"),
             durability: Durability::Durable,
             commit_max_batch: 512,

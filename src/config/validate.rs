@@ -30,6 +30,16 @@ impl Config {
 
     /// The `[storage]` checks, into `problems`.
     fn validate_storage(&mut self, env: EnvLookup<'_>, problems: &mut Vec<String>) {
+        if self.storage.backend.is_none() {
+            match crate::store::engine_in(&self.storage.data_dir) {
+                Ok(found) => {
+                    let backend = found.unwrap_or(super::StorageBackend::Redb);
+                    self.storage.sled_found = backend == super::StorageBackend::Sled;
+                    self.storage.backend = Some(backend);
+                }
+                Err(problem) => problems.push(problem),
+            }
+        }
         let pg = &self.storage.postgres;
         let spec = SecretSpec {
             inline: pg.url.as_ref(),
@@ -41,7 +51,7 @@ impl Config {
             Err(e) => problems.push(e),
         }
         let pg = &self.storage.postgres;
-        if self.storage.backend == super::StorageBackend::Postgres {
+        if self.storage.backend() == super::StorageBackend::Postgres {
             match &pg.resolved_url {
                 None => problems.push(
                     "storage.postgres.url: missing (backend = \"postgres\" needs `url`, \
@@ -72,7 +82,7 @@ impl Config {
         }
         if let Some(limit) = self.storage.memory_limit_bytes {
             let floor = super::RELAY_RESERVE_BYTES + 16 * 1024 * 1024;
-            if self.storage.backend != super::StorageBackend::Redb {
+            if self.storage.backend() != super::StorageBackend::Redb {
                 problems.push(
                     "storage.memory_limit_bytes: only backend = \"redb\" keeps to a memory \
                      limit (sled's memory grows with what it holds; PostgreSQL's is the \

@@ -82,12 +82,12 @@ pub(crate) async fn migrate(
     if let Some(to) = to {
         return copy_embedded(config, to, dry_run).await;
     }
-    match config.backend {
+    match config.backend() {
         StorageBackend::Sled | StorageBackend::Redb => Ok(format!(
             "storage.backend is {}: nothing to migrate (the data directory {} carries its \
              own layout version, checked at start; --to moves it to the other embedded \
              engine)",
-            engine_of(config.backend).name(),
+            engine_of(config.backend()).name(),
             config.data_dir.display()
         )),
         StorageBackend::Postgres => {
@@ -105,7 +105,7 @@ async fn copy_embedded(
     to: StorageBackend,
     dry_run: bool,
 ) -> Result<String, StoreError> {
-    if !config.backend.is_embedded() || !to.is_embedded() {
+    if !config.backend().is_embedded() || !to.is_embedded() {
         return Err(StoreError::Config(
             "--to moves an embedded store (storage.backend sled or redb) to the other embedded \
              engine: `--to redb` or `--to sled`; between PostgreSQL and an embedded store \
@@ -113,7 +113,7 @@ async fn copy_embedded(
                 .into(),
         ));
     }
-    let (from, to) = (engine_of(config.backend), engine_of(to));
+    let (from, to) = (engine_of(config.backend()), engine_of(to));
     let dir = config.data_dir.clone();
     if dry_run {
         return Ok(format!(
@@ -131,11 +131,12 @@ async fn copy_embedded(
     })
     .await
     .map_err(|e| StoreError::Task(e.to_string()))??;
-    let leftovers: Vec<String> = report.leftovers.iter().map(|p| p.display().to_string()).collect();
+    let leftovers = names(&report.leftovers);
     Ok(format!(
         "copied {} entries ({} bytes) from {} to {} in {}, checked entry by entry.\n\
          Next: set storage.backend = \"{}\" (or HOOKRELAY__STORAGE__BACKEND={}) and start \
-         the relay. Once it runs, remove what is left of the {} store: {}",
+         the relay (unset, it refuses a directory holding both stores). Once it runs, remove \
+         what is left of the {} store: {}",
         report.entries,
         report.bytes,
         report.from.name(),
@@ -144,8 +145,35 @@ async fn copy_embedded(
         report.to.name(),
         report.to.name(),
         report.from.name(),
-        if leftovers.is_empty() { "nothing".to_owned() } else { leftovers.join(" ") }
+        if leftovers.is_empty() { "nothing".to_owned() } else { leftovers }
     ))
+}
+
+/// The embedded backend whose store `dir` holds, if any: what an unset
+/// `storage.backend` runs on. A directory holding both engines' stores is a problem
+/// to name, not a guess: the one left beside a `hookrelay migrate` may be the stale one.
+pub(crate) fn engine_in(dir: &std::path::Path) -> Result<Option<StorageBackend>, String> {
+    use embedded::engine::{files_of, Engine};
+    let (sled, redb) = (files_of(Engine::Sled, dir), files_of(Engine::Redb, dir));
+    match (sled.is_empty(), redb.is_empty()) {
+        (true, true) => Ok(None),
+        (false, true) => Ok(Some(StorageBackend::Sled)),
+        (true, false) => Ok(Some(StorageBackend::Redb)),
+        (false, false) => Err(format!(
+            "storage.backend: unset, and {} holds both a sled and a redb store (a copy \
+             `hookrelay migrate --to` made beside its source): set backend to the one to run \
+             on (\"redb\" after `migrate --to redb`, \"sled\" after `--to sled`), and once the \
+             relay runs remove the other's files (sled: {}; redb: {})",
+            dir.display(),
+            names(&sled),
+            names(&redb)
+        )),
+    }
+}
+
+/// Paths, for a message.
+fn names(paths: &[std::path::PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ")
 }
 
 /// The engine of an embedded backend (sled for PostgreSQL, which has none: never asked).
@@ -162,10 +190,10 @@ pub(crate) async fn open(
     config: &StorageConfig,
     observer: Arc<dyn StoreObserver>,
 ) -> Result<SharedStore, StoreError> {
-    match config.backend {
+    match config.backend() {
         StorageBackend::Sled | StorageBackend::Redb => {
             let opts = EmbeddedOptions {
-                engine: engine_of(config.backend),
+                engine: engine_of(config.backend()),
                 path: config.data_dir.clone(),
                 cache_capacity_bytes: config.engine_cache_bytes(),
                 compression: config.compression,

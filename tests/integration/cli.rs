@@ -137,6 +137,22 @@ async fn a_second_relay_on_the_same_data_dir_says_it_is_in_use() {
     assert_eq!(err.matches("is in use by another process").count(), 1, "said once: {err}");
 }
 
+/// The relay's memory is held in base pages (a transparent huge page is resident whole
+/// however little of it is used): the kernel says so of the running process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_holds_no_memory_in_transparent_huge_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(&dir.path().join("data"), "");
+    let relay = common::Relay::start(dir.path(), &config).await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", relay.pid())).unwrap();
+    let thp: Vec<Vec<&str>> = status
+        .lines()
+        .filter(|l| l.starts_with("THP_enabled:"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(thp, vec![vec!["THP_enabled:", "0"]], "{status}");
+}
+
 /// A config full of credentials outside `token`/`secret` fields: check-config shows
 /// none of them, and neither does a validation error about a URL.
 #[test]

@@ -106,7 +106,7 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
         "{ov}"
     );
     assert_eq!(ov["relays"], 1);
-    assert_eq!(ov["storage"]["backend"], "sled");
+    assert_eq!(ov["storage"]["backend"], "redb", "a new data directory's default");
     assert!(ov["storage"]["store_bytes"].as_u64().unwrap() > 0, "{ov}");
     assert!(
         ov["storage"]["free_bytes"].as_u64().unwrap()

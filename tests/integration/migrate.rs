@@ -1,6 +1,8 @@
 //! `hookrelay migrate --to redb` (and back): a store with delivered, retrying and
 //! duplicate events, left by a SIGKILL, moved to the other engine; the relay on the copy
-//! delivers everything due, once, and still knows the duplicates it saw before.
+//! delivers everything due, once, and still knows the duplicates it saw before. The
+//! upgrade from the old default: an unset `storage.backend` keeps a sled store (and
+//! says how to move), and refuses a directory holding both.
 
 use crate::common;
 
@@ -31,6 +33,17 @@ fn migrate(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Out
         cmd.env(k, v);
     }
     cmd.output().unwrap()
+}
+
+fn check_config(config: &std::path::Path) -> Output {
+    Command::new(common::binary())
+        .arg("check-config")
+        .arg("--config")
+        .arg(config)
+        .env_remove("HOOKRELAY_CONFIG")
+        .env_remove("HOOKRELAY__STORAGE__BACKEND")
+        .output()
+        .unwrap()
 }
 
 fn text(out: &Output) -> String {
@@ -67,9 +80,11 @@ async fn a_store_moved_to_redb_and_back_delivers_everything_due_once() {
     let config = dir.path().join("hookrelay.toml");
     std::fs::write(&config, &text_cfg).unwrap();
 
-    // On sled: 10 delivered, then the consumer fails and 20 more wait for it; each of
-    // the 30 also arrives from a second user (a duplicate).
-    let relay = Relay::start(dir.path(), &text_cfg).await;
+    // On sled (an earlier release's default, named here: a new directory is redb's): 10
+    // delivered, then the consumer fails and 20 more wait for it; each of the 30 also
+    // arrives from a second user (a duplicate).
+    let sled = [("HOOKRELAY__STORAGE__BACKEND", "sled")];
+    let relay = Relay::start_env(dir.path(), &text_cfg, &sled).await;
     for id in 0..10 {
         post(&relay, id, 1).await;
     }
@@ -97,7 +112,21 @@ async fn a_store_moved_to_redb_and_back_delivers_everything_due_once() {
     relay.signal(libc::SIGKILL);
     drop(relay);
 
-    // While the relay is stopped: to redb. A second run refuses (the copy exists).
+    // The configuration leaves the backend unset (the upgrade of a relay that ran on
+    // the old default): it goes on on sled, and says how to move.
+    let relay = Relay::start(dir.path(), &text_cfg).await;
+    assert_eq!(relay.all_event_ids().await, ids_before, "an unset backend kept the sled store");
+    let logs = relay.logs();
+    assert!(
+        logs.contains("running on sled because storage.backend is unset")
+            && logs.contains("hookrelay migrate --to redb"),
+        "{logs}"
+    );
+    relay.signal(libc::SIGKILL);
+    drop(relay);
+
+    // While the relay is stopped: to redb, the backend still unset. A second run
+    // refuses (the copy exists).
     let out = migrate(&config, &["--to", "redb", "--dry-run"], &[]);
     assert!(out.status.success() && text(&out).contains("nothing changed"), "{}", text(&out));
     assert!(!data.join("hookrelay.redb").exists(), "a dry run wrote a database");
@@ -108,9 +137,14 @@ async fn a_store_moved_to_redb_and_back_delivers_everything_due_once() {
         said.contains("checked entry by entry") && said.contains("backend = \"redb\""),
         "{said}"
     );
-    let out = migrate(&config, &["--to", "redb"], &[]);
+    let out = migrate(&config, &["--to", "redb"], &sled);
     assert!(!out.status.success(), "a second copy over the first");
     assert!(text(&out).contains("already holds a redb database"), "{}", text(&out));
+    // Unset, a directory holding both stores is named, not guessed at: the relay
+    // refuses it until the backend says which.
+    let out = check_config(&config);
+    assert!(!out.status.success(), "a directory holding both stores was taken");
+    assert!(text(&out).contains("holds both a sled and a redb store"), "{}", text(&out));
 
     // On redb, the consumer back: every event due is delivered within the bound, the
     // 10 delivered before are not sent again, and a third user's copy of an old
@@ -161,6 +195,7 @@ async fn a_store_moved_to_redb_and_back_delivers_everything_due_once() {
     let out = migrate(&config, &["--to", "sled"], &redb);
     assert!(out.status.success(), "{}", text(&out));
     std::fs::remove_file(data.join("hookrelay.redb")).unwrap();
+    // The backend unset, the sled store alone: sled.
     let relay = Relay::start(dir.path(), &text_cfg).await;
     let ids = relay.all_event_ids().await;
     assert_eq!(ids.len(), 62, "60, the third user's duplicate and the new one: {ids:?}");
@@ -178,14 +213,14 @@ fn migrate_to_says_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("hookrelay.toml");
     std::fs::write(&config, common::config(&dir.path().join("data"), "")).unwrap();
-    // Nothing stored yet.
-    let out = migrate(&config, &["--to", "redb"], &[]);
-    assert!(!out.status.success());
-    assert!(text(&out).contains("no sled database in"), "{}", text(&out));
-    // The engine it is on already.
+    // Nothing stored yet (the backend unset: redb, a new directory's).
     let out = migrate(&config, &["--to", "sled"], &[]);
     assert!(!out.status.success());
-    assert!(text(&out).contains("is sled already"), "{}", text(&out));
+    assert!(text(&out).contains("no redb database in"), "{}", text(&out));
+    // The engine it is on already.
+    let out = migrate(&config, &["--to", "redb"], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("is redb already"), "{}", text(&out));
     // Not an engine.
     let out = migrate(&config, &["--to", "postgres"], &[]);
     assert!(!out.status.success());
