@@ -74,11 +74,11 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
             store = %location,
             "running on sled because storage.backend is unset and the data directory holds \
              a sled store (the default of earlier releases): its memory grows with what it \
-             holds and its restart with it. redb, the default for new data directories, \
-             keeps to storage.memory_limit_bytes and restarts in milliseconds: stop the \
-             relay, run `hookrelay migrate --to redb`, set storage.backend = \"redb\" \
-             (docs/deploy.md, \"Moving to redb\"); or set storage.backend = \"sled\" to \
-             keep it and silence this notice"
+             holds (storage.memory_limit_bytes, if set, is not kept) and its restart time \
+             with it. redb, the default for new data directories, keeps to the limit and \
+             restarts in milliseconds: stop the relay, run `hookrelay migrate --to redb`, \
+             set storage.backend = \"redb\" (docs/deploy.md, \"Moving to redb\"); or set \
+             storage.backend = \"sled\" to stay on it and silence this notice"
         );
     }
 

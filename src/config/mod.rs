@@ -198,12 +198,14 @@ impl StorageConfig {
         self.backend.unwrap_or(StorageBackend::Redb)
     }
 
-    /// The engine's cache: `cache_capacity_bytes`, or what `memory_limit_bytes` leaves
-    /// once the relay's own share is set aside.
+    /// The engine's cache: `cache_capacity_bytes`, or on redb what `memory_limit_bytes`
+    /// leaves once the relay's own share is set aside.
     pub(crate) fn engine_cache_bytes(&self) -> u64 {
         match self.memory_limit_bytes {
-            Some(limit) => limit.saturating_sub(RELAY_RESERVE_BYTES),
-            None => self.cache_capacity_bytes,
+            Some(limit) if self.backend() == StorageBackend::Redb => {
+                limit.saturating_sub(RELAY_RESERVE_BYTES)
+            }
+            _ => self.cache_capacity_bytes,
         }
     }
 }
@@ -320,7 +322,8 @@ pub(crate) struct StorageConfig {
     /// itself needs (`RELAY_RESERVE_BYTES`, 112 MiB, measured under load), replacing
     /// `cache_capacity_bytes`, and the allocator returns freed memory to the system at
     /// once rather than after a delay. At least 128 MiB. sled cannot keep to a limit
-    /// (its memory grows with its history): set `backend = "redb"` to use it.
+    /// (its memory grows with its history): refused with `backend = "sled"`, not kept
+    /// (and said at start) on a sled store the unset backend found.
     pub(crate) memory_limit_bytes: Option<u64>,
     /// zstd compression of sled's log: far fewer bytes on disk, for less ingest
     /// throughput (the figures: BENCHMARKS.md, footprint). A new data directory only:

@@ -485,9 +485,15 @@ fn an_unset_backend_runs_on_the_store_the_data_directory_holds_and_redb_on_a_new
     let config = load(&text, &[]).unwrap();
     assert_eq!((config.storage.backend(), config.storage.sled_found), (StorageBackend::Sled, true));
     assert!(config.to_masked_toml().contains("backend = \"sled\""), "printed as what runs");
-    // A memory limit there: refused, naming the way to redb.
+    // A memory limit there (a new configuration on an old volume): taken, not kept (the
+    // notice at start says so), and sled's cache is its own setting.
     let limited = text.replace("[storage]\n", "[storage]\nmemory_limit_bytes = 268435456\n");
-    let p = problems(&limited, &[]);
+    let config = load(&limited, &[]).unwrap();
+    assert_eq!((config.storage.backend(), config.storage.sled_found), (StorageBackend::Sled, true));
+    assert_eq!(config.storage.engine_cache_bytes(), 64 << 20);
+    // Named sled, a limit is refused, naming the way to redb.
+    let named = limited.replace("[storage]\n", "[storage]\nbackend = \"sled\"\n");
+    let p = problems(&named, &[]);
     assert!(p.iter().any(|p| p.contains("migrate --to redb")), "{p:?}");
     // Both (a copy beside its source): named, not guessed.
     std::fs::write(data.join("hookrelay.redb"), b"").unwrap();

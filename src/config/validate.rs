@@ -82,7 +82,9 @@ impl Config {
         }
         if let Some(limit) = self.storage.memory_limit_bytes {
             let floor = super::RELAY_RESERVE_BYTES + 16 * 1024 * 1024;
-            if self.storage.backend() != super::StorageBackend::Redb {
+            // On a sled store the backend was left to find, the limit is not kept, and
+            // the notice at start says so: a new configuration on an old volume starts.
+            if self.storage.backend() != super::StorageBackend::Redb && !self.storage.sled_found {
                 problems.push(
                     "storage.memory_limit_bytes: only backend = \"redb\" keeps to a memory \
                      limit (sled's memory grows with what it holds; PostgreSQL's is the \

@@ -1,6 +1,6 @@
 //! The embedded backend: one process, one data directory, one named tree per concept
 //! with big-endian keys (see ARCHITECTURE.md), kept by a key-value engine
-//! ([`engine`]: sled, the default, or redb); the engine locks the database to its
+//! ([`engine`]: redb, the default for a new directory, or sled); the engine locks the database to its
 //! process.
 //!
 //! How it keeps the contract:

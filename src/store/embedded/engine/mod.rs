@@ -1,12 +1,13 @@
 //! The key-value engines under the embedded backend: one layout of named trees
 //! (`../keys.rs`, `../codec.rs`), two engines to keep it in.
 //!
-//! - **sled** (`sled_kv.rs`), the default: a log-structured engine, fast to ack, whose
-//!   memory and restart time grow with what it holds (BENCHMARKS.md, "Capacity").
-//! - **redb** (`redb_kv.rs`): a copy-on-write B-tree in one file, whose memory is its
-//!   page cache (`storage.cache_capacity`) whatever it holds, and which opens in
-//!   milliseconds after a crash (it saves its allocator state with every durable
-//!   commit, "quick repair").
+//! - **redb** (`redb_kv.rs`), the default for a new data directory: a copy-on-write
+//!   B-tree in one file, whose memory is its page cache (`storage.cache_capacity_bytes`)
+//!   whatever it holds, and which opens in milliseconds after a crash (it saves its
+//!   allocator state with every durable commit, "quick repair").
+//! - **sled** (`sled_kv.rs`), the default of earlier releases, kept where a data
+//!   directory holds it: a log-structured engine, fast to ack, whose memory and restart
+//!   time grow with what it holds (BENCHMARKS.md, "Capacity").
 //!
 //! The embedded backend's code sees only what is here: [`Db`] (open a tree, one
 //! transaction over several, a durable flush), [`Tree`] (ordered bytes to bytes) and
