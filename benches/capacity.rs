@@ -68,7 +68,7 @@ fn rss(pid: i32) -> (u64, u64) {
 
 /// Sends callbacks `from..to` from [`CONNECTIONS`] connections (or
 /// `BENCH_CONNECTIONS`); returns the body bytes.
-async fn fill(relay: &common::Relay, from: u64, to: u64) -> u64 {
+async fn fill(relay: &mut common::Relay, from: u64, to: u64) -> u64 {
     let connections: usize = env_or("BENCH_CONNECTIONS", CONNECTIONS);
     let client = reqwest::Client::builder().pool_max_idle_per_host(connections).build().unwrap();
     let url = relay.hook_url(Some("ActionUpdated"));
@@ -84,18 +84,42 @@ async fn fill(relay: &common::Relay, from: u64, to: u64) -> u64 {
             let len = b.len() as u64;
             let r =
                 client.post(&url).header("content-type", "application/json").body(b).send().await;
-            assert_eq!(r.expect("callback").status(), 200);
-            len
+            match r {
+                Ok(r) if r.status() == 200 => Ok(len),
+                Ok(r) => Err(format!("callback {n}: HTTP {}", r.status())),
+                Err(e) => Err(format!("callback {n}: {e}")),
+            }
         });
         // Reap as we go: millions of finished tasks would otherwise be held.
         while let Some(done) = tasks.try_join_next() {
-            sent += done.unwrap();
+            sent += reaped(relay, done);
         }
     }
     while let Some(done) = tasks.join_next().await {
-        sent += done.unwrap();
+        sent += reaped(relay, done);
     }
     sent
+}
+
+/// One callback's bytes; a failed one ends the run with what the relay said last.
+fn reaped(
+    relay: &mut common::Relay,
+    done: Result<Result<u64, String>, tokio::task::JoinError>,
+) -> u64 {
+    match done {
+        Ok(Ok(len)) => len,
+        Ok(Err(e)) => {
+            let logs = relay.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "{e}; the relay exited: {:?}; its last lines:\n{}",
+                relay.exited(),
+                tail.join("\n")
+            )
+        }
+        Err(e) => panic!("a sender task failed: {e}"),
+    }
 }
 
 /// The p99 ack latency of callbacks `from..` sent at [`PROBE_RATE`] for [`PROBE_SECS`].
@@ -213,7 +237,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
     for &point in points {
         let fill_from = stored;
         let started = Instant::now();
-        body_bytes += fill(&relay, 1_000_000_000 + stored, 1_000_000_000 + point).await;
+        body_bytes += fill(&mut relay, 1_000_000_000 + stored, 1_000_000_000 + point).await;
         stored = point;
         if !backlog {
             delivered(&relay, &sink, stored + sent_probe).await;
