@@ -334,8 +334,9 @@ pub(crate) struct StorageConfig {
     pub(crate) min_free_bytes: u64,
     /// The free-space floor as a share of the filesystem (the larger of the two wins).
     pub(crate) min_free_percent: f64,
-    /// sled, redb: a store write that has not returned after this fails the store: callbacks
-    /// waiting on it are closed, the relay turns unready and exits non-zero so that its
+    /// sled, redb: store writes waiting this long with none returning fail the store
+    /// (a write queued behind others that return is slow, not hung): callbacks waiting
+    /// on them are closed, the relay turns unready and exits non-zero so that its
     /// service manager restarts it. PostgreSQL: the write fails (its caller retries)
     /// and the relay goes on: restarting does not make a slow database faster.
     #[schemars(with = "crate::config::duration::Text")]

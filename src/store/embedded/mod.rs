@@ -155,7 +155,7 @@ pub(crate) struct EmbeddedOptions {
     pub(crate) durable: bool,
     /// Most callbacks one group commit takes.
     pub(crate) commit_max_batch: usize,
-    /// A write that has not returned after this fails the store.
+    /// Writes waiting this long with none returning fail the store (`health.rs`).
     pub(crate) write_timeout: Duration,
     pub(crate) observer: Arc<dyn StoreObserver>,
 }
