@@ -63,7 +63,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         return Ok(());
     };
     tracing::info!(
-        backend = ?storage.backend(),
+        backend = storage.backend().name(),
         store = %location,
         durability = ?storage.durability,
         inbox = store.inbox_len().await.unwrap_or(0),
