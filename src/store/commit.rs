@@ -178,7 +178,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::store::{EventMeta, EventNameOrigin, EventStatus};
+    use crate::store::{EventMeta, EventNameOrigin, EventStatus, Writers};
 
     /// Counts groups and stored events.
     #[derive(Default)]
@@ -198,7 +198,12 @@ mod tests {
     }
 
     fn healthy() -> Arc<Health> {
-        Health::new("test", Duration::from_secs(60), Arc::new(crate::store::NoObserver))
+        Health::new(
+            "test",
+            Duration::from_secs(60),
+            Writers::OneAtATime,
+            Arc::new(crate::store::NoObserver),
+        )
     }
 
     fn event() -> NewEvent {
@@ -273,8 +278,12 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_group_that_never_returns_fails_its_callers_within_the_bound() {
-        let health =
-            Health::new("test", Duration::from_millis(300), Arc::new(crate::store::NoObserver));
+        let health = Health::new(
+            "test",
+            Duration::from_millis(300),
+            Writers::OneAtATime,
+            Arc::new(crate::store::NoObserver),
+        );
         Health::start_watchdog(&health).unwrap();
         let guard = health.clone();
         // Blocks like sled's flush on a full tmpfs did: for ever.

@@ -16,9 +16,11 @@
 //! "Stops returning" is the watchdog's job: every write registers its start and its
 //! return; a thread looks every [`TICK`] and fails the store once writes have waited
 //! longer than the configured bound (`storage.write_timeout`) with none returning.
-//! Measured from the later of the oldest write's start and the last return: a write
-//! queued behind others (redb takes one writer at a time, and its lock is not fair)
-//! while they keep returning is a slow store, not a hung one. That distinction was
+//! For the embedded engines ([`Writers::OneAtATime`]) that is measured from the later
+//! of the oldest write's start and the last return: a write queued behind others (redb
+//! takes one writer at a time, and its lock is not fair) while they keep returning is
+//! a slow store, not a hung one; PostgreSQL's writes go side by side, and the oldest
+//! one's wait is the measure. That distinction was
 //! measured: a 64-connection flood at 3.5 M events on redb failed the store on a write
 //! that waited 10.1 s while the rest went on.
 
@@ -45,6 +47,7 @@ pub(crate) struct Health {
     inflight: Mutex<InFlight>,
     next_ticket: AtomicU64,
     timeout: Duration,
+    writers: Writers,
     observer: Arc<dyn StoreObserver>,
 }
 
@@ -55,15 +58,31 @@ struct InFlight {
     last_return: Option<Instant>,
 }
 
-/// How long writes have waited with none returning, at `now`: from the later of the
-/// oldest write's start and the last return. `None` with no write in flight.
+/// How a backend's writes wait on each other, which says what a stall is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Writers {
+    /// One at a time (the embedded engines: redb's single writer, whose lock is not
+    /// fair): a write queued while others return is slow, not hung.
+    OneAtATime,
+    /// Each on its own connection (PostgreSQL's pool): one call stuck while others
+    /// return is caught all the same.
+    Concurrent,
+}
+
+/// How long writes have waited with none returning, at `now` (`Writers::OneAtATime`:
+/// from the later of the oldest write's start and the last return), or how long the
+/// oldest has waited (`Writers::Concurrent`). `None` with no write in flight.
 fn stalled_for(
+    writers: Writers,
     oldest: Option<Instant>,
     last_return: Option<Instant>,
     now: Instant,
 ) -> Option<Duration> {
     let oldest = oldest?;
-    let since = last_return.map_or(oldest, |r| r.max(oldest));
+    let since = match (writers, last_return) {
+        (Writers::OneAtATime, Some(returned)) => returned.max(oldest),
+        _ => oldest,
+    };
     Some(now.saturating_duration_since(since))
 }
 
@@ -86,6 +105,7 @@ impl Health {
     pub(crate) fn new(
         backend: &'static str,
         timeout: Duration,
+        writers: Writers,
         observer: Arc<dyn StoreObserver>,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -95,6 +115,7 @@ impl Health {
             inflight: Mutex::new(InFlight::default()),
             next_ticket: AtomicU64::new(0),
             timeout,
+            writers,
             observer,
         })
     }
@@ -122,7 +143,7 @@ impl Health {
         let (waiting, stalled) = {
             let inflight = lock(&self.inflight);
             let oldest = inflight.started.values().min().copied();
-            (inflight.started.len(), stalled_for(oldest, inflight.last_return, now))
+            (inflight.started.len(), stalled_for(self.writers, oldest, inflight.last_return, now))
         };
         if let Some(waited) = stalled.filter(|w| *w > self.timeout) {
             self.fail(format!(
@@ -235,7 +256,8 @@ mod tests {
     #[test]
     fn a_fatal_error_fails_the_store_once_and_later_writes_refuse() {
         let seen = Arc::new(Seen::default());
-        let health = Health::new("test", Duration::from_secs(10), seen.clone());
+        let health =
+            Health::new("test", Duration::from_secs(10), Writers::OneAtATime, seen.clone());
         assert_eq!(health.write(|_| true, || Ok(1)).unwrap(), 1);
         // Not fatal: an encoding problem of one record.
         let not_fatal = health.write(|_| false, || Err::<(), _>(StoreError::Injected("bad")));
@@ -262,7 +284,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_watchdog_fails_a_hung_write_and_frees_its_waiters() {
         let seen = Arc::new(Seen::default());
-        let health = Health::new("test", Duration::from_millis(300), seen.clone());
+        let health =
+            Health::new("test", Duration::from_millis(300), Writers::OneAtATime, seen.clone());
         Health::start_watchdog(&health).unwrap();
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let writer = health.clone();
@@ -290,7 +313,12 @@ mod tests {
 
     #[test]
     fn a_write_queued_behind_writes_that_return_is_not_overdue() {
-        let health = Health::new("test", Duration::from_secs(10), Arc::new(Seen::default()));
+        let health = Health::new(
+            "test",
+            Duration::from_secs(10),
+            Writers::OneAtATime,
+            Arc::new(Seen::default()),
+        );
         let t0 = Instant::now();
         let s = Duration::from_secs;
         // One write waits from t0; others take their turn and return, the last at t0 + 20 s.
@@ -310,17 +338,26 @@ mod tests {
     fn the_stall_runs_from_the_later_of_the_oldest_start_and_the_last_return() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        assert_eq!(stalled_for(None, Some(t0), t0 + s(60)), None, "nothing in flight");
-        assert_eq!(stalled_for(Some(t0), None, t0 + s(5)), Some(s(5)));
+        let one = Writers::OneAtATime;
+        assert_eq!(stalled_for(one, None, Some(t0), t0 + s(60)), None, "nothing in flight");
+        assert_eq!(stalled_for(one, Some(t0), None, t0 + s(5)), Some(s(5)));
         // A return before the oldest write started does not move the start.
-        assert_eq!(stalled_for(Some(t0 + s(10)), Some(t0), t0 + s(15)), Some(s(5)));
+        assert_eq!(stalled_for(one, Some(t0 + s(10)), Some(t0), t0 + s(15)), Some(s(5)));
         // A return after it does.
-        assert_eq!(stalled_for(Some(t0), Some(t0 + s(20)), t0 + s(25)), Some(s(5)));
+        assert_eq!(stalled_for(one, Some(t0), Some(t0 + s(20)), t0 + s(25)), Some(s(5)));
+        // With writes side by side, the oldest one's wait is the stall, whatever returned.
+        let side = Writers::Concurrent;
+        assert_eq!(stalled_for(side, Some(t0), Some(t0 + s(20)), t0 + s(25)), Some(s(25)));
     }
 
     #[test]
     fn a_write_within_the_bound_is_not_overdue() {
-        let health = Health::new("test", Duration::from_secs(60), Arc::new(Seen::default()));
+        let health = Health::new(
+            "test",
+            Duration::from_secs(60),
+            Writers::OneAtATime,
+            Arc::new(Seen::default()),
+        );
         let _ticket = health.begin();
         health.check_overdue(Instant::now());
         assert!(health.failure().is_none());

@@ -43,7 +43,7 @@ pub(crate) use deliveries::{
     QueueStats,
 };
 pub(crate) use error::StoreError;
-pub(crate) use health::Health;
+pub(crate) use health::{Health, Writers};
 pub(crate) use model::{
     EventFlag, EventId, EventMeta, EventNameOrigin, EventRecord, EventStatus, NewEvent,
 };

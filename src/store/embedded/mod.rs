@@ -219,7 +219,12 @@ impl EmbeddedStore {
             unsaved: Mutex::new(ledger::Unsaved::default()),
             flusher: flush::GroupFlush::default(),
             durable: opts.durable,
-            health: Health::new(opts.engine.name(), opts.write_timeout, opts.observer.clone()),
+            health: Health::new(
+                opts.engine.name(),
+                opts.write_timeout,
+                super::Writers::OneAtATime,
+                opts.observer.clone(),
+            ),
         };
         // What the open wrote (a schema version, a migration, new trees) is durable
         // from here.

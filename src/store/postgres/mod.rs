@@ -198,7 +198,8 @@ impl PostgresStore {
         // one: the write fails, its caller retries, the relay goes on); the watchdog
         // only catches a call that never returns even so.
         let hung = opts.write_timeout + HUNG_MARGIN;
-        let health = Health::new("postgres", hung, opts.observer.clone());
+        let health =
+            Health::new("postgres", hung, crate::store::Writers::Concurrent, opts.observer.clone());
         Health::start_watchdog(&health)?;
         let last_id = AtomicU64::new(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)));
         let inner = Arc::new(PgState {
