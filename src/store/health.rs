@@ -311,14 +311,14 @@ mod tests {
         let _ = release.send(());
     }
 
+    /// An embedded engine's health, bounded by `timeout`, nobody listening.
+    fn one_writer(timeout: Duration) -> Arc<Health> {
+        Health::new("test", timeout, Writers::OneAtATime, Arc::new(Seen::default()))
+    }
+
     #[test]
     fn a_write_queued_behind_writes_that_return_is_not_overdue() {
-        let health = Health::new(
-            "test",
-            Duration::from_secs(10),
-            Writers::OneAtATime,
-            Arc::new(Seen::default()),
-        );
+        let health = one_writer(Duration::from_secs(10));
         let t0 = Instant::now();
         let s = Duration::from_secs;
         // One write waits from t0; others take their turn and return, the last at t0 + 20 s.
@@ -352,12 +352,7 @@ mod tests {
 
     #[test]
     fn a_write_within_the_bound_is_not_overdue() {
-        let health = Health::new(
-            "test",
-            Duration::from_secs(60),
-            Writers::OneAtATime,
-            Arc::new(Seen::default()),
-        );
+        let health = one_writer(Duration::from_secs(60));
         let _ticket = health.begin();
         health.check_overdue(Instant::now());
         assert!(health.failure().is_none());
