@@ -414,9 +414,24 @@ impl Relay {
     }
 }
 
+/// How many of a relay's last log lines a failing test prints: what the relay saw
+/// when the assertion failed, in CI output that has nothing else from it.
+const LOG_LINES_ON_FAILURE: usize = 40;
+
 impl Drop for Relay {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            let logs = self.logs.lock().map(|l| l.clone()).unwrap_or_default();
+            let lines: Vec<&str> = logs.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_LINES_ON_FAILURE)..];
+            eprintln!(
+                "--- the relay's last {} log lines (of {}):\n{}",
+                tail.len(),
+                lines.len(),
+                tail.join("\n")
+            );
+        }
     }
 }
 

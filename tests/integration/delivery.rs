@@ -104,7 +104,13 @@ async fn copies_of_one_occurrence_are_delivered_once_per_destination() {
     let dups = dups["events"].as_array().unwrap().clone();
     assert_eq!(dups.len(), 2);
     assert!(dups.iter().all(|e| e["duplicate_of"] == first.as_str()));
-    let (_, shown) = relay.admin_get(&format!("/admin/events/{first}")).await;
+    // Each outcome is recorded after the consumer's answer (a shared fsync): a moment
+    // after the sink saw the request, not at once.
+    let shown = relay
+        .admin_until(&format!("/admin/events/{first}"), WAIT, |v| {
+            v["deliveries"].as_array().is_some_and(|d| d.iter().all(|d| d["state"] == "delivered"))
+        })
+        .await;
     assert_eq!(shown["status"], "dispatched");
     assert_eq!(shown["destinations"], json!(["a", "b"]));
     let deliveries = shown["deliveries"].as_array().unwrap();
