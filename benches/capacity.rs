@@ -1,7 +1,8 @@
 //! Capacity of the embedded store at a firm's volume: what the relay costs in memory,
 //! disk and restart time as its history grows, release build, shipped defaults
 //! (durable, 7 days of retention, 64 MiB cache), one destination, on each embedded
-//! engine side by side (sled, the default, and redb).
+//! engine side by side (redb, the default for a new data directory, and sled, which
+//! stores from earlier releases keep).
 //!
 //! Two cases, each filled through the ingress (64 connections, ~750-byte
 //! upstream-shaped bodies, each distinct) up to every point of `BENCH_POINTS`:
