@@ -25,8 +25,8 @@ const STATE_GAUGES: &[(&str, &str)] = &[
     ("hookrelay_upstream_hook_triggered_total", "upstream/gauges.rs, the upstream's counts"),
     ("hookrelay_upstream_hook_last_triggered_timestamp_seconds", "upstream/gauges.rs"),
     ("hookrelay_upstream_callbacks_missing", "upstream/gauges.rs, counts compared"),
-    ("hookrelay_store_reachable", "daemon.rs at start (and StoreProbed)"),
-    ("hookrelay_fleet_relays", "daemon.rs at start (and FleetCounted)"),
+    ("hookrelay_store_reachable", "daemon/ at start (and StoreProbed)"),
+    ("hookrelay_fleet_relays", "daemon/mod.rs at start (and FleetCounted)"),
 ];
 
 /// The family of one exposition line (`name{labels} value`), histogram suffixes off.

@@ -1,7 +1,12 @@
 //! `hookrelay serve`: opens the store, starts the listeners, and stops them in order.
 
-use crate::internal_events::{InternalEvent, RelayReady, ShuttingDown, StoreFailed};
+mod open;
+
+use open::{open_store, trace_salt, Commits};
+
 use std::sync::Arc;
+
+use crate::internal_events::{InternalEvent, RelayReady, ShuttingDown};
 
 use anyhow::Context;
 
@@ -14,7 +19,6 @@ use crate::dispatch::Dispatcher;
 use crate::ingress::{self, IngressState};
 use crate::metrics::Metrics;
 use crate::shutdown::StopTrigger;
-use crate::store::{SharedStore, StoreObserver};
 use crate::supervise::Supervisor;
 
 /// Runs the relay until SIGTERM or SIGINT, then drains: readiness goes false, the
@@ -305,141 +309,6 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 
 /// Longest the last traces may take to be exported at shutdown (within the grace).
 const EXPORT_FINISH: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The store's trace salt (`telemetry/ids.rs`). The store was just opened; a database
-/// that fails right after is waited for a little, as at open.
-async fn trace_salt(store: &SharedStore) -> anyhow::Result<crate::telemetry::ids::Salt> {
-    let mut backoff = OPEN_BACKOFF;
-    loop {
-        match crate::telemetry::export::salt(store).await {
-            Ok(salt) => return Ok(salt),
-            Err(e) if e.is_transient() && backoff < OPEN_BACKOFF_MAX => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "cannot read the trace salt yet");
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// First wait between two tries to open a database that is not there, doubled after
-/// each try up to [`OPEN_BACKOFF_MAX`].
-const OPEN_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
-const OPEN_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// Opens the store. A database that cannot be reached (down, starting, failing over,
-/// refusing this user for now) is waited for, with backoff, the admin listener up
-/// meanwhile (`admin/waiting.rs`: alive, not ready and why); what no waiting mends (a
-/// schema newer than this build, a URL that does not parse) fails at once. `None`:
-/// SIGTERM or SIGINT came first.
-async fn open_store(
-    config: &Config,
-    observer: Arc<Commits>,
-    metrics: &Arc<Metrics>,
-    location: &str,
-) -> anyhow::Result<Option<SharedStore>> {
-    let storage = &config.storage;
-    let may_wait = !storage.backend().is_embedded();
-    let signal = crate::shutdown::signal();
-    tokio::pin!(signal);
-    // Started at the first failure that waiting may mend.
-    let mut waiting: Option<Waiting> = None;
-    let mut backoff = OPEN_BACKOFF;
-    let opened = loop {
-        let error = match crate::store::open(storage, observer.clone()).await {
-            Ok(store) => break Some(store),
-            Err(e) if may_wait && e.is_transient() => e,
-            Err(e) => {
-                if let Some(w) = waiting {
-                    w.stop().await;
-                }
-                return Err(e).with_context(|| format!("opening the store ({location})"));
-            }
-        };
-        let why = format!("waiting for the database: {error}");
-        match &waiting {
-            Some(w) => *crate::lock::lock(&w.state.why) = why,
-            None => waiting = Some(Waiting::start(config, metrics, why)?),
-        }
-        tracing::warn!(error = %error, retry_in = ?backoff,
-            "cannot open the store ({location}); waiting for the database (not ready meanwhile)");
-        tokio::select! {
-            sig = &mut signal => {
-                let sig = sig.context("installing signal handlers")?;
-                tracing::info!(signal = sig, "shutting down while waiting for the database");
-                break None;
-            }
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(OPEN_BACKOFF_MAX);
-    };
-    if let Some(w) = waiting {
-        // The real admin listener binds the same address next.
-        w.stop().await;
-        if opened.is_some() {
-            tracing::info!("the database is there: opening the relay");
-        }
-    }
-    Ok(opened)
-}
-
-/// The admin listener of a relay waiting for its database (`admin/waiting.rs`).
-struct Waiting {
-    state: Arc<admin::waiting::Waiting>,
-    handle: actix_web::dev::ServerHandle,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl Waiting {
-    fn start(config: &Config, metrics: &Arc<Metrics>, why: String) -> anyhow::Result<Self> {
-        metrics.store.store_reachable.set(0);
-        let state = Arc::new(admin::waiting::Waiting {
-            why: std::sync::Mutex::new(why),
-            metrics: metrics.clone(),
-        });
-        let server = admin::waiting::server(config.admin.listen, state.clone())
-            .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
-        let handle = server.handle();
-        let task = tokio::spawn(server);
-        tracing::info!(listener = "admin", addr = %config.admin.listen,
-            "admin listener up while waiting for the database (/healthz, /readyz, /metrics)");
-        crate::notify::notify("STATUS=waiting for the database");
-        Ok(Self { state, handle, task })
-    }
-
-    async fn stop(self) {
-        self.handle.stop(true).await;
-        let _ = self.task.await;
-    }
-}
-
-/// Where the store reports: group commits are counted in the metrics, and each stored
-/// group wakes the dispatcher, so dispatch follows ingest without a polling delay; a
-/// failed store turns the relay unready at once and stops it.
-struct Commits {
-    metrics: Arc<Metrics>,
-    wake: Arc<Notify>,
-    readiness: Arc<Readiness>,
-    failed: tokio::sync::watch::Sender<Option<String>>,
-}
-
-impl StoreObserver for Commits {
-    fn failed(&self, reason: &str) {
-        self.readiness.fail(format!("the store failed: {reason}"));
-        StoreFailed.emit(&self.metrics);
-        self.failed.send_replace(Some(reason.to_owned()));
-    }
-    fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
-        self.metrics.group(size, took, ok);
-        if ok {
-            self.wake.notify_one();
-        }
-    }
-    fn stored(&self, meta: &crate::store::EventMeta) {
-        self.metrics.stored(meta);
-    }
-}
 
 /// A listener that cannot bind, said with what to do about it.
 pub(crate) fn bind_error(
