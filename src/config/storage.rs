@@ -40,9 +40,12 @@ pub(crate) enum StorageBackend {
 config_enum!(StorageBackend { "sled" => Sled, "redb" => Redb, "postgres" => Postgres });
 
 /// What the relay needs besides the engine's cache under `storage.memory_limit_bytes`:
-/// its runtime, HTTP stacks, buffers and counts. Measured on redb (BENCHMARKS.md,
-/// "Capacity"): 50 MB idle, about 110 MB beside a 64 MiB cache under 64 connections
-/// of ingest with deliveries.
+/// its runtime, HTTP stacks, buffers and counts, and the binary's text (16 MB, counted
+/// in RSS). Measured on redb with huge pages refused (BENCHMARKS.md, "Capacity"):
+/// 50-65 MB beside the cache under 64 connections of ingest with deliveries, flat
+/// from 1 M to 10 M events. The rest is room for what the bench does not send: bodies
+/// up to `ingress.max_body_bytes` (10 MiB) on many connections at once, a console
+/// reading large pages.
 pub(crate) const RELAY_RESERVE_BYTES: u64 = 112 * 1024 * 1024;
 
 impl StorageConfig {
