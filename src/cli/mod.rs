@@ -218,7 +218,7 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
         tracing::debug!(error = %std::io::Error::last_os_error(),
             "the kernel did not take PR_SET_THP_DISABLE: memory may be held in huge pages");
     }
-    if config.storage.memory_limit_bytes.is_some() {
+    if crate::allocator::returns_freed_memory_at_once(&config.storage) {
         crate::allocator::return_freed_memory_at_once();
     }
     block_on(true, "hookrelay", crate::daemon::serve(config))

@@ -30,8 +30,9 @@ pub(crate) enum StorageBackend {
     /// grows with what it holds (BENCHMARKS.md, "Capacity").
     Sled,
     /// redb, embedded, in `data_dir` (`hookrelay.redb`): one relay per data directory,
-    /// memory bounded by `cache_capacity_bytes` (or `memory_limit_bytes`) and a restart
-    /// in milliseconds whatever it holds. The default for a new data directory.
+    /// memory bounded by `cache_capacity_bytes` (or `memory_limit_bytes`), freed memory
+    /// returned to the system at once, and a restart in milliseconds whatever it holds.
+    /// The default for a new data directory.
     Redb,
     /// PostgreSQL (`[storage.postgres]`): any number of relays on one database.
     Postgres,
@@ -178,8 +179,7 @@ pub(crate) struct StorageConfig {
     /// redb only: the memory the relay keeps to, whatever the store holds (for a
     /// container's memory limit). The engine's cache gets this less what the relay
     /// itself needs (`RELAY_RESERVE_BYTES`, 112 MiB, measured under load), replacing
-    /// `cache_capacity_bytes`, and the allocator returns freed memory to the system at
-    /// once rather than after a delay. At least 128 MiB. sled cannot keep to a limit
+    /// `cache_capacity_bytes`. At least 128 MiB. sled cannot keep to a limit
     /// (its memory grows with its history): refused with `backend = "sled"`, not kept
     /// (and said at start) on a sled store the unset backend found.
     pub(crate) memory_limit_bytes: Option<u64>,
