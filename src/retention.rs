@@ -66,8 +66,7 @@ pub(crate) async fn run(
             }
         }
         if let (true, Some(keep)) = (leads, config.delivered_bodies) {
-            let before = crate::clock::now().checked_sub(keep).map_or(0, unix_micros);
-            if let Err(e) = prune_bodies(&store, before, &metrics, &stop).await {
+            if let Err(e) = prune_bodies(&store, bodies_before_us(keep), &metrics, &stop).await {
                 tracing::error!(error = %e, "dropping the bodies of settled events failed; trying again next pass");
             }
         }
@@ -76,6 +75,14 @@ pub(crate) async fn run(
             _ = stop.wait() => return,
         }
     }
+}
+
+/// The cutoff of retention by part now: events received before it keep no body once
+/// settled (`retention.delivered_bodies` = `keep`). The pass here drops the bodies of
+/// events settled when it reaches them; an attempt that settles an older event drops
+/// its body as it is recorded (`delivery::recorder`).
+pub(crate) fn bodies_before_us(keep: Duration) -> u64 {
+    crate::clock::now().checked_sub(keep).map_or(0, unix_micros)
 }
 
 /// Where the bodies' pass stopped, kept in the store: a restart, or another relay
@@ -164,7 +171,7 @@ async fn retire_removed(
                 .into_iter()
                 .map(|c| (c, AttemptReport::not_sent(now, reason.clone())))
                 .collect();
-            let recorded = store.record_attempts(reports, &RetryPolicy::default()).await?;
+            let recorded = store.record_attempts(reports, &RetryPolicy::default(), None).await?;
             dead += recorded.iter().filter(|r| matches!(r, AttemptWrite::Done(_))).count();
         }
         if dead > 0 {

@@ -204,8 +204,9 @@ pub(crate) struct RetentionConfig {
     /// received, their records (meta, deliveries and every attempt) staying for
     /// `delivered`: the audit, the event pages and the search by resource keep working,
     /// a replay of such an event is refused. Bodies are most of a store's bytes. An
-    /// event not yet settled at that age keeps its body until its record goes. Unset:
-    /// bodies go with their records.
+    /// event not yet settled at that age (a consumer down longer than this) loses its
+    /// body when the attempt that settles it is recorded; a dead letter keeps its
+    /// body for a replay. Unset: bodies go with their records.
     #[schemars(with = "Option<crate::config::duration::Text>")]
     #[serde(default, with = "duration::option")]
     pub(crate) delivered_bodies: Option<Duration>,

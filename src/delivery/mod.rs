@@ -167,6 +167,8 @@ pub(crate) struct RelayContext {
 pub(crate) struct Destinations {
     by_name: BTreeMap<String, Arc<DestinationState>>,
     store: SharedStore,
+    /// `retention.delivered_bodies`: an attempt settling an older event drops its body.
+    delivered_bodies: Option<std::time::Duration>,
 }
 
 impl Destinations {
@@ -206,7 +208,7 @@ impl Destinations {
             };
             by_name.insert(dc.name.clone(), Arc::new(state));
         }
-        Ok(Self { by_name, store })
+        Ok(Self { by_name, store, delivered_bodies: config.retention.delivered_bodies })
     }
 
     /// Starts one worker per destination, each with what this relay shares with them.
@@ -222,6 +224,7 @@ impl Destinations {
                     recorder: recorder::Recorder::start(
                         self.store.clone(),
                         state.dest.retry.clone(),
+                        self.delivered_bodies,
                     ),
                     owner: relay.owner.clone(),
                     fleet: relay.fleet.clone(),

@@ -3,6 +3,8 @@
 //! callbacks. Each attempt waits for its own outcome; under light load a group is one
 //! attempt, under heavy load groups grow by themselves.
 
+use std::time::Duration;
+
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::micros;
@@ -14,24 +16,28 @@ use crate::store::{AttemptWrite, Claim, SharedStore};
 const MAX_GROUP: usize = 256;
 /// First wait before recording a group again after the store failed to, doubled up
 /// to [`RETRY_MAX`].
-const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(200);
-const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Records `attempts`, again and again while the store fails and their claims still
 /// hold: the attempts were made, and a delivery whose outcome is not recorded stays
 /// claimed by this relay until its lease runs out (75 s by default). Seen when a relay
 /// frozen for 15 s came back: every write in flight had outlived
 /// `storage.write_timeout`, and the deliveries it had just made waited a whole lease.
-/// A store that failed for good is not retried.
+/// A store that failed for good is not retried. An event an attempt settles loses its
+/// body there if `retention.delivered_bodies` (`delivered_bodies`) has passed since it
+/// came: the retention pass went past it while it was still owed.
 async fn record_while_held(
     store: &SharedStore,
     attempts: Vec<(Claim, AttemptReport)>,
     policy: &RetryPolicy,
+    delivered_bodies: Option<Duration>,
 ) -> Result<Vec<AttemptWrite>, crate::store::StoreError> {
     let held_until = attempts.iter().map(|(c, _)| c.expires_us).min().unwrap_or(0);
     let mut wait = RETRY_FIRST;
     loop {
-        match store.record_attempts(attempts.clone(), policy).await {
+        let bodies_before_us = delivered_bodies.map(crate::retention::bodies_before_us);
+        match store.record_attempts(attempts.clone(), policy, bodies_before_us).await {
             Err(e)
                 if !matches!(e, crate::store::StoreError::Failed(_))
                     && crate::clock::now_us().saturating_add(micros(wait)) < held_until =>
@@ -55,7 +61,11 @@ pub(super) struct Recorder {
 }
 
 impl Recorder {
-    pub(super) fn start(store: SharedStore, policy: RetryPolicy) -> Self {
+    pub(super) fn start(
+        store: SharedStore,
+        policy: RetryPolicy,
+        delivered_bodies: Option<Duration>,
+    ) -> Self {
         let (tx, mut rx) = mpsc::channel::<(Claim, AttemptReport, Reply)>(MAX_GROUP * 4);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -68,7 +78,7 @@ impl Recorder {
                 }
                 let (attempts, replies): (Vec<_>, Vec<_>) =
                     group.into_iter().map(|(c, r, reply)| ((c, r), reply)).unzip();
-                match record_while_held(&store, attempts, &policy).await {
+                match record_while_held(&store, attempts, &policy, delivered_bodies).await {
                     Ok(outcomes) => {
                         for (reply, outcome) in replies.into_iter().zip(outcomes) {
                             let _ = reply.send(Ok(outcome));

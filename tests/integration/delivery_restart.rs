@@ -137,3 +137,66 @@ async fn undispatched_events_are_dispatched_after_a_restart() {
     assert_eq!(status, 200);
     a.wait_for(1, WAIT).await;
 }
+
+/// Retention by part after an outage, composed with a crash: callbacks arrive while the
+/// consumer is down, the relay is SIGKILLed and restarted past
+/// `retention.delivered_bodies`, the consumer comes back. Every event is delivered
+/// within the bound, and each loses its body as it is delivered: the retention
+/// pass (every hour here, so it ran only at the start, while they were owed) went
+/// past them, and nothing else would drop their bodies before `retention.delivered`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_settled_after_an_outage_lose_their_bodies_as_they_are_delivered() {
+    let a = Sink::start().await;
+    a.set_mode(Mode::Status(503));
+    let dir = tempfile::tempdir().unwrap();
+    let retry = "initial_backoff = \"100ms\"\nmax_backoff = \"400ms\"";
+    let retention = "\n[retention]\ninterval = \"1h\"\ndelivered_bodies = \"1s\"\n";
+    let text = common::config_with(
+        &dir.path().join("data"),
+        "",
+        &(tail(&a.url(), retry) + "[delivery]\ncircuit_probe_interval = \"200ms\"\n" + retention),
+    );
+    let mut relay = Relay::start(dir.path(), &text).await;
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let body = format!(r#"{{"data":{{"type":"actions","id":"{n}"}}}}"#);
+        let r = relay.callback(Some("ActionCreated"), "application/json", body).await;
+        assert_eq!(r.status(), 200);
+        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    a.wait_for(1, WAIT).await;
+    relay.kill();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // past delivered_bodies
+    let relay = Relay::start(dir.path(), &text).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // the restart's pass: all owed
+    a.set_mode(Mode::Ok);
+
+    // Progress: each delivered (a 200) within the bound once the consumer is back.
+    let back = std::time::Instant::now();
+    let delivered = |a: &Sink| {
+        let mut ok: Vec<String> = a
+            .received()
+            .iter()
+            .filter(|r| r.status == 200)
+            .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+            .collect();
+        ok.sort();
+        ok.dedup();
+        ok.len()
+    };
+    while delivered(&a) < ids.len() {
+        assert!(back.elapsed() < WAIT, "{} of 20 delivered after {WAIT:?}", delivered(&a));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for id in &ids {
+        let event = relay
+            .admin_until(&format!("/admin/events/{id}"), Duration::from_secs(5), |e| {
+                e["body_pruned"] == true
+            })
+            .await;
+        assert_eq!(event["deliveries"][0]["state"], "delivered", "{event}");
+        assert_eq!(event["body"], Value::Null, "{event}");
+    }
+    let (_, audit) = relay.admin_get("/admin/audit").await;
+    assert_eq!(audit["balanced"], true, "{audit}");
+}

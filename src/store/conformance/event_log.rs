@@ -265,6 +265,76 @@ pub(super) async fn bodies_of_settled_events_go_and_their_records_stay(h: &mut d
     assert_eq!(store.prune(10 * S, 100).await.unwrap(), 2, "the delivered and the unrouted");
 }
 
+/// Retention by part at settlement: an event the retention pass went past while it
+/// was owed (a consumer down longer than the body's retention) loses its body when
+/// the attempt that settles it is recorded after the cutoff, in the same write; one
+/// still owed to another destination, a dead letter, one received after the cutoff
+/// and one recorded without a cutoff keep theirs, and the record stays whole.
+pub(super) async fn an_event_settled_past_its_bodys_retention_loses_it_as_it_is_recorded(
+    h: &mut dyn Harness,
+) {
+    let store = h.open().await;
+    let ids = append_all(
+        &store,
+        vec![
+            received("demo", "A", S, "{\"a\":1}"), // to a and b, settled last
+            received("demo", "A", S + 1, "{\"b\":2}"), // dead
+            received("demo", "A", S + 2, "{\"c\":3}"), // recorded without a cutoff
+            received("demo", "A", 20 * S, "{\"d\":4}"), // after the cutoff
+        ],
+    )
+    .await;
+    let plans = vec![
+        plan(ids[0], 1, &["a", "b"]),
+        plan(ids[1], 2, &["a"]),
+        plan(ids[2], 3, &["a"]),
+        plan(ids[3], 4, &["a"]),
+    ];
+    store.dispatch(plans, 2 * S).await.unwrap();
+    // The pass goes by while everything is owed: no body goes, its cursor moves on.
+    let (gone, last) = store.prune_bodies(EventId::new(0), 10 * S, 100).await.unwrap();
+    assert_eq!((gone, last), (0, Some(ids[2])));
+
+    let cutoff = Some(10 * S);
+    let mut claims = store.claim_due("a", "r1", 20 * S, LEASE, 10).await.unwrap();
+    claims.extend(store.claim_due("b", "r1", 20 * S, LEASE, 10).await.unwrap());
+    let claim = |id: EventId, dest: &str| {
+        claims.iter().find(|c| c.event == id && c.destination == dest).unwrap().clone()
+    };
+    let record = |claim, class, cutoff| {
+        let store = store.clone();
+        async move {
+            let attempts = vec![(claim, report(class, 20 * S))];
+            let r = store.record_attempts(attempts, &policy(), cutoff).await.unwrap();
+            assert!(matches!(r[..], [AttemptWrite::Done(_)]));
+        }
+    };
+    record(claim(ids[0], "a"), AnswerClass::Success, cutoff).await;
+    assert!(store.body(ids[0]).await.unwrap().is_some(), "still owed to b");
+    record(claim(ids[0], "b"), AnswerClass::Success, cutoff).await;
+    assert_eq!(store.body(ids[0]).await.unwrap(), None, "settled past its retention");
+    record(claim(ids[1], "a"), AnswerClass::Permanent, cutoff).await;
+    assert_eq!(store.body(ids[1]).await.unwrap().unwrap(), b"{\"b\":2}", "a dead letter's stays");
+    record(claim(ids[2], "a"), AnswerClass::Success, None).await;
+    assert_eq!(store.body(ids[2]).await.unwrap().unwrap(), b"{\"c\":3}", "no retention by part");
+    record(claim(ids[3], "a"), AnswerClass::Success, cutoff).await;
+    assert_eq!(store.body(ids[3]).await.unwrap().unwrap(), b"{\"d\":4}", "after the cutoff");
+    // The rest of the settled event stays, and stays so after a restart.
+    drop(store);
+    let store = h.reopen().await;
+    assert_eq!(store.body(ids[0]).await.unwrap(), None);
+    let kept = store.event(ids[0]).await.unwrap().unwrap();
+    assert_eq!(kept.meta.status, EventStatus::Dispatched);
+    let deliveries = store.deliveries_of(ids[0]).await.unwrap();
+    assert_eq!(deliveries.len(), 2);
+    assert!(deliveries
+        .iter()
+        .all(|d| d.state == DeliveryState::Delivered && d.attempts.len() == 1));
+    // Retention deletes it whole later, as any settled event.
+    assert!(store.prune(10 * S, 100).await.unwrap() >= 1);
+    assert!(store.event(ids[0]).await.unwrap().is_none());
+}
+
 /// The retention race: a replay committed between retention's decision and its delete
 /// left a schedule entry without a delivery record, retried every second forever.
 /// Prune and replay run concurrently here; afterwards every event is either gone
@@ -286,7 +356,7 @@ pub(super) async fn prune_and_replay_race_leaves_no_orphan(h: &mut dyn Harness) 
             break;
         }
         let batch = claims.into_iter().map(|c| (c, report(AnswerClass::Success, 2 * S))).collect();
-        store.record_attempts(batch, &policy()).await.unwrap();
+        store.record_attempts(batch, &policy(), None).await.unwrap();
     }
     let pruner = {
         let store = store.clone();

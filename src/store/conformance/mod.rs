@@ -218,7 +218,8 @@ async fn append_all(store: &SharedStore, events: Vec<NewEvent>) -> Vec<EventId> 
 
 /// Records one attempt.
 async fn record(store: &SharedStore, claim: &super::Claim, report: AttemptReport) -> AttemptWrite {
-    let mut r = store.record_attempts(vec![(claim.clone(), report)], &policy()).await.unwrap();
+    let mut r =
+        store.record_attempts(vec![(claim.clone(), report)], &policy(), None).await.unwrap();
     assert_eq!(r.len(), 1);
     r.remove(0)
 }
@@ -313,6 +314,11 @@ macro_rules! conformance {
             #[tokio::test]
             async fn prune_keeps_what_is_not_finished() {
                 super::event_log::prune_keeps_what_is_not_finished(&mut $make).await;
+            }
+            #[tokio::test]
+            async fn an_event_settled_past_its_bodys_retention_loses_it_as_it_is_recorded() {
+                super::event_log::an_event_settled_past_its_bodys_retention_loses_it_as_it_is_recorded(&mut $make)
+                    .await;
             }
             #[tokio::test]
             async fn bodies_of_settled_events_go_and_their_records_stay() {

@@ -68,12 +68,15 @@ pub(crate) trait DeliveryQueue: Send + Sync {
     /// Nothing is written for an attempt whose claim was lost (its lease expired and
     /// someone else claimed the delivery) or whose delivery moved meanwhile. Workers
     /// group the attempts that finish together, as the committer groups callbacks.
+    /// An event received before `bodies_before_us` that an attempt settles loses its
+    /// body in the same write (`retention.delivered_bodies`, `None` when unset).
     ///
     /// [`lifecycle::record_attempts`]: crate::store::lifecycle::record_attempts
     async fn record_attempts(
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
+        bodies_before_us: Option<u64>,
     ) -> Result<Vec<AttemptWrite>, StoreError>;
     /// Every delivery of one event, one per destination.
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;

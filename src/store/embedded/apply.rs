@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 
 use sled::transaction::ConflictableTransactionError as Txe;
 
-use super::codec::DispatchRecord;
+use super::codec::{self, DispatchRecord};
 use super::engine::{TxResult, TxTree};
-use super::{keys, EmbeddedState, CURSOR_KEY, SCHEDULED_PENDING, SCHEDULED_RETRYING};
+use super::{keys, EmbeddedState, CURSOR_KEY, RECORDS, SCHEDULED_PENDING, SCHEDULED_RETRYING};
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
 use crate::store::lifecycle::Changes;
-use crate::store::{DeliveryRecord, DeliveryState, StoreError};
+use crate::store::{hex, DeliveryRecord, DeliveryState, StoreError};
 
 /// A count's change as the signed counters hold it (see `EmbeddedState::inbox_count`).
 pub(super) fn signed(n: u64) -> i64 {
@@ -96,8 +96,31 @@ fn write(
         records.remove(id.to_key())?;
         outcomes.remove(keys::outcome(*id, record.as_deref()))?;
     }
+    drop_bodies(changes, records)?;
     EmbeddedState::write_edits(outcomes, edits)?;
     Ok((dispatched, new_keys))
+}
+
+/// The records of `changes.bodies_dropped` without their bodies: all removed, then
+/// written again, so that redb frees the pages their bodies filled rather than keep
+/// them part-empty (as `Tree::apply_shrinking` does for the retention pass).
+fn drop_bodies(changes: &Changes, records: &TxTree<'_>) -> TxResult<()> {
+    let mut stripped = Vec::new();
+    for id in &changes.bodies_dropped {
+        let key = id.to_key();
+        let Some(value) = records.get(key)? else { continue };
+        let corrupt = |reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
+        if let Some(without) = codec::strip_body(&value).map_err(|r| Txe::Abort(corrupt(r)))? {
+            stripped.push((key, without));
+        }
+    }
+    for (key, _) in &stripped {
+        records.remove(key)?;
+    }
+    for (key, without) in &stripped {
+        records.insert(key, without)?;
+    }
+    Ok(())
 }
 
 impl EmbeddedState {

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::codec::{self, split_record};
+use super::engine::Batch;
 use super::{keys, EmbeddedState, DELIVERIES, PAUSED_PREFIX, RECORDS};
 use crate::clock::micros;
 use crate::config::RetryPolicy;
@@ -128,10 +129,11 @@ impl EmbeddedState {
         &self,
         attempts: &[(Claim, AttemptReport)],
         policy: &RetryPolicy,
+        bodies_before_us: Option<u64>,
     ) -> Result<Vec<AttemptWrite>, StoreError> {
         let guard = lock(&self.lifecycle);
         let mut st = Staged::new(self);
-        let out = lifecycle::record_attempts(&mut st, attempts, policy, |c| {
+        let out = lifecycle::record_attempts(&mut st, attempts, policy, bodies_before_us, |c| {
             self.claims.holds(&c.destination, c.event, c.token)
         })?;
         self.apply(&st.into_changes())?;
@@ -265,8 +267,10 @@ impl EmbeddedState {
         Ok(pruned)
     }
 
-    /// Drops the bodies of settled events after `after` and before `before_us`, each
-    /// decided and rewritten under the lifecycle lock (a replay cannot slip between).
+    /// Drops the bodies of settled events after `after` and before `before_us`: the
+    /// chunk decided and rewritten under the lifecycle lock (a replay cannot slip
+    /// between), in one write that frees the pages the bodies held
+    /// ([`Tree::apply_shrinking`](super::engine::Tree::apply_shrinking)).
     pub(super) fn prune_bodies(
         &self,
         after: EventId,
@@ -282,24 +286,30 @@ impl EmbeddedState {
             .take(limit)
             .filter_map(|k| k.ok().and_then(|k| EventId::from_key(&k)))
             .collect();
+        let guard = lock(&self.lifecycle);
+        let mut stripped = Batch::default();
         let mut gone = 0;
         for id in &candidates {
-            let guard = lock(&self.lifecycle);
             let Some(meta) = View::event(self, *id)? else { continue };
-            if lifecycle::prunable(&meta, &self.deliveries_of(*id)?, before_us) {
-                let key = id.to_key();
-                if let Some(value) = self.records.get(key)? {
-                    let stripped = codec::strip_body(&value).map_err(|reason| {
-                        StoreError::Corrupt { table: RECORDS, key: hex(&key), reason }
-                    })?;
-                    if let Some(stripped) = stripped {
-                        self.records.insert(key, stripped)?;
-                        gone += 1;
-                    }
-                }
+            if !lifecycle::prunable(&meta, &self.deliveries_of(*id)?, before_us) {
+                continue;
             }
-            drop(guard);
+            let key = id.to_key();
+            let Some(value) = self.records.get(key)? else { continue };
+            let body_gone = codec::strip_body(&value).map_err(|reason| StoreError::Corrupt {
+                table: RECORDS,
+                key: hex(&key),
+                reason,
+            })?;
+            if let Some(body_gone) = body_gone {
+                stripped.insert(key, body_gone);
+                gone += 1;
+            }
         }
+        if gone > 0 {
+            self.records.apply_shrinking(stripped)?;
+        }
+        drop(guard);
         Ok((gone, candidates.last().copied()))
     }
 

@@ -170,9 +170,10 @@ impl DeliveryQueue for EmbeddedStore {
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
+        bodies_before_us: Option<u64>,
     ) -> Result<Vec<AttemptWrite>, StoreError> {
         let policy = policy.clone();
-        self.write(move |s| s.record_attempts(&attempts, &policy)).await
+        self.write(move |s| s.record_attempts(&attempts, &policy, bodies_before_us)).await
     }
 
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {

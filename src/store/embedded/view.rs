@@ -27,4 +27,8 @@ impl View for EmbeddedState {
         let key = id.to_key();
         Ok(self.records.get(key)?.map(|v| self.decode(&key, &v)).transpose()?.map(|r| r.meta))
     }
+
+    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        EmbeddedState::deliveries_of(self, event)
+    }
 }

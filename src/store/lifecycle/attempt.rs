@@ -109,11 +109,14 @@ pub(crate) fn record_attempt<V: View + ?Sized>(
 }
 
 /// Records a group of attempts, each made under its claim: [`record_attempt`] for each
-/// whose claim `holds` still, [`AttemptWrite::ClaimLost`] for the others.
+/// whose claim `holds` still, [`AttemptWrite::ClaimLost`] for the others. An event an
+/// attempt settled loses its body if it was received before `bodies_before_us`
+/// (`retention.delivered_bodies`; [`super::drop_body_if_settled`]).
 pub(crate) fn record_attempts<V: View + ?Sized>(
     st: &mut Staged<'_, V>,
     attempts: &[(Claim, AttemptReport)],
     policy: &RetryPolicy,
+    bodies_before_us: Option<u64>,
     holds: impl Fn(&Claim) -> bool,
 ) -> Result<Vec<AttemptWrite>, StoreError> {
     attempts
@@ -124,6 +127,9 @@ pub(crate) fn record_attempts<V: View + ?Sized>(
             }
             let verdict =
                 record_attempt(st, claim.event, &claim.destination, claim.due_us, report, policy)?;
+            if let (Some(_), Some(before)) = (verdict, bodies_before_us) {
+                super::drop_body_if_settled(st, claim.event, before)?;
+            }
             Ok(verdict.map_or(AttemptWrite::Stale, AttemptWrite::Done))
         })
         .collect()

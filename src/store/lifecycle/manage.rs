@@ -68,6 +68,29 @@ pub(crate) fn prunable(meta: &EventMeta, deliveries: &[DeliveryRecord], before_u
         })
 }
 
+/// Retention by part at settlement: drops the body of `event` (its record,
+/// deliveries and attempts stay) when the change staged last settled it, as
+/// [`prunable`] at `bodies_before_us` says (`retention.delivered_bodies` ago). The pass
+/// over events by age drops the bodies of events settled when it reaches them; an
+/// event settling later (a consumer down longer than the body's retention, a dispatch
+/// behind a flood) is past that pass, and loses its body here. Ids are the receive
+/// time: a younger event is passed over without a read. Returns whether it went.
+pub(crate) fn drop_body_if_settled<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    event: EventId,
+    bodies_before_us: u64,
+) -> Result<bool, StoreError> {
+    if event.raw() >= bodies_before_us || st.changes.bodies_dropped.contains(&event) {
+        return Ok(false);
+    }
+    let Some(meta) = st.event(event)? else { return Ok(false) };
+    if !prunable(&meta, &st.deliveries_of(event)?, bodies_before_us) {
+        return Ok(false);
+    }
+    st.changes.bodies_dropped.insert(event);
+    Ok(true)
+}
+
 /// Stages the deletion of `id` with its body and `deliveries` (all of them, read
 /// together with `meta` under the backend's lock) if [`prunable`]; returns whether.
 pub(crate) fn prune<V: View + ?Sized>(

@@ -22,13 +22,13 @@ mod manage;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[cfg(test)]
 pub(crate) use attempt::record_attempt;
 pub(crate) use attempt::{record_attempts, AnswerClass, AttemptReport, AttemptVerdict};
 pub(crate) use dispatch::dispatch;
-pub(crate) use manage::{discard, prunable, prune, replay};
+pub(crate) use manage::{discard, drop_body_if_settled, prunable, prune, replay};
 
 use super::{DeliveryRecord, EventId, EventMeta, StoreError};
 
@@ -57,6 +57,10 @@ pub(crate) trait View {
     fn queue(&self, dest: &str, resource: &[u8; 16]) -> Result<Option<Queue>, StoreError>;
     /// The final record of an event (not one still in the inbox).
     fn event(&self, id: EventId) -> Result<Option<EventMeta>, StoreError>;
+    /// Every delivery of an event, one per destination, in destination order. Asked
+    /// only of an event settling after its body's retention passed
+    /// ([`drop_body_if_settled`]): rare, so a backend may fetch it apart.
+    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
     /// Whether a worker holds a claim on the delivery at `now_us` (its attempt may be
     /// in flight). The backend keeps it from changing until the changes are applied.
     fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError>;
@@ -115,6 +119,9 @@ pub(crate) struct Changes {
     /// Events to delete, with their bodies (their deliveries are in `deliveries`),
     /// and the record each is indexed under, whose entry goes with it.
     pub(crate) pruned: Vec<(EventId, Option<String>)>,
+    /// Events whose body goes, their record, deliveries and attempts kept
+    /// (`retention.delivered_bodies`, at settlement: [`drop_body_if_settled`]).
+    pub(crate) bodies_dropped: BTreeSet<EventId>,
 }
 
 impl Changes {
@@ -195,6 +202,24 @@ impl<V: View + ?Sized> View for Staged<'_, V> {
             Some(meta) => Ok(Some(meta.clone())),
             None => self.base.event(id),
         }
+    }
+
+    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let mut all: BTreeMap<String, DeliveryRecord> = self
+            .base
+            .deliveries_of(event)?
+            .into_iter()
+            .map(|d| (d.destination.clone(), d))
+            .collect();
+        let staged =
+            (event, String::new())..(EventId::new(event.raw().saturating_add(1)), String::new());
+        for ((_, dest), change) in self.changes.deliveries.range(staged) {
+            match &change.after {
+                Some(record) => all.insert(dest.clone(), record.clone()),
+                None => all.remove(dest),
+            };
+        }
+        Ok(all.into_values().collect())
     }
 }
 

@@ -83,11 +83,12 @@ impl DeliveryQueue for MemoryStore {
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
+        bodies_before_us: Option<u64>,
     ) -> Result<Vec<AttemptWrite>, StoreError> {
         let mut d = lock(&self.data);
         let view = Locked { data: &d, claims: &self.claims };
         let mut st = Staged::new(&view);
-        let out = lifecycle::record_attempts(&mut st, &attempts, policy, |c| {
+        let out = lifecycle::record_attempts(&mut st, &attempts, policy, bodies_before_us, |c| {
             self.claims.holds(&c.destination, c.event, c.token)
         })?;
         let changes = st.into_changes();

@@ -63,6 +63,11 @@ impl View for Locked<'_> {
     fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError> {
         Ok(self.claims.is_claimed(dest, event, now_us))
     }
+    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let next = EventId::new(event.raw().saturating_add(1));
+        let range = (event, String::new())..(next, String::new());
+        Ok(self.data.deliveries.range(range).map(|(_, d)| d.clone()).collect())
+    }
 }
 
 impl Data {
@@ -102,6 +107,9 @@ impl Data {
         }
         for (id, _) in changes.pruned {
             self.events.remove(&id);
+            self.bodies.remove(&id);
+        }
+        for id in changes.bodies_dropped {
             self.bodies.remove(&id);
         }
     }

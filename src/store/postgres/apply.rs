@@ -169,6 +169,14 @@ pub(super) async fn apply(
         let ids: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
         tx.execute("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", &[&ids]).await?;
     }
+    if !changes.bodies_dropped.is_empty() {
+        let ids: Vec<i64> = changes.bodies_dropped.iter().map(|id| sql_id(*id)).collect();
+        tx.execute(
+            "UPDATE events SET body = NULL WHERE id = ANY($1) AND NOT inbox AND body IS NOT NULL",
+            &[&ids],
+        )
+        .await?;
+    }
     // Last: the counters are the rows most transactions share, held for the least time,
     // and taken in key order (no two transactions wait on each other in a cycle).
     add_to_ledger(tx, &ledger::edits(changes, state.ledger_start)).await

@@ -139,6 +139,7 @@ impl DeliveryQueue for PostgresStore {
         &self,
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
+        bodies_before_us: Option<u64>,
     ) -> Result<Vec<AttemptWrite>, StoreError> {
         self.write(self.retrying(|| async {
             let mut client = self.client().await?;
@@ -164,7 +165,9 @@ impl DeliveryQueue for PostgresStore {
             };
             let mut seen = Prefetch::default();
             let (out, changes) = seen
-                .decide(&tx, |st| lifecycle::record_attempts(st, &attempts, policy, holds))
+                .decide(&tx, |st| {
+                    lifecycle::record_attempts(st, &attempts, policy, bodies_before_us, holds)
+                })
                 .await?;
             apply(&tx, &seen, &changes, &self.inner).await?;
             let tokens: Vec<i64> = attempts.iter().map(|(c, _)| sql_us(c.token)).collect();

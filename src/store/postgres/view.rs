@@ -17,6 +17,8 @@ struct Misses {
     deliveries: HashSet<(EventId, String)>,
     queues: HashSet<(String, [u8; 16])>,
     events: HashSet<EventId>,
+    /// Events whose every delivery was asked for.
+    all_deliveries: HashSet<EventId>,
 }
 
 impl Misses {
@@ -25,6 +27,7 @@ impl Misses {
             && self.deliveries.is_empty()
             && self.queues.is_empty()
             && self.events.is_empty()
+            && self.all_deliveries.is_empty()
     }
 }
 
@@ -35,6 +38,8 @@ pub(super) struct Prefetch {
     pub(super) deliveries: HashMap<(EventId, String), Option<DeliveryRecord>>,
     pub(super) queues: HashMap<(String, [u8; 16]), Option<Queue>>,
     pub(super) events: HashMap<EventId, Option<EventMeta>>,
+    /// Events whose every delivery is in `deliveries`.
+    pub(super) complete: HashSet<EventId>,
     /// Until when each fetched delivery is claimed (absent: not claimed).
     pub(super) claimed_until: HashMap<(EventId, String), u64>,
     misses: Mutex<Misses>,
@@ -87,6 +92,20 @@ impl View for Prefetch {
                 Ok(None)
             }
         }
+    }
+    fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        if !self.complete.contains(&event) {
+            lock(&self.misses).all_deliveries.insert(event);
+            return Ok(Vec::new());
+        }
+        let mut all: Vec<DeliveryRecord> = self
+            .deliveries
+            .iter()
+            .filter(|((e, _), _)| *e == event)
+            .filter_map(|(_, record)| record.clone())
+            .collect();
+        all.sort_by(|a, b| a.destination.cmp(&b.destination));
+        Ok(all)
     }
 }
 
@@ -168,6 +187,26 @@ impl Prefetch {
                 }
                 self.deliveries.insert(key, Some(record));
             }
+        }
+        if !m.all_deliveries.is_empty() {
+            let events: Vec<i64> = m.all_deliveries.iter().map(|e| sql_id(*e)).collect();
+            let rows = tx
+                .query(
+                    "SELECT record, claim_expires_us FROM deliveries WHERE event = ANY($1)
+                     FOR UPDATE",
+                    &[&events],
+                )
+                .await?;
+            for r in rows {
+                let record = decode_record(r.get(0))?;
+                let key = (record.event, record.destination.clone());
+                let claimed: Option<i64> = r.get(1);
+                if let Some(until) = claimed {
+                    self.claimed_until.insert(key.clone(), until as u64);
+                }
+                self.deliveries.insert(key, Some(record));
+            }
+            self.complete.extend(m.all_deliveries);
         }
         if !m.queues.is_empty() {
             let dests: Vec<&str> = m.queues.iter().map(|(d, _)| d.as_str()).collect();

@@ -259,6 +259,19 @@ impl Tree {
         }
     }
 
+    /// Replaces the values of `batch`'s keys with smaller ones, all or none, so that
+    /// the space they gave up is freed. redb keeps a B-tree page whose values shrank
+    /// as large as it was (a leaf is only merged with its neighbours when it loses
+    /// keys): the keys are removed first, which frees the leaves they emptied, then
+    /// written again, packed into as few pages as their new size needs. sled logs
+    /// the new values and reclaims the old ones as it compacts its log.
+    pub(crate) fn apply_shrinking(&self, batch: Batch) -> Result<(), StoreError> {
+        match self {
+            Tree::Sled(_) => self.apply_batch(batch),
+            Tree::Redb(t) => t.apply_shrinking(batch.ops),
+        }
+    }
+
     /// The entries with keys in `range`.
     pub(crate) fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
         let bound = |b: Bound<&K>| match b {

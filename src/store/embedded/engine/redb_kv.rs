@@ -235,6 +235,20 @@ impl RedbTree {
         })
     }
 
+    /// Removes every key of `ops`, then writes each with its new value, in one
+    /// transaction ([`super::Tree::apply_shrinking`]).
+    pub(super) fn apply_shrinking(&self, ops: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
+        self.write(|t| {
+            for (k, _) in &ops {
+                t.remove(k.as_slice())?;
+            }
+            for (k, v) in &ops {
+                t.insert(k.as_slice(), v.as_slice())?;
+            }
+            Ok(())
+        })
+    }
+
     pub(super) fn range(&self, (lower, upper): (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Iter {
         fn borrow(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
             match b {

@@ -28,6 +28,8 @@ enum Op {
     Batch(Vec<(Vec<u8>, Vec<u8>)>),
     /// A transaction that writes, then aborts (when the flag says so).
     Tx(Vec<u8>, Vec<u8>, bool),
+    /// `apply_shrinking`: the same map as a batch, whatever the sizes.
+    Shrink(Vec<(Vec<u8>, Vec<u8>)>),
 }
 
 fn key() -> impl Strategy<Value = Vec<u8>> {
@@ -40,6 +42,7 @@ fn op() -> impl Strategy<Value = Op> {
         key().prop_map(Op::Remove),
         prop::collection::vec((key(), key()), 0..4).prop_map(Op::Batch),
         (key(), key(), any::<bool>()).prop_map(|(k, v, a)| Op::Tx(k, v, a)),
+        prop::collection::vec((key(), key()), 0..4).prop_map(Op::Shrink),
     ]
 }
 
@@ -92,6 +95,14 @@ fn run(engine: Engine, ops: &[Op], probe: &[u8]) {
                         model.insert(k.clone(), v.clone());
                     }
                     tree.apply_batch(batch).unwrap();
+                }
+                Op::Shrink(writes) => {
+                    let mut batch = Batch::default();
+                    for (k, v) in writes {
+                        batch.insert(k, v);
+                        model.insert(k.clone(), v.clone());
+                    }
+                    tree.apply_shrinking(batch).unwrap();
                 }
                 Op::Tx(k, v, aborts) => {
                     let result = db.transaction(&[&tree], |t| {
