@@ -172,7 +172,7 @@ async fn retire_removed(
                 .map(|c| (c, AttemptReport::not_sent(now, reason.clone())))
                 .collect();
             let recorded = store.record_attempts(reports, &RetryPolicy::default(), None).await?;
-            dead += recorded.iter().filter(|r| matches!(r, AttemptWrite::Done(_))).count();
+            dead += recorded.writes.iter().filter(|r| matches!(r, AttemptWrite::Done(_))).count();
         }
         if dead > 0 {
             tracing::warn!(destination = %dest, dead, "deliveries to a removed destination are now dead letters: replay them once it is back in the config, or delete them");

@@ -225,6 +225,7 @@ impl Destinations {
                         self.store.clone(),
                         state.dest.retry.clone(),
                         self.delivered_bodies,
+                        relay.metrics.clone(),
                     ),
                     owner: relay.owner.clone(),
                     fleet: relay.fleet.clone(),

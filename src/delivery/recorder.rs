@@ -3,14 +3,17 @@
 //! callbacks. Each attempt waits for its own outcome; under light load a group is one
 //! attempt, under heavy load groups grow by themselves.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::micros;
 use crate::config::RetryPolicy;
+use crate::internal_events::{BodiesDroppedAtSettlement, InternalEvent};
+use crate::metrics::Metrics;
 use crate::store::lifecycle::AttemptReport;
-use crate::store::{AttemptWrite, Claim, SharedStore};
+use crate::store::{AttemptWrite, Claim, Recorded, SharedStore};
 
 /// Most attempts one store call records.
 const MAX_GROUP: usize = 256;
@@ -32,7 +35,7 @@ async fn record_while_held(
     attempts: Vec<(Claim, AttemptReport)>,
     policy: &RetryPolicy,
     delivered_bodies: Option<Duration>,
-) -> Result<Vec<AttemptWrite>, crate::store::StoreError> {
+) -> Result<Recorded, crate::store::StoreError> {
     let held_until = attempts.iter().map(|(c, _)| c.expires_us).min().unwrap_or(0);
     let mut wait = RETRY_FIRST;
     loop {
@@ -65,6 +68,7 @@ impl Recorder {
         store: SharedStore,
         policy: RetryPolicy,
         delivered_bodies: Option<Duration>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let (tx, mut rx) = mpsc::channel::<(Claim, AttemptReport, Reply)>(MAX_GROUP * 4);
         tokio::spawn(async move {
@@ -79,8 +83,9 @@ impl Recorder {
                 let (attempts, replies): (Vec<_>, Vec<_>) =
                     group.into_iter().map(|(c, r, reply)| ((c, r), reply)).unzip();
                 match record_while_held(&store, attempts, &policy, delivered_bodies).await {
-                    Ok(outcomes) => {
-                        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    Ok(recorded) => {
+                        BodiesDroppedAtSettlement(recorded.bodies_dropped).emit(&metrics);
+                        for (reply, outcome) in replies.into_iter().zip(recorded.writes) {
                             let _ = reply.send(Ok(outcome));
                         }
                     }

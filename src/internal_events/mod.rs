@@ -27,7 +27,8 @@ pub(crate) use ingress::{
 };
 pub(crate) use store::{AuditChecked, CommitGroup, EventStored, StoreFailed, StoreProbed};
 pub(crate) use tasks::{
-    BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown, TaskDied,
+    BodiesDroppedAtSettlement, BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown,
+    TaskDied,
 };
 pub(crate) use telemetry::{SpanDropped, SpanExportFailed, SpansExported};
 pub(crate) use upstream::{

@@ -51,6 +51,21 @@ impl InternalEvent for BodiesPruned {
     }
 }
 
+/// Attempts just recorded settled events past `retention.delivered_bodies`, whose
+/// bodies went with that write (the pass went past them while they were owed). Counted
+/// with the pass's; logged at debug only: under a backlog's recovery it is every group.
+pub(crate) struct BodiesDroppedAtSettlement(pub(crate) usize);
+
+impl InternalEvent for BodiesDroppedAtSettlement {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_bodies_pruned_total"];
+    fn emit(self, m: &Metrics) {
+        if self.0 > 0 {
+            m.store.bodies_pruned.inc_by(self.0 as u64);
+            tracing::debug!(bodies = self.0, "bodies of events settled late dropped");
+        }
+    }
+}
+
 /// A fleet heartbeat answered: how many relays are live; `recovered` when the one
 /// before had failed.
 pub(crate) struct FleetCounted {

@@ -79,9 +79,9 @@ impl StoreMetrics {
             )?,
             bodies_pruned: r.counter(
                 "hookrelay_bodies_pruned_total",
-                "Bodies of settled events dropped by retention.delivered_bodies's periodic \
-                 pass (their records stay until retention.delivered). Events settled after \
-                 that age lose theirs as the settling attempt is recorded, not counted here.",
+                "Bodies of settled events dropped by retention.delivered_bodies (their \
+                 records stay until retention.delivered): by its periodic pass, or as the \
+                 attempt that settles an older event is recorded.",
             )?,
             audit_imbalance: r.gauge(
                 "hookrelay_audit_imbalance",

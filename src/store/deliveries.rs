@@ -259,6 +259,15 @@ pub(crate) enum AttemptWrite {
     ClaimLost,
 }
 
+/// What recording a group of attempts did: each attempt's write, in order, and how
+/// many events it settled lost their body with it (received before the cutoff of
+/// `retention.delivered_bodies`), for the metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Recorded {
+    pub(crate) writes: Vec<AttemptWrite>,
+    pub(crate) bodies_dropped: usize,
+}
+
 /// Hex form of a resource key, as kept in delivery records.
 pub(crate) fn resource_hex(resource: &[u8; 16]) -> String {
     hex(resource)

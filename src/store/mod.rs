@@ -40,7 +40,7 @@ pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{
     hex, resource_from_hex, resource_hex, Attempt, AttemptWrite, Claim, DeadLetterFilter, DedupKey,
     DeliveryRecord, DeliveryState, DispatchPlan, DispatchVerdict, FilteredOut, PendingEvent,
-    QueueStats,
+    QueueStats, Recorded,
 };
 pub(crate) use error::StoreError;
 pub(crate) use health::{Health, Writers};

@@ -197,6 +197,10 @@ async fn events_settled_after_an_outage_lose_their_bodies_as_they_are_delivered(
         assert_eq!(event["deliveries"][0]["state"], "delivered", "{event}");
         assert_eq!(event["body"], Value::Null, "{event}");
     }
+    // Counted where the pass's are: this relay's pass found them all owed.
+    let metrics = relay.metrics().await;
+    let dropped = common::metric(&metrics, "hookrelay_bodies_pruned_total", &[]);
+    assert_eq!(dropped, Some(ids.len() as f64), "{metrics}");
     let (_, audit) = relay.admin_get("/admin/audit").await;
     assert_eq!(audit["balanced"], true, "{audit}");
 }

@@ -135,7 +135,7 @@ pub(super) async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
         (claims[1].clone(), report(AnswerClass::Retry { retry_after: None }, 6 * S)),
         (claims[2].clone(), report(AnswerClass::Success, 6 * S)),
     ];
-    let out = store.record_attempts(batch, &policy(), None).await.unwrap();
+    let out = store.record_attempts(batch, &policy(), None).await.unwrap().writes;
     assert_eq!(
         out,
         [
@@ -149,7 +149,10 @@ pub(super) async fn attempts_are_recorded_in_batches(h: &mut dyn Harness) {
     assert_eq!(next.iter().map(|c| c.event).collect::<Vec<_>>(), [ids[1]]);
     let q = store.queue_stats("a").await.unwrap();
     assert_eq!((q.pending, q.retrying, q.held), (2, 1, 0));
-    assert!(store.record_attempts(Vec::new(), &policy(), None).await.unwrap().is_empty());
+    assert_eq!(
+        store.record_attempts(Vec::new(), &policy(), None).await.unwrap(),
+        crate::store::Recorded::default()
+    );
 }
 
 pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {

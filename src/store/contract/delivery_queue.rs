@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
-    AttemptWrite, Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, StoreError,
+    Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, Recorded, StoreError,
 };
 
 /// A claim's lease beyond its attempt's own bound (the request's timeout): room to
@@ -77,7 +77,7 @@ pub(crate) trait DeliveryQueue: Send + Sync {
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
         bodies_before_us: Option<u64>,
-    ) -> Result<Vec<AttemptWrite>, StoreError>;
+    ) -> Result<Recorded, StoreError>;
     /// Every delivery of one event, one per destination.
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
     /// [`lifecycle::replay`] for each of `destinations`; returns how many were scheduled.

@@ -14,8 +14,7 @@ use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, AttemptReport, Staged, View};
 use crate::store::{
-    AttemptWrite, Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, QueueStats,
-    StoreError,
+    Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, QueueStats, Recorded, StoreError,
 };
 
 /// Decodes a `deliveries` value (`record.rs`) under its key.
@@ -130,7 +129,7 @@ impl EmbeddedState {
         attempts: &[(Claim, AttemptReport)],
         policy: &RetryPolicy,
         bodies_before_us: Option<u64>,
-    ) -> Result<Vec<AttemptWrite>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let guard = lock(&self.lifecycle);
         let mut st = Staged::new(self);
         let out = lifecycle::record_attempts(&mut st, attempts, policy, bodies_before_us, |c| {

@@ -11,9 +11,9 @@ use super::{EmbeddedState, EmbeddedStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
-    AttemptWrite, Audit, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord,
-    Dispatch, DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord,
-    LedgerReading, NewEvent, PendingEvent, QueueStats, SharedState, StoreError, Upkeep,
+    Audit, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
+    DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord, LedgerReading,
+    NewEvent, PendingEvent, QueueStats, Recorded, SharedState, StoreError, Upkeep,
 };
 
 impl EmbeddedStore {
@@ -171,7 +171,7 @@ impl DeliveryQueue for EmbeddedStore {
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
         bodies_before_us: Option<u64>,
-    ) -> Result<Vec<AttemptWrite>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let policy = policy.clone();
         self.write(move |s| s.record_attempts(&attempts, &policy, bodies_before_us)).await
     }

@@ -8,7 +8,7 @@ use crate::clock::micros;
 use crate::config::RetryPolicy;
 use crate::store::{
     resource_from_hex, Attempt, AttemptWrite, Claim, DeliveryRecord, DeliveryState, EventId,
-    StoreError,
+    Recorded, StoreError,
 };
 
 /// How a destination answered, classified.
@@ -118,21 +118,23 @@ pub(crate) fn record_attempts<V: View + ?Sized>(
     policy: &RetryPolicy,
     bodies_before_us: Option<u64>,
     holds: impl Fn(&Claim) -> bool,
-) -> Result<Vec<AttemptWrite>, StoreError> {
-    attempts
-        .iter()
-        .map(|(claim, report)| {
-            if !holds(claim) {
-                return Ok(AttemptWrite::ClaimLost);
+) -> Result<Recorded, StoreError> {
+    let mut recorded = Recorded::default();
+    for (claim, report) in attempts {
+        if !holds(claim) {
+            recorded.writes.push(AttemptWrite::ClaimLost);
+            continue;
+        }
+        let verdict =
+            record_attempt(st, claim.event, &claim.destination, claim.due_us, report, policy)?;
+        if let (Some(_), Some(before)) = (verdict, bodies_before_us) {
+            if super::drop_body_if_settled(st, claim.event, before)? {
+                recorded.bodies_dropped += 1;
             }
-            let verdict =
-                record_attempt(st, claim.event, &claim.destination, claim.due_us, report, policy)?;
-            if let (Some(_), Some(before)) = (verdict, bodies_before_us) {
-                super::drop_body_if_settled(st, claim.event, before)?;
-            }
-            Ok(verdict.map_or(AttemptWrite::Stale, AttemptWrite::Done))
-        })
-        .collect()
+        }
+        recorded.writes.push(verdict.map_or(AttemptWrite::Stale, AttemptWrite::Done));
+    }
+    Ok(recorded)
 }
 
 /// The state machine of one attempt on the record itself.

@@ -320,7 +320,7 @@ fn run(ops: Vec<Op>) {
                 )
                 .unwrap();
                 assert!(
-                    matches!(written[..], [AttemptWrite::Done(_)]),
+                    matches!(written.writes[..], [AttemptWrite::Done(_)]),
                     "a due delivery is recorded"
                 );
                 let c = st.into_changes();

@@ -10,7 +10,7 @@ use crate::config::RetryPolicy;
 use crate::lock::lock;
 use crate::store::lifecycle::{self, AttemptReport, Staged};
 use crate::store::{
-    AttemptWrite, Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats,
+    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats, Recorded,
     StoreError,
 };
 
@@ -84,7 +84,7 @@ impl DeliveryQueue for MemoryStore {
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
         bodies_before_us: Option<u64>,
-    ) -> Result<Vec<AttemptWrite>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let mut d = lock(&self.data);
         let view = Locked { data: &d, claims: &self.claims };
         let mut st = Staged::new(&view);

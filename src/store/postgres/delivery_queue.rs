@@ -13,7 +13,7 @@ use super::{sql_id, sql_us, PostgresStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::{self, AttemptReport};
 use crate::store::{
-    AttemptWrite, Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats,
+    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats, Recorded,
     StoreError,
 };
 
@@ -140,7 +140,7 @@ impl DeliveryQueue for PostgresStore {
         attempts: Vec<(Claim, AttemptReport)>,
         policy: &RetryPolicy,
         bodies_before_us: Option<u64>,
-    ) -> Result<Vec<AttemptWrite>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         self.write(self.retrying(|| async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
