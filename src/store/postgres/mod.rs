@@ -63,6 +63,7 @@ use super::{Committer, EventId, EventStatus, Health, NewEvent, StoreError, Store
 /// The client types, under one name.
 pub(super) mod pg {
     pub(crate) use deadpool_postgres::{Client, Transaction};
+    pub(crate) use tokio_postgres::Row;
 }
 
 impl From<tokio_postgres::Error> for StoreError {

@@ -136,6 +136,20 @@ impl Prefetch {
         })
     }
 
+    /// Keeps fetched delivery rows (`record`, `claim_expires_us`) and their claims.
+    fn take_deliveries(&mut self, rows: &[pg::Row]) -> Result<(), StoreError> {
+        for r in rows {
+            let record = decode_record(r.get(0))?;
+            let key = (record.event, record.destination.clone());
+            let claimed: Option<i64> = r.get(1);
+            if let Some(until) = claimed {
+                self.claimed_until.insert(key.clone(), until as u64);
+            }
+            self.deliveries.insert(key, Some(record));
+        }
+        Ok(())
+    }
+
     /// Fetches and locks the missed rows; absent ones are remembered as absent.
     async fn fetch(&mut self, tx: &pg::Transaction<'_>, m: Misses) -> Result<(), StoreError> {
         if !m.dedup.is_empty() {
@@ -178,15 +192,7 @@ impl Prefetch {
             for key in m.deliveries {
                 self.deliveries.insert(key, None);
             }
-            for r in rows {
-                let record = decode_record(r.get(0))?;
-                let key = (record.event, record.destination.clone());
-                let claimed: Option<i64> = r.get(1);
-                if let Some(until) = claimed {
-                    self.claimed_until.insert(key.clone(), until as u64);
-                }
-                self.deliveries.insert(key, Some(record));
-            }
+            self.take_deliveries(&rows)?;
         }
         if !m.all_deliveries.is_empty() {
             let events: Vec<i64> = m.all_deliveries.iter().map(|e| sql_id(*e)).collect();
@@ -197,15 +203,7 @@ impl Prefetch {
                     &[&events],
                 )
                 .await?;
-            for r in rows {
-                let record = decode_record(r.get(0))?;
-                let key = (record.event, record.destination.clone());
-                let claimed: Option<i64> = r.get(1);
-                if let Some(until) = claimed {
-                    self.claimed_until.insert(key.clone(), until as u64);
-                }
-                self.deliveries.insert(key, Some(record));
-            }
+            self.take_deliveries(&rows)?;
             self.complete.extend(m.all_deliveries);
         }
         if !m.queues.is_empty() {
