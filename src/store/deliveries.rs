@@ -130,6 +130,12 @@ impl DeliveryState {
     pub(crate) fn is_scheduled(self) -> bool {
         matches!(self, Self::Pending | Self::Retrying)
     }
+
+    /// Whether nothing more is owed on the delivery (what retention waits for): done,
+    /// or never to be made. A dead letter is not: it waits for a replay.
+    pub(crate) fn is_settled(self) -> bool {
+        matches!(self, Self::Delivered | Self::Discarded | Self::Filtered | Self::Superseded)
+    }
 }
 
 /// One HTTP attempt.

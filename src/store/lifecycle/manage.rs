@@ -57,15 +57,7 @@ pub(crate) fn discard<V: View + ?Sized>(
 pub(crate) fn prunable(meta: &EventMeta, deliveries: &[DeliveryRecord], before_us: u64) -> bool {
     meta.status != crate::store::EventStatus::Received
         && meta.received_at_us < before_us
-        && deliveries.iter().all(|d| {
-            matches!(
-                d.state,
-                DeliveryState::Delivered
-                    | DeliveryState::Discarded
-                    | DeliveryState::Filtered
-                    | DeliveryState::Superseded
-            )
-        })
+        && deliveries.iter().all(|d| d.state.is_settled())
 }
 
 /// Retention by part at settlement: drops the body of `event` (its record,

@@ -100,15 +100,7 @@ impl World {
         }
         for id in c.bodies_dropped {
             // A body goes only with every delivery of its event final.
-            let settled = self.deliveries_of_event(id).iter().all(|d| {
-                matches!(
-                    d.state,
-                    DeliveryState::Delivered
-                        | DeliveryState::Discarded
-                        | DeliveryState::Filtered
-                        | DeliveryState::Superseded
-                )
-            });
+            let settled = self.deliveries_of_event(id).iter().all(|d| d.state.is_settled());
             assert!(settled && !self.inbox.contains(&id), "a body dropped while owed: {id:?}");
             // Again after a replay delivered it once more: the backends' drop is a
             // no-op on a record without a body.
