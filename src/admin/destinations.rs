@@ -34,6 +34,7 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
                 held: q.held,
                 retrying: q.retrying,
                 dead: q.dead,
+                counting: q.counting,
             },
             oldest_age_seconds: q.oldest.map(age_seconds),
             deliveries_per_minute: recent.per_minute,

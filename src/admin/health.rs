@@ -132,6 +132,9 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
         let name = d.dest.name.as_str();
         if reports_fleet {
             match store.queue_stats(name).await {
+                // Still counted behind a restart: no number rather than a low one
+                // (a gauge that climbs to the backlog would read as a flood).
+                Ok(q) if q.counting => {}
                 Ok(q) => {
                     let depth = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                     m.delivery

@@ -246,6 +246,11 @@ pub(crate) struct Queue {
     pub(crate) held: u64,
     pub(crate) retrying: u64,
     pub(crate) dead: u64,
+    /// The relay is still counting this queue after a restart (the embedded store
+    /// counts a large backlog behind the open: seconds per million deliveries). The
+    /// numbers are a lower bound until it is done.
+    #[serde(default)]
+    pub(crate) counting: bool,
 }
 
 /// One destination as `GET /admin/destinations` shows it.

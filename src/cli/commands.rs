@@ -22,6 +22,15 @@ fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or_else(|| "-".into(), ToString::to_string)
 }
 
+/// A queue's number, `≥n` while the relay still counts the queue after a restart.
+fn at_least(n: u64, counting: bool) -> String {
+    if counting {
+        format!("≥{n}")
+    } else {
+        n.to_string()
+    }
+}
+
 /// A value as its JSON word (`dispatched`, `half_open`).
 fn word<T: serde::Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
@@ -223,10 +232,10 @@ pub(super) async fn destinations(
                         },
                         word(&d.circuit),
                         d.in_flight.to_string(),
-                        d.queue.pending.to_string(),
-                        d.queue.held.to_string(),
-                        d.queue.retrying.to_string(),
-                        d.queue.dead.to_string(),
+                        at_least(d.queue.pending, d.queue.counting),
+                        at_least(d.queue.held, d.queue.counting),
+                        at_least(d.queue.retrying, d.queue.counting),
+                        at_least(d.queue.dead, d.queue.counting),
                         d.oldest_age_seconds.map_or("-".into(), |a| format!("{a:.0}s")),
                         d.url.clone(),
                     ]

@@ -50,12 +50,14 @@ impl DeliveryMetrics {
             queue_depth: r.gauge_vec(
                 "hookrelay_queue_depth",
                 "Deliveries per destination and state (pending, held: behind an earlier delivery \
-                 of the same resource, retrying, dead).",
+                 of the same resource, retrying, dead). Absent for a few seconds after a restart \
+                 with a large backlog, while the embedded store counts it.",
                 &["destination", "state"],
             )?,
             queue_oldest_age: r.float_gauge_vec(
                 "hookrelay_queue_oldest_age_seconds",
-                "Age of the oldest event with a delivery still scheduled.",
+                "Age of the oldest event with a delivery still scheduled. Absent while the \
+                 queue is counted after a restart, as hookrelay_queue_depth.",
                 &["destination"],
             )?,
             circuit_open: r.gauge_vec(

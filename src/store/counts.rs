@@ -1,6 +1,7 @@
 //! Queue counts kept current from delivery changes, for a backend that one process
 //! owns: a scrape or an admin listing reads them instead of scanning the schedule and
-//! the dead letters. Rebuilt at open from the stored records.
+//! the dead letters. Counted again from the stored indexes at open (the embedded
+//! store's behind the open: `embedded/recount.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -77,7 +78,7 @@ impl QueueCounts {
         }
     }
 
-    /// Counts one delivery a backend found in its index at open (without its record).
+    /// Counts one delivery a backend found in its index after open (without its record).
     pub(crate) fn restore(&mut self, dest: &str, event: EventId, state: DeliveryState) {
         let c = self.by_dest.entry(dest.to_owned()).or_default();
         match state {
@@ -114,6 +115,7 @@ impl QueueCounts {
             retrying: c.retrying,
             dead: c.dead,
             oldest: c.scheduled.first_key_value().map(|(s, _)| EventId::new(s * 1_000_000)),
+            counting: false,
         })
     }
 }

@@ -313,6 +313,10 @@ pub(crate) struct QueueStats {
     /// Id of the oldest event still scheduled, to the second ([`QueueStats::second_of`]:
     /// ids start from the receive time in µs).
     pub(crate) oldest: Option<EventId>,
+    /// The backend is still counting its queues after it opened (the embedded store
+    /// counts them behind the open, seconds for millions of deliveries): the numbers
+    /// are a lower bound until it is done.
+    pub(crate) counting: bool,
 }
 
 impl QueueStats {

@@ -202,6 +202,7 @@ pub(crate) async fn open(
                 commit_max_batch: config.commit_max_batch,
                 write_timeout: config.write_timeout,
                 observer,
+                count_pace: embedded::CountPace::SERVICE,
             };
             let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&opts))
                 .await

@@ -52,6 +52,12 @@ function localInput(iso) {
   return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + 'T' + pad(d.getHours()) + ':' + pad(d.getMinutes());
 }
 
+// A queue's number, marked as a lower bound while the relay still counts the queue
+// after a restart (a large backlog is counted behind the open).
+function atLeast(queue, n) {
+  return queue.counting ? h('span', { title: 'still counting after the restart' }, '≥ ' + n) : String(n);
+}
+
 function age(seconds) {
   if (seconds === null || seconds === undefined) return '—';
   if (seconds < 90) return Math.round(seconds) + ' s';
@@ -156,9 +162,9 @@ async function overview() {
     h('td', {}, d.paused ? state('paused') : state('active'), ' ', circuit(d.circuit),
       d.circuit_since ? h('span', { class: 'muted' }, ' since ', time(d.circuit_since)) : null,
       ' ', d.stalled ? state('stalled', 'stalled (watchdog)') : null),
-    h('td', { class: 'num' }, d.queue.pending), h('td', { class: 'num' }, d.queue.held),
-    h('td', { class: 'num' }, d.queue.retrying),
-    h('td', { class: 'num' }, d.queue.dead ? link('/console/dead-letters' + query({ destination: d.name }), String(d.queue.dead)) : '0'),
+    h('td', { class: 'num' }, atLeast(d.queue, d.queue.pending)), h('td', { class: 'num' }, atLeast(d.queue, d.queue.held)),
+    h('td', { class: 'num' }, atLeast(d.queue, d.queue.retrying)),
+    h('td', { class: 'num' }, d.queue.dead ? link('/console/dead-letters' + query({ destination: d.name }), atLeast(d.queue, d.queue.dead)) : atLeast(d.queue, 0)),
     h('td', { class: 'num' }, d.in_flight), h('td', {}, age(d.oldest_age_seconds)),
     h('td', { class: 'num' }, d.deliveries_per_minute),
     h('td', {}, d.last_error ? [h('span', { class: 'error' }, d.last_error), ' ', time(d.last_error_at)] : '—')));

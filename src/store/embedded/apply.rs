@@ -168,10 +168,7 @@ impl EmbeddedState {
         self.inbox_count.fetch_sub(signed(dispatched), Ordering::Relaxed);
         self.untally(changes);
         self.dedup_count.fetch_add(signed(new_keys), Ordering::Relaxed);
-        let mut counts = crate::lock::lock(&self.counts);
-        for change in changes.deliveries.values() {
-            counts.apply(change.before.as_ref(), change.after.as_ref());
-        }
+        self.counts.apply(changes);
         Ok(())
     }
 }

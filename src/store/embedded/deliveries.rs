@@ -220,11 +220,11 @@ impl EmbeddedState {
     }
 
     pub(super) fn queue_stats(&self, dest: &str) -> QueueStats {
-        lock(&self.counts).stats(dest)
+        self.counts.stats(dest)
     }
 
     pub(super) fn open_destinations(&self) -> Vec<String> {
-        lock(&self.counts).open_destinations()
+        self.counts.open_destinations()
     }
 
     /// Decides and deletes under the lifecycle lock, one event at a time, so a replay

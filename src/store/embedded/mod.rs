@@ -40,6 +40,8 @@ pub(super) mod keys;
 mod ledger;
 mod migrate;
 mod record;
+mod recount;
+pub(crate) use recount::Pace as CountPace;
 mod store;
 mod view;
 
@@ -52,8 +54,7 @@ use std::time::Duration;
 use self::codec::{decode_meta, DispatchRecord};
 use self::engine::{Db, Engine, EngineOptions, Tree};
 use super::{
-    ClaimTable, Committer, DeliveryState, EventId, EventMeta, EventRecord, Health, QueueCounts,
-    StoreError, StoreObserver,
+    ClaimTable, Committer, EventId, EventMeta, EventRecord, Health, StoreError, StoreObserver,
 };
 
 /// Version of the on-disk layout; bumped on incompatible changes. Version 1 (an
@@ -107,7 +108,8 @@ pub(super) struct EmbeddedState {
     meta: Tree,
     /// Held while a lifecycle rule reads, decides and writes.
     lifecycle: Mutex<()>,
-    counts: Mutex<QueueCounts>,
+    /// Counted behind the open (`recount.rs`).
+    counts: recount::Counts,
     pub(super) claims: ClaimTable,
     /// Every event id up to this one is settled (dispatched, or stored final); moved
     /// forward only, over settled records, so the scan for pending events starts here.
@@ -158,11 +160,13 @@ pub(crate) struct EmbeddedOptions {
     /// Writes waiting this long with none returning fail the store (`health.rs`).
     pub(crate) write_timeout: Duration,
     pub(crate) observer: Arc<dyn StoreObserver>,
+    /// How the queue count behind the open goes (`recount.rs`; tests slow it down).
+    pub(crate) count_pace: CountPace,
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store at `path`, checks its schema version and rebuilds
-    /// the in-memory counts. Blocking.
+    /// Opens (or creates) the store at `path`, checks its schema version, counts the
+    /// inbox and starts the count of the queues (`recount.rs`). Blocking.
     pub(crate) fn open(opts: &EmbeddedOptions) -> Result<Self, StoreError> {
         let db = Db::open(
             opts.engine,
@@ -211,7 +215,7 @@ impl EmbeddedStore {
             meta,
             db,
             lifecycle: Mutex::new(()),
-            counts: Mutex::new(QueueCounts::default()),
+            counts: recount::Counts::uncounted(),
             claims: ClaimTable::default(),
             last_id: Mutex::new(0),
             ledger_start: AtomicU64::new(0),
@@ -232,6 +236,7 @@ impl EmbeddedStore {
         Health::start_watchdog(&inner.health)?;
         inner.rebuild()?;
         let inner = Arc::new(inner);
+        recount::start(&inner, opts.count_pace)?;
         let writer = inner.clone();
         let (committer, thread) = Committer::start(
             opts.engine.name(),
@@ -247,7 +252,8 @@ impl EmbeddedStore {
 }
 
 impl EmbeddedState {
-    /// Seeds the id counter and the queue counts from what is stored.
+    /// Seeds the id counter and the inbox's count from what is stored (the queue counts
+    /// are counted behind the open: `recount.rs`).
     fn rebuild(&self) -> Result<(), StoreError> {
         let last = |tree: &Tree| -> Result<u64, StoreError> {
             Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)).map_or(0, EventId::raw))
@@ -300,31 +306,6 @@ impl EmbeddedState {
         }
         self.inbox_count.store(awaiting, Ordering::Relaxed);
         *crate::lock::lock(&self.waiting) = waiting;
-        // From the indexes (the live queue), not from every record kept for retention.
-        let mut counts = QueueCounts::default();
-        for item in self.schedule.iter() {
-            let (key, value) = item?;
-            if let Some((dest, _, event)) = keys::split_schedule(&key) {
-                let retrying = value.first() == Some(&SCHEDULED_RETRYING);
-                let state = if retrying { DeliveryState::Retrying } else { DeliveryState::Pending };
-                counts.restore(&dest, event, state);
-            }
-        }
-        for item in self.dead_letters.iter() {
-            let (key, _) = item?;
-            if let Some((event, dest)) = keys::split_delivery(&key) {
-                counts.restore(&dest, event, DeliveryState::Dead);
-            }
-        }
-        for item in self.ordering.iter() {
-            let (key, value) = item?;
-            if let (Some(dest), Some(q)) = (keys::split_order(&key), keys::decode_order(&value)) {
-                for _ in 1..q.len {
-                    counts.restore(&dest, q.head, DeliveryState::Held);
-                }
-            }
-        }
-        *crate::lock::lock(&self.counts) = counts;
         Ok(())
     }
 

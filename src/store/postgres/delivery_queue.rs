@@ -261,6 +261,7 @@ impl DeliveryQueue for PostgresStore {
             retrying: us_of(r.get(2)),
             dead: us_of(r.get(3)),
             oldest: r.get::<_, Option<i64>>(4).map(id_of).map(QueueStats::second_of),
+            counting: false,
         })
     }
 
