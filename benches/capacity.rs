@@ -27,7 +27,11 @@
 //! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_DEDUP_WINDOW`,
 //! the source's `dedup_window` (10 min by default: a shorter one reaches the steady
 //! state of the dedup purge, keys expiring as fast as they come, in a shorter fill);
-//! `BENCH_BASELINE`, an older build measured the same way after this one).
+//! `BENCH_BASELINE`, an older build measured the same way after this one;
+//! `BENCH_RESTART_BASELINE`, an older build restarted on the same files at each point,
+//! in turn with this one, [`RESTART_ROUNDS`] times each: medians side by side).
+//! The restart is timed to `/readyz` and to every queue counted (`counting` false in
+//! `/admin/destinations`: a large backlog is counted behind the open).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -184,6 +188,50 @@ async fn delivered(relay: &common::Relay, sink: &Sink, n: u64) {
     }
 }
 
+/// How long after `since` every queue is counted (`queue.counting` false or absent:
+/// a build that counts before it is ready).
+async fn until_counted(relay: &common::Relay, since: Instant) -> Duration {
+    loop {
+        let (status, v) = relay.admin_get("/admin/destinations").await;
+        let counting = v["destinations"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["queue"]["counting"] == true));
+        if status == 200 && !counting {
+            return since.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Restarts on the same files, this build and `BENCH_RESTART_BASELINE` in turn,
+/// [`RESTART_ROUNDS`] each: the median restart to ready and to counted of each.
+async fn restart_rounds(
+    relay: &mut common::Relay,
+    builds: [&str; 2],
+    backend: &str,
+    case: &str,
+    dir: &Path,
+    text: &str,
+) -> [(Duration, Duration); 2] {
+    let mut took: [Vec<(Duration, Duration)>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..RESTART_ROUNDS {
+        for (i, bin) in builds.iter().enumerate().rev() {
+            relay.kill();
+            let started = Instant::now();
+            let (again, ready) = start(bin, backend, case, dir, text).await;
+            *relay = again;
+            took[i].push((ready, until_counted(relay, started).await));
+        }
+    }
+    took.map(|mut t| {
+        t.sort();
+        t[t.len() / 2]
+    })
+}
+
+/// Rounds of [`restart_rounds`].
+const RESTART_ROUNDS: usize = 3;
+
 /// What one point measured.
 struct Point {
     events: u64,
@@ -196,8 +244,13 @@ struct Point {
     body_bytes: u64,
     ack_p99: Duration,
     restart: Duration,
+    /// From the restart to every queue counted.
+    counted: Duration,
     rss_ready: u64,
     rss_later: u64,
+    /// This build's and the baseline's median restart to ready and to counted, on the
+    /// same files (`BENCH_RESTART_BASELINE`).
+    rounds: Option<[(Duration, Duration); 2]>,
 }
 
 async fn start(
@@ -252,11 +305,20 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         let ack_p99 = probe_p99(&relay, 2_000_000_000 + sent_probe).await;
         sent_probe += PROBE_RATE * PROBE_SECS;
         relay.kill();
+        let restarted = Instant::now();
         let (again, restart) = start(bin, backend, name, dir.path(), &text).await;
         relay = again;
         let rss_ready = rss(relay.pid()).0;
+        let counted = until_counted(&relay, restarted).await;
         tokio::time::sleep(Duration::from_secs(20)).await;
         let rss_later = rss(relay.pid()).0;
+        let rounds = match std::env::var("BENCH_RESTART_BASELINE") {
+            Ok(baseline) => Some(
+                restart_rounds(&mut relay, [bin, &baseline], backend, name, dir.path(), &text)
+                    .await,
+            ),
+            Err(_) => None,
+        };
         let p = Point {
             events: point,
             fill_rate,
@@ -267,12 +329,14 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
             body_bytes,
             ack_p99,
             restart,
+            counted,
             rss_ready,
             rss_later,
+            rounds,
         };
         eprintln!(
             "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies; files {} MB long), \
-             p99 ack {:.1} ms, restart to ready {:.1} s, RSS {} MB once ready, {} MB 20 s later",
+             p99 ack {:.1} ms, restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
             p.fill_rate,
             p.rss >> 20,
             p.hwm >> 20,
@@ -281,8 +345,17 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
             p.length >> 20,
             p.ack_p99.as_secs_f64() * 1e3,
             p.restart.as_secs_f64(),
+            p.counted.as_secs_f64(),
             p.rss_ready >> 20,
-            p.rss_later >> 20
+            p.rss_later >> 20,
+            p.rounds.map_or(String::new(), |[this, base]| format!(
+                "; restarts on these files, medians of {RESTART_ROUNDS} interleaved: this build ready {:.1} s, counted {:.1} s; \
+                 baseline ready {:.1} s, counted {:.1} s",
+                this.0.as_secs_f64(),
+                this.1.as_secs_f64(),
+                base.0.as_secs_f64(),
+                base.1.as_secs_f64()
+            ))
         );
         out.push(p);
     }
@@ -327,12 +400,12 @@ fn main() {
             body(1).len(),
             env_or("BENCH_CONNECTIONS", CONNECTIONS)
         );
-        println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s | restart to ready | RSS once ready, +20 s |");
+        println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s | restart to ready (counted) | RSS once ready, +20 s |");
         println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (label, name, points) in &rows {
             for p in points {
                 println!(
-                    "| {label} | {name} | {} | {:.0} | {} MB ({} MB) | {} MB | {:.2}x | {:.1} ms | {:.1} s | {} MB, {} MB |",
+                    "| {label} | {name} | {} | {:.0} | {} MB ({} MB) | {} MB | {:.2}x | {:.1} ms | {:.1} s ({:.1} s) | {} MB, {} MB |",
                     p.events,
                     p.fill_rate,
                     p.rss >> 20,
@@ -341,6 +414,7 @@ fn main() {
                     p.disk as f64 / p.body_bytes as f64,
                     p.ack_p99.as_secs_f64() * 1e3,
                     p.restart.as_secs_f64(),
+                    p.counted.as_secs_f64(),
                     p.rss_ready >> 20,
                     p.rss_later >> 20
                 );
