@@ -29,7 +29,7 @@ impl Load {
         body: impl Fn(usize, u64) -> String + Send + Sync + 'static,
     ) -> Load {
         let (stop, stopped) = watch::channel(false);
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        let client = super::client();
         let (urls, body) = (Arc::new(urls), Arc::new(body));
         let tasks = (0..clients)
             .map(|k| {

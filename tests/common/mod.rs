@@ -152,6 +152,20 @@ pub struct Relay {
     pub client: reqwest::Client,
 }
 
+/// The tests' HTTP client. Its pooled connections are dropped after 2 s idle, before
+/// the relay's keep-alive (actix-web's 5 s) closes them: a request sent on a
+/// connection the server is closing at that moment fails with `IncompleteMessage`
+/// (HTTP/1.1's keep-alive race), which a loaded machine made frequent enough to fail
+/// a test that reads thousands of events over 8 connections (the pool grows past 8
+/// while responses are read, and the extra ones idle at the bottom of its stack).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
 pub fn binary() -> &'static str {
     // HOOKRELAY_TEST_BIN: a long run (`chaos --minutes 30`) on a copy of the binary,
     // unaffected by builds made meanwhile.
@@ -235,13 +249,7 @@ impl Relay {
                 }
             }
         }
-        Relay {
-            child,
-            ingress: ingress.unwrap(),
-            admin: admin.unwrap(),
-            logs,
-            client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
-        }
+        Relay { child, ingress: ingress.unwrap(), admin: admin.unwrap(), logs, client: client() }
     }
 
     /// Waits until `/readyz` answers 200 (at most 30 s).

@@ -63,12 +63,7 @@ impl Sim {
                 panic!("simulator did not start; logs:\n{}", logs.lock().unwrap());
             }
         };
-        Sim {
-            child,
-            addr,
-            logs,
-            client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
-        }
+        Sim { child, addr, logs, client: super::client() }
     }
 
     pub fn url(&self, path: &str) -> String {
