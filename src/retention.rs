@@ -45,10 +45,15 @@ pub(crate) async fn run(
             }
         };
         if leads {
-            if let Err(e) =
-                retire_removed(&store, &configured, config.removed_destinations, &owner).await
-            {
-                tracing::error!(error = %e, "cannot retire the deliveries of removed destinations; trying again next pass");
+            // Waits for the queues to be counted after a restart (an embedded store
+            // counts a large backlog behind the open): not past a stop.
+            tokio::select! {
+                retired = retire_removed(&store, &configured, config.removed_destinations, &owner) => {
+                    if let Err(e) = retired {
+                        tracing::error!(error = %e, "cannot retire the deliveries of removed destinations; trying again next pass");
+                    }
+                }
+                _ = stop.wait() => return,
             }
         }
         while leads && !stop.is_stopped() {

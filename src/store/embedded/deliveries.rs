@@ -223,7 +223,7 @@ impl EmbeddedState {
         self.counts.stats(dest)
     }
 
-    pub(super) fn open_destinations(&self) -> Vec<String> {
+    pub(super) fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
         self.counts.open_destinations()
     }
 

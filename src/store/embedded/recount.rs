@@ -97,6 +97,8 @@ struct Counting {
     counts: QueueCounts,
     /// The first place not read yet; `None` once every index is read.
     unread: Option<Place>,
+    /// The store is closing: the count stops, and no one waits for it any more.
+    closing: bool,
 }
 
 impl Counting {
@@ -144,6 +146,7 @@ impl Counts {
         let counting = Counting {
             counts: QueueCounts::default(),
             unread: Some(Place::start_of(Index::Schedule)),
+            closing: false,
         };
         Self { state: Mutex::new(counting), done: Condvar::new() }
     }
@@ -170,13 +173,27 @@ impl Counts {
     }
 
     /// Destinations with a delivery still to make, once the count is done (waits for
-    /// it: a destination not counted yet is not empty).
-    pub(super) fn open_destinations(&self) -> Vec<String> {
+    /// it: a destination not counted yet is not empty); an error if the store closes
+    /// first.
+    pub(super) fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
         let c = self
             .done
-            .wait_while(self.lock(), |c| c.unread.is_some())
+            .wait_while(self.lock(), |c| c.unread.is_some() && !c.closing)
             .unwrap_or_else(PoisonError::into_inner);
-        c.counts.open_destinations()
+        if c.unread.is_some() {
+            return Err(StoreError::Task(
+                "the store closed before its queues were counted; they are counted again at the next open"
+                    .into(),
+            ));
+        }
+        Ok(c.counts.open_destinations())
+    }
+
+    /// Stops the count (at its next chunk) and wakes whoever waits for it: the store is
+    /// closing, and a count of a large backlog must not hold the stop up.
+    pub(super) fn close(&self) {
+        self.lock().closing = true;
+        self.done.notify_all();
     }
 }
 
@@ -186,7 +203,13 @@ impl EmbeddedState {
     /// is more to read.
     fn count_chunk(&self, chunk: usize) -> Result<(usize, bool), StoreError> {
         let _rules = crate::lock::lock(&self.lifecycle);
-        let Some(from) = self.counts.lock().unread.clone() else { return Ok((0, false)) };
+        let from = {
+            let c = self.counts.lock();
+            match (&c.unread, c.closing) {
+                (Some(from), false) => from.clone(),
+                _ => return Ok((0, false)),
+            }
+        };
         let tree = match from.index {
             Index::Schedule => &self.schedule,
             Index::DeadLetters => &self.dead_letters,
@@ -241,6 +264,11 @@ impl EmbeddedState {
     }
 }
 
+/// Whether the count ended with every index read (not stopped by a close).
+fn counted_through(state: &Weak<EmbeddedState>) -> bool {
+    state.upgrade().is_some_and(|s| s.counts.lock().unread.is_none())
+}
+
 /// Counts the first chunk's worth of index entries, then, if there is more, starts the
 /// rest on its own thread, which holds the store only for a chunk at a time (a store
 /// closed meanwhile is dropped, and the thread ends).
@@ -281,9 +309,84 @@ fn count(state: &Weak<EmbeddedState>, pace: Pace, mut read: usize) {
             }
         }
     }
+    if !counted_through(state) {
+        tracing::info!(entries = read, "the store closed before its queues were counted");
+        return;
+    }
     tracing::info!(
         entries = read,
         took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "queue counts read from the indexes behind the open"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil;
+    use super::super::{Engine, SCHEDULED_PENDING};
+    use super::*;
+    use crate::store::{DeliveryQueue, EventId, Upkeep};
+
+    /// A store in `dir` whose schedule holds `n` pending deliveries to `a`, written
+    /// into the index directly (the count reads only the indexes).
+    fn queued(engine: Engine, dir: &std::path::Path, n: u64) {
+        let store = testutil::open_on(engine, dir);
+        for i in 1..=n {
+            let key = keys::schedule("a", 5_000_000, EventId::new(i * 1_000_000));
+            store.inner.schedule.insert(key, [SCHEDULED_PENDING]).unwrap();
+        }
+        store.inner.db.flush().unwrap();
+        drop(store);
+    }
+
+    /// Slow enough that the test sees the count going: one entry every 20 ms.
+    const SLOW: Pace = Pace { chunk: 1, pause: Duration::from_millis(20) };
+
+    /// While the count goes the queue says so and its numbers are a lower bound;
+    /// retention's question waits for the end and gets the whole answer; the counts end
+    /// exact.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_queue_is_counted_behind_the_open_and_says_so_meanwhile() {
+        for engine in [Engine::Sled, Engine::Redb] {
+            let dir = tempfile::tempdir().unwrap();
+            queued(engine, dir.path(), 40);
+            let store = testutil::open_paced(engine, dir.path(), SLOW);
+            let early = store.queue_stats("a").await.unwrap();
+            assert!(early.counting && early.pending < 40, "{engine:?}: {early:?}");
+            assert_eq!(store.open_destinations().await.unwrap(), ["a"], "{engine:?}");
+            let done = store.queue_stats("a").await.unwrap();
+            assert_eq!((done.counting, done.pending), (false, 40), "{engine:?}");
+        }
+    }
+
+    /// A close stops the count and frees whoever waits for it (a stop must not wait
+    /// for a large backlog to be counted); the next open counts it all.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_close_stops_the_count_and_the_next_open_counts_again() {
+        for engine in [Engine::Sled, Engine::Redb] {
+            let dir = tempfile::tempdir().unwrap();
+            queued(engine, dir.path(), 500);
+            let store = std::sync::Arc::new(testutil::open_paced(engine, dir.path(), SLOW));
+            let waiting = tokio::spawn({
+                let store = store.clone();
+                async move { store.open_destinations().await }
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(!waiting.is_finished(), "{engine:?}: answered before the count ended");
+            let closed = Instant::now();
+            store.close().await.unwrap();
+            let answer = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+            let err = answer.expect("still waiting after the close").unwrap().unwrap_err();
+            assert!(err.to_string().contains("closed before its queues were counted"), "{err}");
+            assert!(
+                closed.elapsed() < Duration::from_secs(2),
+                "{engine:?}: {:?}",
+                closed.elapsed()
+            );
+            drop(store);
+            let again = testutil::open_on(engine, dir.path());
+            let q = again.queue_stats("a").await.unwrap();
+            assert_eq!((q.counting, q.pending), (false, 500), "{engine:?}");
+        }
+    }
 }

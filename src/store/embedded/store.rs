@@ -206,7 +206,8 @@ impl DeliveryQueue for EmbeddedStore {
     }
 
     async fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
-        Ok(self.inner.open_destinations())
+        // Waits for the count behind the open: on the blocking pool.
+        self.run(EmbeddedState::open_destinations).await
     }
 
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
@@ -249,7 +250,8 @@ impl Upkeep for EmbeddedStore {
     async fn close(&self) -> Result<(), StoreError> {
         // A failed store is left as it is: a write may be stuck inside sled, and what
         // was acknowledged is durable already. What is queued is committed first;
-        // later appends fail.
+        // later appends fail. A count still going behind the open stops.
+        self.inner.counts.close();
         self.committer.close_and_join(&self.committer_thread).await?;
         self.write(|s| {
             s.save_appended()?;
