@@ -173,7 +173,7 @@ async fn a_down_destination_gets_everything_once_back_and_slows_nobody() {
     assert_eq!(view["destinations"][2]["name"], "c");
     assert_eq!(
         view["destinations"][0]["queue"],
-        json!({"pending": 0, "held": 0, "retrying": 0, "dead": 0})
+        json!({"pending": 0, "held": 0, "retrying": 0, "dead": 0, "counting": false})
     );
 
     let c = Sink::start_on(down).await;
