@@ -384,9 +384,9 @@ mod counted_behind_the_open {
 
     use std::sync::atomic::Ordering;
 
-    #[test]
-    fn model_on_sled() {
-        super::model::check(|| Box::new(Embedded::counting_slowly(Engine::Sled)));
+    /// The model test on `engine`, counting slowly, and that it raced with a count.
+    fn check(engine: Engine) {
+        super::model::check(|| Box::new(Embedded::counting_slowly(engine)));
         assert!(
             super::model::SEEN_COUNTING.load(Ordering::Relaxed) > 0,
             "no check raced with a count"
@@ -394,12 +394,13 @@ mod counted_behind_the_open {
     }
 
     #[test]
+    fn model_on_sled() {
+        check(Engine::Sled);
+    }
+
+    #[test]
     fn model_on_redb() {
-        super::model::check(|| Box::new(Embedded::counting_slowly(Engine::Redb)));
-        assert!(
-            super::model::SEEN_COUNTING.load(Ordering::Relaxed) > 0,
-            "no check raced with a count"
-        );
+        check(Engine::Redb);
     }
 }
 

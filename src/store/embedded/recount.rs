@@ -32,7 +32,7 @@ use crate::store::{
 
 /// The indexes a count reads, in the order it reads them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Index {
+enum Index {
     Schedule,
     DeadLetters,
     Ordering,
@@ -52,7 +52,7 @@ impl Index {
 /// Where a counted delivery is found in the indexes: places sort in the order the
 /// count reads them (index, then key).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Place {
+struct Place {
     index: Index,
     key: Vec<u8>,
 }
@@ -74,7 +74,7 @@ impl Place {
 
     /// Where `record` is counted from, or `None` for a state no count holds
     /// (delivered, discarded, filtered, superseded).
-    pub(super) fn of(record: &DeliveryRecord) -> Option<Self> {
+    fn of(record: &DeliveryRecord) -> Option<Self> {
         let dest = record.destination.as_str();
         let (index, key) = match record.state {
             DeliveryState::Pending | DeliveryState::Retrying => {
@@ -95,7 +95,7 @@ impl Place {
 }
 
 /// The counts and how far the count behind the open has read.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counting {
     counts: QueueCounts,
     /// The first place not read yet; `None` once every index is read.
@@ -118,8 +118,9 @@ impl Counting {
     }
 }
 
-/// The embedded store's queue counts (see the module's doc).
-#[derive(Debug, Default)]
+/// The embedded store's queue counts (see the module's doc); made uncounted, by
+/// [`Counts::uncounted`], for [`start`] to count.
+#[derive(Debug)]
 pub(super) struct Counts {
     state: Mutex<Counting>,
     /// Signalled when the count is done.
