@@ -66,11 +66,15 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::info!("stopped while waiting for the database");
         return Ok(());
     };
+    // The embedded store counts what it holds behind the open: then `inbox` is what it
+    // has counted so far, and `counting` says so.
+    let inbox = store.inbox().await.unwrap_or_default();
     tracing::info!(
         backend = storage.backend().name(),
         store = %location,
         durability = ?storage.durability,
-        inbox = store.inbox_len().await.unwrap_or(0),
+        inbox = inbox.events,
+        counting = inbox.counting,
         "store open"
     );
     if storage.sled_found {

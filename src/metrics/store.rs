@@ -1,6 +1,6 @@
 //! The store: commits, events stored, size and free space, failure and reachability, the inbox.
 
-use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::{MetricsError, Registrar};
 #[allow(unused_imports)]
@@ -18,7 +18,9 @@ pub(crate) struct StoreMetrics {
     pub(crate) store_failed: IntGauge,
     pub(crate) store_reachable: IntGauge,
     pub(crate) store_probe_failures: IntCounter,
-    pub(crate) inbox_events: IntGauge,
+    /// No labels: a vector only so that it can be absent (while the inbox is counted
+    /// behind a restart) rather than low.
+    pub(crate) inbox_events: IntGaugeVec,
     pub(crate) events_pruned: IntCounter,
     pub(crate) bodies_pruned: IntCounter,
     pub(crate) audit_imbalance: IntGauge,
@@ -71,8 +73,12 @@ impl StoreMetrics {
                 "hookrelay_store_probe_failures_total",
                 "Probes of the database that failed or took over 3 s.",
             )?,
-            inbox_events: r
-                .gauge("hookrelay_inbox_events", "Stored events waiting to be dispatched.")?,
+            inbox_events: r.gauge_vec(
+                "hookrelay_inbox_events",
+                "Stored events waiting to be dispatched. Absent while the relay counts them \
+                 after a restart (seconds for a million a flood left undispatched).",
+                &[],
+            )?,
             events_pruned: r.counter(
                 "hookrelay_events_pruned_total",
                 "Finished events deleted by retention.",

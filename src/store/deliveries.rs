@@ -12,6 +12,17 @@ pub(crate) struct PendingEvent {
     pub(crate) body: bytes::Bytes,
 }
 
+/// The inbox, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct InboxStats {
+    /// Events stored and waiting for dispatch.
+    pub(crate) events: u64,
+    /// The backend is still counting its inbox after it opened (the embedded store
+    /// counts it behind the open, seconds for a million events a flood left
+    /// undispatched): `events` is a lower bound until it is done.
+    pub(crate) counting: bool,
+}
+
 /// What the dispatcher decided about one pending event; the store applies it
 /// atomically (dedup check, event record, deliveries, schedule, inbox removal).
 #[derive(Clone, Debug)]

@@ -39,8 +39,8 @@ pub(crate) use contract::{
 pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{
     hex, resource_from_hex, resource_hex, Attempt, AttemptWrite, Claim, DeadLetterFilter, DedupKey,
-    DeliveryRecord, DeliveryState, DispatchPlan, DispatchVerdict, FilteredOut, PendingEvent,
-    QueueStats, Recorded,
+    DeliveryRecord, DeliveryState, DispatchPlan, DispatchVerdict, FilteredOut, InboxStats,
+    PendingEvent, QueueStats, Recorded,
 };
 pub(crate) use error::StoreError;
 pub(crate) use health::{Health, Writers};

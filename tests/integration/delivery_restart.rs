@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::sink::{Mode, Sink};
 use common::Relay;
@@ -263,6 +263,73 @@ async fn a_backlog_is_counted_behind_a_restart_exactly_and_then_delivered() {
     bodies.dedup();
     assert_eq!(bodies.len(), total, "each acknowledged callback delivered once");
     relay.admin_until("/admin/destinations", WAIT, queued(0)).await;
+    let (_, audit) = relay.admin_get("/admin/audit").await;
+    assert_eq!(audit["balanced"], true, "{audit}");
+}
+
+/// A flood faster than dispatch leaves an inbox of events acknowledged and not yet
+/// dispatched; a SIGKILL under the flood, and the restart counts that inbox behind the
+/// open (more than the open reads itself: 500 records) while callbacks keep coming.
+/// Then, within the bound, every acknowledged callback is delivered once, the inbox
+/// gauge reads 0 and the audit balances (its `waiting` counted exactly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undispatched_inbox_is_counted_behind_a_restart_and_then_delivered() {
+    /// Inbox past which the relay is killed: more than the open counts itself.
+    const INBOX: f64 = 1_500.0;
+    let a = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config_with(&dir.path().join("data"), "", &tail(&a.url(), ""));
+    let mut relay = Relay::start(dir.path(), &text).await;
+    let url = relay.hook_url(Some("ActionUpdated"));
+    let body = |k: usize, n: u64| format!(r#"{{"data":{{"type":"actions","id":"{k}-{n}"}}}}"#);
+    let flood = common::load::Load::start(32, vec![url], Duration::ZERO, Default::default(), body);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let inbox = common::metric(&relay.metrics().await, "hookrelay_inbox_events", &[]);
+        if inbox.is_some_and(|n| n >= INBOX) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "dispatch kept up with 32 connections for 120 s (inbox {inbox:?}, {} acknowledged): \
+             this test needs a flood faster than dispatch",
+            flood.acked_len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Killed under the flood: what was acknowledged is what must be delivered.
+    relay.kill();
+    let mut acked = flood.stop().await;
+
+    let relay = Relay::start(dir.path(), &text).await;
+    let url = relay.hook_url(Some("ActionUpdated"));
+    let body =
+        |k: usize, n: u64| format!(r#"{{"data":{{"type":"actions","id":"after-{k}-{n}"}}}}"#);
+    let during = common::load::Load::start(4, vec![url], Duration::ZERO, Default::default(), body);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    acked.extend(during.stop().await);
+    let total = acked.len();
+
+    // Progress: every acknowledged callback delivered once within the bound.
+    a.wait_for(total, Duration::from_secs(120)).await;
+    let mut bodies: Vec<Vec<u8>> = a.received().into_iter().map(|r| r.body).collect();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), total, "each acknowledged callback delivered once");
+    // The count went behind the open, over more than the open reads itself.
+    let logs = relay.logs();
+    let counted = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"] == "the inbox and queues counted behind the open")
+        .unwrap_or_else(|| panic!("the inbox was not counted behind the open:\n{logs}"));
+    assert!(counted["inbox_records"].as_u64().is_some_and(|n| n > 0), "{counted}");
+    // Exact once counted: the gauge present and 0, the audit balanced.
+    let deadline = Instant::now() + WAIT;
+    while common::metric(&relay.metrics().await, "hookrelay_inbox_events", &[]) != Some(0.0) {
+        assert!(Instant::now() < deadline, "the inbox gauge never read 0");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let (_, audit) = relay.admin_get("/admin/audit").await;
     assert_eq!(audit["balanced"], true, "{audit}");
 }

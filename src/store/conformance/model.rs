@@ -478,6 +478,13 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
     }
     // A count behind the last reopen ends, and ends exact.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.inbox().await.unwrap().counting {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the inbox count behind the open never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     for dest in DESTS {
         while store.queue_stats(dest).await.unwrap().counting {
             assert!(
@@ -493,6 +500,10 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
 /// How many checks found a queue count still going behind a reopen (and held it to
 /// a lower bound): the tests that slow the count down assert they raced with it.
 pub(super) static SEEN_COUNTING: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// The same for the inbox's count.
+pub(super) static SEEN_INBOX_COUNTING: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
 /// How an op's writes stand to a crash.
@@ -671,7 +682,15 @@ fn resource_index(occurrence: u8) -> u8 {
 /// Everything the store shows matches the model.
 async fn verify(store: &SharedStore, m: &Model) {
     let inbox = m.events.values().filter(|s| **s == EventStatus::Received).count() as u64;
-    assert_eq!(store.inbox_len().await.unwrap(), inbox, "inbox_len");
+    let got = store.inbox().await.unwrap();
+    let inbox_counting = got.counting;
+    if got.counting {
+        SEEN_INBOX_COUNTING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Counted behind a reopen, not done yet: a lower bound (as the queues below).
+        assert!(got.events <= inbox, "inbox while counting: {got:?}, at most {inbox}");
+    } else {
+        assert_eq!(got.events, inbox, "inbox");
+    }
     let listed =
         store.list_events(EventFilter { limit: 100_000, ..Default::default() }).await.unwrap();
     let shown: BTreeMap<EventId, EventStatus> =
@@ -763,7 +782,13 @@ async fn verify(store: &SharedStore, m: &Model) {
         .collect();
     assert_eq!(dead, want, "dead letters");
     assert_eq!(store.paused().await.unwrap(), m.paused.iter().cloned().collect(), "paused");
-    // The audit: both equations hold, and what it counts is what happened.
+    // The audit: both equations hold, and what it counts is what happened. Not while
+    // the inbox is counted behind a reopen: the audit would wait for it, and the next
+    // operations would not race with the count (`recount::tests` checks the wait; the
+    // last check waits for the count).
+    if inbox_counting {
+        return;
+    }
     let audit = crate::audit::read(store, 0, 1_000, None).await.unwrap();
     assert!(audit.balanced, "audit: {:?}", audit.imbalances);
     let sum = |f: fn(&crate::api::EventAudit) -> i64| audit.events.iter().map(f).sum::<i64>();

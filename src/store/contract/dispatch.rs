@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::store::{DispatchPlan, DispatchVerdict, PendingEvent, StoreError};
+use crate::store::{DispatchPlan, DispatchVerdict, InboxStats, PendingEvent, StoreError};
 
 /// Makes the dispatch plans of pending events, one each in order (routing, filters and
 /// dedup key: the dispatcher's configuration), callable on whichever thread the store
@@ -16,8 +16,9 @@ pub(crate) type Planner = Arc<dyn Fn(&[PendingEvent]) -> Vec<DispatchPlan> + Sen
 /// [`DISPATCH_LEAD`](super::DISPATCH_LEAD)), purged by its timer.
 #[async_trait]
 pub(crate) trait Dispatch: Send + Sync {
-    /// Events waiting for dispatch.
-    async fn inbox_len(&self) -> Result<u64, StoreError>;
+    /// Events waiting for dispatch; a lower bound, said so, while the backend counts
+    /// them after its open. Never waits for the count (a scrape reads it).
+    async fn inbox(&self) -> Result<InboxStats, StoreError>;
     /// The oldest events waiting for dispatch, at most `limit`.
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError>;
     /// Dispatches the events of `plans` by [`lifecycle::dispatch`] at `now_us`, in one

@@ -37,22 +37,20 @@ type Trees<'a, 't> = &'a [TxTree<'t>; 6];
 
 /// The writes of `changes` (and the dispatch cursor, when it moves) inside a
 /// transaction over [`Trees`] and, when a delivery enters or leaves `dead`,
-/// `dead_letters`. Returns (events dispatched, new dedup keys).
+/// `dead_letters`. Returns the new dedup keys.
 fn write(
     changes: &Changes,
     edits: &LedgerEdits,
     cursor: Option<u64>,
     [records, outcomes, dedup, deliveries, schedule, ordering]: Trees<'_, '_>,
     dead: Option<&TxTree<'_>>,
-) -> TxResult<(u64, u64)> {
-    let (mut dispatched, mut new_keys) = (0u64, 0u64);
+) -> TxResult<u64> {
+    let mut new_keys = 0u64;
     // The record stays as ingest wrote it: only the verdict is written, keyed by the
     // event's record when it has one (which indexes it by record).
     for (id, meta) in &changes.dispatched {
         let key = keys::outcome(*id, meta.resource.as_deref());
-        if outcomes.insert(key, encode(&DispatchRecord::of(meta))?)?.is_none() {
-            dispatched += 1;
-        }
+        outcomes.insert(key, encode(&DispatchRecord::of(meta))?)?;
     }
     if let Some(cursor) = cursor {
         outcomes.insert(CURSOR_KEY, cursor.to_be_bytes())?;
@@ -98,7 +96,7 @@ fn write(
     }
     drop_bodies(changes, records)?;
     EmbeddedState::write_edits(outcomes, edits)?;
-    Ok((dispatched, new_keys))
+    Ok(new_keys)
 }
 
 /// The records of `changes.bodies_dropped` without their bodies: all removed, then
@@ -155,7 +153,7 @@ impl EmbeddedState {
         if dead_letters {
             trees.push(&self.dead_letters);
         }
-        let (dispatched, new_keys) = self.db.transaction(&trees, |t| {
+        let new_keys = self.db.transaction(&trees, |t| {
             let (six, dead) = t.split_at(6);
             let six: Trees<'_, '_> = six.try_into().map_err(|_| {
                 Txe::Abort(StoreError::Task("a transaction without its six trees".into()))
@@ -165,8 +163,12 @@ impl EmbeddedState {
         if let Some(cursor) = cursor {
             self.cursor.fetch_max(cursor, Ordering::AcqRel);
         }
-        self.inbox_count.fetch_sub(signed(dispatched), Ordering::Relaxed);
-        self.untally(changes);
+        // Each event dispatched left the inbox (dispatch takes only events without an
+        // outcome, under the lifecycle lock), counted now unless the count behind the
+        // open has yet to read it.
+        let left = self.counts.dispatches_counted_now(changes);
+        self.inbox_count.fetch_sub(signed(left.len() as u64), Ordering::Relaxed);
+        self.untally(changes, &left);
         self.dedup_count.fetch_add(signed(new_keys), Ordering::Relaxed);
         self.counts.apply(changes);
         Ok(())

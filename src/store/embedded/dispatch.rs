@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
-use super::codec::{awaits_outcome, decode_meta, outcome_key, parse_meta, split_record};
+use super::codec::{decode_meta, parse_meta, split_record};
 use super::{keys, EmbeddedState, DEDUP, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
@@ -37,9 +37,7 @@ impl EmbeddedState {
             if id.raw() > committed {
                 break;
             }
-            if !awaits_outcome(&value)
-                || self.outcomes.contains_key(outcome_key(&key, &value).map_err(corrupt)?)?
-            {
+            if !self.awaits_dispatch(&key, &value)? {
                 if let Some(run) = settled_run.as_mut() {
                     *run = id.raw();
                 }
@@ -74,14 +72,7 @@ impl EmbeddedState {
             let corrupt =
                 |reason: String| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
             let value = match self.records.get(key)? {
-                Some(v)
-                    if awaits_outcome(&v)
-                        && !self
-                            .outcomes
-                            .contains_key(outcome_key(&key, &v).map_err(corrupt)?)? =>
-                {
-                    v
-                }
+                Some(v) if self.awaits_dispatch(&key, &v)? => v,
                 _ => {
                     outcomes.push(DispatchVerdict::Gone);
                     continue;
@@ -113,11 +104,7 @@ impl EmbeddedState {
             if id.raw() > committed {
                 break;
             }
-            let settled = dispatched.contains(&id)
-                || !awaits_outcome(&value)
-                || self.outcomes.contains_key(outcome_key(&key, &value).map_err(|reason| {
-                    StoreError::Corrupt { table: RECORDS, key: hex(&key), reason }
-                })?)?;
+            let settled = dispatched.contains(&id) || !self.awaits_dispatch(&key, &value)?;
             if !settled {
                 break;
             }

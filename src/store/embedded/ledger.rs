@@ -249,12 +249,13 @@ impl EmbeddedState {
         Ok(())
     }
 
-    /// Moves the inbox tally by what `changes` take out of it (after they are
-    /// written; the caller holds the lifecycle lock).
-    pub(super) fn untally(&self, changes: &crate::store::lifecycle::Changes) {
+    /// Moves the inbox tally by the events of `left` (dispatched by `changes`, counted
+    /// now) leaving it (after they are written; the caller holds the lifecycle lock).
+    pub(super) fn untally(&self, changes: &crate::store::lifecycle::Changes, left: &[EventId]) {
         let start = self.ledger_start();
         let mut waiting = lock(&self.waiting);
-        for (id, meta) in changes.dispatched.range(start..) {
+        for id in left.iter().filter(|id| **id >= start) {
+            let Some(meta) = changes.dispatched.get(id) else { continue };
             let key = waiting_key(*id, meta);
             if let Some(n) = waiting.get_mut(&key) {
                 *n -= 1;
@@ -329,6 +330,9 @@ impl EmbeddedState {
 
     /// See [`crate::store::Audit::ledger`].
     pub(super) fn ledger(&self, from_hour: u64, to_hour: u64) -> Result<LedgerReading, StoreError> {
+        // The `waiting` tally only once the inbox is counted behind the open (before the
+        // locks below: the count takes the lifecycle lock).
+        self.counts.wait_for_inbox()?;
         let _appends = lock(&self.last_id);
         let _rules = lock(&self.lifecycle);
         let mut counts = LedgerEdits::new();

@@ -154,7 +154,8 @@ mod tests {
         assert_eq!(store.body(EventId::new(1)).await.unwrap().unwrap(), b"{\"a\":1}");
         assert_eq!(store.body(EventId::new(2)).await.unwrap(), None);
         assert_eq!(store.body(EventId::new(3)).await.unwrap().unwrap(), b"{\"b\":2}");
-        assert_eq!(store.inbox_len().await.unwrap(), 1);
+        let inbox = store.inbox().await.unwrap();
+        assert_eq!((inbox.events, inbox.counting), (1, false));
         let pending = store.pending(10).await.unwrap();
         assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), vec![EventId::new(3)]);
         let all = store.list_events(EventFilter { limit: 10, ..Default::default() }).await;

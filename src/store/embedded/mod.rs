@@ -133,7 +133,8 @@ pub(super) struct EmbeddedState {
     last_id: Mutex<u64>,
     /// The first event the audit ledger counts (`ledger.rs`), set at open.
     ledger_start: AtomicU64,
-    /// The inbox tallied per hour, source and event: the ledger's `waiting`.
+    /// The inbox tallied per hour, source and event: the ledger's `waiting` (both it and
+    /// `inbox_count` are counted behind the open for the events stored before it).
     waiting: Mutex<ledger::Waiting>,
     /// Appends' ledger counts not written yet (`ledger.rs`).
     unsaved: Mutex<ledger::Unsaved>,
@@ -165,8 +166,8 @@ pub(crate) struct EmbeddedOptions {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store at `path`, checks its schema version, counts the
-    /// inbox and starts the count of the queues (`recount.rs`). Blocking.
+    /// Opens (or creates) the store at `path`, checks its schema version and starts the
+    /// count of the inbox and the queues (`recount.rs`). Blocking.
     pub(crate) fn open(opts: &EmbeddedOptions) -> Result<Self, StoreError> {
         let db = Db::open(
             opts.engine,
@@ -252,8 +253,8 @@ impl EmbeddedStore {
 }
 
 impl EmbeddedState {
-    /// Seeds the id counter and the inbox's count from what is stored (the queue counts
-    /// are counted behind the open: `recount.rs`).
+    /// Seeds the id counter and the dispatch cursor from what is stored, and says where
+    /// the inbox is for the count behind the open (`recount.rs`).
     fn rebuild(&self) -> Result<(), StoreError> {
         let last = |tree: &Tree| -> Result<u64, StoreError> {
             Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)).map_or(0, EventId::raw))
@@ -285,28 +286,25 @@ impl EmbeddedState {
             self.ledger_start.store(start.raw(), Ordering::Relaxed);
         }
         self.recount_appended()?;
-        // The inbox: its count, and its tally for the ledger's `waiting`.
-        let start = self.ledger_start();
-        let mut awaiting: i64 = 0;
-        let mut waiting = ledger::Waiting::new();
-        for item in self.records.range(EventId::new(cursor.saturating_add(1)).to_key()..) {
-            let (key, value) = item?;
-            if !codec::awaits_outcome(&value) {
-                continue;
-            }
-            let corrupt = |reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
-            if self.outcomes.contains_key(codec::outcome_key(&key, &value).map_err(corrupt)?)? {
-                continue;
-            }
-            awaiting += 1;
-            if let Some(id) = EventId::from_key(&key).filter(|id| *id >= start) {
-                let meta = decode_meta(&value).map_err(corrupt)?;
-                *waiting.entry(ledger::waiting_key(id, &meta)).or_insert(0) += 1;
-            }
-        }
-        self.inbox_count.store(awaiting, Ordering::Relaxed);
-        *crate::lock::lock(&self.waiting) = waiting;
+        // The inbox is counted behind the open (`recount.rs`), from the event after the
+        // cursor through the last one stored; later ones as they are appended.
+        let last = *crate::lock::lock(&self.last_id);
+        self.counts.inbox_between(EventId::new(cursor.saturating_add(1)), EventId::new(last));
         Ok(())
+    }
+
+    /// Whether the event stored as `value` under `key` awaits dispatch: received, and
+    /// no outcome written for it yet.
+    pub(super) fn awaits_dispatch(&self, key: &[u8], value: &[u8]) -> Result<bool, StoreError> {
+        if !codec::awaits_outcome(value) {
+            return Ok(false);
+        }
+        let outcome = codec::outcome_key(key, value).map_err(|reason| StoreError::Corrupt {
+            table: RECORDS,
+            key: hex(key),
+            reason,
+        })?;
+        Ok(!self.outcomes.contains_key(outcome)?)
     }
 
     /// The first event the audit ledger counts.

@@ -12,8 +12,8 @@ use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
     Audit, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
-    DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord, LedgerReading,
-    NewEvent, PendingEvent, QueueStats, Recorded, SharedState, StoreError, Upkeep,
+    DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord, InboxStats,
+    LedgerReading, NewEvent, PendingEvent, QueueStats, Recorded, SharedState, StoreError, Upkeep,
 };
 
 impl EmbeddedStore {
@@ -85,8 +85,10 @@ impl EventLog for EmbeddedStore {
 
 #[async_trait]
 impl Dispatch for EmbeddedStore {
-    async fn inbox_len(&self) -> Result<u64, StoreError> {
-        Ok(super::non_negative(&self.inner.inbox_count))
+    async fn inbox(&self) -> Result<InboxStats, StoreError> {
+        // Whether it is counting first: once it says no, the number read after is exact.
+        let counting = self.inner.counts.inbox_counting();
+        Ok(InboxStats { events: super::non_negative(&self.inner.inbox_count), counting })
     }
 
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {

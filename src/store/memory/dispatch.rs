@@ -4,14 +4,14 @@ use async_trait::async_trait;
 
 use crate::lock::lock;
 use crate::store::lifecycle::{self, Staged};
-use crate::store::{Dispatch, DispatchPlan, DispatchVerdict, PendingEvent, StoreError};
+use crate::store::{Dispatch, DispatchPlan, DispatchVerdict, InboxStats, PendingEvent, StoreError};
 
 use super::{Locked, MemoryStore};
 
 #[async_trait]
 impl Dispatch for MemoryStore {
-    async fn inbox_len(&self) -> Result<u64, StoreError> {
-        Ok(lock(&self.data).inbox.len() as u64)
+    async fn inbox(&self) -> Result<InboxStats, StoreError> {
+        Ok(InboxStats { events: lock(&self.data).inbox.len() as u64, counting: false })
     }
 
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {

@@ -10,14 +10,14 @@ use super::store::{id_of, limit, us_of};
 use super::view::{decode_meta, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};
 use crate::store::lifecycle::{self};
-use crate::store::{Dispatch, DispatchPlan, DispatchVerdict, PendingEvent, StoreError};
+use crate::store::{Dispatch, DispatchPlan, DispatchVerdict, InboxStats, PendingEvent, StoreError};
 
 #[async_trait]
 impl Dispatch for PostgresStore {
-    async fn inbox_len(&self) -> Result<u64, StoreError> {
+    async fn inbox(&self) -> Result<InboxStats, StoreError> {
         let client = self.client().await?;
         let row = client.query_one("SELECT count(*) FROM events WHERE inbox", &[]).await?;
-        Ok(us_of(row.get(0)))
+        Ok(InboxStats { events: us_of(row.get(0)), counting: false })
     }
 
     async fn pending(&self, n: usize) -> Result<Vec<PendingEvent>, StoreError> {
