@@ -11,6 +11,9 @@
 //! - `backlog`: the destination is paused first; every event waits as a pending
 //!   delivery (a consumer down for a long while), dispatched before the point is
 //!   measured;
+//! - `flood`: as `backlog`, but killed with the flood's undispatched inbox as it stands
+//!   (a flood faster than dispatch: the restart counts the inbox too), the inbox at
+//!   the kill printed;
 //! - `pruned`: as `kept`, with retention by part dropping delivered bodies after 1 s
 //!   (`retention.delivered_bodies`, pruned every 10 s; records, deliveries and
 //!   attempts kept): the disk a relay holds at steady state when bodies go long
@@ -23,7 +26,7 @@
 //! later. The slope per retained event (RSS and disk) is printed between points.
 //!
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
-//! `1000000`; `BENCH_CASES`, default `kept,backlog` (`pruned` on demand); `BENCH_BACKENDS`, default
+//! `1000000`; `BENCH_CASES`, default `kept,backlog` (`flood`, `pruned` on demand); `BENCH_BACKENDS`, default
 //! `sled,redb`; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
 //! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_DEDUP_WINDOW`,
 //! the source's `dedup_window` (10 min by default: a shorter one reaches the steady
@@ -31,8 +34,9 @@
 //! `BENCH_BASELINE`, an older build measured the same way after this one;
 //! `BENCH_RESTART_BASELINE`, an older build restarted on the same files at each point,
 //! in turn with this one, [`RESTART_ROUNDS`] times each: medians side by side).
-//! The restart is timed to `/readyz` and to every queue counted (`counting` false in
-//! `/admin/destinations`: a large backlog is counted behind the open).
+//! The restart is timed to `/readyz` and to the inbox and every queue counted
+//! (`counting` false in `/admin/destinations` and the inbox gauge present: a large
+//! backlog or inbox is counted behind the open).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -189,15 +193,16 @@ async fn delivered(relay: &common::Relay, sink: &Sink, n: u64) {
     }
 }
 
-/// How long after `since` every queue is counted (`queue.counting` false or absent:
-/// a build that counts before it is ready).
+/// How long after `since` the inbox and every queue are counted (`queue.counting`
+/// false or absent: a build that counts before it is ready; the inbox gauge present).
 async fn until_counted(relay: &common::Relay, since: Instant) -> Duration {
     loop {
         let (status, v) = relay.admin_get("/admin/destinations").await;
         let counting = v["destinations"]
             .as_array()
             .is_some_and(|d| d.iter().any(|d| d["queue"]["counting"] == true));
-        if status == 200 && !counting {
+        let inbox = common::metric(&relay.metrics().await, "hookrelay_inbox_events", &[]);
+        if status == 200 && !counting && inbox.is_some() {
             return since.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -296,7 +301,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
     let dir = tempfile::tempdir().unwrap();
     let text = config(dir.path(), &sink);
     let (mut relay, _) = start(bin, backend, name, dir.path(), &text).await;
-    let backlog = name == "backlog";
+    let backlog = name == "backlog" || name == "flood";
     if backlog {
         assert_eq!(relay.admin_post("/admin/destinations/crm/pause", None).await.0, 200);
     }
@@ -307,7 +312,9 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         let started = Instant::now();
         body_bytes += fill(&mut relay, 1_000_000_000 + stored, 1_000_000_000 + point).await;
         stored = point;
-        if backlog {
+        if name == "flood" {
+            // Killed with the inbox as it stands (below).
+        } else if backlog {
             dispatched(&relay).await;
         } else {
             delivered(&relay, &sink, stored + sent_probe).await;
@@ -320,6 +327,10 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         let (disk, length) = (blocks_under(&data), bytes_under(&data));
         let ack_p99 = probe_p99(&relay, 2_000_000_000 + sent_probe).await;
         sent_probe += PROBE_RATE * PROBE_SECS;
+        if name == "flood" {
+            let inbox = common::metric(&relay.metrics().await, "hookrelay_inbox_events", &[]);
+            eprintln!("{backend} {name} at {point}: inbox {inbox:?} undispatched at the kill");
+        }
         relay.kill();
         let restarted = Instant::now();
         let (again, restart) = start(bin, backend, name, dir.path(), &text).await;
@@ -403,8 +414,8 @@ fn main() {
                 assert!(backend == "sled" || backend == "redb", "BENCH_BACKENDS: sled, redb");
                 for name in &cases {
                     assert!(
-                        ["kept", "backlog", "pruned"].contains(&name.as_str()),
-                        "BENCH_CASES: kept, backlog, pruned"
+                        ["kept", "backlog", "flood", "pruned"].contains(&name.as_str()),
+                        "BENCH_CASES: kept, backlog, flood, pruned"
                     );
                     let points = case(bin, backend, name, &points).await;
                     rows.push((format!("{label} | {backend}"), name.clone(), points));
