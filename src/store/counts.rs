@@ -1,7 +1,7 @@
 //! Queue counts kept current from delivery changes, for a backend that one process
 //! owns: a scrape or an admin listing reads them instead of scanning the schedule and
 //! the dead letters. Counted again from the stored indexes at open (the embedded
-//! store's behind the open: `embedded/recount.rs`).
+//! store's behind the open: `embedded/recount/`).
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -108,7 +108,7 @@ pub(super) struct EmbeddedState {
     meta: Tree,
     /// Held while a lifecycle rule reads, decides and writes.
     lifecycle: Mutex<()>,
-    /// Counted behind the open (`recount.rs`).
+    /// Counted behind the open (`recount/`).
     counts: recount::Counts,
     pub(super) claims: ClaimTable,
     /// Every event id up to this one is settled (dispatched, or stored final); moved
@@ -161,13 +161,13 @@ pub(crate) struct EmbeddedOptions {
     /// Writes waiting this long with none returning fail the store (`health.rs`).
     pub(crate) write_timeout: Duration,
     pub(crate) observer: Arc<dyn StoreObserver>,
-    /// How the queue count behind the open goes (`recount.rs`; tests slow it down).
+    /// How the count behind the open goes (`recount/`; tests slow it down).
     pub(crate) count_pace: CountPace,
 }
 
 impl EmbeddedStore {
     /// Opens (or creates) the store at `path`, checks its schema version and starts the
-    /// count of the inbox and the queues (`recount.rs`). Blocking.
+    /// count of the inbox and the queues (`recount/`). Blocking.
     pub(crate) fn open(opts: &EmbeddedOptions) -> Result<Self, StoreError> {
         let db = Db::open(
             opts.engine,
@@ -254,7 +254,7 @@ impl EmbeddedStore {
 
 impl EmbeddedState {
     /// Seeds the id counter and the dispatch cursor from what is stored, and says where
-    /// the inbox is for the count behind the open (`recount.rs`).
+    /// the inbox is for the count behind the open (`recount/`).
     fn rebuild(&self) -> Result<(), StoreError> {
         let last = |tree: &Tree| -> Result<u64, StoreError> {
             Ok(tree.last()?.and_then(|(k, _)| EventId::from_key(&k)).map_or(0, EventId::raw))
@@ -286,7 +286,7 @@ impl EmbeddedState {
             self.ledger_start.store(start.raw(), Ordering::Relaxed);
         }
         self.recount_appended()?;
-        // The inbox is counted behind the open (`recount.rs`), from the event after the
+        // The inbox is counted behind the open (`recount/`), from the event after the
         // cursor through the last one stored; later ones as they are appended.
         let last = *crate::lock::lock(&self.last_id);
         self.counts.inbox_between(EventId::new(cursor.saturating_add(1)), EventId::new(last));
