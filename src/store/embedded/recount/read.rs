@@ -104,7 +104,6 @@ impl EmbeddedState {
         for (key, n) in tally {
             *waiting.entry(key).or_insert(0) += n;
         }
-        waiting.retain(|_, n| *n != 0);
         drop(waiting);
         let unread = match last {
             Some(id) if read == limit && id < through => {
