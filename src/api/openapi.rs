@@ -192,7 +192,7 @@ pub(crate) fn document() -> Value {
                 &replayed, "how many were replayed") },
             "/admin/dead-letters/selection/discard": { "post": chosen("Discard the chosen dead letters (they become `discarded`)",
                 &deleted, "how many were discarded") },
-            "/admin/audit": { "get": admin("Every callback received in a window accounted for, per source and event and per destination, from the ledger kept as the states change (windows are widened to whole hours of receive time)",
+            "/admin/audit": { "get": admin("Every callback received in a window accounted for, per source and event and per destination, from the ledger kept as the states change (windows are widened to whole hours of receive time). Right after a restart of the embedded store it answers once the inbox is counted (seconds per million events a flood left undispatched)",
                 vec![query("since", json!({ "type": "string", "format": "date-time" }),
                         "events received at or after this time (RFC 3339); default: a day before `until`"),
                      query("until", json!({ "type": "string", "format": "date-time" }),
