@@ -12,6 +12,13 @@ use proptest::prelude::*;
 
 use super::*;
 
+mod dispatch;
+mod verify;
+
+use self::dispatch::{dispatched, plans, race_dispatch, resource_index, resource_of, RESOURCES};
+use self::verify::{shows, verify};
+pub(super) use self::verify::{SEEN_COUNTING, SEEN_INBOX_COUNTING};
+
 const DESTS: [&str; 3] = ["a", "b", "c"];
 /// The destination with `ordering = "per-resource"`.
 const ORDERED: &str = "b";
@@ -497,15 +504,6 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
     verify(&store, &m).await;
 }
 
-/// How many checks found a queue count still going behind a reopen (and held it to
-/// a lower bound): the tests that slow the count down assert they raced with it.
-pub(super) static SEEN_COUNTING: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
-
-/// The same for the inbox's count.
-pub(super) static SEEN_INBOX_COUNTING: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(0);
-
 /// How an op's writes stand to a crash.
 #[derive(Clone, Copy)]
 enum Durability {
@@ -531,283 +529,11 @@ impl Durability {
     }
 }
 
-/// Whether `store` shows exactly the model `m` (a failed check panics in a task of
-/// its own, whose panic message is only noise here).
-async fn shows(store: &SharedStore, m: &Model) -> bool {
-    let (store, m) = (store.clone(), m.clone());
-    tokio::spawn(async move { verify(&store, &m).await }).await.is_ok()
-}
-
 /// The attempt outcome an op's number stands for.
 fn outcome_of(n: u8) -> AnswerClass {
     match n {
         0 => AnswerClass::Success,
         1 => AnswerClass::Retry { retry_after: None },
         _ => AnswerClass::Permanent,
-    }
-}
-
-/// The plans of the `pending` events whose position (mod 8) has no bit in `skip`: a
-/// dedup key per occurrence (a window longer than any test: the first of an
-/// occurrence wins), the routes drawn at append, `b` ordered by the event's resource
-/// (left out when `with_ordered` is false).
-fn plans(
-    pending: &[PendingEvent],
-    m: &Model,
-    routes: &BTreeMap<EventId, u8>,
-    skip: u8,
-    with_ordered: bool,
-) -> Vec<DispatchPlan> {
-    pending
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| skip & (1 << (i % 8)) == 0)
-        .map(|(_, p)| {
-            let occurrence = m.occurrence[&p.id];
-            let destinations: Vec<String> = route(routes[&p.id])
-                .into_iter()
-                .filter(|d| with_ordered || (d != ORDERED && d != LATEST))
-                .collect();
-            DispatchPlan {
-                filtered: destinations
-                    .iter()
-                    .filter(|d| filtered_out(occurrence, d))
-                    .map(|d| crate::store::FilteredOut {
-                        destination: d.clone(),
-                        reason: "the model's filter".into(),
-                        error: false,
-                    })
-                    .collect(),
-                id: p.id,
-                dedup: Some(DedupKey { hash: [occurrence; 16], window_us: u64::MAX / 4 }),
-                ordered: destinations
-                    .iter()
-                    .filter(|d| *d == ORDERED || *d == LATEST)
-                    .cloned()
-                    .collect(),
-                latest: destinations.iter().filter(|d| *d == LATEST).cloned().collect(),
-                destinations,
-                resource: with_ordered.then_some([100 + resource_index(occurrence); 16]),
-            }
-        })
-        .collect()
-}
-
-/// Whether the model's filter keeps occurrence `occurrence` from `dest`: some of each
-/// destination's, the ordered one's included.
-fn filtered_out(occurrence: u8, dest: &str) -> bool {
-    match dest {
-        ORDERED => occurrence % 5 == 2,
-        _ => occurrence % 4 == 1,
-    }
-}
-
-/// A new delivery of `plan` to `dest` at `now`: due now, or `filtered` (never
-/// scheduled, never in a resource's queue).
-fn dispatched(plan: &DispatchPlan, dest: &str, now: u64) -> Delivery {
-    if plan.filtered.iter().any(|f| f.destination == dest) {
-        Delivery { state: DeliveryState::Filtered, due: None, round: 0 }
-    } else {
-        Delivery { state: DeliveryState::Pending, due: Some(now), round: 0 }
-    }
-}
-
-/// [`Op::RaceDispatch`].
-async fn race_dispatch(
-    a: &SharedStore,
-    b: &SharedStore,
-    m: &mut Model,
-    routes: &BTreeMap<EventId, u8>,
-    skip: u8,
-) {
-    let pending = a.pending(1000).await.unwrap();
-    let plans = plans(&pending, m, routes, skip, false);
-    let (x, y) = tokio::join!(a.dispatch(plans.clone(), m.now), b.dispatch(plans.clone(), m.now));
-    let (x, y) = (x.unwrap(), y.unwrap());
-    // The originals this race decided: the one event of each occurrence not a copy.
-    let mut decided: BTreeMap<u8, EventId> = BTreeMap::new();
-    let mut taken = Vec::new();
-    for ((plan, x), y) in plans.iter().zip(x).zip(y) {
-        let outcome = match (x, y) {
-            (DispatchVerdict::Gone, o) | (o, DispatchVerdict::Gone) => o,
-            (x, y) => panic!("{} dispatched twice: {x:?} and {y:?}", plan.id),
-        };
-        assert_ne!(outcome, DispatchVerdict::Gone, "{} dispatched by neither", plan.id);
-        let occurrence = m.occurrence[&plan.id];
-        if !matches!(outcome, DispatchVerdict::Duplicate { .. }) {
-            assert!(!m.originals.contains_key(&occurrence), "{} is a copy", plan.id);
-            assert!(decided.insert(occurrence, plan.id).is_none(), "two originals of {occurrence}");
-        }
-        taken.push((plan, outcome));
-    }
-    for (plan, outcome) in taken {
-        let occurrence = m.occurrence[&plan.id];
-        let status = match outcome {
-            DispatchVerdict::Duplicate { original } => {
-                let want = m.originals.get(&occurrence).or(decided.get(&occurrence));
-                assert_eq!(Some(&original), want, "{}'s original", plan.id);
-                EventStatus::Duplicate
-            }
-            DispatchVerdict::Unrouted => {
-                assert!(plan.destinations.is_empty());
-                EventStatus::Unrouted
-            }
-            DispatchVerdict::Dispatched { deliveries: n, .. } => {
-                assert_eq!(n, plan.destinations.len());
-                for d in &plan.destinations {
-                    m.deliveries.insert((plan.id, d.clone()), dispatched(plan, d, m.now));
-                }
-                EventStatus::Dispatched
-            }
-            DispatchVerdict::Gone => unreachable!("checked above"),
-        };
-        m.events.insert(plan.id, status);
-    }
-    m.originals.extend(decided);
-}
-
-/// How many resources the events are about.
-const RESOURCES: u8 = 3;
-
-/// The resource an occurrence's events are about (several occurrences share one).
-fn resource_of(occurrence: u8) -> String {
-    format!("actions/{}", resource_index(occurrence))
-}
-
-/// Which of the [`RESOURCES`] an occurrence is about.
-fn resource_index(occurrence: u8) -> u8 {
-    occurrence % RESOURCES
-}
-
-/// Everything the store shows matches the model.
-async fn verify(store: &SharedStore, m: &Model) {
-    let inbox = m.events.values().filter(|s| **s == EventStatus::Received).count() as u64;
-    let got = store.inbox().await.unwrap();
-    let inbox_counting = got.counting;
-    if got.counting {
-        SEEN_INBOX_COUNTING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // Counted behind a reopen, not done yet: a lower bound (as the queues below).
-        assert!(got.events <= inbox, "inbox while counting: {got:?}, at most {inbox}");
-    } else {
-        assert_eq!(got.events, inbox, "inbox");
-    }
-    let listed =
-        store.list_events(EventFilter { limit: 100_000, ..Default::default() }).await.unwrap();
-    let shown: BTreeMap<EventId, EventStatus> =
-        listed.iter().map(|r| (r.id, r.meta.status)).collect();
-    assert_eq!(shown, m.events, "events");
-    // By resource: every received event of the occurrence's resource, newest first,
-    // whether still in the inbox or dispatched.
-    for occurrence in 0..RESOURCES {
-        let resource = resource_of(occurrence);
-        let filter =
-            EventFilter { resource: Some(resource.clone()), limit: 100_000, ..Default::default() };
-        let got: Vec<EventId> =
-            store.list_events(filter).await.unwrap().into_iter().map(|r| r.id).collect();
-        let want: Vec<EventId> = m
-            .events
-            .iter()
-            .rev()
-            .filter(|(id, status)| {
-                **status != EventStatus::Rejected && resource_of(m.occurrence[*id]) == resource
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        assert_eq!(got, want, "events about {resource}");
-    }
-    for id in m.events.keys() {
-        let got: BTreeMap<String, (DeliveryState, Option<u64>)> = store
-            .deliveries_of(*id)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|d| (d.destination, (d.state, d.next_attempt_us)))
-            .collect();
-        let want: BTreeMap<String, (DeliveryState, Option<u64>)> = m
-            .deliveries
-            .iter()
-            .filter(|((e, _), _)| e == id)
-            .map(|((_, d), x)| (d.clone(), (x.state, x.due)))
-            .collect();
-        assert_eq!(got, want, "deliveries of {id}");
-    }
-    for dest in DESTS {
-        let count = |s: DeliveryState| {
-            m.deliveries.iter().filter(|((_, d), x)| d == dest && x.state == s).count() as u64
-        };
-        let oldest = m
-            .deliveries
-            .iter()
-            .filter(|((_, d), x)| d == dest && x.state.is_scheduled())
-            .map(|((id, _), _)| *id)
-            .min()
-            .map(QueueStats::second_of);
-        let want = QueueStats {
-            pending: count(DeliveryState::Pending),
-            held: count(DeliveryState::Held),
-            retrying: count(DeliveryState::Retrying),
-            dead: count(DeliveryState::Dead),
-            oldest,
-            counting: false,
-        };
-        let got = store.queue_stats(dest).await.unwrap();
-        if got.counting {
-            SEEN_COUNTING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            // Counted behind a reopen, not done yet: a lower bound (checked exactly by
-            // a later verify, and the last one waits for it).
-            let (have, truth) = (
-                [got.pending, got.held, got.retrying, got.dead],
-                [want.pending, want.held, want.retrying, want.dead],
-            );
-            assert!(
-                have.iter().zip(truth).all(|(h, t)| *h <= t),
-                "queue of {dest} while counting: {got:?}, at most {want:?}"
-            );
-        } else {
-            assert_eq!(got, want, "queue of {dest}");
-        }
-    }
-    let dead: BTreeSet<(EventId, String)> = store
-        .dead_letters(DeadLetterFilter { limit: 100_000, ..Default::default() })
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| (d.event, d.destination))
-        .collect();
-    let want: BTreeSet<(EventId, String)> = m
-        .deliveries
-        .iter()
-        .filter(|(_, x)| x.state == DeliveryState::Dead)
-        .map(|(k, _)| k.clone())
-        .collect();
-    assert_eq!(dead, want, "dead letters");
-    assert_eq!(store.paused().await.unwrap(), m.paused.iter().cloned().collect(), "paused");
-    // The audit: both equations hold, and what it counts is what happened. Not while
-    // the inbox is counted behind a reopen: the audit would wait for it, and the next
-    // operations would not race with the count (`recount::tests` checks the wait; the
-    // last check waits for the count).
-    if inbox_counting {
-        return;
-    }
-    let audit = crate::audit::read(store, 0, 1_000, None).await.unwrap();
-    assert!(audit.balanced, "audit: {:?}", audit.imbalances);
-    let sum = |f: fn(&crate::api::EventAudit) -> i64| audit.events.iter().map(f).sum::<i64>();
-    assert_eq!(sum(|e| e.received), m.appended, "audit: received");
-    assert_eq!(sum(|e| e.rejected), m.rejected, "audit: rejected");
-    assert_eq!(sum(|e| e.waiting), inbox as i64, "audit: waiting");
-    for dest in DESTS {
-        let row = audit.destinations.iter().find(|d| d.destination == dest);
-        let got = row.map_or([0; 4], |d| [d.pending, d.retrying, d.held, d.dead]);
-        let count = |s: DeliveryState| {
-            m.deliveries.iter().filter(|((_, d), x)| d == dest && x.state == s).count() as i64
-        };
-        let want = [
-            DeliveryState::Pending,
-            DeliveryState::Retrying,
-            DeliveryState::Held,
-            DeliveryState::Dead,
-        ]
-        .map(count);
-        assert_eq!(got, want, "audit of {dest}: pending, retrying, held, dead");
     }
 }
