@@ -23,13 +23,14 @@ async fn delivery_of(relay: &Relay, id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_retries_keep_their_due_time_across_sigkill() {
     let a = Sink::start().await;
-    a.set_mode(Mode::Status(503));
+    // A due time 8 s on, whatever the jitter draws (a `Retry-After` is a floor under
+    // it): longer than the kill and the restart take on a loaded machine. A 503 with
+    // a 3 s ceiling was not: full jitter once drew a due time that came, and the retry
+    // with it, before the check below read it.
+    a.set_mode(Mode::RetryAfter(8));
     let dir = tempfile::tempdir().unwrap();
-    let text = common::config_with(
-        &dir.path().join("data"),
-        "",
-        &tail(&a.url(), "initial_backoff = \"3s\"\nmax_backoff = \"3s\""),
-    );
+    let text =
+        common::config_with(&dir.path().join("data"), "", &tail(&a.url(), "max_backoff = \"8s\""));
     let relay = Relay::start(dir.path(), &text).await;
     let r =
         relay.callback(Some("ActionCreated"), "application/json", r#"{"data":{"id":"1"}}"#).await;
