@@ -120,16 +120,12 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
         match store.inbox().await {
             // Still counted behind a restart: no number rather than a low one.
             Ok(inbox) if inbox.counting => m.store.inbox_events.reset(),
-            Ok(inbox) => m
-                .store
-                .inbox_events
-                .with_label_values(&[] as &[&str])
-                .set(i64::try_from(inbox.events).unwrap_or(i64::MAX)),
+            Ok(inbox) => m.store.inbox().set(i64::try_from(inbox.events).unwrap_or(i64::MAX)),
             Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
         }
     } else {
         m.store.store_size.set(0);
-        m.store.inbox_events.with_label_values(&[] as &[&str]).set(0);
+        m.store.inbox().set(0);
         m.delivery.queue_depth.reset();
         m.delivery.queue_oldest_age.reset();
     }

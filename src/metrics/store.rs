@@ -27,6 +27,12 @@ pub(crate) struct StoreMetrics {
 }
 
 impl StoreMetrics {
+    /// `hookrelay_inbox_events`' one series (made present by a set; `inbox_events.reset()`
+    /// makes it absent).
+    pub(crate) fn inbox(&self) -> IntGauge {
+        self.inbox_events.with_label_values(&[] as &[&str])
+    }
+
     pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
         Ok(Self {
             store_commit_duration: r.histogram(
