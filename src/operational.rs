@@ -68,6 +68,13 @@ pub(crate) enum OperationalEvent<'a> {
         free_bytes: u64,
         floor_bytes: u64,
     },
+    /// A destination's `filter` or `transform` was stopped too many runs in a row
+    /// (`role`), and the relay no longer runs it until the config is fixed.
+    ProgramDisabled {
+        destination: &'a str,
+        role: &'a str,
+        reason: &'a str,
+    },
 }
 
 /// The names, for docs and checks.
@@ -78,6 +85,7 @@ pub(crate) const NAMES: &[&str] = &[
     "hookrelay.DestinationPaused",
     "hookrelay.DestinationStalled",
     "hookrelay.StorageLow",
+    "hookrelay.ProgramDisabled",
 ];
 
 impl OperationalEvent<'_> {
@@ -89,6 +97,7 @@ impl OperationalEvent<'_> {
             Self::DestinationPaused { .. } => NAMES[3],
             Self::DestinationStalled { .. } => NAMES[4],
             Self::StorageLow { .. } => NAMES[5],
+            Self::ProgramDisabled { .. } => NAMES[6],
         }
     }
 
@@ -123,6 +132,9 @@ impl OperationalEvent<'_> {
                 data_dir.to_owned(),
                 json!({"low": low, "freeBytes": free_bytes, "floorBytes": floor_bytes}),
             ),
+            Self::ProgramDisabled { destination, role, reason } => {
+                ("destinations", destination.to_owned(), json!({"program": role, "reason": reason}))
+            }
         }
     }
 

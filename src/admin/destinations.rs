@@ -10,7 +10,7 @@ use super::views::age_seconds;
 use super::{error, AdminState};
 use crate::api;
 use crate::shape::program::{CompileError, Program};
-use crate::shape::{self, FilterVerdict};
+use crate::shape::FilterVerdict;
 use crate::timefmt::format_admin;
 
 /// Every destination with its state and queue.
@@ -110,11 +110,10 @@ pub(super) async fn preview(
         }
         Err(e) => return store_error(&e),
     };
-    let verdict = match &filter {
-        Some(f) => shape::verdict(f, id, &record.meta, &stored).await,
-        None => FilterVerdict::Matched,
-    };
-    let shaped = shape::body_sent(transform.as_ref(), id, &record.meta, &stored).await;
+    let (verdict, shaped) = state
+        .shaper
+        .preview(&dest.dest.name, filter.as_ref(), transform.as_ref(), id, &record.meta, &stored)
+        .await;
     let (verdict, reason) = match verdict {
         FilterVerdict::Matched => ("matched", None),
         FilterVerdict::Filtered { reason, .. } => ("filtered", Some(reason)),

@@ -259,15 +259,14 @@ async fn refiltered(
         Err(e) => return Err(store_error(&e)),
     };
     let event = crate::shape::ToFilter { id: record.id, meta: record.meta.clone(), body, filters };
-    let asked = tokio::task::spawn_blocking(move || crate::shape::filtered_out(vec![event])).await;
-    let left_out: Vec<api::FilteredReplay> = match asked {
-        Ok(out) => out
-            .into_iter()
-            .flatten()
-            .map(|f| api::FilteredReplay { destination: f.destination, reason: f.reason })
-            .collect(),
-        Err(e) => return Err(error(StatusCode::INTERNAL_SERVER_ERROR, format!("filters: {e}"))),
-    };
+    let left_out: Vec<api::FilteredReplay> = state
+        .shaper
+        .filtered_out(vec![event])
+        .await
+        .into_iter()
+        .flatten()
+        .map(|f| api::FilteredReplay { destination: f.destination, reason: f.reason })
+        .collect();
     let kept =
         targets.into_iter().filter(|t| left_out.iter().all(|f| &f.destination != t)).collect();
     Ok((kept, left_out))

@@ -41,6 +41,8 @@ pub(crate) struct AdminState {
     pub(crate) upstream: Arc<crate::upstream::Reconciler>,
     /// The console's sessions and sign-in throttle (`console/`).
     pub(crate) console: crate::console::Console,
+    /// Where previews and a replay's filters run.
+    pub(crate) shaper: Arc<crate::shape::Shaper>,
 }
 
 /// Routes of the admin listener. Each path answers its own methods; any other gets

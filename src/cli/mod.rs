@@ -114,6 +114,10 @@ enum Command {
     /// validation, Disabled hooks), calls the hooks' targets when events are raised, and
     /// offers /oauth/token and /sim/... controls. For trying the relay and for its tests.
     Sim(crate::sim::SimArgs),
+    /// A shaping process: runs jq programs for the relay that started it, on the
+    /// socket it was given as stdin. Not for use by hand.
+    #[command(hide = true)]
+    ShapeWorker,
 }
 
 /// The references `hookrelay reference` prints.
@@ -188,6 +192,7 @@ pub fn run() -> ExitCode {
         Command::Hooks { target, command } => run_admin(target, admin::Op::Hooks(command)),
         Command::Audit { target, window } => run_admin(target, admin::Op::Audit(window)),
         Command::Sim(args) => sim(args, cli.log_format),
+        Command::ShapeWorker => crate::shape::worker::main(),
     }
 }
 

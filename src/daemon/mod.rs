@@ -98,6 +98,8 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         .filter(|name| crate::dispatch::wanted(&config, name))
         .collect();
     let _operational = crate::operational::start(store.clone(), source, wanted);
+    // Every jq program runs in the shaping processes it owns, ended at the stop.
+    let shaper = Arc::new(crate::shape::Shaper::new(metrics.clone()));
     let destinations = Arc::new(
         Destinations::new(&config, store.clone()).await.context("setting up destinations")?,
     );
@@ -126,6 +128,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
                 metrics: metrics.clone(),
                 client,
                 tracer: tracer.clone(),
+                shaper: shaper.clone(),
             },
             stop.clone(),
         )
@@ -148,6 +151,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         committed,
         space.clone(),
         tracer.clone(),
+        shaper.clone(),
     );
     let dispatch_task = supervisor.watch(
         "dispatcher",
@@ -209,6 +213,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         token: config.admin.resolved_token.clone(),
         upstream: reconciler.clone(),
         console: crate::console::Console::new(config.admin.resolved_token.as_ref()),
+        shaper: shaper.clone(),
     };
     let (admin_server, admin_addrs) = admin::server(config.admin.listen, grace, admin_state)
         .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
@@ -280,6 +285,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
             export.finish(EXPORT_FINISH).await;
         }
         admin_handle.stop(true).await;
+        shaper.close().await;
     };
     if tokio::time::timeout(grace, drain).await.is_err() {
         tracing::warn!("shutdown grace period exceeded; cutting remaining connections");

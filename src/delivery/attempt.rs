@@ -14,7 +14,6 @@ use crate::internal_events::{
     TransformFailed,
 };
 use crate::lock::lock;
-use crate::shape;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{Attempt, AttemptWrite, Claim};
 use crate::telemetry::trace;
@@ -54,7 +53,8 @@ impl Worker {
         let shaped = match (&claim.meta, &claim.body, made) {
             (Some(_), Some(_), Some(made)) => Some(made),
             (Some(meta), Some(body), None) => {
-                Some(shape::body_sent(dest.transform.as_ref(), claim.event, meta, body).await)
+                let transform = dest.transform.as_ref();
+                Some(self.shaper.body_sent(&dest.name, transform, claim.event, meta, body).await)
             }
             _ => None,
         };

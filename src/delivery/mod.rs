@@ -161,6 +161,8 @@ pub(crate) struct RelayContext {
     pub(crate) client: reqwest::Client,
     /// Each attempt's span, and the `traceparent` it sends.
     pub(crate) tracer: Arc<crate::telemetry::Tracer>,
+    /// Where transforms run.
+    pub(crate) shaper: Arc<crate::shape::Shaper>,
 }
 
 /// Every configured destination, by name.
@@ -235,6 +237,7 @@ impl Destinations {
                     store: self.store.clone(),
                     metrics: relay.metrics.clone(),
                     client: relay.client.clone(),
+                    shaper: relay.shaper.clone(),
                     tracer: relay.tracer.clone(),
                     shaped: std::sync::Mutex::default(),
                 };

@@ -41,8 +41,10 @@ pub(super) struct Worker {
     pub(super) metrics: Arc<Metrics>,
     pub(super) client: reqwest::Client,
     pub(super) tracer: Arc<crate::telemetry::Tracer>,
+    /// Where the destination's transform runs.
+    pub(super) shaper: Arc<shape::Shaper>,
     /// Bodies the destination's transform made for claims taken ahead, by claim token:
-    /// a claimed batch is transformed in one hand-over to the jq threads.
+    /// a claimed batch is transformed in one loan of a shaping process.
     pub(super) shaped: std::sync::Mutex<HashMap<u64, Result<shape::Sent, String>>>,
 }
 
@@ -142,7 +144,7 @@ impl Worker {
     }
 
     /// Makes the bodies of `claims` with the destination's transform, if it has one,
-    /// in one hand-over to the jq threads.
+    /// in one loan of a shaping process.
     async fn shape_ahead(&self, claims: &[Claim]) {
         let Some(transform) = &self.state.dest.transform else { return };
         let events: Vec<shape::ToTransform> = claims
@@ -155,7 +157,7 @@ impl Worker {
         if events.is_empty() {
             return;
         }
-        let made = shape::bodies_sent(transform, events).await;
+        let made = self.shaper.bodies_sent(&self.state.dest.name, transform, events).await;
         let mut shaped = lock(&self.shaped);
         if shaped.len() + made.len() > SHAPED_KEPT {
             shaped.clear();

@@ -83,8 +83,9 @@ impl PlanRules {
         DispatchPlan { id: p.id, dedup, destinations, filtered, latest, ordered, resource }
     }
 
-    /// The plans of a batch: the filters of every event asked in one bounded run.
-    fn plans(&self, pending: &[PendingEvent]) -> Vec<DispatchPlan> {
+    /// What a batch's plans are made from: each event's destinations, and the events
+    /// whose destinations have filters to ask (with, for each event, its place there).
+    fn routes(&self, pending: &[PendingEvent]) -> Routes {
         let mut batch = Vec::new();
         let mut at = Vec::with_capacity(pending.len());
         let mut routes = Vec::with_capacity(pending.len());
@@ -107,7 +108,18 @@ impl PlanRules {
             let (id, meta, body) = (p.id, p.meta.clone(), p.body.clone());
             batch.push(shape::ToFilter { id, meta, body, filters });
         }
-        let mut verdicts = if batch.is_empty() { Vec::new() } else { shape::filtered_out(batch) };
+        Routes { destinations: routes, to_filter: batch, at }
+    }
+
+    /// The plans of a batch, from its routes and its filters' answers (one list of
+    /// destinations filtered out per event asked, in the order of `to_filter`).
+    fn plans(
+        &self,
+        pending: &[PendingEvent],
+        routes: Routes,
+        mut verdicts: Vec<Vec<FilteredOut>>,
+    ) -> Vec<DispatchPlan> {
+        let Routes { destinations: routes, at, .. } = routes;
         pending
             .iter()
             .zip(at)
@@ -118,6 +130,16 @@ impl PlanRules {
             })
             .collect()
     }
+}
+
+/// A batch's routes, and the filters they need asked.
+struct Routes {
+    /// Each event's destinations.
+    destinations: Vec<Vec<String>>,
+    /// The events with destinations that filter.
+    to_filter: Vec<shape::ToFilter>,
+    /// Each event's place in `to_filter`, if it has one.
+    at: Vec<Option<usize>>,
 }
 
 /// Whether some destination of `config` takes events named `event` (from any source:
@@ -137,11 +159,15 @@ pub(crate) struct Dispatcher {
     space: Arc<crate::space::Space>,
     /// Each event's dispatch span.
     tracer: Arc<crate::telemetry::Tracer>,
+    /// Where the filters run: never inside the store's write.
+    shaper: Arc<shape::Shaper>,
 }
 
 impl Dispatcher {
     /// `wake` is notified by the committer after each group, so dispatch follows
-    /// ingest without polling delay.
+    /// ingest without polling delay. (Eight parts the daemon owns and lends: a
+    /// struct of them would only rename the list.)
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         config: &Config,
         store: SharedStore,
@@ -150,6 +176,7 @@ impl Dispatcher {
         wake: Arc<Notify>,
         space: Arc<crate::space::Space>,
         tracer: Arc<crate::telemetry::Tracer>,
+        shaper: Arc<shape::Shaper>,
     ) -> Self {
         let dedup = config
             .sources
@@ -180,7 +207,7 @@ impl Dispatcher {
                 .collect(),
             dedup,
         };
-        Self { store, rules: Arc::new(rules), metrics, destinations, wake, space, tracer }
+        Self { store, rules: Arc::new(rules), metrics, destinations, wake, space, tracer, shaper }
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
@@ -259,12 +286,33 @@ impl Dispatcher {
     /// another relay dispatched meanwhile (`Gone`) included, or 0 when every one was
     /// (looking again at once would fetch the same bodies again and again).
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
-        let rules = self.rules.clone();
-        let planner: crate::store::Planner = Arc::new(move |pending| rules.plans(pending));
         let now = crate::clock::now_us();
-        // Read, plan and dispatch in one store call (one hop for a blocking backend);
-        // durable when it returns, as configured: the store's business.
-        let (pending, plans, outcomes) = self.store.dispatch_next(BATCH, planner, now).await?;
+        let (pending, plans, outcomes) = if self.rules.filters.is_empty() {
+            // Read, plan and dispatch in one store call (one hop for a blocking
+            // backend); durable when it returns, as configured: the store's business.
+            let rules = self.rules.clone();
+            let planner: crate::store::Planner = Arc::new(move |pending| {
+                let routes = rules.routes(pending);
+                rules.plans(pending, routes, Vec::new())
+            });
+            self.store.dispatch_next(BATCH, planner, now).await?
+        } else {
+            // Filters run in the shaping processes, bounded, and never inside the
+            // store's write (whose watchdog a slow one would trip): read, ask, then
+            // write. An event dispatched meanwhile (it cannot be: one relay leads)
+            // would come back `Gone`.
+            let pending = self.store.pending(BATCH).await?;
+            if pending.is_empty() {
+                return Ok(0);
+            }
+            let mut routes = self.rules.routes(&pending);
+            let asked = std::mem::take(&mut routes.to_filter);
+            let verdicts =
+                if asked.is_empty() { Vec::new() } else { self.shaper.filtered_out(asked).await };
+            let plans = self.rules.plans(&pending, routes, verdicts);
+            let outcomes = self.store.dispatch(plans.clone(), now).await?;
+            (pending, plans, outcomes)
+        };
         if pending.is_empty() {
             return Ok(0);
         }

@@ -11,6 +11,7 @@ mod console;
 mod delivery;
 mod dispatch;
 mod ingress;
+mod shape;
 mod store;
 mod tasks;
 mod telemetry;
@@ -25,6 +26,7 @@ pub(crate) use dispatch::{DedupKeysCounted, DispatchLead, EventDispatched};
 pub(crate) use ingress::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed,
 };
+pub(crate) use shape::ShapeRunStopped;
 pub(crate) use store::{AuditChecked, CommitGroup, EventStored, StoreFailed, StoreProbed};
 pub(crate) use tasks::{
     BodiesDroppedAtSettlement, BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown,

@@ -147,6 +147,14 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
 
     let m = meta();
     check(vec![AttemptFinished { destination: "crm", took }], s);
+    let stopped = |disabled| ShapeRunStopped {
+        destination: "crm",
+        role: "filter",
+        cause: crate::shape::pool::Cause::Overran,
+        reason: "the program ran longer than 2s",
+        disabled,
+    };
+    check(vec![stopped(false), stopped(true)], s);
     check(
         vec![TransformFailed {
             event: id,

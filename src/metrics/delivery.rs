@@ -18,11 +18,28 @@ pub(crate) struct DeliveryMetrics {
     pub(crate) worker_restarts: IntCounterVec,
     pub(crate) destination_paused: IntGaugeVec,
     pub(crate) transforms_failed: IntCounterVec,
+    pub(crate) shape_runs_stopped: IntCounterVec,
+    pub(crate) programs_disabled: IntGaugeVec,
 }
 
 impl DeliveryMetrics {
     pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
         Ok(Self {
+            shape_runs_stopped: r.counter_vec(
+                "hookrelay_shape_runs_stopped_total",
+                "jq runs stopped by the relay, by destination, program (filter, transform, \
+                 preview) and cause: overran (ran past its time limit, its process killed) or \
+                 crashed (its process died: a recursion without end, memory past the limit). \
+                 Only that run's event pays; see docs/runbook.md.",
+                &["destination", "program", "cause"],
+            )?,
+            programs_disabled: r.gauge_vec(
+                "hookrelay_shape_program_disabled",
+                "1 while a destination's filter or transform is disabled: stopped too many runs \
+                 in a row, it is no longer run (every event is filtered out, or its delivery \
+                 dead) until the config is fixed and the relay restarted.",
+                &["destination", "program"],
+            )?,
             transforms_failed: r.counter_vec(
                 "hookrelay_transforms_failed_total",
                 "Deliveries made dead because the destination's transform failed or gave no \

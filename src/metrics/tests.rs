@@ -20,6 +20,7 @@ const BOUNDED_LABELS: &[(&str, &str)] = &[
     ("task", "the relay's background tasks (one per destination for delivery)"),
     ("kind", "fixed per metric"),
     ("result", "fixed per metric"),
+    ("program", "filter, transform or preview"),
 ];
 
 /// Words that say a metric measures time or size, and the base unit it must end in.
@@ -45,6 +46,8 @@ fn touch_all(m: &Metrics) {
     m.delivery.destination_stalled.with_label_values(&["crm"]).set(0);
     m.delivery.worker_restarts.with_label_values(&["crm"]).inc();
     m.delivery.transforms_failed.with_label_values(&["crm"]).inc();
+    m.delivery.shape_runs_stopped.with_label_values(&["crm", "filter", "overran"]).inc();
+    m.delivery.programs_disabled.with_label_values(&["crm", "filter"]).set(1);
     m.dispatch.deliveries_filtered.with_label_values(&["crm", "error"]).inc();
     m.dispatch.deliveries_superseded.with_label_values(&["crm"]).inc();
     m.store.store_failed.set(1);

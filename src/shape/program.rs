@@ -5,6 +5,12 @@
 //! `now` (a transform must give the same bytes on every attempt), `halt`, and the
 //! logging filters `debug`, `stderr` and `input(s)` are left out, and modules cannot
 //! be read from disk. A program naming one fails to compile, at load time.
+//!
+//! jaq's parser and compiler recurse once per nesting level, and one byte of source
+//! can open a level (`-`, `(`): a program is at most [`MAX_SOURCE`] bytes, compiled on
+//! a thread whose stack holds twice that depth (measured: 30,000 levels fit in
+//! [`COMPILE_STACK`]). Programs are compiled in the relay only to check them; they run
+//! in the shaping processes (`worker.rs`), which compile them again.
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{data, unwrap_valr, Compiler, Ctx, Vars};
@@ -24,14 +30,22 @@ const DEFS_LEFT_OUT: &[&str] = &["stderr", "debug", "halt", "halt_error"];
 
 /// Outputs read from a program: a second one is enough to know it made more than one.
 const OUTPUTS_READ: usize = 2;
+/// The longest program accepted, in bytes.
+pub(crate) const MAX_SOURCE: usize = 16 << 10;
+/// The stack a program is compiled on (reserved, touched only as deep as it goes).
+const COMPILE_STACK: usize = 256 << 20;
+/// Runs in a row that overran or crashed before a program is disabled.
+pub(crate) const STRIKES: u32 = 3;
 
 /// A compiled jq program.
 pub(crate) struct Program {
     filter: jaq_core::Filter<Data>,
     /// The source, for `check-config` and the preview.
     code: String,
-    /// Set once a run outlived its limit (`bounded.rs`): every run fails with it.
-    runaway: std::sync::OnceLock<String>,
+    /// Runs in a row that overran or crashed (`pool.rs`); a run that ends well resets it.
+    strikes: std::sync::atomic::AtomicU32,
+    /// Set at the [`STRIKES`]th: from then on the relay does not run it, and this is why.
+    disabled: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for Program {
@@ -65,8 +79,42 @@ impl CompileError {
 }
 
 impl Program {
-    /// Compiles `code`; the first error found, with its position.
+    /// Compiles `code` on a thread with room for its depth; the first error found, with
+    /// its position.
     pub(crate) fn compile(code: &str) -> Result<Self, CompileError> {
+        std::thread::scope(|scope| {
+            let compiling = std::thread::Builder::new()
+                .name("hookrelay-jq-compile".into())
+                .stack_size(COMPILE_STACK)
+                .spawn_scoped(scope, || Self::compile_here(code));
+            match compiling.map(|t| t.join()) {
+                Ok(Ok(compiled)) => compiled,
+                Ok(Err(_)) => {
+                    Err(CompileError::at(code, "", "the compiler failed (a panic in jaq)".into()))
+                }
+                Err(e) => Err(CompileError::at(
+                    code,
+                    "",
+                    format!("cannot start a thread to compile it: {e}"),
+                )),
+            }
+        })
+    }
+
+    /// Compiles `code` on this thread, which must have [`COMPILE_STACK`] of stack (the
+    /// shaping process's has).
+    pub(crate) fn compile_here(code: &str) -> Result<Self, CompileError> {
+        if code.len() > MAX_SOURCE {
+            return Err(CompileError::at(
+                code,
+                "",
+                format!(
+                    "the program is {} bytes, more than the {} KiB a program may have",
+                    code.len(),
+                    MAX_SOURCE >> 10
+                ),
+            ));
+        }
         let defs = jaq_core::defs()
             .chain(jaq_std::defs())
             .chain(jaq_json::defs())
@@ -129,12 +177,37 @@ impl Program {
                 None => CompileError::at(code, "", "does not compile".into()),
             }
         })?;
-        Ok(Self { filter, code: code.to_owned(), runaway: std::sync::OnceLock::new() })
+        Ok(Self {
+            filter,
+            code: code.to_owned(),
+            strikes: std::sync::atomic::AtomicU32::new(0),
+            disabled: std::sync::OnceLock::new(),
+        })
     }
 
-    /// From now on every run fails with `reason` (the first one given).
-    pub(crate) fn mark_runaway(&self, reason: String) {
-        let _ = self.runaway.set(reason);
+    /// Why the relay no longer runs it, once it overran or crashed [`STRIKES`] times in
+    /// a row.
+    pub(crate) fn disabled(&self) -> Option<&str> {
+        self.disabled.get().map(String::as_str)
+    }
+
+    /// A run overran or crashed, for `reason`: whether this strike disabled it.
+    pub(crate) fn strike(&self, reason: &str) -> bool {
+        use std::sync::atomic::Ordering;
+        let strikes = self.strikes.fetch_add(1, Ordering::SeqCst) + 1;
+        strikes >= STRIKES
+            && self
+                .disabled
+                .set(format!(
+                    "disabled after {strikes} runs in a row that were stopped (the last: \
+                     {reason}): fix the program, then restart the relay"
+                ))
+                .is_ok()
+    }
+
+    /// A run ended well: the strikes start again from 0.
+    pub(crate) fn cleared(&self) {
+        self.strikes.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The source it was compiled from.
@@ -145,9 +218,6 @@ impl Program {
     /// Runs the program on `input`: its first outputs (at most two, enough to tell
     /// one from several), or the first error.
     pub(crate) fn run(&self, input: Val) -> Result<Vec<Val>, String> {
-        if let Some(reason) = self.runaway.get() {
-            return Err(reason.clone());
-        }
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([]));
         let mut out = Vec::new();
         for value in self.filter.id.run((ctx, input)).map(unwrap_valr).take(OUTPUTS_READ) {

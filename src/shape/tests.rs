@@ -13,6 +13,12 @@ fn meta(resource: Option<&str>) -> EventMeta {
     meta
 }
 
+/// The input document of event `id` with `meta`, as a shaping process builds it.
+fn input(id: EventId, meta: &EventMeta, body: &[u8]) -> Val {
+    let program = Program::compile(".").unwrap();
+    document(&job(Role::Filter, &program, id, meta), body).0
+}
+
 fn run(code: &str, body: &str) -> Result<Vec<Val>, String> {
     let p = Program::compile(code).unwrap();
     p.run(input(EventId::new(0x10), &meta(Some("actions/5")), body.as_bytes()))
@@ -45,7 +51,7 @@ fn the_input_document_holds_the_event_and_its_parsed_body() {
 
 #[test]
 fn only_a_single_true_matches() {
-    let verdict = |code: &str| filter_verdict(run(code, BODY));
+    let verdict = |code: &str| filter_verdict(run(code, BODY), None);
     assert_eq!(verdict(".body.data.attributes.status == \"Open\""), FilterVerdict::Matched);
     assert_eq!(verdict(".event | startswith(\"Action\")"), FilterVerdict::Matched);
     let reason = |code: &str| match verdict(code) {
@@ -150,7 +156,7 @@ proptest! {
     fn a_filter_matches_exactly_when_its_answer_is_true(body in json(), other in json()) {
         let code = format!(".body == {other}");
         let p = Program::compile(&code).unwrap();
-        let verdict = filter_verdict(p.run(input(EventId::new(7), &meta(None), body.to_string().as_bytes())));
+        let verdict = filter_verdict(p.run(input(EventId::new(7), &meta(None), body.to_string().as_bytes())), None);
         prop_assert_eq!(verdict == FilterVerdict::Matched, body == other);
     }
 }

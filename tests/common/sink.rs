@@ -187,7 +187,10 @@ impl Sink {
         let state = Arc::new(Mutex::new(State::default()));
         let data = web::Data::from(state.clone());
         let server = HttpServer::new(move || {
-            App::new().app_data(data.clone()).default_service(web::to(handle))
+            App::new()
+                .app_data(data.clone())
+                .app_data(web::PayloadConfig::new(64 << 20))
+                .default_service(web::to(handle))
         })
         .workers(1)
         .disable_signals()

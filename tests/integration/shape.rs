@@ -250,22 +250,31 @@ fn a_program_that_does_not_compile_is_a_config_error_with_its_position() {
     }
 }
 
-/// A filter that never ends holds dispatch up once, for its limit (5 s): it is then
-/// disabled (every event filtered out, with the reason), and every other destination
-/// gets every event; a transform that never ends makes its deliveries dead the same
-/// way. Nothing is wedged.
+/// The programs and the body that once stopped the relay, composed: a filter that
+/// loops, a transform that loops, a filter that recurses without end, a preview that
+/// loops, and a callback of 200,000 nested `[` with a plain filter configured (issue
+/// 40). Each costs only its own runs: the looping programs are stopped three times
+/// each and then disabled (their deliveries filtered or dead, with the reason), the
+/// nested body is filtered with its reason, and every other destination gets every
+/// event within the bound. The relay's threads do not grow, no shaping process is left
+/// behind, and a restart on the same store stays up and delivers what comes next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_program_that_never_ends_is_disabled_and_everything_else_flows() {
+async fn programs_that_never_end_and_bodies_nested_200_000_deep_cost_only_their_own_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let (plain, looping) = (Sink::start().await, Sink::start().await);
+    let (plain, looping, plain_filter) =
+        (Sink::start().await, Sink::start().await, Sink::start().await);
     let tail = format!(
-        "\n[[destinations]]\nname = \"plain\"\nurl = \"{}\"\n\n[[destinations]]\nname = \"looping\"\nurl = \"{}\"\nfilter = 'last(range(1e18)) > 0'\n\n[[destinations]]\nname = \"stuck\"\nurl = \"{}\"\ntransform = '[limit(1e18; repeat(1))] | length'\n",
+        "\n[[destinations]]\nname = \"plain\"\nurl = \"{}\"\n\n[[destinations]]\nname = \"looping\"\nurl = \"{}\"\nfilter = 'last(range(1e18)) > 0'\n\n[[destinations]]\nname = \"stuck\"\nurl = \"{}\"\ntransform = '[limit(1e18; repeat(1))] | length'\n\n[[destinations]]\nname = \"deep\"\nurl = \"{}\"\nfilter = 'def f: [f]; f'\n\n[[destinations]]\nname = \"named\"\nurl = \"{}\"\nfilter = '.event == \"ActionCreated\"'\n",
         plain.url(),
         looping.url(),
-        looping.url()
+        looping.url(),
+        looping.url(),
+        plain_filter.url()
     );
-    let relay =
-        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    let config = common::config_with(&dir.path().join("data"), "", &tail);
+    let mut relay = Relay::start(dir.path(), &config).await;
+    let threads = |pid: i32| std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    let before = threads(relay.pid());
     let mut ids = Vec::new();
     for n in 0..5 {
         let body = format!(r#"{{"data":{{"type":"actions","id":"{n}"}}}}"#);
@@ -273,24 +282,79 @@ async fn a_program_that_never_ends_is_disabled_and_everything_else_flows() {
         assert_eq!(r.status(), 200);
         ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
     }
-    // Two overruns of 5 s at most (one per program), then the bound.
-    plain.wait_for(5, Duration::from_secs(12) + BOUND).await;
-    for id in &ids {
+    // The callback of issue 40: 400 KB of nesting, no event name.
+    let nested = format!("{{\"data\":{}{}}}", "[".repeat(200_000), "]".repeat(200_000));
+    let r = relay.callback(None, "application/json", nested).await;
+    assert_eq!(r.status(), 200);
+    let nested_id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    // A preview that loops, beside it all.
+    let (status, preview) = relay
+        .admin_post(
+            "/admin/destinations/plain/preview",
+            Some(json!({"event": ids[0], "filter": "def f: f; f"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    assert!(preview["reason"].as_str().unwrap().contains("ran longer than 2s"), "{preview}");
+    // Three overruns of 2 s per looping program at most, then the bound.
+    plain.wait_for(6, Duration::from_secs(12) + BOUND).await;
+    plain_filter.wait_for(5, BOUND).await;
+    for (i, id) in ids.iter().enumerate() {
         let filtered = delivery(&relay, id, "looping").await;
         assert_eq!(filtered["state"], "filtered", "{filtered}");
-        assert!(filtered["reason"].as_str().unwrap().contains("ran longer than 5s"), "{filtered}");
+        let reason = filtered["reason"].as_str().unwrap();
+        let expected = if i < 3 { "ran longer than 2s" } else { "disabled after 3 runs in a row" };
+        assert!(reason.contains(expected), "event {i}: {filtered}");
+        let deep = delivery(&relay, id, "deep").await;
+        assert_eq!(deep["state"], "filtered", "{deep}");
+        let reason = deep["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("recursed too deep") || reason.contains("disabled after"),
+            "{deep}"
+        );
     }
+    let nested = delivery(&relay, &nested_id, "named").await;
+    assert_eq!(nested["state"], "filtered", "{nested}");
+    assert!(
+        nested["reason"].as_str().unwrap().contains("nests deeper than 127 levels"),
+        "{nested}"
+    );
     relay
         .admin_until(
             "/admin/dead-letters?destination=stuck",
             Duration::from_secs(12) + BOUND,
-            |v| v["dead_letters"].as_array().is_some_and(|a| a.len() == 5),
+            |v| v["dead_letters"].as_array().is_some_and(|a| a.len() == 6),
         )
         .await;
     let dead = delivery(&relay, &ids[4], "stuck").await;
-    assert!(dead["last_error"].as_str().unwrap().contains("ran longer than 5s"), "{dead}");
+    assert!(dead["last_error"].as_str().unwrap().contains("disabled after 3 runs"), "{dead}");
     assert_eq!(looping.count(), 0);
-    assert!(relay.logs().contains("a jq program ran past its limit"));
+    let text = relay.metrics().await;
+    let disabled = |d: &str, p: &str| {
+        metric(&text, "hookrelay_shape_program_disabled", &[("destination", d), ("program", p)])
+    };
+    assert_eq!(disabled("looping", "filter"), Some(1.0));
+    assert_eq!(disabled("stuck", "transform"), Some(1.0));
+    assert_eq!(disabled("deep", "filter"), Some(1.0));
+    assert!(relay.logs().contains("a jq program is disabled"));
+    // Nothing left running: the relay's threads as before (a few of the runtime's may
+    // come and go), and at most the three shaping processes of its two lanes.
+    let after = threads(relay.pid());
+    assert!(after <= before + 4, "threads {before} before, {after} after");
+    let children = std::process::Command::new("pgrep")
+        .args(["-P", &relay.pid().to_string()])
+        .output()
+        .unwrap();
+    let children = String::from_utf8_lossy(&children.stdout).lines().count();
+    assert!(children <= 3, "{children} shaping processes");
+    // A restart on the same store stays up, and what comes next is delivered.
+    relay.signal(libc::SIGTERM);
+    assert!(relay.wait_exit(Duration::from_secs(30)).success());
+    let relay = Relay::start(dir.path(), &config).await;
+    let r = relay.callback(Some("ActionCreated"), "application/json", "{}").await;
+    assert_eq!(r.status(), 200);
+    plain.wait_for(7, BOUND).await;
+    plain_filter.wait_for(6, BOUND).await;
 }
 
 /// `ordering = "latest"` after a paused backlog: 10 updates of each of 5 resources
