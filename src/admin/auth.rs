@@ -1,5 +1,6 @@
 //! Guard of the `/admin` scope: the bearer token, or the console's session cookie
-//! (with its CSRF token on every change).
+//! (with its CSRF token on every change). Wrong bearer tokens count against their
+//! client in the console's throttle (`console/throttle.rs`), as wrong sign-ins do.
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -9,8 +10,11 @@ use actix_web::web;
 
 use super::{error, AdminState};
 use crate::console::session::CSRF_HEADER;
+use crate::internal_events::{AdminTokenRefused, InternalEvent};
+use crate::lock::lock;
 
-/// Lets a request through only with `Authorization: Bearer <admin.token>`.
+/// Lets a request through only with `Authorization: Bearer <admin.token>`, from a
+/// client that has not given too many wrong tokens lately.
 pub(super) async fn require_token<B: MessageBody>(
     req: ServiceRequest,
     next: Next<B>,
@@ -28,8 +32,7 @@ pub(super) async fn require_token<B: MessageBody>(
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "));
             match given {
-                Some(given) if token.matches(given.trim().as_bytes()) => None,
-                Some(_) => Some(unauthorized("missing or wrong bearer token")),
+                Some(given) => bearer_refusal(&req, &token, given),
                 None => console_refusal(&req),
             }
         }
@@ -38,6 +41,28 @@ pub(super) async fn require_token<B: MessageBody>(
         None => next.call(req).await.map(ServiceResponse::map_into_left_body),
         Some(resp) => Ok(req.into_response(resp).map_into_right_body()),
     }
+}
+
+/// Why a request with a bearer token is refused, if it is: its client is throttled
+/// (refused unread, 429), or the token is wrong (counted against the client).
+fn bearer_refusal(
+    req: &ServiceRequest,
+    token: &crate::config::Secret,
+    given: &str,
+) -> Option<actix_web::HttpResponse> {
+    let state = req.app_data::<web::Data<AdminState>>()?;
+    let from = req.peer_addr().map(|a| a.ip());
+    let now = crate::clock::unix_micros(std::time::SystemTime::now());
+    if let Err(wait) = lock(&state.console.throttle).check(from, now) {
+        AdminTokenRefused { throttled: true, from }.emit(&state.metrics);
+        return Some(crate::console::throttled(wait));
+    }
+    if token.matches(given.trim().as_bytes()) {
+        return None;
+    }
+    lock(&state.console.throttle).failed(from, now);
+    AdminTokenRefused { throttled: false, from }.emit(&state.metrics);
+    Some(unauthorized("missing or wrong bearer token"))
 }
 
 /// Why a request without a bearer token is refused, if it is: it needs the console's

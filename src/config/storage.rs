@@ -110,7 +110,8 @@ pub(crate) struct PostgresConfig {
     /// unset: the URL's, else `prefer`.
     pub(crate) sslmode: Option<SslMode>,
     /// PEM file of the CA(s) the server's certificate must be signed by (wins over the
-    /// URL's `sslrootcert`); unset with verify-ca or verify-full: the public CAs.
+    /// URL's `sslrootcert`), or "system" for the public CAs. verify-ca and verify-full
+    /// need one (the relay refuses to start without it, as libpq does).
     pub(crate) ca_file: Option<PathBuf>,
 }
 
@@ -131,6 +132,19 @@ pub(crate) enum SslMode {
     VerifyCa,
     /// As verify-ca, and issued for the host connected to.
     VerifyFull,
+}
+
+impl SslMode {
+    /// As the config spells it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Disable => "disable",
+            Self::Prefer => "prefer",
+            Self::Require => "require",
+            Self::VerifyCa => "verify-ca",
+            Self::VerifyFull => "verify-full",
+        }
+    }
 }
 
 impl Default for PostgresConfig {
@@ -267,7 +281,9 @@ impl Config {
                      `url_file` or `url_env`: postgres://user:password@host:port/database)"
                         .into(),
                 ),
-                Some(url) => problems.extend(crate::store::postgres_url_problem(url.expose())),
+                Some(url) => {
+                    problems.extend(crate::store::postgres_url_problem(url.expose(), &self.storage))
+                }
             }
         }
         if !(1..=1000).contains(&pg.pool_size) {

@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::validate::{is_example, MIN_TOKEN_LEN};
 use super::*;
 
 const SOURCE: &str = r#"
@@ -449,6 +450,69 @@ token = "demo-token-change-me"
     let shipped = std::fs::read_to_string("config/hookrelay.toml").unwrap();
     assert!(load(&shipped, &[]).is_ok(), "the quick start's config");
     assert!(!problems(&shipped, &env).is_empty(), "the quick start's config, exposed");
+}
+
+/// Every token the repository publishes (config/, deploy/, docs/, the README) is
+/// refused on a listener other machines reach: either the example check knows it, or
+/// it is too short to be a token at all. Read from the files, so that a new example
+/// cannot slip past the list.
+#[test]
+fn every_published_token_is_refused_on_a_public_listener() {
+    fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut paths = vec![std::path::PathBuf::from("README.md")];
+    for dir in ["config", "deploy", "docs"] {
+        files(std::path::Path::new(dir), &mut paths);
+    }
+    let mut found = Vec::new();
+    for path in paths {
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        for line in text.lines() {
+            // `token = "..."` (TOML) and `..._TOKEN: ...` (a Kubernetes Secret, env).
+            let lower = line.to_ascii_lowercase();
+            let Some(at) = lower.find("token") else { continue };
+            let rest = &line[at + 5..];
+            let key_end = rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
+            let key_tail = &rest[..rest.len() - key_end.len()].to_ascii_lowercase();
+            // `token_env`, `token_file`, `token_url`: a name or a path, not a token.
+            if ["_env", "_file", "_url", "_path"].iter().any(|s| key_tail.ends_with(s)) {
+                continue;
+            }
+            let Some(value) = key_end.trim_start().strip_prefix(['=', ':']) else {
+                continue;
+            };
+            let value = value.trim().trim_matches(['"', '\'']);
+            let value: String = value
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "-_.~".contains(*c))
+                .collect();
+            if value.len() >= 4 {
+                found.push((path.display().to_string(), value));
+            }
+        }
+    }
+    assert!(found.iter().any(|(p, _)| p.contains("secret.example.yaml")), "{found:?}");
+    for (path, token) in &found {
+        assert!(
+            token.len() < MIN_TOKEN_LEN || is_example(token),
+            "{path}: {token:?} is published and would be accepted on a public listener"
+        );
+    }
+}
+
+#[test]
+fn a_short_admin_token_is_refused() {
+    let p = problems(&format!("[admin]\ntoken = \"short-token\"\n{SOURCE}"), &[]);
+    assert!(p.iter().any(|p| p.starts_with("admin.token: too short: at least 16")), "{p:?}");
+    assert!(!p.iter().any(|p| p.contains("short-token")), "the message never holds it");
 }
 
 #[test]

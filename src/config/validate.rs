@@ -40,7 +40,17 @@ impl Config {
             env: admin.token_env.as_deref(),
         };
         match spec.resolve("admin.token", env) {
-            Ok(token) => self.admin.resolved_token = token,
+            Ok(token) => {
+                // As a source token: a short one can be guessed (wrong tokens are only
+                // throttled per client).
+                if token.as_ref().is_some_and(|t| t.expose().len() < MIN_TOKEN_LEN) {
+                    problems.push(format!(
+                        "admin.token: too short: at least {MIN_TOKEN_LEN} characters (try \
+                         `openssl rand -hex 24`)"
+                    ));
+                }
+                self.admin.resolved_token = token;
+            }
             Err(e) => problems.push(e),
         }
 
@@ -184,17 +194,27 @@ pub(super) fn valid_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The tokens of the configs in this repository (`config/`): anyone can read them.
-pub(crate) const EXAMPLE_TOKENS: &[&str] = &["demo-token-change-me", "change-me-admin-token"];
+/// The tokens this repository publishes (`config/`, `deploy/`, `docs/`): anyone can
+/// read them. A test reads those folders and fails on a token missing here.
+pub(crate) const EXAMPLE_TOKENS: &[&str] = &[
+    "demo-token-change-me",
+    "change-me-admin-token",
+    "change-me-admin-token-0123456789",
+    "change-me-source-token-0123456789",
+];
+
+/// Whether `token` is one this repository publishes, or is marked as one to change
+/// (`change-me` anywhere in it: an example copied and edited by half).
+pub(crate) fn is_example(token: &str) -> bool {
+    EXAMPLE_TOKENS.contains(&token) || token.to_ascii_lowercase().contains("change-me")
+}
 
 impl Config {
     /// Safe by default: a listener other machines can reach never takes a token
     /// published in this repository. On loopback the examples are fine (the quick
     /// start), anywhere else the relay refuses to start and says what to do.
     fn check_exposed_examples(&self, problems: &mut Vec<String>) {
-        let example = |token: Option<&super::Secret>| {
-            token.is_some_and(|t| EXAMPLE_TOKENS.contains(&t.expose()))
-        };
+        let example = |token: Option<&super::Secret>| token.is_some_and(|t| is_example(t.expose()));
         let fix = "set one of your own (`openssl rand -hex 24`) in the file, or with \
                    token_file / token_env; or listen on 127.0.0.1 to try the relay on this \
                    machine only";

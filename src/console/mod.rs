@@ -32,7 +32,7 @@ use throttle::SignInThrottle;
 pub(crate) struct Console {
     /// `None` when no admin token is set: the console is off, like the API.
     pub(crate) sessions: Option<Sessions>,
-    throttle: Mutex<SignInThrottle>,
+    pub(crate) throttle: Mutex<SignInThrottle>,
 }
 
 impl Console {
@@ -127,7 +127,7 @@ async fn current(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse
     HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(body)
 }
 
-/// The sign-in form's fields (JSON from the script, or a plain form post).
+/// The sign-in's body, as the console's script sends it.
 #[derive(Deserialize)]
 struct SignInForm {
     token: String,
@@ -140,24 +140,26 @@ async fn sign_in(req: HttpRequest, state: web::Data<AdminState>, body: web::Byte
     };
     let from: Option<IpAddr> = req.peer_addr().map(|a| a.ip());
     let now = crate::clock::unix_micros(std::time::SystemTime::now());
+    // Only the console's own script signs in: JSON (which a page of another site can
+    // send only after a CORS preflight this relay never grants), from this origin.
+    // Else any page an operator has open could spend the operator's tries.
+    if !is_json(&req) {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the admin token as JSON: Content-Type: application/json, {\"token\": \"...\"}",
+        );
+    }
+    if let Some(origin) = foreign_origin(&req) {
+        return error(
+            StatusCode::FORBIDDEN,
+            format!("a sign-in from the page of another origin ({origin}) is refused: sign in on this relay's /console/"),
+        );
+    }
     if let Err(wait) = lock(&state.console.throttle).check(from, now) {
         ConsoleSignIn { result: SignIn::Throttled, from }.emit(&state.metrics);
-        let secs = wait.as_secs().max(1);
-        let mut resp = error(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("too many wrong tokens: try again in {secs} s"),
-        );
-        if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return resp;
+        return throttled(wait);
     }
-    let form = if is_form(&req) {
-        form_field(&body, "token").map(|token| SignInForm { token })
-    } else {
-        serde_json::from_slice::<SignInForm>(&body).ok()
-    };
-    let Some(form) = form else {
+    let Some(form) = serde_json::from_slice::<SignInForm>(&body).ok() else {
         return error(StatusCode::BAD_REQUEST, "send the admin token as {\"token\": \"...\"}");
     };
     let Some(token) = &state.token else { return disabled_or(&state, StatusCode::FORBIDDEN, "") };
@@ -174,12 +176,7 @@ async fn sign_in(req: HttpRequest, state: web::Data<AdminState>, body: web::Byte
     ConsoleSignIn { result: SignIn::Ok, from }.emit(&state.metrics);
     let s = sessions.issue(now);
     let cookie = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", s.cookie);
-    let mut resp = if is_form(&req) {
-        // Without the script: back to the console, signed in.
-        HttpResponse::SeeOther().insert_header((header::LOCATION, "/console/")).finish()
-    } else {
-        HttpResponse::Ok().json(serde_json::json!({ "csrf": s.csrf }))
-    };
+    let mut resp = HttpResponse::Ok().json(serde_json::json!({ "csrf": s.csrf }));
     if let Ok(v) = header::HeaderValue::from_str(&cookie) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -215,12 +212,36 @@ fn cookie<'r>(req: &'r HttpRequest, name: &str) -> Option<&'r str> {
         .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
-/// Whether the request body is a plain HTML form post.
-fn is_form(req: &HttpRequest) -> bool {
+/// Whether the request body is JSON (`application/json`, parameters allowed).
+fn is_json(req: &HttpRequest) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The `Origin` of a request sent by a page of another origin than this relay (the
+/// scheme and host the request was sent to), if it was. A browser sends `Origin` on
+/// every cross-origin POST; a client that is no browser sends none, and is let on.
+fn foreign_origin(req: &HttpRequest) -> Option<String> {
+    let origin = req.headers().get(header::ORIGIN)?.to_str().unwrap_or("?");
+    let info = req.connection_info();
+    let ours = format!("{}://{}", info.scheme(), info.host());
+    (!origin.eq_ignore_ascii_case(&ours)).then(|| origin.chars().take(200).collect())
+}
+
+/// 429 for a client with too many wrong tokens lately, with when to try again.
+pub(crate) fn throttled(wait: std::time::Duration) -> HttpResponse {
+    let secs = wait.as_secs().max(1);
+    let mut resp = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!("too many wrong admin tokens from this address: try again in {secs} s"),
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
 }
 
 /// 403 with what to do when the console is off (no admin token), else `status`.
@@ -232,40 +253,4 @@ fn disabled_or(state: &AdminState, status: StatusCode, message: &str) -> HttpRes
         );
     }
     error(status, message)
-}
-
-/// The value of `name` in a form-encoded body (`a=1&token=x%20y`), decoded.
-fn form_field(body: &[u8], name: &str) -> Option<String> {
-    let body = std::str::from_utf8(body).ok()?;
-    let raw = body.split('&').find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))?;
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = raw.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::form_field;
-
-    #[test]
-    fn form_fields_are_decoded() {
-        assert_eq!(form_field(b"token=a%20b+c%2B", "token").as_deref(), Some("a b c+"));
-        assert_eq!(form_field(b"x=1&token=t", "token").as_deref(), Some("t"));
-        assert_eq!(form_field(b"tokens=1", "token"), None);
-        assert_eq!(form_field(b"token=%zz", "token"), None);
-        assert_eq!(form_field(b"token=%4", "token"), None);
-    }
 }

@@ -77,6 +77,9 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         counting = inbox.counting,
         "store open"
     );
+    if let Some((sslmode, verified)) = crate::store::postgres_tls(storage) {
+        crate::internal_events::PostgresTls { sslmode, verified }.emit(&metrics);
+    }
     if storage.sled_found {
         tracing::warn!(
             store = %location,

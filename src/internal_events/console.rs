@@ -1,4 +1,4 @@
-//! The console's sign-ins.
+//! Admin authentication: the console's sign-ins, and wrong bearer tokens on `/admin`.
 
 use std::net::IpAddr;
 
@@ -39,6 +39,28 @@ impl InternalEvent for ConsoleSignIn {
             }
             SignIn::Throttled => tracing::warn!(%from,
                 "console: sign-in refused unread, too many wrong tokens within a minute"),
+        }
+    }
+}
+
+/// A bearer token on `/admin` refused: wrong (counted against its client), or refused
+/// unread because its client gave too many wrong ones lately.
+pub(crate) struct AdminTokenRefused {
+    pub(crate) throttled: bool,
+    pub(crate) from: Option<IpAddr>,
+}
+
+impl InternalEvent for AdminTokenRefused {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_admin_token_refusals_total"];
+    fn emit(self, m: &Metrics) {
+        let label = if self.throttled { "throttled" } else { "wrong_token" };
+        m.relay.admin_token_refusals.with_label_values(&[label]).inc();
+        let from = self.from.map(|a| a.to_string()).unwrap_or_else(|| "unknown".into());
+        if self.throttled {
+            // A flood would be a flood of lines: counted, and logged at debug.
+            tracing::debug!(%from, "admin API: refused unread, too many wrong tokens within a minute");
+        } else {
+            tracing::warn!(%from, "admin API: a wrong bearer token refused");
         }
     }
 }

@@ -17,7 +17,7 @@ mod tasks;
 mod telemetry;
 mod upstream;
 
-pub(crate) use console::{ConsoleSignIn, SignIn};
+pub(crate) use console::{AdminTokenRefused, ConsoleSignIn, SignIn};
 pub(crate) use delivery::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationRecovered,
     DestinationStalled, TransformFailed,
@@ -27,7 +27,9 @@ pub(crate) use ingress::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed,
 };
 pub(crate) use shape::ShapeRunStopped;
-pub(crate) use store::{AuditChecked, CommitGroup, EventStored, StoreFailed, StoreProbed};
+pub(crate) use store::{
+    AuditChecked, CommitGroup, EventStored, PostgresTls, StoreFailed, StoreProbed,
+};
 pub(crate) use tasks::{
     BodiesDroppedAtSettlement, BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown,
     TaskDied,

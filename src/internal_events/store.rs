@@ -113,3 +113,31 @@ impl InternalEvent for AuditChecked<'_> {
         }
     }
 }
+
+/// The TLS the relay talks to its database with, told once at start: the gauge says
+/// whether the server's certificate is verified; prefer, allow and require without a
+/// CA are warned about (an impostor on the path would be talked to, and prefer falls
+/// back to plaintext without a word).
+pub(crate) struct PostgresTls {
+    pub(crate) sslmode: &'static str,
+    pub(crate) verified: bool,
+}
+
+impl InternalEvent for PostgresTls {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_postgres_tls_verified"];
+    fn emit(self, m: &Metrics) {
+        let Self { sslmode, verified } = self;
+        m.store.postgres_tls_verified.with_label_values(&[sslmode]).set(i64::from(verified));
+        if verified {
+            tracing::info!(sslmode, "PostgreSQL over TLS, the server's certificate verified");
+        } else {
+            tracing::warn!(
+                sslmode,
+                "PostgreSQL: the server's certificate is not verified, so an impostor on the \
+                 network path would be talked to (and sslmode prefer or allow fall back to \
+                 plaintext without a word): set storage.postgres.sslmode = \"verify-full\" \
+                 and ca_file (docs/deploy.md, production checklist)"
+            );
+        }
+    }
+}

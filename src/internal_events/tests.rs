@@ -147,6 +147,13 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
 
     let m = meta();
     check(vec![AttemptFinished { destination: "crm", took }], s);
+    check(
+        vec![
+            PostgresTls { sslmode: "prefer", verified: false },
+            PostgresTls { sslmode: "verify-full", verified: true },
+        ],
+        s,
+    );
     let stopped = |disabled| ShapeRunStopped {
         destination: "crm",
         role: "filter",

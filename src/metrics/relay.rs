@@ -13,6 +13,7 @@ pub(crate) struct RelayMetrics {
     pub(crate) task_failures: IntCounterVec,
     pub(crate) internal_errors: IntCounterVec,
     pub(crate) console_sign_ins: IntCounterVec,
+    pub(crate) admin_token_refusals: IntCounterVec,
     pub(crate) trace_spans: IntCounterVec,
 }
 
@@ -39,10 +40,16 @@ impl RelayMetrics {
                  (reconciler_store, reconciler_gap_unreadable).",
                 &["kind"],
             )?,
+            admin_token_refusals: r.counter_vec(
+                "hookrelay_admin_token_refusals_total",
+                "Bearer tokens refused on /admin, by result: wrong_token, or throttled (refused \
+                 unread: its client gave 5 wrong tokens within a minute).",
+                &["result"],
+            )?,
             console_sign_ins: r.counter_vec(
                 "hookrelay_console_sign_ins_total",
-                "Sign-ins to the console, by result: ok, wrong_token, throttled (too many \
-                 wrong tokens from one address, or from all, within a minute).",
+                "Sign-ins to the console, by result: ok, wrong_token, throttled (refused \
+                 unread: 5 wrong admin tokens from its client within a minute).",
                 &["result"],
             )?,
             trace_spans: r.counter_vec(

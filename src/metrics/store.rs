@@ -17,6 +17,7 @@ pub(crate) struct StoreMetrics {
     pub(crate) storage_floor: IntGauge,
     pub(crate) store_failed: IntGauge,
     pub(crate) store_reachable: IntGauge,
+    pub(crate) postgres_tls_verified: prometheus::IntGaugeVec,
     pub(crate) store_probe_failures: IntCounter,
     /// No labels: a vector only so that it can be absent (while the inbox is counted
     /// behind a restart) rather than low.
@@ -69,6 +70,14 @@ impl StoreMetrics {
                 "hookrelay_store_failed",
                 "1 once the store failed (a write error, or a write that did not return within \
                  storage.write_timeout); the relay then exits to be restarted.",
+            )?,
+            postgres_tls_verified: r.gauge_vec(
+                "hookrelay_postgres_tls_verified",
+                "1 when the database server's certificate is verified against a chosen CA \
+                 (sslmode verify-ca or verify-full, or require with ca_file); 0 when an \
+                 impostor on the path would be talked to (prefer, allow, require, disable). \
+                 Labelled with the sslmode; absent on an embedded store.",
+                &["sslmode"],
             )?,
             store_reachable: r.gauge(
                 "hookrelay_store_reachable",

@@ -21,6 +21,7 @@ const BOUNDED_LABELS: &[(&str, &str)] = &[
     ("kind", "fixed per metric"),
     ("result", "fixed per metric"),
     ("program", "filter, transform or preview"),
+    ("sslmode", "libpq's five modes"),
 ];
 
 /// Words that say a metric measures time or size, and the base unit it must end in.
@@ -43,6 +44,7 @@ fn touch_all(m: &Metrics) {
     m.store.store_size.set(1);
     m.store.storage_free.set(1);
     m.store.storage_floor.set(1);
+    m.store.postgres_tls_verified.with_label_values(&["verify-full"]).set(1);
     m.delivery.destination_stalled.with_label_values(&["crm"]).set(0);
     m.delivery.worker_restarts.with_label_values(&["crm"]).inc();
     m.delivery.transforms_failed.with_label_values(&["crm"]).inc();

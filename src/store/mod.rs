@@ -59,8 +59,28 @@ pub(crate) type SharedStore = Arc<dyn Store>;
 /// The database URL of `[storage.postgres]` (validated with the config).
 /// What is wrong with `url` as a PostgreSQL URL (libpq's TLS parameters included), if
 /// anything; never quoting it (it holds a password).
-pub(crate) fn postgres_url_problem(url: &str) -> Option<String> {
-    postgres::url_problem(url)
+pub(crate) fn postgres_url_problem(url: &str, config: &StorageConfig) -> Option<String> {
+    postgres::url_problem(url, &tls_settings(config))
+}
+
+/// The TLS `[storage.postgres]` sets beside the URL's.
+fn tls_settings(config: &StorageConfig) -> postgres::TlsSettings {
+    postgres::TlsSettings {
+        mode: config.postgres.sslmode,
+        ca_file: config.postgres.ca_file.clone(),
+    }
+}
+
+/// The TLS the relay uses to its database (`None` on an embedded store, or a URL that
+/// does not parse): its sslmode's name, and whether the server's certificate is
+/// verified against a chosen CA.
+pub(crate) fn postgres_tls(config: &StorageConfig) -> Option<(&'static str, bool)> {
+    let url = config.postgres.resolved_url.as_ref()?;
+    if config.backend() != StorageBackend::Postgres {
+        return None;
+    }
+    let chosen = postgres::TlsChoice::of(url.expose(), &tls_settings(config)).ok()?;
+    Some((chosen.mode.name(), chosen.verified()))
 }
 
 fn postgres_url(config: &StorageConfig) -> Result<&crate::config::Secret, StoreError> {
@@ -93,8 +113,7 @@ pub(crate) async fn migrate(
         StorageBackend::Postgres => {
             let pg = &config.postgres;
             let url = postgres_url(config)?;
-            let tls = postgres::TlsSettings { mode: pg.sslmode, ca_file: pg.ca_file.clone() };
-            postgres::migrate_only(url.expose(), &pg.schema, tls, dry_run).await
+            postgres::migrate_only(url.expose(), &pg.schema, tls_settings(config), dry_run).await
         }
     }
 }
@@ -217,7 +236,7 @@ pub(crate) async fn open(
                 pool_size: pg.pool_size,
                 schema: pg.schema.clone(),
                 statement_timeout: pg.statement_timeout,
-                tls: postgres::TlsSettings { mode: pg.sslmode, ca_file: pg.ca_file.clone() },
+                tls: tls_settings(config),
                 commit_max_batch: config.commit_max_batch,
                 write_timeout: config.write_timeout,
                 observer,

@@ -505,3 +505,99 @@ async fn console_sessions_need_their_csrf_token_and_wrong_tokens_are_throttled()
     );
     assert!(!relay.logs().contains(ADMIN_TOKEN) && !relay.logs().contains("guess"));
 }
+
+/// A client bound to the loopback address `from` (127.0.0.0/8 is all this machine's).
+fn client_from(from: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(from))
+        .timeout(Duration::from_secs(30))
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// A flood of wrong tokens (1,000 bearer tokens on /admin from one address, eight at
+/// a time) is throttled for that address only: the right token from another address
+/// is let in at once, on the API and at the console's sign-in, while the flood goes
+/// on; the flooding address is refused unread even with the right token. A sign-in
+/// that is not JSON, or comes from a page of another origin, is refused before it
+/// costs anyone a try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_wrong_tokens_is_throttled_per_address_and_never_locks_out_the_right_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", "")).await;
+    let base = format!("http://{}", relay.admin);
+    let (flooder, operator) = (client_from([127, 0, 0, 1]), client_from([127, 0, 0, 2]));
+    // Cross-site or plain sign-ins: refused, and no try spent.
+    for _ in 0..10 {
+        let plain =
+            operator.post(format!("{base}/console/session")).header("content-type", "text/plain");
+        let r = plain.body(r#"{"token":"guess"}"#).send().await.unwrap();
+        assert_eq!(r.status(), 415);
+        let r = operator
+            .post(format!("{base}/console/session"))
+            .header("origin", "https://evil.example")
+            .json(&json!({"token": "guess"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+        assert!(r.text().await.unwrap().contains("another origin"));
+    }
+    let flood = {
+        let (flooder, base) = (flooder.clone(), base.clone());
+        tokio::spawn(async move {
+            let mut statuses = std::collections::BTreeMap::new();
+            let mut sent = 0;
+            while sent < 1_000 {
+                let batch: Vec<_> = (0..8)
+                    .map(|i| {
+                        flooder
+                            .get(format!("{base}/admin/destinations"))
+                            .bearer_auth(format!("wrong-token-{sent}-{i}"))
+                            .send()
+                    })
+                    .collect();
+                for r in futures_util::future::join_all(batch).await {
+                    *statuses.entry(r.unwrap().status().as_u16()).or_insert(0) += 1;
+                }
+                sent += 8;
+            }
+            statuses
+        })
+    };
+    // While it floods: the operator's right token, at once, every time.
+    let mut checked = 0;
+    while !flood.is_finished() || checked < 5 {
+        let started = std::time::Instant::now();
+        let r = operator.get(format!("{base}/admin/destinations")).bearer_auth(ADMIN_TOKEN).send();
+        assert_eq!(r.await.unwrap().status(), 200);
+        let r = operator
+            .post(format!("{base}/console/session"))
+            .header("origin", &base)
+            .json(&json!({"token": ADMIN_TOKEN}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        checked += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let statuses = flood.await.unwrap();
+    assert_eq!(statuses.get(&401), Some(&5), "{statuses:?}");
+    assert_eq!(statuses.get(&429), Some(&(1_000 - 5)), "{statuses:?}");
+    // The flooding address waits, whatever it sends.
+    let r = flooder.get(format!("{base}/admin/destinations")).bearer_auth(ADMIN_TOKEN).send();
+    let r = r.await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    let metrics = relay.metrics().await;
+    let refused = |result: &str| {
+        common::metric(&metrics, "hookrelay_admin_token_refusals_total", &[("result", result)])
+    };
+    assert_eq!(refused("wrong_token"), Some(5.0));
+    assert_eq!(refused("throttled"), Some(996.0));
+    assert!(!relay.logs().contains("wrong-token-"), "no token in the logs");
+}

@@ -23,7 +23,8 @@ pub(super) fn connect_pool(
     (explain::Pool, tokio_postgres::Config, tokio_postgres_rustls::MakeRustlsConnect),
     StoreError,
 > {
-    let (url, in_url) = tls::split_url(url)?;
+    let url_with_tls = url;
+    let (url, _) = tls::split_url(url)?;
     let mut config: tokio_postgres::Config = url.parse().map_err(|_| {
         // The parser's message may quote the URL: say what is wrong without it.
         StoreError::Config(
@@ -52,9 +53,8 @@ pub(super) fn connect_pool(
     config.keepalives_interval(Duration::from_secs(10));
     config.keepalives_retries(3);
     config.tcp_user_timeout(Duration::from_secs(60));
-    let mode = tls.mode.or(in_url.mode).unwrap_or_default();
-    let ca_file = tls.ca_file.as_deref().or(in_url.ca_file.as_deref());
-    let connector = tls::connector(&mut config, mode, ca_file)?;
+    let chosen = tls::TlsChoice::of(url_with_tls, tls)?;
+    let connector = tls::connector(&mut config, chosen.mode, chosen.ca_file.as_deref())?;
     let manager = Manager::from_config(
         config.clone(),
         connector.clone(),
@@ -99,12 +99,15 @@ pub(super) async fn session_settings_took(
 }
 
 /// See [`crate::store::postgres_url_problem`].
-pub(crate) fn url_problem(url: &str) -> Option<String> {
+pub(crate) fn url_problem(url: &str, tls: &TlsSettings) -> Option<String> {
     match tls::split_url(url) {
         Err(e) => Some(e.to_string()),
-        Ok((rest, _)) => rest.parse::<tokio_postgres::Config>().err().map(|_| {
-            "storage.postgres.url: not a PostgreSQL URL (postgres://user:password@host:port/database)"
-                .to_owned()
-        }),
+        Ok((rest, _)) => match rest.parse::<tokio_postgres::Config>() {
+            Err(_) => Some(
+                "storage.postgres.url: not a PostgreSQL URL (postgres://user:password@host:port/database)"
+                    .to_owned(),
+            ),
+            Ok(_) => tls::TlsChoice::of(url, tls).err().map(|e| e.to_string()),
+        },
     }
 }

@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(crate) use connect::url_problem;
-pub(crate) use tls::TlsSettings;
+pub(crate) use tls::{TlsChoice, TlsSettings};
 
 use connect::{connect_pool, session_settings_took};
 

@@ -3,10 +3,17 @@
 //! | sslmode | encrypted | the server's certificate |
 //! |---|---|---|
 //! | `disable` | never | – |
-//! | `prefer` (default) | if the server offers it | not checked (checked against `ca_file`'s CA if one is set) |
+//! | `prefer` (default), `allow` | if the server offers it | not checked (checked against `ca_file`'s CA if one is set) |
 //! | `require` | always | as `prefer` |
-//! | `verify-ca` | always | signed by `ca_file`'s CA (the public CAs without one) |
+//! | `verify-ca` | always | signed by `ca_file`'s CA |
 //! | `verify-full` | always | as `verify-ca`, and issued for the host connected to |
+//!
+//! As libpq, verify-ca and verify-full refuse to start without a root certificate:
+//! `ca_file` names a PEM file, or `"system"` ([`SYSTEM_ROOTS`], libpq's
+//! `sslrootcert=system`) for the public CAs, named on purpose (any certificate a
+//! public CA issued to anyone passes verify-ca with them). prefer and require protect
+//! against nothing but a passive eavesdropper: the relay says so at start
+//! ([`TlsChoice::verified`] is its gauge).
 //!
 //! `sslmode` and `sslrootcert` may be given in the URL, as libpq takes them; the
 //! settings `storage.postgres.sslmode` and `ca_file` win over the URL's. tokio-postgres
@@ -48,6 +55,49 @@ impl SslMode {
             Self::Disable => Wire::Disable,
             Self::Prefer => Wire::Prefer,
             Self::Require | Self::VerifyCa | Self::VerifyFull => Wire::Require,
+        }
+    }
+}
+
+/// The `ca_file` (or `sslrootcert`) that names the public CAs, as libpq's
+/// `sslrootcert=system`.
+pub(crate) const SYSTEM_ROOTS: &str = "system";
+
+/// The TLS the relay will use: the settings over the URL's, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TlsChoice {
+    pub(crate) mode: SslMode,
+    pub(crate) ca_file: Option<PathBuf>,
+}
+
+impl TlsChoice {
+    /// The settings over the URL's `sslmode` and `sslrootcert`; an error when
+    /// verify-ca or verify-full has no root certificate to verify with.
+    pub(crate) fn of(url: &str, settings: &TlsSettings) -> Result<Self, StoreError> {
+        let (_, in_url) = split_url(url)?;
+        let mode = settings.mode.or(in_url.mode).unwrap_or_default();
+        let ca_file = settings.ca_file.clone().or(in_url.ca_file);
+        if matches!(mode, SslMode::VerifyCa | SslMode::VerifyFull) && ca_file.is_none() {
+            let name = if mode == SslMode::VerifyCa { "verify-ca" } else { "verify-full" };
+            return Err(StoreError::Config(format!(
+                "storage.postgres.sslmode = {name:?} needs a root certificate to verify the \
+                 server with: set storage.postgres.ca_file to the PEM file of the CA that \
+                 signed the server's certificate, or to \"system\" for the public CAs (as \
+                 libpq's sslrootcert=system; then any certificate a public CA issued passes \
+                 verify-ca: prefer verify-full)"
+            )));
+        }
+        Ok(Self { mode, ca_file })
+    }
+
+    /// Whether the server's certificate is checked against a chosen CA: false means
+    /// that an impostor on the path would be talked to (prefer, allow and require
+    /// without `ca_file`; prefer also falls back to plaintext without a word).
+    pub(crate) fn verified(&self) -> bool {
+        match self.mode {
+            SslMode::VerifyCa | SslMode::VerifyFull => true,
+            SslMode::Require => self.ca_file.is_some(),
+            SslMode::Disable | SslMode::Prefer => false,
         }
     }
 }
@@ -145,12 +195,16 @@ pub(crate) fn connector(
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(client))
 }
 
-/// The CAs a server's certificate may be signed by: `ca_file`'s, or the public ones.
+/// The CAs a server's certificate may be signed by: `ca_file`'s, or the public ones
+/// (`"system"`; and for prefer and require without a `ca_file`, which check nothing).
 fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, StoreError> {
     let mut roots = RootCertStore::empty();
-    let Some(path) = ca_file else {
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        return Ok(roots);
+    let path = match ca_file {
+        Some(path) if path != Path::new(SYSTEM_ROOTS) => path,
+        _ => {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            return Ok(roots);
+        }
     };
     use rustls::pki_types::pem::PemObject;
     let shown = path.display();
@@ -254,6 +308,35 @@ impl ServerCertVerifier for Verifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verifying_needs_a_root_certificate_named_and_only_a_chosen_ca_counts_as_verified() {
+        let settings =
+            |mode, ca: Option<&str>| TlsSettings { mode, ca_file: ca.map(PathBuf::from) };
+        for url in ["postgres://u@db/app?sslmode=verify-ca", "host=db sslmode=verify-full"] {
+            let e = TlsChoice::of(url, &TlsSettings::default()).unwrap_err().to_string();
+            assert!(e.contains("needs a root certificate") && e.contains("\"system\""), "{e}");
+        }
+        let url = "postgres://u:secret@db/app";
+        let e = TlsChoice::of(url, &settings(Some(SslMode::VerifyCa), None)).unwrap_err();
+        assert!(!e.to_string().contains("secret"), "never the URL");
+        let system = TlsChoice::of(url, &settings(Some(SslMode::VerifyFull), Some("system")));
+        assert!(system.unwrap().verified());
+        let in_url = TlsChoice::of(
+            "postgres://db/app?sslmode=verify-ca&sslrootcert=system",
+            &TlsSettings::default(),
+        );
+        assert!(in_url.unwrap().verified());
+        assert!(
+            !TlsChoice::of(url, &TlsSettings::default()).unwrap().verified(),
+            "prefer, the default"
+        );
+        assert!(!TlsChoice::of(url, &settings(Some(SslMode::Require), None)).unwrap().verified());
+        assert!(TlsChoice::of(url, &settings(Some(SslMode::Require), Some("/ca.pem")))
+            .unwrap()
+            .verified());
+        assert!(roots(Some(Path::new(SYSTEM_ROOTS))).unwrap().len() > 50, "the public CAs");
+    }
 
     #[test]
     fn tls_parameters_are_taken_out_of_both_url_forms() {

@@ -75,6 +75,21 @@ async fn tls_to_the_database_is_verified_as_sslmode_says() {
         format!("sslmode = \"verify-ca\"\nca_file = {ca_s:?}\n"),
     );
     assert!(ok, "verify-ca by address: {text}");
+    // As libpq: verifying needs a root certificate, named (the public CAs only as
+    // "system"), or nothing starts.
+    for (url, extra) in [
+        (format!("postgres://postgres@{ip}/tls"), "sslmode = \"verify-ca\"\n".to_owned()),
+        (format!("postgres://postgres@{name}/tls?sslmode=verify-full"), String::new()),
+    ] {
+        let (ok, text) = migrate(url, extra);
+        assert!(!ok && text.contains("needs a root certificate"), "{text}");
+        assert!(text.contains("ca_file") && text.contains("\"system\""), "{text}");
+    }
+    let (ok, text) = migrate(
+        format!("postgres://postgres@{name}/tls"),
+        "sslmode = \"verify-full\"\nca_file = \"system\"\n".to_owned(),
+    );
+    assert!(!ok && (text.contains("UnknownIssuer") || text.contains("unknown issuer")), "{text}");
     let (ok, text) = migrate(format!("postgres://postgres@{name}/tls"), full(&wrong_ca));
     assert!(!ok && text.contains(&name), "another CA: {text}");
     assert!(text.contains("UnknownIssuer") || text.contains("unknown issuer"), "{text}");
@@ -94,6 +109,11 @@ async fn tls_to_the_database_is_verified_as_sslmode_says() {
         .await;
     assert_eq!(r.status(), 200);
     sink.wait_for(1, Duration::from_secs(20)).await;
+    let metrics = relay.metrics().await;
+    let verified = |mode: &str| {
+        common::metric(&metrics, "hookrelay_postgres_tls_verified", &[("sslmode", mode)])
+    };
+    assert_eq!(verified("verify-full"), Some(1.0), "{metrics}");
     let (client, connection) =
         tokio_postgres::connect(&plain, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
