@@ -149,6 +149,13 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     check(vec![AttemptFinished { destination: "crm", took }], s);
     check(
         vec![
+            AdminTokenRefused { throttled: false, from },
+            AdminTokenRefused { throttled: true, from: None },
+        ],
+        s,
+    );
+    check(
+        vec![
             PostgresTls { sslmode: "prefer", verified: false },
             PostgresTls { sslmode: "verify-full", verified: true },
         ],
