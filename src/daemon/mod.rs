@@ -228,7 +228,8 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         config.ingress.body_timeout,
         space.clone(),
         tracer,
-    );
+    )
+    .masking(config.admin.resolved_token.iter().map(|t| t.expose().as_bytes().to_vec()));
     let (ingress_server, ingress_addrs) =
         ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
             .map_err(|e| bind_error(e, "ingress.listen", config.ingress.listen))?;

@@ -22,6 +22,11 @@ pub(crate) enum Auth<'a> {
 }
 
 impl Sources {
+    /// Every source's token.
+    pub(crate) fn secrets(&self) -> impl Iterator<Item = &Secret> {
+        self.0.values()
+    }
+
     pub(crate) fn from_config(sources: &[SourceConfig]) -> Self {
         Self(
             sources

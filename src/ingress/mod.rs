@@ -8,6 +8,7 @@ mod auth;
 mod body;
 mod callback;
 mod inspect;
+pub(crate) mod mask;
 mod throttle;
 
 use std::net::SocketAddr;
@@ -46,6 +47,8 @@ pub(crate) struct IngressState {
     refusals: throttle::Throttle,
     /// Each stored callback's span (the root of its event's trace).
     pub(crate) tracer: Arc<crate::telemetry::Tracer>,
+    /// The relay's secrets, masked out of every body before it is stored.
+    pub(crate) masker: mask::Masker,
 }
 
 impl IngressState {
@@ -58,8 +61,11 @@ impl IngressState {
         space: Arc<crate::space::Space>,
         tracer: Arc<crate::telemetry::Tracer>,
     ) -> Self {
+        let sources = Sources::from_config(sources);
+        let masker = mask::Masker::new(sources.secrets().map(|s| s.expose().as_bytes().to_vec()));
         Self {
-            sources: Sources::from_config(sources),
+            masker,
+            sources,
             store,
             metrics,
             max_body_bytes,
@@ -68,6 +74,15 @@ impl IngressState {
             refusals: throttle::Throttle::default(),
             tracer,
         }
+    }
+}
+
+impl IngressState {
+    /// Masks `secrets` too (the admin token: whatever else the relay knows to be secret).
+    pub(crate) fn masking(mut self, secrets: impl IntoIterator<Item = Vec<u8>>) -> Self {
+        let sources = self.sources.secrets().map(|s| s.expose().as_bytes().to_vec());
+        self.masker = mask::Masker::new(sources.chain(secrets));
+        self
     }
 }
 

@@ -241,3 +241,58 @@ async fn events_about_one_resource_with_their_deliveries() {
     assert_eq!(code, 0);
     assert!(out.contains("(none)"), "{out}");
 }
+
+/// A callback whose body carries its own target URL (as the upstream's does, in
+/// `meta.debug.resthook.target`, and once more with JSON's escaped slashes) and the
+/// admin token: the consumer gets it with both masked (signed as masked: the
+/// signature verifies over what arrives), and the admin API and `hookrelay events
+/// show` show it masked. The duplicate from a second user still dedups on `data`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_secrets_in_a_body_are_masked_before_it_is_stored() {
+    let sink = Sink::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tail = format!(
+        "\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwRv5D8XT7Qm8=\"\n",
+        sink.url()
+    );
+    let relay =
+        Relay::start(dir.path(), &common::config_with(&dir.path().join("data"), "", &tail)).await;
+    let target = relay.hook_url(None);
+    let body = |hook: u32| {
+        format!(
+            r#"{{"data":{{"type":"actions","id":"5"}},"meta":{{"debug":{{"resthook":{{"id":"{hook}","target":"{target}","event_name":"ActionCreated"}},"copy":"{}","admin":"{}"}}}}}}"#,
+            target.replace('/', "\\/"),
+            common::ADMIN_TOKEN
+        )
+    };
+    assert!(body(1).contains(common::TOKEN));
+    let mut ids = Vec::new();
+    for hook in [1, 2] {
+        let r = relay.callback(None, "application/json", body(hook)).await;
+        assert_eq!(r.status(), 200);
+        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    let got = sink.wait_for(1, Duration::from_secs(15)).await;
+    let sent = String::from_utf8(got[0].body.clone()).unwrap();
+    for secret in [common::TOKEN, common::ADMIN_TOKEN] {
+        assert!(!sent.contains(secret), "{sent}");
+    }
+    assert!(sent.contains(&format!("/hooks/{}/***", common::SOURCE)), "{sent}");
+    assert!(sent.contains(&format!("\\/hooks\\/{}\\/***", common::SOURCE)), "{sent}");
+    serde_json::from_str::<Value>(&sent).unwrap();
+    assert!(got[0].header("webhook-signature").is_some());
+    let (_, shown) = relay.admin_get(&format!("/admin/events/{}", ids[0])).await;
+    let stored = shown["body"].as_str().unwrap();
+    assert!(!stored.contains(common::TOKEN) && stored.contains("***"), "{stored}");
+    let (code, out, _) = cli(&relay, dir.path(), &["events", "show", &ids[0]]);
+    assert_eq!(code, 0);
+    assert!(!out.contains(common::TOKEN) && out.contains("***"), "{out}");
+    // The second user's copy: a duplicate, by `data`.
+    let copy = relay
+        .admin_until(&format!("/admin/events/{}", ids[1]), Duration::from_secs(15), |v| {
+            v["status"] != "received"
+        })
+        .await;
+    assert_eq!(copy["status"], "duplicate", "{copy}");
+    assert_eq!(sink.count(), 1);
+}
