@@ -62,8 +62,8 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         readiness: readiness.clone(),
         failed: failed_tx,
     });
-    let Some(store) = open_store(&config, commits, &metrics, &location).await? else {
-        tracing::info!("stopped while waiting for the database");
+    let Some(store) = open_store(&config, commits, &metrics, &location, &space).await? else {
+        tracing::info!("stopped while waiting to open the store");
         return Ok(());
     };
     // The embedded store counts what it holds behind the open: then `inbox` is what it

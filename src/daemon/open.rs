@@ -39,13 +39,17 @@ const OPEN_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(15)
 /// Opens the store. A database that cannot be reached (down, starting, failing over,
 /// refusing this user for now) is waited for, with backoff, the admin listener up
 /// meanwhile (`admin/waiting.rs`: alive, not ready and why); what no waiting mends (a
-/// schema newer than this build, a URL that does not parse) fails at once. `None`:
-/// SIGTERM or SIGINT came first.
+/// schema newer than this build, a URL that does not parse) fails at once. A sled
+/// store below the free-space floor is not opened until space is back: sled writes at
+/// open (a snapshot), and a write that fails there can leave the store unopenable
+/// (issue 40), so it is waited for as a database is. `None`: SIGTERM or SIGINT came
+/// first.
 pub(super) async fn open_store(
     config: &Config,
     observer: Arc<Commits>,
     metrics: &Arc<Metrics>,
     location: &str,
+    space: &crate::space::Space,
 ) -> anyhow::Result<Option<SharedStore>> {
     let storage = &config.storage;
     let may_wait = !storage.backend().is_embedded();
@@ -54,28 +58,40 @@ pub(super) async fn open_store(
     // Started at the first failure that waiting may mend.
     let mut waiting: Option<Waiting> = None;
     let mut backoff = OPEN_BACKOFF;
+    let sled = storage.backend() == crate::config::StorageBackend::Sled;
     let opened = loop {
-        let error = match crate::store::open(storage, observer.clone()).await {
-            Ok(store) => break Some(store),
-            Err(e) if may_wait && e.is_transient() => e,
-            Err(e) => {
-                if let Some(w) = waiting {
-                    w.stop().await;
+        if sled && space.is_local() {
+            space.check().with_context(|| format!("measuring free space of {location}"))?;
+        }
+        let why = if sled && space.below_floor() {
+            let why =
+                format!("waiting for free space before opening the store: {}", space.describe());
+            tracing::warn!(store = %location, "{why}; SIGTERM exits 0 meanwhile");
+            backoff = OPEN_BACKOFF;
+            why
+        } else {
+            let error = match crate::store::open(storage, observer.clone()).await {
+                Ok(store) => break Some(store),
+                Err(e) if may_wait && e.is_transient() => e,
+                Err(e) => {
+                    if let Some(w) = waiting {
+                        w.stop().await;
+                    }
+                    return Err(e).with_context(|| format!("opening the store ({location})"));
                 }
-                return Err(e).with_context(|| format!("opening the store ({location})"));
-            }
+            };
+            tracing::warn!(error = %error, retry_in = ?backoff,
+                "cannot open the store ({location}); waiting for the database (not ready meanwhile)");
+            format!("waiting for the database: {error}")
         };
-        let why = format!("waiting for the database: {error}");
         match &waiting {
             Some(w) => *crate::lock::lock(&w.state.why) = why,
             None => waiting = Some(Waiting::start(config, metrics, why)?),
         }
-        tracing::warn!(error = %error, retry_in = ?backoff,
-            "cannot open the store ({location}); waiting for the database (not ready meanwhile)");
         tokio::select! {
             sig = &mut signal => {
                 let sig = sig.context("installing signal handlers")?;
-                tracing::info!(signal = sig, "shutting down while waiting for the database");
+                tracing::info!(signal = sig, "shutting down while waiting to open the store");
                 break None;
             }
             _ = tokio::time::sleep(backoff) => {}
@@ -86,7 +102,7 @@ pub(super) async fn open_store(
         // The real admin listener binds the same address next.
         w.stop().await;
         if opened.is_some() {
-            tracing::info!("the database is there: opening the relay");
+            tracing::info!("the store is open: starting the relay");
         }
     }
     Ok(opened)

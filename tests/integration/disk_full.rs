@@ -337,3 +337,90 @@ async fn the_floor_holds_every_writer_through_fill_and_free_cycles() {
     assert!(all.len() > 1000, "{} acknowledged", all.len());
     check_acked(&relay, &all).await;
 }
+
+/// A sled relay killed on a disk that then fills to the last byte, and restarted
+/// twelve times on it (a supervisor's crash loop): each start waits for space before
+/// opening the store (sled writes at open, and a write cut short there once left the
+/// store unopenable for good), stays up, and exits 0 on SIGTERM. A stray, empty
+/// unfinished snapshot (`snap.*.generating`, which sled 0.34 reads as corruption) is
+/// put in the data directory halfway: once space is freed, the relay removes it, opens,
+/// and holds every acknowledged callback with its body, within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sled_relay_restarted_twelve_times_on_a_full_disk_opens_with_everything_once_space_is_back(
+) {
+    let fs = Scratch::mount(Kind::Tmpfs, 64);
+    let data = fs.path().join("data");
+    let text = common::config_with(&data, "", "").replace(
+        "[storage]",
+        "[storage]\nbackend = \"sled\"\nmin_free_bytes = 8388608\nmin_free_percent = 0.0",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let acked: Acked = Acked::default();
+    let mut relay = Relay::start(work.path(), &text).await;
+    let pad = "x".repeat(1000);
+    let load = Load::start(
+        8,
+        vec![relay.hook_url(Some("ActionCreated"))],
+        Duration::ZERO,
+        acked.clone(),
+        move |k, n| format!(r#"{{"client":{k},"n":{n},"pad":"{pad}"}}"#),
+    );
+    while acked.lock().unwrap().len() < 500 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A crash under load, then the disk full to the last byte.
+    relay.kill();
+    load.stop().await;
+    drop(relay);
+    let filler = fs.path().join("filler");
+    fill_up(&filler);
+    assert!(free_bytes(fs.path()) < 1 << 20);
+    let config = work.path().join("hookrelay.toml");
+    for start in 0..12 {
+        if start == 6 {
+            std::fs::File::create(data.join("snap.00000000DEADBEEF.generating")).unwrap();
+        }
+        let log = work.path().join(format!("start-{start}.log"));
+        let mut child = std::process::Command::new(common::binary())
+            .args(["serve", "--log-format", "json", "--config"])
+            .arg(&config)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&log).unwrap().contains("waiting for free space") {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "start {start} exited: {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+            assert!(Instant::now() < deadline, "start {start}: no wait for space");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(child.try_wait().unwrap().is_none(), "start {start}: stays up while waiting");
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "start {start}: SIGTERM did not stop it");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(status.success(), "start {start}: exited {status}");
+    }
+    assert!(data.join("snap.00000000DEADBEEF.generating").exists(), "untouched while full");
+    std::fs::remove_file(&filler).unwrap();
+    let relay = Relay::start(work.path(), &text).await;
+    assert!(!data.join("snap.00000000DEADBEEF.generating").exists());
+    assert!(relay.logs().contains("removed an unfinished sled snapshot"));
+    let all = acked.lock().unwrap().clone();
+    assert!(all.len() >= 500);
+    check_acked(&relay, &all).await;
+    let again = relay.callback(Some("ActionCreated"), "application/json", "{\"data\":1}").await;
+    assert_eq!(again.status(), 200);
+}

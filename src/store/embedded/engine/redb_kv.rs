@@ -109,10 +109,14 @@ impl RedbDb {
         durable_commit(&self.db)
     }
 
+    /// The space the file takes on disk (its allocated blocks), not its apparent
+    /// length: redb grows its file in steps and leaves holes, so the length says
+    /// little about how near the disk is to full.
     pub(super) fn size_on_disk(&self) -> Result<u64, StoreError> {
+        use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(&self.file)
             .map_err(|e| err(format!("reading the size of {}: {e}", self.file.display())))?;
-        Ok(meta.len())
+        Ok(meta.blocks().saturating_mul(512))
     }
 
     pub(super) fn transaction<T>(

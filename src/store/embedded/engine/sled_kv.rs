@@ -29,6 +29,7 @@ pub(crate) struct SledDb {
 
 impl SledDb {
     pub(super) fn open(opts: &EngineOptions<'_>) -> Result<Self, StoreError> {
+        remove_unfinished_snapshots(opts.path)?;
         let flush_ms = u64::try_from(opts.flush_interval.as_millis()).unwrap_or(u64::MAX).max(1);
         let db = sled::Config::new()
             .path(opts.path)
@@ -61,6 +62,46 @@ impl SledDb {
     pub(crate) fn raw(&self) -> &sled::Db {
         &self.db
     }
+}
+
+/// Removes the snapshot files sled began and never finished (`snap.<lsn>.generating`).
+///
+/// sled 0.34 writes a snapshot to `snap.<lsn>.generating`, fsyncs it and renames it to
+/// `snap.<lsn>`; a snapshot not renamed was never relied on (its log is all there).
+/// But when it lists snapshots at open it skips only `.in___motion`, not
+/// `.generating`: an empty one, left by a snapshot cut short on a full disk, is read as
+/// the newest snapshot and fails every open with "Read corrupted data" (issue 40: a
+/// permanent crash loop, every acknowledged callback out of reach). Removed before
+/// sled opens, each with a log line.
+fn remove_unfinished_snapshots(dir: &std::path::Path) -> Result<(), StoreError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(StoreError::Backend {
+                backend: "sled",
+                message: format!("listing {} for unfinished snapshots: {e}", dir.display()),
+            })
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            let path = entry.path();
+            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            std::fs::remove_file(&path).map_err(|e| StoreError::Backend {
+                backend: "sled",
+                message: format!(
+                    "removing the unfinished snapshot {} (sled cannot open beside it): {e}",
+                    path.display()
+                ),
+            })?;
+            tracing::warn!(file = %path.display(), bytes = size,
+                "removed an unfinished sled snapshot (cut short by a crash or a full disk): sled would read it as corrupt; its log holds everything");
+        }
+    }
+    Ok(())
 }
 
 /// sled's error when another process holds the database, said plainly.
