@@ -38,6 +38,9 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 const FLEET_POLL: Duration = Duration::from_millis(100);
 /// How often a relay that does not dispatch asks for the lead.
 const FOLLOW_POLL: Duration = Duration::from_secs(1);
+/// What one batch writes at most, about: a plan, deliveries and schedule entries for
+/// [`BATCH`] events (bodies are not copied).
+const DISPATCH_BYTES: u64 = BATCH as u64 * 1024;
 /// How often expired dedup keys are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -251,6 +254,14 @@ impl Dispatcher {
             if self.space.below_floor() {
                 // Every write adds to the data directory: below the floor only what
                 // frees space or finishes work in flight goes on (see space.rs).
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::space::HOLD_POLL) => {}
+                    _ = stop.wait() => {}
+                }
+                continue;
+            }
+            // A batch writes its records, deliveries and schedule: out of the budget.
+            if !self.space.admit(DISPATCH_BYTES).await {
                 tokio::select! {
                     _ = tokio::time::sleep(crate::space::HOLD_POLL) => {}
                     _ = stop.wait() => {}

@@ -31,6 +31,9 @@ const KEPT_HEADERS: [&str; 8] = [
     "traceparent",
 ];
 
+/// What an event's record, indexes and inbox entry add to its body, about.
+const RECORD_BYTES: u64 = 512;
+
 /// Event name used when neither the path nor the body names one.
 const UNKNOWN_EVENT: &str = "unknown";
 
@@ -129,6 +132,16 @@ async fn store(
         }
     };
 
+    // The bytes it will write, out of the free-space budget (space.rs): a fast fill of
+    // large bodies cannot cross the floor between two looks.
+    let writes = match &body {
+        Body::Complete(bytes) => bytes.len() as u64 + RECORD_BYTES,
+        Body::TooLarge { .. } => RECORD_BYTES,
+    };
+    if !state.space.admit(writes).await {
+        CallbackClosed { source, why: Closed::NoSpace, took: started.elapsed() }.emit(m);
+        return abort::no_answer(&req).await;
+    }
     let event =
         new_event(&req, source, path_event.as_deref(), received_at, body, state.max_body_bytes);
     let status = event.meta.status;

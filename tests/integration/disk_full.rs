@@ -215,8 +215,14 @@ async fn a_stop_on_a_full_disk_ends_within_the_grace_period() {
 /// space for a while: the relay's own writes (dispatch, attempt records against a
 /// failing consumer, purges) must stop short of the disk. Returns the lowest free
 /// space seen.
-async fn fill_to_the_floor(relay: &Relay, fs: &Path, cycle: usize, acked: &Acked) -> u64 {
-    let pad = "x".repeat(700);
+async fn fill_to_the_floor(
+    relay: &Relay,
+    fs: &Path,
+    cycle: usize,
+    acked: &Acked,
+    pad: usize,
+) -> u64 {
+    let pad = "x".repeat(pad);
     let load = Load::start(
         8,
         vec![relay.hook_url(Some("ActionCreated"))],
@@ -256,6 +262,23 @@ async fn fill_to_the_floor(relay: &Relay, fs: &Path, cycle: usize, acked: &Acked
 /// every time; every acknowledged callback is there, with its body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_floor_holds_every_writer_through_fill_and_free_cycles() {
+    floor_cycles("redb", 700).await;
+}
+
+/// The fast fill of issue 40: 8 clients posting 16 KiB callbacks, which jumped a
+/// polled floor to 0 bytes free and stopped the relay. The budget admits each write
+/// before it is made: the same three cycles hold, on redb and on sled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_fill_of_16_kib_bodies_never_jumps_the_floor_on_redb() {
+    floor_cycles("redb", 16 << 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_fill_of_16_kib_bodies_never_jumps_the_floor_on_sled() {
+    floor_cycles("sled", 16 << 10).await;
+}
+
+async fn floor_cycles(backend: &str, pad: usize) {
     let fs = Scratch::mount(Kind::Tmpfs, 64);
     let sink = common::sink::Sink::start().await;
     sink.set_mode(common::sink::Mode::Status(503));
@@ -271,20 +294,29 @@ async fn the_floor_holds_every_writer_through_fill_and_free_cycles() {
          [delivery.retry]\ninitial_backoff = \"50ms\"\nmax_backoff = \"200ms\"\n",
         sink.url()
     );
-    let text = common::config_with(&data, "", &tail)
-        .replace("[storage]", "[storage]\nmin_free_bytes = 8388608\nmin_free_percent = 0.0");
+    let text = common::config_with(&data, "", &tail).replace(
+        "[storage]",
+        &format!(
+            "[storage]\nbackend = \"{backend}\"\nmin_free_bytes = 8388608\nmin_free_percent = 0.0"
+        ),
+    );
     let work = tempfile::tempdir().unwrap();
     let acked: Acked = Acked::default();
     for (cycle, filler) in fillers.iter().enumerate() {
         let mut relay = if cycle == 0 {
             let relay = Relay::start(work.path(), &text).await;
-            let lowest = fill_to_the_floor(&relay, fs.path(), cycle, &acked).await;
+            let lowest = fill_to_the_floor(&relay, fs.path(), cycle, &acked, pad).await;
             eprintln!("cycle {cycle}: lowest free {:.1} MiB", lowest as f64 / 1048576.0);
             assert!(
                 lowest > 1 << 20,
                 "cycle {cycle}: the relay's own writes ate the floor: {lowest} bytes free"
             );
             relay
+        } else if backend == "sled" {
+            // A sled relay below the floor waits for space before it opens the store
+            // (the twelve-restarts test above): space first, then the relay.
+            std::fs::remove_file(filler).unwrap();
+            Relay::start(work.path(), &text).await
         } else {
             // The last cycle stopped below the floor: the relay starts there, stays up
             // (no crash loop), not ready, and says why.
@@ -303,7 +335,9 @@ async fn the_floor_holds_every_writer_through_fill_and_free_cycles() {
         let so_far = acked.lock().unwrap().clone();
         check_acked(&relay, &so_far).await;
         // Space back: callbacks and attempts resume by themselves.
-        std::fs::remove_file(filler).unwrap();
+        if filler.exists() {
+            std::fs::remove_file(filler).unwrap();
+        }
         let attempts = sink.count();
         let deadline = Instant::now() + WAIT;
         loop {
@@ -320,7 +354,7 @@ async fn the_floor_holds_every_writer_through_fill_and_free_cycles() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // Down to the floor again, and stopped there: exit 0 within the grace period.
-        let lowest = fill_to_the_floor(&relay, fs.path(), cycle + 10, &acked).await;
+        let lowest = fill_to_the_floor(&relay, fs.path(), cycle + 10, &acked, pad).await;
         eprintln!("cycle {cycle}, after freeing: lowest free {:.1} MiB", lowest as f64 / 1048576.0);
         assert!(lowest > 1 << 20, "cycle {cycle}: {lowest} bytes free");
         relay.signal(libc::SIGTERM);
@@ -332,9 +366,14 @@ async fn the_floor_holds_every_writer_through_fill_and_free_cycles() {
         );
         // The next cycle starts below the floor: it must start, not crash-loop.
     }
-    let relay = Relay::start_listening(common::binary(), work.path(), &text, &[]).await;
+    let relay = if backend == "sled" {
+        std::fs::remove_file(fs.path().join("base")).unwrap();
+        Relay::start(work.path(), &text).await
+    } else {
+        Relay::start_listening(common::binary(), work.path(), &text, &[]).await
+    };
     let all = acked.lock().unwrap().clone();
-    assert!(all.len() > 1000, "{} acknowledged", all.len());
+    assert!(all.len() > 200, "{} acknowledged", all.len());
     check_acked(&relay, &all).await;
 }
 
