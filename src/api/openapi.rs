@@ -50,6 +50,12 @@ pub(crate) fn document() -> Value {
         more.insert("200".into(), ok);
         more.insert("401".into(), err("no or wrong `Authorization: Bearer` admin token"));
         more.insert("403".into(), err("the relay has no admin token configured"));
+        more.insert(
+            "429".into(),
+            err("this client gave too many wrong admin tokens within a minute \
+                 (admin.wrong_tokens_per_minute): refused unread until the minute ends; \
+                 `Retry-After` says when"),
+        );
         more.insert("500".into(), err("the store could not be read or written"));
         json!({
             "summary": summary,

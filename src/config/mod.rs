@@ -139,6 +139,11 @@ pub(crate) struct AdminConfig {
     pub(crate) token_file: Option<PathBuf>,
     /// An environment variable holding the admin token (instead of `token`).
     pub(crate) token_env: Option<String>,
+    /// Wrong admin tokens one client (an IPv4 address, an IPv6 /64) may give in a
+    /// minute, on the API and the console together; past them it is refused unread
+    /// (429) until the minute ends. Raise it for a test tool that probes
+    /// authentication on purpose, never for the world.
+    pub(crate) wrong_tokens_per_minute: u32,
     #[serde(skip)]
     pub(crate) resolved_token: Option<Secret>,
 }
@@ -150,6 +155,7 @@ impl Default for AdminConfig {
             token: None,
             token_file: None,
             token_env: None,
+            wrong_tokens_per_minute: crate::console::throttle::PER_ADDRESS,
             resolved_token: None,
         }
     }

@@ -296,7 +296,8 @@ impl Config {
                 pg.schema
             ));
         }
-        if let Some(ca) = &pg.ca_file {
+        // "system": the public CAs, named (libpq's sslrootcert=system), no file.
+        if let Some(ca) = pg.ca_file.as_ref().filter(|ca| ca.as_os_str() != "system") {
             if let Err(e) = std::fs::File::open(ca) {
                 problems
                     .push(format!("storage.postgres.ca_file: cannot read {}: {e}", ca.display()));

@@ -54,6 +54,9 @@ impl Config {
             Err(e) => problems.push(e),
         }
 
+        if !(1..=1_000_000).contains(&self.admin.wrong_tokens_per_minute) {
+            problems.push("admin.wrong_tokens_per_minute: must be between 1 and 1000000".into());
+        }
         if !(Duration::from_secs(1)..=Duration::from_secs(3600))
             .contains(&self.ingress.body_timeout)
         {

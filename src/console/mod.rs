@@ -37,8 +37,10 @@ pub(crate) struct Console {
 
 impl Console {
     /// The console of a relay whose admin token is `token`.
-    pub(crate) fn new(token: Option<&Secret>) -> Self {
-        Self { sessions: token.map(Sessions::new), throttle: Mutex::default() }
+    /// The console of admin token `token`, `wrong_tokens` a minute allowed per client.
+    pub(crate) fn new(token: Option<&Secret>, wrong_tokens: u32) -> Self {
+        let throttle = Mutex::new(SignInThrottle::new(wrong_tokens));
+        Self { sessions: token.map(Sessions::new), throttle }
     }
 
     /// The valid session of `req`'s cookie, if any.

@@ -20,9 +20,23 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 const TRACKED: usize = 100_000;
 
 /// Failures counted per client, in fixed windows.
-#[derive(Default)]
 pub(crate) struct SignInThrottle {
     by_address: HashMap<IpAddr, Window>,
+    /// Wrong tokens a client may give per window.
+    limit: u32,
+}
+
+impl Default for SignInThrottle {
+    fn default() -> Self {
+        Self::new(PER_ADDRESS)
+    }
+}
+
+impl SignInThrottle {
+    /// A throttle letting each client give `limit` wrong tokens a window (at least 1).
+    pub(crate) fn new(limit: u32) -> Self {
+        Self { by_address: HashMap::new(), limit: limit.max(1) }
+    }
 }
 
 /// The client an address belongs to: itself (IPv4, or an IPv4-mapped IPv6), or its
@@ -72,7 +86,7 @@ impl SignInThrottle {
         if let Some(addr) = from.map(client) {
             if let Some(w) = self.by_address.get_mut(&addr) {
                 *w = w.at(now_us);
-                if w.failures >= PER_ADDRESS {
+                if w.failures >= self.limit {
                     return Err(w.left(now_us));
                 }
             }

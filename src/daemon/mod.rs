@@ -215,7 +215,10 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         backend: storage.backend(),
         token: config.admin.resolved_token.clone(),
         upstream: reconciler.clone(),
-        console: crate::console::Console::new(config.admin.resolved_token.as_ref()),
+        console: crate::console::Console::new(
+            config.admin.resolved_token.as_ref(),
+            config.admin.wrong_tokens_per_minute,
+        ),
         shaper: shaper.clone(),
     };
     let (admin_server, admin_addrs) = admin::server(config.admin.listen, grace, admin_state)

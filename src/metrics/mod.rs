@@ -231,6 +231,10 @@ impl Metrics {
             self.delivery.destination_stalled.with_label_values(&[destination]).set(0);
             self.delivery.worker_restarts.with_label_values(&[destination]).inc_by(0);
             self.delivery.transforms_failed.with_label_values(&[destination]).inc_by(0);
+            for program in ["filter", "transform"] {
+                let disabled = &self.delivery.programs_disabled;
+                disabled.with_label_values(&[destination, program]).set(0);
+            }
             self.dispatch.deliveries_superseded.with_label_values(&[destination]).inc_by(0);
             for cause in ["no_match", "error"] {
                 let filtered = &self.dispatch.deliveries_filtered;

@@ -197,10 +197,17 @@ fn the_statefulset_matches_the_daemon() {
         .unwrap();
     assert!(termination > grace, "terminationGracePeriodSeconds {termination} <= grace {grace}s");
 
-    // The ConfigMap's config is valid, with the Secret example's values.
+    // The ConfigMap's config is valid with the operator's own tokens in the Secret;
+    // with the example Secret's published tokens, on its public listeners, it is
+    // refused, saying what to do.
     let env = secret_env("deploy/kubernetes/base/secret.example.yaml");
     assert_eq!(env.len(), 3, "{env:?}");
-    check_config("ConfigMap config", &config_map_toml(&config_map), &env);
+    check_config("ConfigMap config", &config_map_toml(&config_map), &own_tokens(&env));
+    let refused = check_config_output(&config_map_toml(&config_map), &env);
+    assert!(!refused.status.success(), "the example Secret's tokens were accepted");
+    let said = text(&refused);
+    assert!(said.contains("sources[0].token: is the example token"), "{said}");
+    assert!(said.contains("admin.token: is the example token"), "{said}");
 }
 
 #[test]
@@ -358,6 +365,29 @@ fn assert_config_valid(what: &str, toml: &str, env: &[(String, String)]) {
     assert!(!printed.contains("change-me-db-password"), "{what}: the database password");
 }
 
+/// `env` with the tokens (`*_TOKEN`) replaced by an operator's own, as the example
+/// Secret tells the operator to.
+fn own_tokens(env: &[(String, String)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| match k.ends_with("_TOKEN") {
+            true => (k.clone(), format!("own-{}-0123456789abcdef", k.to_lowercase())),
+            false => (k.clone(), v.clone()),
+        })
+        .collect()
+}
+
+/// `hookrelay check-config` on `toml` with `env`, whatever its outcome.
+fn check_config_output(toml: &str, env: &[(String, String)]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookrelay.toml");
+    std::fs::write(&path, toml).unwrap();
+    Command::new(common::binary())
+        .args(["check-config", "--config", path.to_str().unwrap()])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .unwrap()
+}
+
 /// The `KEY: value` pairs of a Secret example's `stringData`.
 fn secret_env(path: &str) -> Vec<(String, String)> {
     read(path)
@@ -421,7 +451,8 @@ fn the_postgres_overlay_renders_a_stateless_fleet() {
     let toml = config_map_toml(&read("deploy/kubernetes/overlays/postgres/configmap.yaml"));
     let env = secret_env("deploy/kubernetes/overlays/postgres/secret.example.yaml");
     assert_eq!(env.len(), 4, "{env:?}");
-    assert_config_valid("the overlay's ConfigMap", &toml, &env);
+    assert_config_valid("the overlay's ConfigMap", &toml, &own_tokens(&env));
+    assert!(!check_config_output(&toml, &env).status.success(), "the example tokens, public");
 }
 
 /// The systemd example for a fleet relay is a valid config with the env file it names.
@@ -436,7 +467,7 @@ fn the_systemd_postgres_example_is_a_valid_config() {
         .map(|(k, v)| {
             let v = match v {
                 "whsec_..." => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned(),
-                "..." => format!("change-me-{}-0123456789", k.to_lowercase()),
+                "..." => format!("own-{}-0123456789abcdef", k.to_lowercase()),
                 url => url.replace("PASSWORD", "change-me-db-password"),
             };
             (k.to_owned(), v)
