@@ -129,3 +129,27 @@ mod tests {
         assert_eq!(offset(u64::MAX, 0), i64::MAX);
     }
 }
+
+#[cfg(test)]
+mod one_clock {
+    /// What is stored takes the relay's clock, never the machine's: operational events
+    /// and `HookGap` events (their receive time, and so their id) once took the wall
+    /// clock, so one relay with a skewed clock pushed the fleet's ids ahead (issue 40).
+    #[test]
+    fn stored_events_are_timed_on_the_relays_clock() {
+        for file in [
+            "src/operational.rs",
+            "src/upstream/reconcile/gaps.rs",
+            "src/upstream/reconcile/mod.rs",
+            "src/ingress/callback.rs",
+        ] {
+            let text = std::fs::read_to_string(file).unwrap();
+            let code: String =
+                text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+            let stored = code.matches("SystemTime::now()").count();
+            // The reconciler's status line (`last_reconcile`) is shown to people only.
+            let allowed = usize::from(file == "src/upstream/reconcile/mod.rs");
+            assert!(stored <= allowed, "{file}: {stored} readings of the machine's clock");
+        }
+    }
+}

@@ -164,7 +164,7 @@ impl OperationalEvent<'_> {
         }
         let Some(tx) = QUEUE_TX.get() else { return };
         let source = SOURCE.get().map_or("hookrelay", String::as_str);
-        if tx.try_send(self.to_event(source, SystemTime::now())).is_err() {
+        if tx.try_send(self.to_event(source, crate::clock::now())).is_err() {
             tracing::warn!(
                 event = self.name(),
                 "operational event dropped: its queue is full or closed"

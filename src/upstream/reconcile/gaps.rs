@@ -20,7 +20,7 @@ impl Reconciler {
                 self.gauges.transition(account.id(), event, "Active", "Disabled");
             }
         }
-        let gap = PendingGap::from_hooks(old, earlier, SystemTime::now());
+        let gap = PendingGap::from_hooks(old, earlier, crate::clock::now());
         self.save_gap(account, event, Some(&gap)).await?;
         let ids: Vec<String> = old.iter().map(|h| h.id.clone()).collect();
         account.client.delete(&ids).await?;
@@ -30,7 +30,7 @@ impl Reconciler {
         tracing::warn!(source = %account.id().source, account = %account.id().account, event, old = ?ids, new = %new.id,
             window_start = gap.window_start.as_deref().unwrap_or("unknown"), "disabled hook re-created; raising HookGap");
         self.gauges.track_created(account.id(), event, &new.id);
-        self.report_gap(account, event, gap.close(&new.id, SystemTime::now())).await?;
+        self.report_gap(account, event, gap.close(&new.id, crate::clock::now())).await?;
         progress.changes.push(Change {
             action: "recreated".into(),
             event: event.to_owned(),
@@ -54,7 +54,7 @@ impl Reconciler {
             return Err(UpstreamError::Store("a hook gap reported before it was closed".into()));
         };
         self.save_gap(account, event, Some(&gap)).await?;
-        let new_event = gap::event(account.id(), event, &gap, &closed, SystemTime::now());
+        let new_event = gap::event(account.id(), event, &gap, &closed, crate::clock::now());
         let stored =
             self.store.append(new_event).await.map_err(|e| UpstreamError::Store(e.to_string()))?;
         tracing::info!(id = %stored, source = %account.id().source, account = %account.id().account, event, "HookGap event stored");

@@ -305,7 +305,7 @@ impl Reconciler {
             // The Disabled hook was deleted by an earlier pass whose create failed.
             Some(gap) => {
                 self.gauges.transition(account.id(), event, "Disabled", "Active");
-                self.report_gap(account, event, gap.close(&new.id, SystemTime::now())).await?;
+                self.report_gap(account, event, gap.close(&new.id, crate::clock::now())).await?;
                 "recreated"
             }
             None => "created",
