@@ -144,8 +144,7 @@ mod one_clock {
             "src/ingress/callback.rs",
         ] {
             let text = std::fs::read_to_string(file).unwrap();
-            let code: String =
-                text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+            let code: String = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
             let stored = code.matches("SystemTime::now()").count();
             // The reconciler's status line (`last_reconcile`) is shown to people only.
             let allowed = usize::from(file == "src/upstream/reconcile/mod.rs");

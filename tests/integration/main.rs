@@ -21,6 +21,7 @@ mod deploy;
 mod disk_full;
 mod docs;
 mod durability;
+mod hostile;
 mod http_edges;
 mod ingress;
 mod liveness;
