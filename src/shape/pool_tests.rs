@@ -132,34 +132,18 @@ async fn a_program_stopped_three_runs_in_a_row_is_disabled_and_a_good_run_clears
             filters: vec![("crm".into(), filter.clone())],
         }
     };
+    // Loops, loops, a good run, loops.
+    let batch = || ["actions/1", "actions/1", "actions/2", "actions/1"].map(event).to_vec();
     let reasons = |out: Vec<Vec<FilteredOut>>| -> Vec<String> {
         out.into_iter().map(|f| f.first().map_or("matched".into(), |f| f.reason.clone())).collect()
     };
-    let out = reasons(
-        shaper
-            .filtered_out(vec![
-                event("actions/1"),
-                event("actions/1"),
-                event("actions/2"),
-                event("actions/1"),
-            ])
-            .await,
-    );
+    let out = reasons(shaper.filtered_out(batch()).await);
     assert!(out[0].contains("ran longer") && out[1].contains("ran longer"), "{out:?}");
     assert_eq!(out[2], "matched", "a good run in between clears the strikes");
     assert!(out[3].contains("ran longer"), "{out:?}");
     assert!(filter.disabled().is_none());
     let started = Instant::now();
-    let out = reasons(
-        shaper
-            .filtered_out(vec![
-                event("actions/1"),
-                event("actions/1"),
-                event("actions/2"),
-                event("actions/1"),
-            ])
-            .await,
-    );
+    let out = reasons(shaper.filtered_out(batch()).await);
     assert!(out[1].contains("ran longer"), "the third in a row: {out:?}");
     assert!(filter.disabled().is_some());
     // From then on never run, in the same batch too: two limits, not four.
