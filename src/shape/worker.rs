@@ -32,6 +32,13 @@ pub(crate) fn main() -> std::process::ExitCode {
     // SAFETY: fd 0 is the socket the relay gave this process as its stdin (pool.rs),
     // owned by nothing else here; ownership passes to the stream.
     let socket = unsafe { UnixStream::from_raw_fd(0) };
+    if !memory_bounded() {
+        eprintln!(
+            "hookrelay shape-worker: no address-space limit is set (a sandbox refused \
+             setrlimit; under systemd allow it: SystemCallFilter=setrlimit prlimit64): a \
+             program's memory is bounded only by the service's own limit"
+        );
+    }
     let ran = std::thread::Builder::new()
         .name("hookrelay-shape".into())
         .stack_size(STACK_BYTES)
@@ -48,6 +55,14 @@ pub(crate) fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether the relay could bound this process's address space (`pool.rs`).
+fn memory_bounded() -> bool {
+    let mut limit = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: getrlimit writes into the struct it is given.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) };
+    read == 0 && limit.rlim_cur != libc::RLIM_INFINITY
 }
 
 /// Answers jobs until the socket closes (`Ok`) or fails.
