@@ -53,14 +53,19 @@ fn bearer_refusal(
     let state = req.app_data::<web::Data<AdminState>>()?;
     let from = req.peer_addr().map(|a| a.ip());
     let now = crate::clock::unix_micros(std::time::SystemTime::now());
-    if let Err(wait) = lock(&state.console.throttle).check(from, now) {
+    // The check and the count under one lock: concurrent wrong tokens from one client
+    // are let through no more than the limit, however they interleave.
+    let mut throttle = lock(&state.console.throttle);
+    if let Err(wait) = throttle.check(from, now) {
+        drop(throttle);
         AdminTokenRefused { throttled: true, from }.emit(&state.metrics);
         return Some(crate::console::throttled(wait));
     }
     if token.matches(given.trim().as_bytes()) {
         return None;
     }
-    lock(&state.console.throttle).failed(from, now);
+    throttle.failed(from, now);
+    drop(throttle);
     AdminTokenRefused { throttled: false, from }.emit(&state.metrics);
     Some(unauthorized("missing or wrong bearer token"))
 }

@@ -157,16 +157,23 @@ async fn sign_in(req: HttpRequest, state: web::Data<AdminState>, body: web::Byte
             format!("a sign-in from the page of another origin ({origin}) is refused: sign in on this relay's /console/"),
         );
     }
-    if let Err(wait) = lock(&state.console.throttle).check(from, now) {
-        ConsoleSignIn { result: SignIn::Throttled, from }.emit(&state.metrics);
-        return throttled(wait);
-    }
     let Some(form) = serde_json::from_slice::<SignInForm>(&body).ok() else {
         return error(StatusCode::BAD_REQUEST, "send the admin token as {\"token\": \"...\"}");
     };
     let Some(token) = &state.token else { return disabled_or(&state, StatusCode::FORBIDDEN, "") };
-    if !token.matches(form.token.trim().as_bytes()) {
-        lock(&state.console.throttle).failed(from, now);
+    // The check and the count under one lock, as for bearer tokens (admin/auth.rs).
+    let mut throttle = lock(&state.console.throttle);
+    if let Err(wait) = throttle.check(from, now) {
+        drop(throttle);
+        ConsoleSignIn { result: SignIn::Throttled, from }.emit(&state.metrics);
+        return throttled(wait);
+    }
+    let right = token.matches(form.token.trim().as_bytes());
+    if !right {
+        throttle.failed(from, now);
+    }
+    drop(throttle);
+    if !right {
         ConsoleSignIn { result: SignIn::WrongToken, from }.emit(&state.metrics);
         return error(
             StatusCode::UNAUTHORIZED,
