@@ -337,16 +337,18 @@ async fn programs_that_never_end_and_bodies_nested_200_000_deep_cost_only_their_
     assert_eq!(disabled("stuck", "transform"), Some(1.0));
     assert_eq!(disabled("deep", "filter"), Some(1.0));
     assert!(relay.logs().contains("a jq program is disabled"));
-    // Nothing left running: the relay's threads back to their level before (the
-    // runtime's blocking threads, which the store and DNS use, linger 10 s idle), and
-    // at most the three shaping processes of its two lanes.
+    // Nothing left running: the relay's threads back near their level before (the
+    // runtime's blocking threads, which the store and DNS use, linger 10 s idle, and a
+    // loaded machine keeps a few busy: CI saw +2 after settling), never one per
+    // runaway (the thread pool this replaced kept 7 here), and at most the three
+    // shaping processes of its two lanes.
     let settled = std::time::Instant::now() + Duration::from_secs(30);
     let mut after = threads(relay.pid());
     while after > before + 1 && std::time::Instant::now() < settled {
         tokio::time::sleep(Duration::from_millis(200)).await;
         after = threads(relay.pid());
     }
-    assert!(after <= before + 1, "threads {before} before, {after} after");
+    assert!(after <= before + 4, "threads {before} before, {after} after");
     let children = std::process::Command::new("pgrep")
         .args(["-P", &relay.pid().to_string()])
         .output()
