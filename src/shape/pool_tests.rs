@@ -10,6 +10,7 @@ use super::pool::{Cause, Lane, LaneJob, Ran, Spawn};
 use super::program::Program;
 use super::wire::{Answer, Role};
 use super::*;
+use crate::store::FilteredOut;
 
 /// A lane of one unit-test process, runs bounded at `limit`.
 fn lane(limit: Duration) -> Lane {
