@@ -45,10 +45,26 @@ fn anchor() -> &'static (u64, Instant) {
 pub(crate) struct Clock {
     /// µs to add to the anchored clock to read the store's clock (0 without a fleet).
     offset_us: AtomicI64,
+    /// The machine's wall clock minus the store's, in µs, at the last reading
+    /// ([`UNMEASURED`] before one): what a consumer checking `webhook-timestamp`
+    /// against its own clock sees of this machine's.
+    wall_skew_us: AtomicI64,
 }
 
+/// [`Clock::wall_skew_us`] before the store's clock was read.
+const UNMEASURED: i64 = i64::MIN;
+
 /// The process's clock: one relay, one store, one clock.
-static CLOCK: Clock = Clock { offset_us: AtomicI64::new(0) };
+static CLOCK: Clock =
+    Clock { offset_us: AtomicI64::new(0), wall_skew_us: AtomicI64::new(UNMEASURED) };
+
+/// How far this machine's wall clock may be from the database's before the relay says
+/// it is not ready. Stored decisions take the database's clock whatever the machine's
+/// says, but the `webhook-timestamp` a consumer checks, the times people read and the
+/// ids a relay proposes before its first heartbeat take the machine's: a relay off
+/// by more than this is a clock to fix (NTP), not one to serve with. The database
+/// caps an id proposed beyond its own clock by as much (`postgres/mod.rs`).
+pub(crate) const MAX_SKEW: Duration = Duration::from_secs(2);
 
 /// Round trips longer than this say too little about when the store read its clock.
 const MAX_RTT: Duration = Duration::from_millis(500);
@@ -65,10 +81,14 @@ impl Clock {
         local_us().saturating_add_signed(self.offset_us.load(Ordering::Relaxed))
     }
 
-    fn observe(&self, store_us: u64, sent: u64, rtt: Duration) -> i64 {
+    fn observe(&self, store_us: u64, sent: u64, rtt: Duration, wall_now: u64) -> i64 {
         if rtt <= MAX_RTT {
-            let midpoint = sent.saturating_add(u64::try_from(rtt.as_micros() / 2).unwrap_or(0));
+            let half = u64::try_from(rtt.as_micros() / 2).unwrap_or(0);
+            let midpoint = sent.saturating_add(half);
             self.offset_us.store(offset(store_us, midpoint), Ordering::Relaxed);
+            // The machine's clock when the store read its own: half a round trip ago.
+            let wall_midpoint = wall_now.saturating_sub(half);
+            self.wall_skew_us.store(offset(wall_midpoint, store_us), Ordering::Relaxed);
         }
         self.offset_us.load(Ordering::Relaxed)
     }
@@ -89,7 +109,36 @@ pub(crate) fn now() -> SystemTime {
 /// store's clock. A reading from a slow round trip is ignored (the last offset stays).
 /// Returns the offset now used, in µs.
 pub(crate) fn observe_store(store_us: u64, sent: u64, rtt: Duration) -> i64 {
-    CLOCK.observe(store_us, sent, rtt)
+    CLOCK.observe(store_us, sent, rtt, unix_micros(SystemTime::now()))
+}
+
+/// This machine's wall clock minus the store's at the last reading (positive: the
+/// machine is ahead), or `None` before the store's clock was read (no fleet).
+pub(crate) fn wall_skew() -> Option<SignedSkew> {
+    skew_of(CLOCK.wall_skew_us.load(Ordering::Relaxed))
+}
+
+/// A skew in µs, positive when the machine is ahead of the store.
+pub(crate) type SignedSkew = i64;
+
+fn skew_of(raw: i64) -> Option<SignedSkew> {
+    (raw != UNMEASURED).then_some(raw)
+}
+
+/// Why the relay should not serve with a clock `skew_us` (µs) off from the store's,
+/// if it is more than [`MAX_SKEW`] off: what `/readyz` says.
+pub(crate) fn skew_problem(skew_us: SignedSkew) -> Option<String> {
+    let off = Duration::from_micros(skew_us.unsigned_abs());
+    (off > MAX_SKEW).then(|| {
+        format!(
+            "this machine's clock is {:.1} s {} the database's (more than {} s): consumers \
+             checking webhook-timestamp and the fleet's ids need one time; fix time \
+             synchronisation (chrony, systemd-timesyncd) and the relay turns ready by itself",
+            off.as_secs_f64(),
+            if skew_us > 0 { "ahead of" } else { "behind" },
+            MAX_SKEW.as_secs()
+        )
+    })
 }
 
 /// `a - b` in µs, saturated.
@@ -107,7 +156,9 @@ mod tests {
 
     #[test]
     fn the_clock_never_steps_back_alone_and_follows_the_store_once_read() {
-        let clock = Clock { offset_us: AtomicI64::new(0) };
+        let clock =
+            Clock { offset_us: AtomicI64::new(0), wall_skew_us: AtomicI64::new(UNMEASURED) };
+        assert_eq!(skew_of(clock.wall_skew_us.load(Ordering::Relaxed)), None);
         let a = clock.now_us();
         std::thread::sleep(Duration::from_millis(5));
         let b = clock.now_us();
@@ -115,18 +166,40 @@ mod tests {
         // A store an hour ahead, read over a 2 ms round trip: the relay reads its clock.
         let sent = local_us();
         let store = sent + 3_600_000_000 + 1_000;
-        let off = clock.observe(store, sent, Duration::from_millis(2));
+        let off = clock.observe(store, sent, Duration::from_millis(2), sent + 2_000);
+        let skew = |c: &Clock| skew_of(c.wall_skew_us.load(Ordering::Relaxed));
+        assert_eq!(skew(&clock), Some(-3_600_000_000), "the machine is an hour behind");
         assert_eq!(off, 3_600_000_000);
         let c = clock.now_us();
         assert!(c >= store - 1_000 && c < store + 1_000_000, "{c} vs {store}");
         // A slow round trip says little: ignored.
-        assert_eq!(clock.observe(0, local_us(), Duration::from_secs(3)), off);
+        assert_eq!(clock.observe(0, local_us(), Duration::from_secs(3), 0), off);
+        assert_eq!(skew(&clock), Some(-3_600_000_000), "a slow reading moves neither");
         // A store behind the machine: negative offsets work too.
         let sent = local_us();
-        assert_eq!(clock.observe(sent - 10_000_000, sent, Duration::ZERO), -10_000_000);
+        assert_eq!(clock.observe(sent - 10_000_000, sent, Duration::ZERO, sent), -10_000_000);
+        assert_eq!(skew(&clock), Some(10_000_000), "the machine is 10 s ahead");
         assert!(clock.now_us() < local_us());
         assert_eq!(offset(1, 3), -2);
         assert_eq!(offset(u64::MAX, 0), i64::MAX);
+    }
+}
+
+#[cfg(test)]
+mod skew {
+    use super::*;
+
+    #[test]
+    fn a_clock_off_by_more_than_the_bound_says_which_way_and_what_to_do() {
+        let bound = micros(MAX_SKEW) as i64;
+        for fine in [0, 1, -1, bound, -bound] {
+            assert_eq!(skew_problem(fine), None, "{fine}");
+        }
+        let ahead = skew_problem(bound + 1).unwrap();
+        assert!(ahead.contains("ahead of the database") && ahead.contains("chrony"), "{ahead}");
+        let behind = skew_problem(-3_600_000_000).unwrap();
+        assert!(behind.contains("3600.0 s behind"), "{behind}");
+        assert!(skew_problem(i64::MIN + 1).is_some(), "no overflow");
     }
 }
 

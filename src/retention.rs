@@ -70,6 +70,9 @@ pub(crate) async fn run(
                 }
             }
         }
+        if leads {
+            prune_ledger(&store, ledger_before_hour(config.audit), &stop).await;
+        }
         if let (true, Some(keep)) = (leads, config.delivered_bodies) {
             if let Err(e) = prune_bodies(&store, bodies_before_us(keep), &metrics, &stop).await {
                 tracing::error!(error = %e, "dropping the bodies of settled events failed; trying again next pass");
@@ -88,6 +91,39 @@ pub(crate) async fn run(
 /// its body as it is recorded (`delivery::recorder`).
 pub(crate) fn bodies_before_us(keep: Duration) -> u64 {
     crate::clock::now().checked_sub(keep).map_or(0, unix_micros)
+}
+
+/// The first hour of the audit ledger `retention.audit` (= `keep`) keeps now: hours
+/// that ended more than `keep` ago go.
+pub(crate) fn ledger_before_hour(keep: Duration) -> u64 {
+    let cutoff = crate::clock::now().checked_sub(keep).map_or(0, unix_micros);
+    cutoff / crate::store::lifecycle::ledger::HOUR_US
+}
+
+/// Deletes the audit ledger's hours before `before_hour`, a chunk at a time.
+async fn prune_ledger(store: &SharedStore, before_hour: u64, stop: &Stop) {
+    let mut gone = 0;
+    while !stop.is_stopped() {
+        match store.prune_ledger(before_hour, CHUNK).await {
+            Ok(n) => {
+                gone += n;
+                if n < CHUNK {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "pruning the audit ledger failed; trying again next pass");
+                break;
+            }
+        }
+    }
+    if gone > 0 {
+        tracing::info!(
+            rows = gone,
+            before_hour,
+            "audit ledger hours older than retention.audit deleted"
+        );
+    }
 }
 
 /// Where the bodies' pass stopped, kept in the store: a restart, or another relay

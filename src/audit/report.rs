@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn a_balanced_ledger_balances_and_a_lost_delivery_does_not() {
-        let ev = |c| LedgerKey::event(10, "demo", "matters.updated", c);
+        let ev = |c| LedgerKey::event(10, "demo", "ActionUpdated", c);
         let dl = |c| LedgerKey::delivery(10, "crm", c);
         let mut counts = vec![
             (ev(Count::Received), 10),
@@ -169,9 +169,9 @@ mod tests {
 
     #[test]
     fn an_event_missing_from_its_outcomes_unbalances_its_row() {
-        let ev = |c| LedgerKey::event(10, "demo", "E", c);
+        let ev = |c| LedgerKey::event(10, "demo", "TaskCreated", c);
         let r = report(&reading(&[(ev(Count::Received), 2), (ev(Count::Routed), 1)]), 0, 100, None);
         assert!(!r.balanced);
-        assert!(r.imbalances[0].starts_with("demo/E: received 2"), "{:?}", r.imbalances);
+        assert!(r.imbalances[0].starts_with("demo/TaskCreated: received 2"), "{:?}", r.imbalances);
     }
 }

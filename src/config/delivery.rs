@@ -221,6 +221,17 @@ pub(crate) struct RetentionConfig {
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) removed_destinations: Duration,
+    /// The audit ledger's hours (`GET /admin/audit`) are deleted whole this long after
+    /// they ended, by the relay that prunes. At least a day (the imbalance check reads
+    /// the last one); the API reads at most a year at a time.
+    #[schemars(with = "crate::config::duration::Text")]
+    #[serde(with = "duration")]
+    pub(crate) audit: Duration,
+}
+
+/// `retention.audit` unless set: 400 days, a year's window and a month to spare.
+fn default_audit() -> Duration {
+    Duration::from_secs(400 * 24 * 3600)
 }
 
 impl Default for RetentionConfig {
@@ -230,6 +241,7 @@ impl Default for RetentionConfig {
             delivered_bodies: None,
             interval: Duration::from_secs(300),
             removed_destinations: Duration::from_secs(24 * 3600),
+            audit: default_audit(),
         }
     }
 }

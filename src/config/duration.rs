@@ -31,7 +31,18 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D
 
 /// Serde `serialize_with` helper: writes the same form the parser reads.
 pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&humantime::format_duration(*d).to_string())
+    s.serialize_str(&text(*d))
+}
+
+/// `d` as the configuration writes it: whole days from a month up as days (`400d`:
+/// humantime would say `1year 1month 4days 7h 26m 24s`, its year and month being
+/// averages), anything else as humantime writes it.
+pub(crate) fn text(d: Duration) -> String {
+    const DAY: u64 = 24 * 3600;
+    if d.subsec_nanos() == 0 && d.as_secs() >= 30 * DAY && d.as_secs().is_multiple_of(DAY) {
+        return format!("{}d", d.as_secs() / DAY);
+    }
+    humantime::format_duration(d).to_string()
 }
 
 /// The same for `Option<Duration>` fields (absent means `None`).
@@ -91,8 +102,14 @@ mod tests {
 
     #[test]
     fn round_trips_through_its_own_format() {
-        let d = Duration::from_millis(90_500);
-        let text = humantime::format_duration(d).to_string();
-        assert_eq!(parse(&text), Ok(d));
+        for d in [
+            Duration::from_millis(90_500),
+            Duration::from_secs(400 * 24 * 3600),
+            Duration::from_secs(30 * 24 * 3600 + 1),
+            Duration::from_secs(7 * 24 * 3600),
+        ] {
+            assert_eq!(parse(&text(d)), Ok(d), "{}", text(d));
+        }
+        assert_eq!(text(Duration::from_secs(400 * 24 * 3600)), "400d");
     }
 }

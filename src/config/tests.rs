@@ -127,6 +127,8 @@ min_free_percent = 60.0
 write_timeout = "0s"
 [shutdown]
 grace = "0s"
+[retention]
+audit = "12h"
 [log]
 level = "hookrelay=loud"
 [[sources]]
@@ -155,6 +157,7 @@ token_file = "/nonexistent/hookrelay-token"
         "storage.write_timeout: must be between 1s and 10m",
         "storage.flush_interval: must be greater than 0",
         "shutdown.grace: must be greater than 0",
+        "retention.audit: 12h is less than a day",
         "log.level:",
         "sources[0].name: \"bad name\" must be 1 to 64 characters",
         "sources[1].token: too short",

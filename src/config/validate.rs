@@ -175,6 +175,13 @@ impl Config {
         if self.retention.delivered.is_zero() || self.retention.interval.is_zero() {
             problems.push("retention: `delivered` and `interval` must be greater than 0".into());
         }
+        if self.retention.audit < std::time::Duration::from_secs(24 * 3600) {
+            problems.push(format!(
+                "retention.audit: {} is less than a day; the audit's imbalance check reads \
+                 the last day, so keep its hours at least that long (default 400d)",
+                humantime::format_duration(self.retention.audit)
+            ));
+        }
         match self.retention.delivered_bodies {
             Some(d) if d.is_zero() || d > self.retention.delivered => problems.push(format!(
                 "retention.delivered_bodies: must be greater than 0 and at most \

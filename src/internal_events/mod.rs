@@ -28,7 +28,7 @@ pub(crate) use ingress::{
 };
 pub(crate) use shape::ShapeRunStopped;
 pub(crate) use store::{
-    AuditChecked, CommitGroup, EventStored, PostgresTls, StoreFailed, StoreProbed,
+    AuditChecked, ClockChecked, CommitGroup, EventStored, PostgresTls, StoreFailed, StoreProbed,
 };
 pub(crate) use tasks::{
     BodiesDroppedAtSettlement, BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown,

@@ -84,6 +84,34 @@ impl InternalEvent for StoreProbed<'_> {
     }
 }
 
+/// The machine's clock against the database's (`clock::wall_skew`, read at the last
+/// fleet heartbeat), checked with every probe of the database.
+pub(crate) struct ClockChecked<'a> {
+    /// Machine minus database, in µs.
+    pub(crate) skew_us: i64,
+    /// Why the relay is not ready for it ([`crate::clock::skew_problem`]), if it is off.
+    pub(crate) problem: Option<&'a str>,
+    /// Whether the last check found it off: a change is logged once.
+    pub(crate) was_off: bool,
+}
+
+impl InternalEvent for ClockChecked<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_clock_skew_seconds"];
+    fn emit(self, m: &Metrics) {
+        m.relay.clock_skew.set(self.skew_us as f64 / 1e6);
+        match (self.problem, self.was_off) {
+            (Some(problem), false) => {
+                tracing::error!(skew_us = self.skew_us, "not ready: {problem}")
+            }
+            (None, true) => tracing::info!(
+                skew_us = self.skew_us,
+                "this machine's clock is within the bound of the database's again: ready"
+            ),
+            _ => {}
+        }
+    }
+}
+
 /// The audit of the last day was read (`audit/`): the equations that do not hold.
 pub(crate) enum AuditChecked<'a> {
     Read(&'a [String]),

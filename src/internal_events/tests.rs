@@ -229,6 +229,13 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         ],
         s,
     );
+    check(
+        vec![
+            ClockChecked { skew_us: 3_000_000, problem: Some("off"), was_off: false },
+            ClockChecked { skew_us: -1_000, problem: None, was_off: true },
+        ],
+        s,
+    );
     let imbalance = vec!["demo/E: received 2 but ...".to_owned()];
     let failed = crate::store::StoreError::Injected("down");
     check(

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 
 use crate::internal_events::{CommitGroup, EventStored, InternalEvent, StoreFailed};
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::store::EventMeta;
@@ -131,6 +131,10 @@ impl Registrar {
         labels: &[&str],
     ) -> Result<IntGaugeVec, MetricsError> {
         reg_one(self, IntGaugeVec::new(Self::opts(name, help), labels)?, "gauge")
+    }
+
+    pub(super) fn float_gauge(&self, name: &str, help: &str) -> Result<Gauge, MetricsError> {
+        reg_one(self, Gauge::new(name, help)?, "gauge")
     }
 
     pub(super) fn float_gauge_vec(

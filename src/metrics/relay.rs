@@ -1,6 +1,6 @@
 //! The relay as a process: readiness, the fleet, background tasks and their errors.
 
-use prometheus::{IntCounterVec, IntGauge};
+use prometheus::{Gauge, IntCounterVec, IntGauge};
 
 use super::{MetricsError, Registrar};
 #[allow(unused_imports)]
@@ -15,6 +15,7 @@ pub(crate) struct RelayMetrics {
     pub(crate) console_sign_ins: IntCounterVec,
     pub(crate) admin_token_refusals: IntCounterVec,
     pub(crate) trace_spans: IntCounterVec,
+    pub(crate) clock_skew: Gauge,
 }
 
 impl RelayMetrics {
@@ -51,6 +52,12 @@ impl RelayMetrics {
                 "Sign-ins to the console, by result: ok, wrong_token, throttled (refused \
                  unread: 5 wrong admin tokens from its client within a minute).",
                 &["result"],
+            )?,
+            clock_skew: r.float_gauge(
+                "hookrelay_clock_skew_seconds",
+                "This machine's wall clock minus the database's, at the last fleet heartbeat \
+                 (PostgreSQL; 0 on an embedded store). Beyond 2 s either way the relay is not \
+                 ready until time synchronisation brings it back.",
             )?,
             trace_spans: r.counter_vec(
                 "hookrelay_trace_spans_total",

@@ -445,6 +445,26 @@ impl Drop for Relay {
 
 /// The value of the sample `name` whose labels include every `(label, value)` of
 /// `labels` in a Prometheus text exposition; `None` if there is none.
+/// libfaketime (Debian's `libfaketime`, installed by scripts/test.sh): a relay's wall
+/// clock, moved while it runs by rewriting a file ([`faketime_env`]).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The environment that puts a relay's wall clock at the offset written in the file
+/// `offset` (`+0`, `-3600s`), read again on every reading; the monotonic clock is left
+/// alone.
+pub fn faketime_env(offset: &str) -> Vec<(&'static str, String)> {
+    assert!(
+        Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} missing: apt-get install libfaketime (scripts/test.sh does)"
+    );
+    vec![
+        ("LD_PRELOAD", LIBFAKETIME.to_owned()),
+        ("FAKETIME_TIMESTAMP_FILE", offset.to_owned()),
+        ("FAKETIME_NO_CACHE", "1".to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_owned()),
+    ]
+}
+
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
         let (series, value) = line.rsplit_once(' ')?;

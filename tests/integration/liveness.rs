@@ -114,9 +114,7 @@ async fn a_destination_recovers_from_outages_longer_than_a_lease_with_shipped_de
     );
 }
 
-/// libfaketime (Debian's `libfaketime`, installed by scripts/test.sh): the relay's
-/// wall clock, moved while it runs by rewriting a file.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+use common::LIBFAKETIME;
 
 /// The machine's wall clock steps back an hour (an NTP correction, `date -s`) while
 /// deliveries wait for their retries, then forward two: no retry is held for the hour,

@@ -40,17 +40,17 @@ pub(super) async fn every_callback_is_accounted_for(h: &mut dyn Harness) {
     let ids = append_all(
         &store,
         vec![
-            received("demo", "A", 10 * S, "{}"),
-            received("demo", "A", 11 * S, "{}"), // a copy of the first
-            received("demo", "B", 12 * S, "{}"), // nobody wants it
+            received("demo", "ActionCreated", 10 * S, "{}"),
+            received("demo", "ActionCreated", 11 * S, "{}"), // a copy of the first
+            received("demo", "TaskUpdated", 12 * S, "{}"),   // nobody wants it
             rejected(13 * S),
-            received("demo", "A", 14 * S, "{}"), // stays in the inbox
+            received("demo", "ActionCreated", 14 * S, "{}"), // stays in the inbox
         ],
     )
     .await;
     let r = audit(&store).await;
     assert!(r.balanced, "{:?}", r.imbalances);
-    assert_eq!(counts(row(&r, "demo", "A")), [3, 0, 0, 0, 0, 3], "all waiting");
+    assert_eq!(counts(row(&r, "demo", "ActionCreated")), [3, 0, 0, 0, 0, 3], "all waiting");
     assert_eq!(counts(row(&r, "demo", "TaskCreated")), [1, 1, 0, 0, 0, 0]);
     let mut first = plan(ids[0], 1, &["crm", "web"]);
     first.filtered =
@@ -62,8 +62,8 @@ pub(super) async fn every_callback_is_accounted_for(h: &mut dyn Harness) {
     assert_eq!(outcomes[1], DispatchVerdict::Duplicate { original: ids[0] });
     let r = audit(&store).await;
     assert!(r.balanced, "{:?}", r.imbalances);
-    assert_eq!(counts(row(&r, "demo", "A")), [3, 0, 0, 1, 1, 1]);
-    assert_eq!(counts(row(&r, "demo", "B")), [1, 0, 1, 0, 0, 0]);
+    assert_eq!(counts(row(&r, "demo", "ActionCreated")), [3, 0, 0, 1, 1, 1]);
+    assert_eq!(counts(row(&r, "demo", "TaskUpdated")), [1, 0, 1, 0, 0, 0]);
     assert_eq!(states(dest(&r, "crm")), [1, 0, 0, 0, 0, 1]);
     assert_eq!(states(dest(&r, "web")), [1, 0, 1, 0, 0, 0]);
 
@@ -81,14 +81,14 @@ pub(super) async fn every_callback_is_accounted_for(h: &mut dyn Harness) {
     assert!(store.discard(ids[0], "web").await.unwrap());
     // A replay to a destination the event never went to routes it there.
     assert_eq!(store.replay(ids[2], vec!["crm".into()], 24 * S).await.unwrap(), 1);
-    store.add_triggered(0, "demo", "A", 4).await.unwrap();
+    store.add_triggered(0, "demo", "ActionCreated", 4).await.unwrap();
     let r = audit(&store).await;
     assert!(r.balanced, "{:?}", r.imbalances);
     assert_eq!(states(dest(&r, "web")), [1, 0, 0, 0, 1, 0]);
     assert_eq!(states(dest(&r, "crm")), [2, 1, 0, 0, 0, 1]);
-    let a = row(&r, "demo", "A");
+    let a = row(&r, "demo", "ActionCreated");
     assert_eq!((a.triggered, a.not_received), (Some(4), Some(1)));
-    assert_eq!(row(&r, "demo", "B").triggered, None, "no account: no comparison");
+    assert_eq!(row(&r, "demo", "TaskUpdated").triggered, None, "no account: no comparison");
 
     // Retention deletes finished events, never their history; a restart keeps it.
     assert!(store.prune(100 * S, 100).await.unwrap() >= 1);
@@ -96,11 +96,60 @@ pub(super) async fn every_callback_is_accounted_for(h: &mut dyn Harness) {
     let store = h.reopen().await;
     let after = audit(&store).await;
     assert_eq!(after.events.len(), r.events.len());
-    assert_eq!(counts(row(&after, "demo", "A")), counts(row(&r, "demo", "A")));
+    assert_eq!(
+        counts(row(&after, "demo", "ActionCreated")),
+        counts(row(&r, "demo", "ActionCreated"))
+    );
     assert_eq!(states(dest(&after, "crm")), states(dest(&r, "crm")));
     assert_eq!(states(dest(&after, "web")), states(dest(&r, "web")));
     assert!(after.balanced, "{:?}", after.imbalances);
     // Other hours hold nothing.
     let later = crate::audit::read(&store, 1_000, 2_000, None).await.unwrap();
     assert!(later.events.is_empty() && later.destinations.is_empty());
+}
+
+pub(super) async fn the_ledger_keeps_hours_for_their_retention_and_one_row_for_unknown_names(
+    h: &mut dyn Harness,
+) {
+    let store = h.open().await;
+    const HOUR: u64 = 3_600 * S;
+    let mut events = vec![received("demo", "ActionCreated", 10 * S, "{}")];
+    // A caller inventing names: 50 names, one row.
+    events.extend((0..50).map(|i| received("demo", &format!("Invented{i}"), (11 + i) * S, "{}")));
+    events.push(received("demo", "ActionCreated", 2 * HOUR + S, "{}"));
+    let ids = append_all(&store, events).await;
+    let r = audit(&store).await;
+    assert!(r.balanced, "{:?}", r.imbalances);
+    assert_eq!(counts(row(&r, "demo", "other")), [50, 0, 0, 0, 0, 50], "one bucket");
+    assert!(r.events.iter().all(|e| !e.event.starts_with("Invented")), "{:#?}", r.events);
+    assert_eq!(r.events.len(), 2, "ActionCreated and other: {:#?}", r.events);
+    // Leaving the inbox moves the bucket's counts, never a row per name.
+    let plans = ids.iter().enumerate().map(|(i, id)| plan(*id, i as u8, &[])).collect();
+    store.dispatch(plans, 3 * HOUR).await.unwrap();
+    let r = audit(&store).await;
+    assert!(r.balanced, "{:?}", r.imbalances);
+    assert_eq!(counts(row(&r, "demo", "other")), [50, 0, 50, 0, 0, 0]);
+
+    // Hours before hour 1 go, a chunk at a time; hour 2 stays.
+    let mut chunks = 0;
+    loop {
+        let n = store.prune_ledger(1, 1).await.unwrap();
+        assert!(n <= 1, "at most the limit: {n}");
+        if n == 0 {
+            break;
+        }
+        chunks += 1;
+        assert!(chunks < 1_000, "pruning does not end");
+    }
+    assert!(chunks >= 2, "hour 0 held at least two rows: {chunks}");
+    assert_eq!(store.prune_ledger(1, 100).await.unwrap(), 0, "nothing left to prune");
+    let gone = crate::audit::read(&store, 0, 1, None).await.unwrap();
+    assert!(gone.events.is_empty() && gone.destinations.is_empty(), "{gone:#?}");
+    drop(store);
+    let store = h.reopen().await;
+    let gone = crate::audit::read(&store, 0, 1, None).await.unwrap();
+    assert!(gone.events.is_empty(), "pruned for good: {gone:#?}");
+    let kept = crate::audit::read(&store, 2, 3, None).await.unwrap();
+    assert_eq!(counts(row(&kept, "demo", "ActionCreated")), [1, 0, 1, 0, 0, 0]);
+    assert!(kept.balanced, "{:?}", kept.imbalances);
 }

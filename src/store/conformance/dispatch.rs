@@ -157,7 +157,7 @@ pub(super) async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched(h:
     assert_eq!(store.prune(30 * S, 10).await.unwrap(), 1, "the rejected event goes");
     drop(store);
     let store = h.reopen().await;
-    let next = append_all(&store, vec![received("demo", "B", 20 * S, "{}")]).await[0];
+    let next = append_all(&store, vec![received("demo", "TaskUpdated", 20 * S, "{}")]).await[0];
     assert!(store.event(next).await.unwrap().is_some());
     drop(store);
     let store = h.reopen().await;
@@ -166,7 +166,8 @@ pub(super) async fn ids_after_pruning_the_newest_and_a_restart_are_dispatched(h:
         .counts
         .iter()
         .filter(|(key, _)| {
-            key.event == "B" && key.count == crate::store::lifecycle::ledger::Count::Received
+            key.event == "TaskUpdated"
+                && key.count == crate::store::lifecycle::ledger::Count::Received
         })
         .map(|(_, n)| *n)
         .sum();

@@ -370,6 +370,13 @@ macro_rules! conformance {
             async fn every_callback_is_accounted_for() {
                 super::audit::every_callback_is_accounted_for(&mut $make).await;
             }
+            #[tokio::test]
+            async fn the_ledger_keeps_hours_for_their_retention_and_one_row_for_unknown_names() {
+                super::audit::the_ledger_keeps_hours_for_their_retention_and_one_row_for_unknown_names(
+                    &mut $make,
+                )
+                .await;
+            }
             #[test]
             fn model() {
                 super::model::check(|| Box::new($make));

@@ -26,6 +26,13 @@ pub(crate) trait Audit: Send + Sync {
     /// no write lands between the two.
     async fn ledger(&self, from_hour: u64, to_hour: u64) -> Result<LedgerReading, StoreError>;
 
+    /// Deletes the counters of the hours before `before_hour`, at most `limit` of them
+    /// (a backend's unit: a row of counters), and returns how many went: retention's
+    /// leader calls it until fewer than `limit` go (`retention.audit`). A count moved
+    /// later in a pruned hour (a replay of an older dead letter) makes a row that the
+    /// next pass prunes again.
+    async fn prune_ledger(&self, before_hour: u64, limit: usize) -> Result<usize, StoreError>;
+
     /// Adds `n` to the `triggered` counter of (`source`, `event`) in `hour`: calls the
     /// upstream counted on its hooks, as a reconcile saw them.
     async fn add_triggered(

@@ -35,9 +35,11 @@ pub(super) const START_KEY: &[u8] = b"ledger_start";
 /// The in-memory tally of the inbox: (hour, source, event) -> events waiting.
 pub(super) type Waiting = BTreeMap<(u64, String, String), i64>;
 
-/// Where an event waiting in the inbox is tallied.
+/// Where an event waiting in the inbox is tallied: its event name's bucket, as every
+/// counter keys it ([`LedgerKey::event`]).
 pub(super) fn waiting_key(id: EventId, meta: &EventMeta) -> (u64, String, String) {
-    (ledger::hour_of(id), meta.source.clone(), meta.event.clone())
+    let bucket = crate::event_names::metric_label(&meta.event);
+    (ledger::hour_of(id), meta.source.clone(), bucket.to_owned())
 }
 
 /// Appends' counts not written yet; changed only under `last_id`.
@@ -377,6 +379,34 @@ impl EmbeddedState {
         Ok(LedgerReading { counts, start: self.ledger_start() })
     }
 
+    /// See [`crate::store::Audit::prune_ledger`]. The unsaved appends' counts are saved
+    /// first (they may count hours being pruned), then the rows go under both locks, so
+    /// no rule's read-modify-write of a row straddles its deletion.
+    pub(super) fn prune_ledger(&self, before_hour: u64, limit: usize) -> Result<usize, StoreError> {
+        self.save_appended()?;
+        let _appends = lock(&self.last_id);
+        let _rules = lock(&self.lifecycle);
+        let mut end = vec![LEDGER];
+        end.extend_from_slice(&before_hour.to_be_bytes());
+        let rows = self
+            .outcomes
+            .range(vec![LEDGER]..end)
+            .take(limit)
+            .map(|item| item.map(|(k, _)| k))
+            .collect::<Result<Vec<_>, _>>()?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        self.db.transaction(&[&self.outcomes], |tx| {
+            for row in &rows {
+                tx[0].remove(row)?;
+            }
+            Ok(())
+        })?;
+        self.durable()?;
+        Ok(rows.len())
+    }
+
     /// See [`crate::store::Audit::add_triggered`].
     pub(super) fn add_triggered(
         &self,
@@ -404,13 +434,13 @@ mod tests {
         use crate::store::conformance::received;
         let dir = tempfile::tempdir().unwrap();
         let store = super::super::testutil::open(dir.path());
-        store.append(received("demo", "A", 10_000_000, "{}")).await.unwrap();
+        store.append(received("demo", "ActionCreated", 10_000_000, "{}")).await.unwrap();
         // The second append's records reached the tree; its counters did not.
-        let meta = received("demo", "A", 20_000_000, "{}").meta;
+        let meta = received("demo", "ActionCreated", 20_000_000, "{}").meta;
         let record = super::super::codec::encode_record(&meta, Some(b"{}")).unwrap();
         store.inner.records.insert(EventId::new(20_000_000).to_key(), record).unwrap();
-        let key = LedgerKey::event(0, "demo", "A", Count::Received);
-        let waiting = LedgerKey::event(0, "demo", "A", Count::Waiting);
+        let key = LedgerKey::event(0, "demo", "ActionCreated", Count::Received);
+        let waiting = LedgerKey::event(0, "demo", "ActionCreated", Count::Waiting);
         let before = store.ledger(0, 1).await.unwrap();
         assert_eq!(before.counts.get(&key), Some(&1));
         store.close().await.unwrap();
@@ -426,19 +456,19 @@ mod tests {
 
     #[test]
     fn a_row_reads_back_and_sorts_by_hour() {
-        let a = LedgerKey::event(7, "demo", "matters.updated", Count::Received);
+        let a = LedgerKey::event(7, "demo", "ActionUpdated", Count::Received);
         let b = LedgerKey::delivery(8, "crm", Count::State(DeliveryState::Dead));
         let (ka, sa) = row_of(&a).unwrap();
         let (kb, sb) = row_of(&b).unwrap();
         assert_eq!(
             decode_row(&ka),
-            Some((7, 0, ["demo".into(), "matters.updated".into(), String::new()]))
+            Some((7, 0, ["demo".into(), "ActionUpdated".into(), String::new()]))
         );
         assert_eq!(decode_row(&kb), Some((8, 2, [String::new(), String::new(), "crm".into()])));
         assert_eq!((sa, sb), (0, 4));
         assert!(ka < kb);
         // The rules' counts of an event are another row than its appends'.
-        let routed = LedgerKey::event(7, "demo", "matters.updated", Count::Routed);
+        let routed = LedgerKey::event(7, "demo", "ActionUpdated", Count::Routed);
         assert_ne!(row_of(&routed).unwrap().0, ka);
         assert_eq!(row_of(&LedgerKey::event(7, "d", "e", Count::Waiting)), None, "not stored");
         assert_eq!(decode_row(b"\x02short"), None);

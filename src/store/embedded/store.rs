@@ -269,6 +269,10 @@ impl Audit for EmbeddedStore {
         self.run(move |s| s.ledger(from_hour, to_hour)).await
     }
 
+    async fn prune_ledger(&self, before_hour: u64, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |s| s.prune_ledger(before_hour, limit)).await
+    }
+
     async fn add_triggered(
         &self,
         hour: u64,

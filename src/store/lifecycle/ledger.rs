@@ -5,8 +5,9 @@
 //!
 //! Counts are kept per hour of receive time (the bucket of the event's id: an id is
 //! its receive time in µs): an event received at 10:15 and delivered at 14:00 moves
-//! from `pending` to `delivered` in the 10:00 bucket. Nothing ever leaves the
-//! ledger: retention deletes events and deliveries, not their history.
+//! from `pending` to `delivered` in the 10:00 bucket. Nothing leaves the ledger
+//! when retention deletes events and deliveries: whole hours go only once older than
+//! `retention.audit` (`Audit::prune_ledger`).
 
 use std::collections::BTreeMap;
 
@@ -88,7 +89,10 @@ impl Count {
 }
 
 /// One counter: an hour, and either a (source, event name) or a destination (the other
-/// part empty), and what it counts. A delivery's counter is per destination, not per
+/// part empty), and what it counts. The event name is a bucket
+/// ([`crate::event_names::metric_label`]): a known name, the relay's own, or `other`
+/// for any name the relay does not know, so that callers inventing names cannot grow
+/// the ledger by a row per name. A delivery's counter is per destination, not per
 /// event name: a delivery's record does not carry its event's name, and reading the
 /// event on every attempt to find it would cost the delivery path a read.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -101,12 +105,12 @@ pub(crate) struct LedgerKey {
 }
 
 impl LedgerKey {
-    /// A counter of the events of (`source`, `event`).
+    /// A counter of the events of (`source`, the bucket of `event`).
     pub(crate) fn event(hour: u64, source: &str, event: &str, count: Count) -> Self {
         Self {
             hour,
             source: source.to_owned(),
-            event: event.to_owned(),
+            event: crate::event_names::metric_label(event).to_owned(),
             destination: String::new(),
             count,
         }

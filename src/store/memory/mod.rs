@@ -238,6 +238,17 @@ impl Audit for MemoryStore {
         Ok(LedgerReading { counts, start: EventId::new(0) })
     }
 
+    async fn prune_ledger(&self, before_hour: u64, limit: usize) -> Result<usize, StoreError> {
+        let mut d = lock(&self.data);
+        let old: Vec<LedgerKey> =
+            d.ledger.keys().filter(|k| k.hour < before_hour).take(limit).cloned().collect();
+        for key in &old {
+            d.ledger.remove(key);
+        }
+        self.durable_point(&d);
+        Ok(old.len())
+    }
+
     async fn add_triggered(
         &self,
         hour: u64,

@@ -64,10 +64,24 @@ impl Audit for PostgresStore {
         }
         for row in waiting {
             let hour = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+            // Names the relay does not know share one bucket: add, never overwrite.
             let key = LedgerKey::event(hour, row.get(1), row.get(2), Count::Waiting);
-            counts.insert(key, row.get(3));
+            *counts.entry(key).or_insert(0) += row.get::<_, i64>(3);
         }
         Ok(LedgerReading { counts, start: self.inner.ledger_start })
+    }
+
+    async fn prune_ledger(&self, before_hour: u64, limit: usize) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let gone = client
+            .execute(
+                "DELETE FROM audit WHERE ctid IN
+                 (SELECT ctid FROM audit WHERE hour < $1 LIMIT $2)",
+                &[&sql_hour(before_hour), &limit],
+            )
+            .await?;
+        Ok(usize::try_from(gone).unwrap_or(usize::MAX))
     }
 
     async fn add_triggered(

@@ -55,6 +55,9 @@ pub(crate) use tls::{TlsChoice, TlsSettings};
 
 use connect::{connect_pool, session_settings_took};
 
+/// How far beyond the database's clock an id may be proposed, in µs.
+const MAX_SKEW_US: i64 = crate::clock::MAX_SKEW.as_micros() as i64;
+
 /// One hour in µs, as the ledger's SQL divides ids by it.
 const HOUR_US: i64 = crate::store::lifecycle::ledger::HOUR_US as i64;
 
@@ -264,9 +267,12 @@ impl PgState {
         tx: &pg::Transaction<'_>,
         batch: &[NewEvent],
     ) -> Result<(), StoreError> {
+        // Names the relay does not know share one row (`other`): callers inventing names
+        // cannot grow the table (only known names are compared with the upstream's).
         let mut counts: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
         for e in batch {
-            *counts.entry((e.meta.source.as_str(), e.meta.event.as_str())).or_default() += 1;
+            let bucket = crate::event_names::metric_label(&e.meta.event);
+            *counts.entry((e.meta.source.as_str(), bucket)).or_default() += 1;
         }
         let (sources, events, ns): (Vec<&str>, Vec<&str>, Vec<i64>) = counts
             .into_iter()
@@ -308,6 +314,8 @@ impl PgState {
             batch.iter().map(|e| e.meta.status == EventStatus::Received).collect();
         let source: Vec<&str> = batch.iter().map(|e| e.meta.source.as_str()).collect();
         let event: Vec<&str> = batch.iter().map(|e| e.meta.event.as_str()).collect();
+        // The ledger's name for each (`LedgerKey::event`).
+        let bucket: Vec<&str> = event.iter().map(|e| crate::event_names::metric_label(e)).collect();
         let status: Vec<&str> = batch.iter().map(|e| e.meta.status.as_str()).collect();
         let resource: Vec<Option<&str>> =
             batch.iter().map(|e| e.meta.resource.as_deref()).collect();
@@ -319,19 +327,24 @@ impl PgState {
         // An id is above every id committed before the insert's snapshot, whatever
         // this relay's clock says: a callback the upstream sends once it has the
         // answer to another (through any relay of the fleet) gets a larger id, and the
-        // dispatcher, reading the inbox in id order, sees it after that one. Ids of a
-        // group keep the group's order (both terms grow with the ordinal).
+        // dispatcher, reading the inbox in id order, sees it after that one. And no id
+        // is proposed beyond the database's clock by more than `clock::MAX_SKEW`: a
+        // relay whose clock runs ahead (before its first heartbeat sets it) cannot push
+        // the fleet's ids, which every later id must exceed, into the future. Ids of a
+        // group keep the group's order (every term grows with the ordinal).
         let insert = tx
             .prepare_cached(
-                "WITH top AS (SELECT coalesce(max(id), 0) AS top FROM events),
-                 k AS (SELECT greatest(k.proposed, top.top + k.n) AS id, k.*
-                       FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[])
-                            WITH ORDINALITY AS k(proposed, inbox, source, event, status, meta, body, record, n), top),
+                "WITH top AS (SELECT coalesce(max(id), 0) AS top,
+                                     (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + $11 AS cap
+                              FROM events),
+                 k AS (SELECT greatest(least(k.proposed, top.cap + k.n), top.top + k.n) AS id, k.*
+                       FROM unnest($1::bigint[], $2::bool[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $8::text[], $12::text[])
+                            WITH ORDINALITY AS k(proposed, inbox, source, event, status, meta, body, record, bucket, n), top),
                  ins AS (INSERT INTO events (id, inbox, source, event, status, meta, body, record)
                          SELECT id, inbox, source, event, status, meta, body, record FROM k
                          ON CONFLICT (id) DO NOTHING RETURNING id),
                  led AS (INSERT INTO audit (hour, source, event, destination, count, shard, n)
-                         SELECT k.id / $10, k.source, k.event, '', c.count, $9, count(*)
+                         SELECT k.id / $10, k.source, k.bucket, '', c.count, $9, count(*)
                          FROM k JOIN ins USING (id)
                               CROSS JOIN (VALUES ('received'), ('rejected')) AS c(count)
                          WHERE c.count = 'received' OR k.status = 'rejected'
@@ -357,9 +370,20 @@ impl PgState {
             );
             // The ledger's `received` and `rejected` of the rows stored, in the same
             // statement (their ids decide their hour).
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
-                &columns.0, &columns.1, &columns.2, &columns.3, &columns.4, &columns.5, &columns.6,
-                &columns.7, &shard, &HOUR_US,
+            let buckets = pick(&todo, &bucket);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
+                &columns.0,
+                &columns.1,
+                &columns.2,
+                &columns.3,
+                &columns.4,
+                &columns.5,
+                &columns.6,
+                &columns.7,
+                &shard,
+                &HOUR_US,
+                &MAX_SKEW_US,
+                &buckets,
             ];
             let insert = tx.query(&insert, &params);
             // The group's counts go with its first insert, pipelined on the connection
@@ -473,8 +497,32 @@ mod tests {
         let (a, b) = two_relays("ids").await;
         let ahead = 4_000_000_000_000_000; // a clock decades ahead
         let first = a.append(received("demo", "ActionUpdated", ahead, "{}")).await.unwrap();
+        // ...whose ids the database holds to its own clock, give or take the bound.
+        let here = crate::clock::unix_micros(std::time::SystemTime::now());
+        let bound = crate::clock::micros(crate::clock::MAX_SKEW) + 5_000_000;
+        assert!(
+            first.raw() < here + bound,
+            "{first:?}: pushed {} s ahead",
+            (first.raw() - here) / 1_000_000
+        );
         let second = b.append(received("demo", "ActionUpdated", 1_000, "{}")).await.unwrap();
         assert!(second.raw() > first.raw(), "{second:?} after {first:?}");
+        // A group from a relay far ahead keeps its order under the cap.
+        let ahead_group: Vec<u64> = futures_util::future::join_all(
+            (0..5).map(|i| a.append(received("demo", "ActionUpdated", ahead + i, "{}"))),
+        )
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().raw())
+        .collect();
+        assert!(
+            ahead_group.iter().all(|id| *id > second.raw() && *id < here + bound),
+            "{ahead_group:?}"
+        );
+        let mut sorted = ahead_group.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 5, "unique: {ahead_group:?}");
         // A group keeps its order too.
         let mut group = Vec::new();
         for at in [5, 3, 4] {
@@ -485,7 +533,8 @@ mod tests {
             .into_iter()
             .map(|r| r.unwrap().raw())
             .collect();
-        assert!(ids.iter().all(|id| *id > second.raw()), "{ids:?}");
+        let top = ahead_group.iter().max().copied().unwrap_or(0);
+        assert!(ids.iter().all(|id| *id > top), "{ids:?}");
     }
 
     /// A relay that lost the dispatch lease dispatches nothing, even from a batch it

@@ -5,10 +5,11 @@
 //! hook syncs, limits, a relay killed under load, migrations, a worker stuck on the
 //! store. Outages and failovers (`outages.rs`), connecting (`connecting.rs`: errors,
 //! TLS, poolers) and per-resource order across relays (`order.rs`) have files of their
-//! own.
+//! own; a relay whose clock is off from the database's (`clock.rs`) too.
 
 use crate::common;
 
+mod clock;
 mod connecting;
 mod order;
 mod outages;
