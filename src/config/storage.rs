@@ -170,8 +170,10 @@ pub(crate) struct StorageConfig {
     /// Which store holds the relay's state. Unset, the engine of the store
     /// `data_dir` holds: redb for a new directory, sled where an earlier relay left a
     /// sled store (whose memory grows with what it holds: a notice at start names
-    /// `hookrelay migrate --to redb`). A directory holding both is refused until this
-    /// names one.
+    /// `hookrelay migrate --to redb`), the one named by the `CURRENT` file a
+    /// migration writes where both are there. Set to the engine a migration moved away
+    /// from, the relay refuses the stale copy. A directory holding both without
+    /// `CURRENT` (migrated by an earlier build) is refused until this names one.
     pub(crate) backend: Option<StorageBackend>,
     /// The backend was unset and `data_dir` holds a sled store: said at start.
     #[serde(skip)]

@@ -566,6 +566,10 @@ fn an_unset_backend_runs_on_the_store_the_data_directory_holds_and_redb_on_a_new
     std::fs::write(data.join("hookrelay.redb"), b"").unwrap();
     let p = problems(&text, &[]);
     assert!(p.iter().any(|p| p.contains("holds both a sled and a redb store")), "{p:?}");
+    // Both, and the CURRENT file a migration writes: the one it names.
+    std::fs::write(data.join("CURRENT"), "redb\n").unwrap();
+    assert_eq!(load(&text, &[]).unwrap().storage.backend(), StorageBackend::Redb);
+    std::fs::remove_file(data.join("CURRENT")).unwrap();
     // Set, it wins over what the directory holds (the engine refuses a mismatch at open).
     let set = text.replace("[storage]\n", "[storage]\nbackend = \"redb\"\n");
     let config = load(&set, &[]).unwrap();

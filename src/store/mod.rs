@@ -137,7 +137,7 @@ async fn copy_embedded(
     if dry_run {
         return Ok(format!(
             "would copy the {} store in {} to a new {} store beside it, check it entry by \
-             entry, and leave the {} files for you to remove (nothing changed)",
+             entry, switch to it, and leave the {} files for you to remove (nothing changed)",
             from.name(),
             dir.display(),
             to.name(),
@@ -152,27 +152,38 @@ async fn copy_embedded(
     .map_err(|e| StoreError::Task(e.to_string()))??;
     let leftovers = names(&report.leftovers);
     Ok(format!(
-        "copied {} entries ({} bytes) from {} to {} in {}, checked entry by entry.\n\
-         Next: set storage.backend = \"{}\" (or HOOKRELAY__STORAGE__BACKEND={}) and start \
-         the relay (unset, it refuses a directory holding both stores). Once it runs, remove \
-         what is left of the {} store: {}",
+        "copied {} entries ({} bytes) from {} to {} in {}, checked entry by entry, and \
+         switched to it ({}/{} says {}).\n\
+         Next: set storage.backend = \"{}\" (or leave it unset) and start the relay; set to \
+         {}, it refuses the stale copy. Once it runs, remove what is left of the {} store: {}",
         report.entries,
         report.bytes,
         report.from.name(),
         report.to.name(),
         config.data_dir.display(),
+        config.data_dir.display(),
+        embedded::engine::current::CURRENT,
         report.to.name(),
         report.to.name(),
+        report.from.name(),
         report.from.name(),
         if leftovers.is_empty() { "nothing".to_owned() } else { leftovers }
     ))
 }
 
 /// The embedded backend whose store `dir` holds, if any: what an unset
-/// `storage.backend` runs on. A directory holding both engines' stores is a problem
-/// to name, not a guess: the one left beside a `hookrelay migrate` may be the stale one.
+/// `storage.backend` runs on: the one its `CURRENT` file names (written by `hookrelay
+/// migrate --to`), else the one whose files are there. A directory holding both
+/// engines' stores and no `CURRENT` (a migration by a build before it) is a problem to
+/// name, not a guess: the one left beside it may be the stale one.
 pub(crate) fn engine_in(dir: &std::path::Path) -> Result<Option<StorageBackend>, String> {
-    use embedded::engine::{files_of, Engine};
+    use embedded::engine::{current, files_of, Engine};
+    // After a `migrate --to`, its CURRENT file names the store to run on.
+    match current::current(dir).map_err(|e| e.to_string())? {
+        Some(Engine::Sled) => return Ok(Some(StorageBackend::Sled)),
+        Some(Engine::Redb) => return Ok(Some(StorageBackend::Redb)),
+        None => {}
+    }
     let (sled, redb) = (files_of(Engine::Sled, dir), files_of(Engine::Redb, dir));
     match (sled.is_empty(), redb.is_empty()) {
         (true, true) => Ok(None),

@@ -46,6 +46,16 @@ fn check_config(config: &std::path::Path) -> Output {
         .unwrap()
 }
 
+/// `hookrelay serve` to its end (a relay that refuses to start).
+fn serve(config: &std::path::Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(common::binary());
+    cmd.arg("serve").arg("--config").arg(config).env_remove("HOOKRELAY_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -134,17 +144,22 @@ async fn a_store_moved_to_redb_and_back_delivers_everything_due_once() {
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(
-        said.contains("checked entry by entry") && said.contains("backend = \"redb\""),
+        said.contains("checked entry by entry")
+            && said.contains("switched to it")
+            && said.contains("backend = \"redb\""),
         "{said}"
     );
+    assert_eq!(std::fs::read_to_string(data.join("CURRENT")).unwrap(), "redb\n");
     let out = migrate(&config, &["--to", "redb"], &sled);
     assert!(!out.status.success(), "a second copy over the first");
     assert!(text(&out).contains("already holds a redb database"), "{}", text(&out));
-    // Unset, a directory holding both stores is named, not guessed at: the relay
-    // refuses it until the backend says which.
+    // Unset, the directory runs on the store CURRENT names, though both are there;
+    // set to the old engine, the relay refuses the stale copy, saying what to do.
     let out = check_config(&config);
-    assert!(!out.status.success(), "a directory holding both stores was taken");
-    assert!(text(&out).contains("holds both a sled and a redb store"), "{}", text(&out));
+    assert!(out.status.success(), "{}", text(&out));
+    let out = serve(&config, &sled);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("was moved to redb"), "{}", text(&out));
 
     // On redb, the consumer back: every event due is delivered within the bound, the
     // 10 delivered before are not sent again, and a third user's copy of an old
@@ -225,4 +240,148 @@ fn migrate_to_says_what_is_wrong() {
     let out = migrate(&config, &["--to", "postgres"], &[]);
     assert!(!out.status.success());
     assert!(text(&out).contains("redb"), "{}", text(&out));
+}
+
+/// Copies the directory `from` (files and subdirectories) to `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let into = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &into);
+        } else {
+            std::fs::copy(entry.path(), &into).unwrap();
+        }
+    }
+}
+
+/// `migrate --to redb` killed (SIGKILL) at 12 points from its start to its end: every
+/// time, the relay then opens one current store, sled or redb, with every event, and
+/// delivers what was due within the bound. Then the state a crash leaves between the
+/// switch's commit and the end of its move (the copy's files part moved, part still
+/// staged), made on disk as it would be: the next open finishes the move. A copy cut
+/// short never makes the relay start on half a store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_killed_at_any_point_leaves_one_current_store_with_everything() {
+    let sink = Sink::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let template = root.path().join("template");
+    let tail = format!(
+        "\n[[destinations]]\nname = \"a\"\nurl = \"{}\"\n\n[delivery.retry]\n\
+         initial_backoff = \"500ms\"\nmax_backoff = \"1s\"\n",
+        sink.url()
+    );
+    // On sled, 300 events with 4 KB bodies, all held (the consumer down): each is due.
+    sink.set_mode(Mode::Status(503));
+    let sled = [("HOOKRELAY__STORAGE__BACKEND", "sled")];
+    let cfg = common::config_with(&template, "", &tail);
+    let relay = Relay::start_env(root.path(), &cfg, &sled).await;
+    let pad = "x".repeat(4000);
+    for id in 0..300u32 {
+        let body = json!({"data": {"type": "actions", "id": id.to_string(), "pad": pad}});
+        let r = relay.callback(Some("ActionCreated"), "application/json", body.to_string()).await;
+        assert_eq!(r.status(), 200);
+    }
+    let ids = relay.all_event_ids().await;
+    assert_eq!(ids.len(), 300);
+    let mut relay = relay;
+    relay.signal(libc::SIGTERM);
+    assert!(relay.wait_exit(WAIT).success());
+    drop(relay);
+    sink.set_mode(Mode::Ok);
+
+    // How long a whole migration takes here, to spread the kills over it.
+    let timing = root.path().join("timing");
+    copy_dir(&template, &timing);
+    let config = root.path().join("timing.toml");
+    std::fs::write(&config, common::config_with(&timing, "", &tail)).unwrap();
+    let began = Instant::now();
+    let out = migrate(&config, &["--to", "redb"], &sled);
+    assert!(out.status.success(), "{}", text(&out));
+    let whole = began.elapsed();
+    eprintln!("a whole migration took {whole:?}");
+
+    let mut ended = std::collections::BTreeMap::new();
+    for i in 0..12u32 {
+        let data = root.path().join(format!("run{i}"));
+        copy_dir(&template, &data);
+        let cfg = common::config_with(&data, "", &tail);
+        let config = root.path().join(format!("run{i}.toml"));
+        std::fs::write(&config, &cfg).unwrap();
+        let mut child = Command::new(common::binary())
+            .arg("migrate")
+            .arg("--config")
+            .arg(&config)
+            .args(["--to", "redb"])
+            .env_remove("HOOKRELAY_CONFIG")
+            .env("HOOKRELAY__STORAGE__BACKEND", "sled")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(whole.mul_f64(f64::from(i) / 11.0));
+        let _ = child.kill();
+        let finished = child.wait().unwrap().success();
+        // Unset backend: the current store, whichever it is, with every event.
+        let dir = root.path().join(format!("relay{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let before = sink.count();
+        let relay = Relay::start(&dir, &cfg).await;
+        assert_eq!(relay.all_event_ids().await, ids, "run {i}: every event, in order");
+        let on = if relay.logs().contains("running on sled") { "sled" } else { "redb" };
+        *ended.entry((on, finished)).or_insert(0) += 1;
+        // Everything due is delivered within the bound.
+        let deadline = Instant::now() + WAIT;
+        while sink.count() < before + 300 {
+            let n = sink.count() - before;
+            assert!(Instant::now() < deadline, "run {i}: {n} of 300 delivered within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut relay = relay;
+        relay.signal(libc::SIGTERM);
+        assert!(relay.wait_exit(WAIT).success(), "run {i}");
+    }
+    eprintln!("(engine, migration finished) after each kill: {ended:?}");
+    assert!(ended.keys().any(|(on, _)| *on == "sled"), "no kill came before the switch");
+
+    // Cut short inside the move to sled: CURRENT says sled, `conf` moved, `db` and
+    // `blobs` still staged. The open finishes the move; every event is there and is
+    // delivered.
+    let data = root.path().join("timing");
+    for leftover in ["db", "conf", "blobs"] {
+        let p = data.join(leftover);
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else if p.exists() {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(&data).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("snap.") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let out = migrate(&config, &["--to", "sled"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::remove_file(data.join("hookrelay.redb")).unwrap();
+    let staged = data.join(".migrate-sled");
+    std::fs::create_dir(&staged).unwrap();
+    for moved_back in ["db", "blobs"] {
+        if data.join(moved_back).exists() {
+            std::fs::rename(data.join(moved_back), staged.join(moved_back)).unwrap();
+        }
+    }
+    assert_eq!(std::fs::read_to_string(data.join("CURRENT")).unwrap(), "sled\n");
+    let cfg = common::config_with(&data, "", &tail);
+    let before = sink.count();
+    std::fs::create_dir(root.path().join("finish")).unwrap();
+    let relay = Relay::start(&root.path().join("finish"), &cfg).await;
+    assert!(relay.logs().contains("finished a switch"), "{}", relay.logs());
+    assert!(!staged.exists(), "the staging directory is gone");
+    assert_eq!(relay.all_event_ids().await, ids, "every event after the finished move");
+    let deadline = Instant::now() + WAIT;
+    while sink.count() < before + 300 {
+        assert!(Instant::now() < deadline, "{} of 300 delivered", sink.count() - before);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

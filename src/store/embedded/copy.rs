@@ -4,13 +4,16 @@
 //! Both engines hold one layout (the trees of `mod.rs`, the same keys and values), so
 //! a copy is the whole migration. It is safe to stop at any point: the copy is built
 //! beside the data (`.migrate-{engine}/`), checked entry by entry against the source,
-//! made durable, and only then moved into place; until that last step, the source is
-//! untouched and the relay can start on it as before. The relay must be stopped (each
+//! made durable, and only then switched to, in one rename (the `CURRENT` file,
+//! `engine/current.rs`): before it the source is the current store and the relay
+//! starts on it as before; after it the copy is, and a crash while its files are
+//! moved into place is finished by the next open. The relay must be stopped (each
 //! engine locks its database to one process, which the copy also opens).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::engine::current::{self, commit, finish_switch, staging, sync_dir};
 use super::engine::{files_of, Batch, Db, Engine, EngineOptions, Tree};
 use super::{SCHEMA_KEY, SCHEMA_VERSION, TREES};
 use crate::store::StoreError;
@@ -48,6 +51,18 @@ pub(crate) fn copy(
     if from == to {
         return Err(refuse(format!(
             "storage.backend is {} already: nothing to migrate (--to names the engine to move to)",
+            to.name()
+        )));
+    }
+    // A switch a crash cut short is finished before anything else is decided.
+    finish_switch(dir)?;
+    if current::current(dir)? == Some(to) {
+        return Err(refuse(format!(
+            "{} already holds a {} database, the current one (its {} file says so: a              migration to {} finished): set storage.backend = \"{}\" or leave it unset",
+            dir.display(),
+            to.name(),
+            current::CURRENT,
+            to.name(),
             to.name()
         )));
     }
@@ -99,7 +114,7 @@ pub(crate) fn copy(
             unknown.join(", ")
         )));
     }
-    let staging = dir.join(format!(".migrate-{}", to.name()));
+    let staging = staging(dir, to);
     if staging.exists() {
         // What an interrupted copy left: never read, started again.
         std::fs::remove_dir_all(&staging)
@@ -120,21 +135,17 @@ pub(crate) fn copy(
         }
     }
     drop(source);
-    // Into place: each file of the copy moved into the data directory (one rename
-    // each, on one filesystem), then the staging directory removed.
+    // The copy's files and their names durable, then the switch: one rename of
+    // CURRENT, then the files moved into place (what a crash leaves of that move, the
+    // next open finishes).
     for file in files_of(to, &staging) {
-        let Some(name) = file.file_name() else { continue };
-        let into = dir.join(name);
-        std::fs::rename(&file, &into).map_err(io(format!(
-            "moving {} to {}",
-            file.display(),
-            into.display()
-        )))?;
+        if file.is_dir() {
+            sync_dir(&file)?;
+        }
     }
-    std::fs::remove_dir_all(&staging).map_err(io(format!("removing {}", staging.display())))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        d.sync_all().map_err(io(format!("syncing the directory {}", dir.display())))?;
-    }
+    sync_dir(&staging)?;
+    commit(dir, to)?;
+    finish_switch(dir)?;
     Ok(CopyReport { entries, bytes, from, to, leftovers: files_of(from, dir) })
 }
 

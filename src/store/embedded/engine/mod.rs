@@ -17,6 +17,7 @@
 //! Writes outside a transaction are atomic one by one; nothing is durable until
 //! [`Db::flush`] returns (sled: its log fsynced; redb: a durable commit).
 
+pub(crate) mod current;
 mod redb_kv;
 mod sled_kv;
 
@@ -127,7 +128,11 @@ impl Db {
     /// Opens (or creates) the engine's database at `opts.path`.
     /// Refuses a directory that holds the other engine's store and none of this one's:
     /// a relay whose `storage.backend` changed must not start empty beside its data.
+    /// A switch between engines a crash cut short is finished first, and a directory
+    /// whose `CURRENT` file names the other engine is refused (`current.rs`).
     pub(crate) fn open(engine: Engine, opts: &EngineOptions<'_>) -> Result<Self, StoreError> {
+        current::finish_switch(opts.path)?;
+        current::check_open(opts.path, engine)?;
         let other = match engine {
             Engine::Sled => Engine::Redb,
             Engine::Redb => Engine::Sled,
