@@ -68,8 +68,8 @@ pub(crate) enum OperationalEvent<'a> {
         free_bytes: u64,
         floor_bytes: u64,
     },
-    /// A destination's `filter` or `transform` was stopped too many runs in a row
-    /// (`role`), and the relay no longer runs it until the config is fixed.
+    /// A destination's `filter` or `transform` (`role`) was stopped too many runs in a
+    /// row or within an hour, and the relay no longer runs it until the config is fixed.
     ProgramDisabled {
         destination: &'a str,
         role: &'a str,

@@ -36,7 +36,7 @@ impl DeliveryMetrics {
             programs_disabled: r.gauge_vec(
                 "hookrelay_shape_program_disabled",
                 "1 while a destination's filter or transform is disabled: stopped too many runs \
-                 in a row, it is no longer run (every event is filtered out, or its delivery \
+                 in a row or within an hour, it is no longer run (every event is filtered out, or its delivery \
                  dead) until the config is fixed and the relay restarted.",
                 &["destination", "program"],
             )?,

@@ -148,8 +148,8 @@ async fn a_program_stopped_three_runs_in_a_row_is_disabled_and_a_good_run_clears
     assert!(out[1].contains("ran longer"), "the third in a row: {out:?}");
     assert!(filter.disabled().is_some());
     // From then on never run, in the same batch too: two limits, not four.
-    assert!(out[2].starts_with("disabled after 3 runs in a row"), "{out:?}");
-    assert!(out[3].starts_with("disabled after 3 runs in a row"), "{out:?}");
+    assert!(out[2].starts_with("disabled after 3 runs in a row that"), "{out:?}");
+    assert!(out[3].starts_with("disabled after 3 runs in a row that"), "{out:?}");
     assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
     let text = metrics.render();
     assert!(text.contains("hookrelay_shape_runs_stopped_total{cause=\"overran\",destination=\"crm\",program=\"filter\"} 5"), "{}", text.lines().filter(|l| l.contains("shape")).collect::<Vec<_>>().join("\n"));

@@ -36,14 +36,56 @@ pub(crate) const MAX_SOURCE: usize = 16 << 10;
 const COMPILE_STACK: usize = 256 << 20;
 /// Runs in a row that overran or crashed before a program is disabled.
 pub(crate) const STRIKES: u32 = 3;
+/// Stopped runs within [`STRIKE_WINDOW`] that disable a program whatever ran between:
+/// a caller who can make a filter loop on bodies of its choosing, and sends others
+/// between, gets at most this many runs of the limit from it (each holds dispatch up),
+/// not one every limit for ever.
+pub(crate) const STRIKES_IN_WINDOW: usize = 5;
+/// See [`STRIKES_IN_WINDOW`].
+pub(crate) const STRIKE_WINDOW: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A program's stopped runs, and the rule that disables it: pure, the clock passed in.
+#[derive(Debug, Default)]
+pub(crate) struct Strikes {
+    in_a_row: u32,
+    /// When the last stopped runs were (at most [`STRIKES_IN_WINDOW`]).
+    recent: std::collections::VecDeque<std::time::Instant>,
+}
+
+impl Strikes {
+    /// A run was stopped at `now`: why the program is disabled, if this run disables it.
+    pub(crate) fn stopped(&mut self, now: std::time::Instant) -> Option<String> {
+        self.in_a_row += 1;
+        self.recent.push_back(now);
+        while self.recent.len() > STRIKES_IN_WINDOW {
+            self.recent.pop_front();
+        }
+        let in_window = self
+            .recent
+            .front()
+            .is_some_and(|first| now.saturating_duration_since(*first) <= STRIKE_WINDOW);
+        if self.in_a_row >= STRIKES {
+            Some(format!("{} runs in a row", self.in_a_row))
+        } else if self.recent.len() >= STRIKES_IN_WINDOW && in_window {
+            Some(format!("{STRIKES_IN_WINDOW} runs within an hour"))
+        } else {
+            None
+        }
+    }
+
+    /// A run ended well: the runs in a row start again (the hour's count stays).
+    pub(crate) fn cleared(&mut self) {
+        self.in_a_row = 0;
+    }
+}
 
 /// A compiled jq program.
 pub(crate) struct Program {
     filter: jaq_core::Filter<Data>,
     /// The source, for `check-config` and the preview.
     code: String,
-    /// Runs in a row that overran or crashed (`pool.rs`); a run that ends well resets it.
-    strikes: std::sync::atomic::AtomicU32,
+    /// Its stopped runs (`pool.rs`).
+    strikes: std::sync::Mutex<Strikes>,
     /// Set at the [`STRIKES`]th: from then on the relay does not run it, and this is why.
     disabled: std::sync::OnceLock<String>,
 }
@@ -180,34 +222,33 @@ impl Program {
         Ok(Self {
             filter,
             code: code.to_owned(),
-            strikes: std::sync::atomic::AtomicU32::new(0),
+            strikes: std::sync::Mutex::new(Strikes::default()),
             disabled: std::sync::OnceLock::new(),
         })
     }
 
     /// Why the relay no longer runs it, once it overran or crashed [`STRIKES`] times in
-    /// a row.
+    /// a row, or [`STRIKES_IN_WINDOW`] times within [`STRIKE_WINDOW`].
     pub(crate) fn disabled(&self) -> Option<&str> {
         self.disabled.get().map(String::as_str)
     }
 
     /// A run overran or crashed, for `reason`: whether this strike disabled it.
     pub(crate) fn strike(&self, reason: &str) -> bool {
-        use std::sync::atomic::Ordering;
-        let strikes = self.strikes.fetch_add(1, Ordering::SeqCst) + 1;
-        strikes >= STRIKES
-            && self
-                .disabled
+        let verdict = crate::lock::lock(&self.strikes).stopped(std::time::Instant::now());
+        verdict.is_some_and(|runs| {
+            self.disabled
                 .set(format!(
-                    "disabled after {strikes} runs in a row that were stopped (the last: \
-                     {reason}): fix the program, then restart the relay"
+                    "disabled after {runs} that were stopped (the last: {reason}): fix the \
+                     program, then restart the relay"
                 ))
                 .is_ok()
+        })
     }
 
-    /// A run ended well: the strikes start again from 0.
+    /// A run ended well: the runs in a row start again.
     pub(crate) fn cleared(&self) {
-        self.strikes.store(0, std::sync::atomic::Ordering::SeqCst);
+        crate::lock::lock(&self.strikes).cleared();
     }
 
     /// The source it was compiled from.
@@ -232,6 +273,64 @@ const _: fn() = || {
     fn shared<T: Send + Sync>() {}
     shared::<Program>();
 };
+
+#[cfg(test)]
+mod strike_tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn three_in_a_row_or_five_within_an_hour_disable_and_good_runs_between_do_not_save_it() {
+        let t0 = Instant::now();
+        let mut s = Strikes::default();
+        assert_eq!(s.stopped(t0), None);
+        assert_eq!(s.stopped(t0), None);
+        assert_eq!(s.stopped(t0).as_deref(), Some("3 runs in a row"));
+        // Stopped runs with good ones between (a caller interleaving its bodies).
+        let mut s = Strikes::default();
+        for i in 0..4 {
+            assert_eq!(s.stopped(t0 + Duration::from_secs(i)), None, "{i}");
+            s.cleared();
+        }
+        assert_eq!(
+            s.stopped(t0 + Duration::from_secs(5)).as_deref(),
+            Some("5 runs within an hour")
+        );
+        // The same, spread over more than an hour: never.
+        let mut s = Strikes::default();
+        for i in 0..20 {
+            assert_eq!(s.stopped(t0 + Duration::from_secs(i * 1000)), None, "{i}");
+            s.cleared();
+        }
+    }
+
+    proptest! {
+        /// Whatever the sequence: disabled exactly when the last STRIKES runs were all
+        /// stopped, or the last STRIKES_IN_WINDOW stopped runs lie within the window.
+        #[test]
+        fn the_rule_is_the_two_conditions(steps in proptest::collection::vec((any::<bool>(), 0u64..2_000), 1..60)) {
+            let t0 = Instant::now();
+            let mut s = Strikes::default();
+            let (mut clock, mut row, mut stops) = (0u64, 0u32, Vec::new());
+            for (stopped, gap) in steps {
+                clock += gap;
+                let now = t0 + Duration::from_secs(clock);
+                if stopped {
+                    row += 1;
+                    stops.push(clock);
+                    let window = stops.len() >= STRIKES_IN_WINDOW
+                        && clock - stops[stops.len() - STRIKES_IN_WINDOW] <= STRIKE_WINDOW.as_secs();
+                    let expect = row >= STRIKES || window;
+                    prop_assert_eq!(s.stopped(now).is_some(), expect);
+                } else {
+                    row = 0;
+                    s.cleared();
+                }
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

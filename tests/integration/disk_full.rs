@@ -345,7 +345,9 @@ async fn floor_cycles(backend: &str, pad: usize) {
             }
             assert!(
                 Instant::now() < deadline,
-                "cycle {cycle}: nothing resumed after space was freed"
+                "cycle {cycle}: nothing resumed after space was freed ({:.1} MiB free): {}",
+                free_bytes(fs.path()) as f64 / 1048576.0,
+                relay.logs()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -458,4 +460,11 @@ async fn a_sled_relay_restarted_twelve_times_on_a_full_disk_opens_with_everythin
     check_acked(&relay, &all).await;
     let again = relay.callback(Some("ActionCreated"), "application/json", "{\"data\":1}").await;
     assert_eq!(again.status(), 200);
+}
+
+/// The fast fill on sled (diagnosis; not yet in CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "diagnosis of the sled fast fill (issue 40)"]
+async fn a_fast_fill_of_16_kib_bodies_never_jumps_the_floor_on_sled() {
+    floor_cycles("sled", 16 << 10).await;
 }
