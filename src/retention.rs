@@ -12,11 +12,16 @@ use crate::clock::unix_micros;
 use crate::config::{RetentionConfig, RetryPolicy};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
+use crate::space::Space;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{AttemptWrite, EventId, SharedStore, StoreError};
 
 /// Events deleted per store call, so one pass never holds the store for long.
 const CHUNK: usize = 1000;
+/// What one chunk of a pass writes, about, out of the free-space budget before it: a
+/// delete is a write too (sled appends it to its log before any space comes back; redb
+/// copies the pages it changes).
+const CHUNK_BYTES: u64 = CHUNK as u64 * 256;
 
 /// Prunes every `interval` until `stop`.
 pub(crate) async fn run(
@@ -24,7 +29,7 @@ pub(crate) async fn run(
     config: RetentionConfig,
     configured: BTreeSet<String>,
     metrics: Arc<Metrics>,
-    space: Arc<crate::space::Space>,
+    space: Arc<Space>,
     mut stop: Stop,
 ) {
     let owner = format!("retention-{}", std::process::id());
@@ -44,6 +49,8 @@ pub(crate) async fn run(
                 false
             }
         };
+        // Room for the pass's writes, or no pass: the budget measured again if spent.
+        let leads = leads && space.admit(CHUNK_BYTES).await;
         if leads {
             // Waits for the queues to be counted after a restart (an embedded store
             // counts a large backlog behind the open): not past a stop.
@@ -56,7 +63,7 @@ pub(crate) async fn run(
                 _ = stop.wait() => return,
             }
         }
-        while leads && !stop.is_stopped() {
+        while leads && !stop.is_stopped() && space.admit(CHUNK_BYTES).await {
             match store.prune(cutoff, CHUNK).await {
                 Ok(n) => {
                     EventsPruned(n).emit(&metrics);
@@ -71,10 +78,11 @@ pub(crate) async fn run(
             }
         }
         if leads {
-            prune_ledger(&store, ledger_before_hour(config.audit), &stop).await;
+            prune_ledger(&store, ledger_before_hour(config.audit), &space, &stop).await;
         }
         if let (true, Some(keep)) = (leads, config.delivered_bodies) {
-            if let Err(e) = prune_bodies(&store, bodies_before_us(keep), &metrics, &stop).await {
+            let before = bodies_before_us(keep);
+            if let Err(e) = prune_bodies(&store, before, &metrics, &space, &stop).await {
                 tracing::error!(error = %e, "dropping the bodies of settled events failed; trying again next pass");
             }
         }
@@ -101,9 +109,9 @@ pub(crate) fn ledger_before_hour(keep: Duration) -> u64 {
 }
 
 /// Deletes the audit ledger's hours before `before_hour`, a chunk at a time.
-async fn prune_ledger(store: &SharedStore, before_hour: u64, stop: &Stop) {
+async fn prune_ledger(store: &SharedStore, before_hour: u64, space: &Arc<Space>, stop: &Stop) {
     let mut gone = 0;
-    while !stop.is_stopped() {
+    while !stop.is_stopped() && space.admit(CHUNK_BYTES).await {
         match store.prune_ledger(before_hour, CHUNK).await {
             Ok(n) => {
                 gone += n;
@@ -137,13 +145,14 @@ async fn prune_bodies(
     store: &SharedStore,
     before_us: u64,
     metrics: &Metrics,
+    space: &Arc<Space>,
     stop: &Stop,
 ) -> Result<(), StoreError> {
     let stored = store.upstream_get(BODIES_CURSOR).await?;
     let mut after = stored
         .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
         .map_or(EventId::new(0), |b| EventId::new(u64::from_be_bytes(b)));
-    while !stop.is_stopped() {
+    while !stop.is_stopped() && space.admit(CHUNK_BYTES).await {
         let (gone, last) = store.prune_bodies(after, before_us, CHUNK).await?;
         BodiesPruned(gone).emit(metrics);
         let Some(last) = last else { break };

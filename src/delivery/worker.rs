@@ -19,6 +19,12 @@ use crate::shape;
 use crate::shutdown::Stop;
 use crate::store::{Claim, SharedStore};
 
+/// What one attempt's record writes, about (the delivery's record, its attempt, the
+/// schedule and the ledger's row): taken out of the free-space budget per claim.
+const ATTEMPT_BYTES: u64 = 1024;
+/// How long a worker refused room by the free-space budget waits before it looks again.
+const FLOOR_WAIT: Duration = Duration::from_millis(100);
+
 impl pacer::Leased for Claim {
     fn expires_us(&self) -> u64 {
         self.expires_us
@@ -198,6 +204,13 @@ impl Worker {
             match step {
                 Step::Release(claims) => self.release(claims).await,
                 Step::Claim(want) => {
+                    // Each claim ends in an attempt's record: its bytes come out of the
+                    // free-space budget first (space.rs); refused, as below the floor.
+                    let bytes = ATTEMPT_BYTES.saturating_mul(want as u64);
+                    if !self.space.admit(bytes).await {
+                        lock(&self.state.pacer).claimed(Vec::new());
+                        return Ok(FLOOR_WAIT);
+                    }
                     // Until the answer is in hand, the call may have claimed for nobody.
                     self.state.unknown_claims.store(true, Ordering::SeqCst);
                     let claims = self

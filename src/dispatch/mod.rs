@@ -41,6 +41,8 @@ const FOLLOW_POLL: Duration = Duration::from_secs(1);
 /// What one batch writes at most, about: a plan, deliveries and schedule entries for
 /// [`BATCH`] events (bodies are not copied).
 const DISPATCH_BYTES: u64 = BATCH as u64 * 1024;
+/// What one purge of expired dedup keys writes, about (sled logs each delete).
+const PURGE_BYTES: u64 = 256 << 10;
 /// How often expired dedup keys are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -370,7 +372,9 @@ async fn purge_dedup(
     loop {
         // One relay of a fleet purges (and reports the fleet's count) for all; below
         // the free-space floor nobody does (deletes append to sled's log too).
-        let leads = if space.below_floor() { Ok(false) } else { store.lead("dedup-purge").await };
+        // Its deletes are writes too: out of the free-space budget first.
+        let room = !space.below_floor() && space.admit(PURGE_BYTES).await;
+        let leads = if room { store.lead("dedup-purge").await } else { Ok(false) };
         match leads {
             Ok(true) => {
                 let now = crate::clock::now_us();

@@ -462,9 +462,10 @@ async fn a_sled_relay_restarted_twelve_times_on_a_full_disk_opens_with_everythin
     assert_eq!(again.status(), 200);
 }
 
-/// The fast fill on sled (diagnosis; not yet in CI).
+/// The same fast fill on sled. Its second cycle once did not resume within 10 s of the
+/// space being freed in CI (not seen again in 6 runs here, two under a release build's
+/// load); a failure now says the free space and the relay's logs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "diagnosis of the sled fast fill (issue 40)"]
 async fn a_fast_fill_of_16_kib_bodies_never_jumps_the_floor_on_sled() {
     floor_cycles("sled", 16 << 10).await;
 }
