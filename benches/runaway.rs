@@ -151,7 +151,7 @@ async fn contender(label: &str, bin: &str, runaway: bool) -> Contender {
         "\n[[destinations]]\nname = \"t\"\nurl = \"http://{sink}/t\"\ntransform = '{transform}'\n"
     ));
     let text = common::config_with(&dir.path().join("data"), "", &tail)
-        .replace("level = \"info\"", "level = \"hookrelay=warn,actix_server=warn\"");
+        .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
     let relay = common::Relay::start_binary(bin, dir.path(), &text).await;
     Contender { label: label.to_owned(), relay, tally, runaway, _dir: dir }
 }

@@ -42,6 +42,13 @@ const ADDRESS_SLACK: u64 = 512 << 20;
 const WORKERS: usize = 2;
 /// Processes of the preview lane.
 const PREVIEWS: usize = 1;
+/// The niceness of a shaping process: a program that runs for its whole limit burns a
+/// core, and on a small machine the relay's own threads (answering the upstream,
+/// dispatch, delivery) must win that core. Measured (BENCHMARKS.md, runaway): looping
+/// previews, filters and transforms beside plain destinations. A run of a few
+/// milliseconds is not slowed by it unless the machine is saturated, and then by the
+/// relay's own work, which is the point.
+const NICE: libc::c_int = 10;
 /// How long a preview waits for the preview lane before it is refused.
 const PREVIEW_WAIT: Duration = Duration::from_secs(10);
 /// How long a dead process is given to be reaped and to finish its last words.
@@ -116,10 +123,10 @@ impl Spawn {
     }
 }
 
-/// In the child, before exec: its memory bounded, no core file, killed with the relay.
-/// A sandbox that refuses setrlimit (systemd's `@resources` filter) leaves the child
-/// unbounded rather than unstarted: the child says so on stderr (`worker.rs`), which
-/// the relay logs.
+/// In the child, before exec: its memory bounded, no core file, a lower CPU priority
+/// ([`NICE`]), killed with the relay. A sandbox that refuses setrlimit (systemd's
+/// `@resources` filter) leaves the child unbounded rather than unstarted: the child
+/// says so on stderr (`worker.rs`), which the relay logs.
 fn limit_child(memory_bytes: u64) -> std::io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc == 0 {
@@ -134,6 +141,7 @@ fn limit_child(memory_bytes: u64) -> std::io::Result<()> {
     unsafe {
         let _ = libc::setrlimit(libc::RLIMIT_AS, &memory);
         let _ = libc::setrlimit(libc::RLIMIT_CORE, &none);
+        let _ = libc::setpriority(libc::PRIO_PROCESS, 0, NICE);
         check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
     }
     Ok(())

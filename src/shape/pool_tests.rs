@@ -45,6 +45,10 @@ async fn a_loop_costs_its_own_run_and_its_process_is_killed() {
     assert!(matches!(ran[..], [Ran::Answered(Answer::Matched, _)]), "{ran:?}");
     let first = lane.idle_pids();
     assert_eq!(first.len(), 1);
+    // At a lower CPU priority than the relay: a loop yields the core to its threads.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", first[0])).unwrap();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    assert_eq!(fields[16], "10", "niceness of the shaping process: {stat}");
     let started = Instant::now();
     let jobs = vec![
         job_of(Role::Filter, "last(range(1e18)) | true", BODY),
@@ -115,7 +119,7 @@ async fn a_body_nested_200_000_deep_is_null_to_the_program_with_the_reason() {
 }
 
 #[tokio::test]
-async fn a_program_stopped_three_runs_in_a_row_is_disabled_and_a_good_run_clears_its_strikes() {
+async fn a_program_stopped_three_times_within_an_hour_is_disabled_good_runs_between_or_not() {
     let metrics = Arc::new(crate::metrics::Metrics::new().unwrap());
     let shaper = Shaper::with(Spawn::unit_tests(), Duration::from_millis(300), metrics.clone());
     // Loops only on events of resource actions/1.
@@ -133,26 +137,33 @@ async fn a_program_stopped_three_runs_in_a_row_is_disabled_and_a_good_run_clears
             filters: vec![("crm".into(), filter.clone())],
         }
     };
-    // Loops, loops, a good run, loops.
-    let batch = || ["actions/1", "actions/1", "actions/2", "actions/1"].map(event).to_vec();
     let reasons = |out: Vec<Vec<FilteredOut>>| -> Vec<String> {
         out.into_iter().map(|f| f.first().map_or("matched".into(), |f| f.reason.clone())).collect()
     };
-    let out = reasons(shaper.filtered_out(batch()).await);
-    assert!(out[0].contains("ran longer") && out[1].contains("ran longer"), "{out:?}");
-    assert_eq!(out[2], "matched", "a good run in between clears the strikes");
-    assert!(out[3].contains("ran longer"), "{out:?}");
+    // Loops, a good run, loops: two stopped runs, still run.
+    let out = reasons(
+        shaper.filtered_out(["actions/1", "actions/2", "actions/1"].map(event).to_vec()).await,
+    );
+    assert!(out[0].contains("ran longer") && out[2].contains("ran longer"), "{out:?}");
+    assert_eq!(out[1], "matched", "{out:?}");
     assert!(filter.disabled().is_none());
+    // A good run, then a loop: the third stopped run within the hour, good runs between
+    // or not (a caller interleaving bodies that loop with ordinary ones).
     let started = Instant::now();
-    let out = reasons(shaper.filtered_out(batch()).await);
-    assert!(out[1].contains("ran longer"), "the third in a row: {out:?}");
+    let out = reasons(
+        shaper
+            .filtered_out(["actions/2", "actions/1", "actions/2", "actions/1"].map(event).to_vec())
+            .await,
+    );
+    assert_eq!(out[0], "matched", "{out:?}");
+    assert!(out[1].contains("ran longer"), "the third within the hour: {out:?}");
     assert!(filter.disabled().is_some());
-    // From then on never run, in the same batch too: two limits, not four.
-    assert!(out[2].starts_with("disabled after 3 runs in a row that"), "{out:?}");
-    assert!(out[3].starts_with("disabled after 3 runs in a row that"), "{out:?}");
-    assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
+    // From then on never run, in the same batch too: one limit, not two.
+    assert!(out[2].starts_with("disabled after 3 runs within an hour that"), "{out:?}");
+    assert!(out[3].starts_with("disabled after 3 runs within an hour that"), "{out:?}");
+    assert!(started.elapsed() < Duration::from_millis(1200), "{:?}", started.elapsed());
     let text = metrics.render();
-    assert!(text.contains("hookrelay_shape_runs_stopped_total{cause=\"overran\",destination=\"crm\",program=\"filter\"} 5"), "{}", text.lines().filter(|l| l.contains("shape")).collect::<Vec<_>>().join("\n"));
+    assert!(text.contains("hookrelay_shape_runs_stopped_total{cause=\"overran\",destination=\"crm\",program=\"filter\"} 3"), "{}", text.lines().filter(|l| l.contains("shape")).collect::<Vec<_>>().join("\n"));
     assert!(
         text.contains("hookrelay_shape_program_disabled{destination=\"crm\",program=\"filter\"} 1")
     );
