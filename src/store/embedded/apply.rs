@@ -5,10 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use sled::transaction::ConflictableTransactionError as Txe;
-
 use super::codec::{self, DispatchRecord};
-use super::engine::{TxResult, TxTree};
+use super::engine::{TxError, TxResult, TxTree};
 use super::{keys, EmbeddedState, CURSOR_KEY, RECORDS, SCHEDULED_PENDING, SCHEDULED_RETRYING};
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
 use crate::store::lifecycle::Changes;
@@ -20,7 +18,7 @@ pub(super) fn signed(n: u64) -> i64 {
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> TxResult<Vec<u8>> {
-    serde_json::to_vec(value).map_err(|e| Txe::Abort(StoreError::Encode(e)))
+    serde_json::to_vec(value).map_err(|e| TxError::Abort(StoreError::Encode(e)))
 }
 
 fn marker(r: &DeliveryRecord) -> u8 {
@@ -108,7 +106,7 @@ fn drop_bodies(changes: &Changes, records: &TxTree<'_>) -> TxResult<()> {
         let key = id.to_key();
         let Some(value) = records.get(key)? else { continue };
         let corrupt = |reason| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
-        if let Some(without) = codec::strip_body(&value).map_err(|r| Txe::Abort(corrupt(r)))? {
+        if let Some(without) = codec::strip_body(&value).map_err(|r| TxError::Abort(corrupt(r)))? {
             stripped.push((key, without));
         }
     }
@@ -156,7 +154,7 @@ impl EmbeddedState {
         let new_keys = self.db.transaction(&trees, |t| {
             let (six, dead) = t.split_at(6);
             let six: Trees<'_, '_> = six.try_into().map_err(|_| {
-                Txe::Abort(StoreError::Task("a transaction without its six trees".into()))
+                TxError::Abort(StoreError::Task("a transaction without its six trees".into()))
             })?;
             write(changes, &edits, cursor, six, dead.first())
         })?;

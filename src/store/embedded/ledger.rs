@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use super::codec::decode_meta;
-use super::engine::{Batch, Tree, TxResult, TxTree};
+use super::engine::{Batch, Tree, TxError, TxResult, TxTree};
 use super::{EmbeddedState, META, OUTCOMES, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
@@ -242,10 +242,9 @@ impl EmbeddedState {
     /// Writes `edits` inside a rule's transaction on `outcomes` (read and written
     /// there: the transaction makes the read-modify-write atomic).
     pub(super) fn write_edits(outcomes: &TxTree<'_>, edits: &LedgerEdits) -> TxResult<()> {
-        use sled::transaction::ConflictableTransactionError as Txe;
-        for (row, width, deltas) in by_row(edits).map_err(Txe::Abort)? {
+        for (row, width, deltas) in by_row(edits).map_err(TxError::Abort)? {
             let old = outcomes.get(&row)?;
-            let value = added(&row, old.as_deref(), width, &deltas).map_err(Txe::Abort)?;
+            let value = added(&row, old.as_deref(), width, &deltas).map_err(TxError::Abort)?;
             outcomes.insert(row, value)?;
         }
         Ok(())

@@ -9,7 +9,7 @@
 //! dropped only after the bump is durable.
 
 use super::codec::encode_raw;
-use super::engine::Db;
+use super::engine::{Batch, Db, Engine};
 use super::RECORDS;
 use crate::store::hex;
 use crate::store::StoreError;
@@ -23,12 +23,13 @@ const BATCH: usize = 1024;
 /// Copies every version-1 event into `records` and flushes.
 pub(super) fn from_v1(db: &Db) -> Result<(), StoreError> {
     // Only sled ever held layout 1.
-    let Db::Sled(db) = db else { return Ok(()) };
-    let db = db.raw();
+    if db.engine() != Engine::Sled {
+        return Ok(());
+    }
     let records = db.open_tree(RECORDS)?;
     let (inbox, events, bodies) =
         (db.open_tree(V1_INBOX)?, db.open_tree(V1_EVENTS)?, db.open_tree(V1_BODIES)?);
-    let mut batch = sled::Batch::default();
+    let mut batch = Batch::default();
     let mut in_batch = 0;
     let mut copied = 0usize;
     let corrupt = |table: &'static str, key: &[u8], reason: String| StoreError::Corrupt {
@@ -74,14 +75,9 @@ pub(super) fn from_v1(db: &Db) -> Result<(), StoreError> {
 
 /// Drops the version-1 trees once the migration is durable (a no-op when absent).
 pub(super) fn drop_v1_trees(db: &Db) -> Result<(), StoreError> {
-    let Db::Sled(db) = db else { return Ok(()) };
-    let db = db.raw();
-    let names = db.tree_names();
     let mut dropped = false;
     for name in [V1_INBOX, V1_EVENTS, V1_BODIES] {
-        if names.iter().any(|n| n.as_ref() == name.as_bytes()) {
-            dropped |= db.drop_tree(name)?;
-        }
+        dropped |= db.drop_tree(name)?;
     }
     if dropped {
         db.flush()?;
@@ -124,7 +120,7 @@ mod tests {
     async fn a_version_1_store_opens_with_every_event_and_body() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::Config::new().path(dir.path()).use_compression(true).open().unwrap();
+            let db = testutil::engine_db(crate::store::embedded::engine::Engine::Sled, dir.path());
             db.open_tree("meta").unwrap().insert("schema_version", b"1").unwrap();
             let (events, bodies, inbox) = (
                 db.open_tree(V1_EVENTS).unwrap(),

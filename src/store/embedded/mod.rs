@@ -358,7 +358,7 @@ mod tests {
     fn refuses_a_newer_schema() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let db = sled::open(dir.path()).unwrap();
+            let db = testutil::engine_db(Engine::Sled, dir.path());
             db.open_tree(META).unwrap().insert(SCHEMA_KEY, b"99").unwrap();
             db.flush().unwrap();
         }

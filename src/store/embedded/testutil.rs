@@ -63,3 +63,15 @@ fn retry_open(opts: &EmbeddedOptions) -> Result<EmbeddedStore, StoreError> {
         }
     }
 }
+
+/// The bare engine database in `dir` (no layout of the store's own), to write what an
+/// older build left there.
+pub(crate) fn engine_db(engine: Engine, dir: &Path) -> super::engine::Db {
+    let opts = super::engine::EngineOptions {
+        path: dir,
+        cache_capacity_bytes: 1 << 20,
+        compression: true,
+        flush_interval: Duration::from_millis(500),
+    };
+    super::engine::Db::open(engine, &opts).expect("open the engine's database")
+}

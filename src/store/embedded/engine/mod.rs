@@ -58,7 +58,7 @@ pub(crate) struct EngineOptions<'a> {
 /// A value (or key) read from a tree: sled's shared buffer as it is, or bytes copied
 /// out of redb's page.
 pub(crate) enum Bytes {
-    Sled(::sled::IVec),
+    Sled(sled_kv::SledBytes),
     Owned(Vec<u8>),
 }
 
@@ -88,10 +88,25 @@ impl std::fmt::Debug for Bytes {
 pub(crate) type Entry = Result<(Bytes, Bytes), StoreError>;
 /// A scan, in key order either way.
 pub(crate) type Iter = Box<dyn DoubleEndedIterator<Item = Entry>>;
-/// What a transaction's body returns: sled's error type, which carries an abort with
-/// its reason, or a conflict that sled retries (redb, one writer at a time, has none).
-pub(crate) type TxResult<T> =
-    Result<T, ::sled::transaction::ConflictableTransactionError<StoreError>>;
+/// Why a transaction's body stopped: the engine layer's own type, so that neither the
+/// backend nor the redb path sees sled's.
+#[derive(Debug)]
+pub(crate) enum TxError {
+    /// Stop, write nothing, and return this error.
+    Abort(StoreError),
+    /// Another transaction wrote what this one read: run the body again (sled only;
+    /// redb has one writer at a time).
+    Conflict,
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> Self {
+        TxError::Abort(e)
+    }
+}
+
+/// What a transaction's body returns.
+pub(crate) type TxResult<T> = Result<T, TxError>;
 
 /// Writes applied together by [`Tree::apply_batch`].
 #[derive(Default)]
@@ -114,13 +129,13 @@ pub(crate) enum Db {
 /// One named tree of a [`Db`]: ordered bytes to bytes. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Tree {
-    Sled(::sled::Tree),
+    Sled(sled_kv::SledTree),
     Redb(redb_kv::RedbTree),
 }
 
 /// A tree inside a transaction (see [`Db::transaction`]): it sees its own writes.
 pub(crate) enum TxTree<'t> {
-    Sled(::sled::transaction::TransactionalTree),
+    Sled(sled_kv::SledTx),
     Redb(std::cell::RefCell<redb_kv::TxTable<'t>>),
 }
 
@@ -164,7 +179,7 @@ impl Db {
     /// The tree `name`, created empty if it is not there.
     pub(crate) fn open_tree(&self, name: &'static str) -> Result<Tree, StoreError> {
         match self {
-            Db::Sled(db) => Ok(Tree::Sled(db.db.open_tree(name)?)),
+            Db::Sled(db) => Ok(Tree::Sled(db.open_tree(name)?)),
             Db::Redb(db) => Ok(Tree::Redb(db.open_tree(name)?)),
         }
     }
@@ -172,13 +187,7 @@ impl Db {
     /// The names of the trees that exist.
     pub(crate) fn tree_names(&self) -> Result<Vec<String>, StoreError> {
         match self {
-            Db::Sled(db) => Ok(db
-                .db
-                .tree_names()
-                .iter()
-                .map(|n| String::from_utf8_lossy(n).into_owned())
-                .filter(|n| n != "__sled__default")
-                .collect()),
+            Db::Sled(db) => Ok(db.tree_names()),
             Db::Redb(db) => db.tree_names(),
         }
     }
@@ -194,14 +203,23 @@ impl Db {
     /// Bytes the database takes on disk.
     pub(crate) fn size_on_disk(&self) -> Result<u64, StoreError> {
         match self {
-            Db::Sled(db) => Ok(db.db.size_on_disk()?),
+            Db::Sled(db) => db.size_on_disk(),
             Db::Redb(db) => db.size_on_disk(),
+        }
+    }
+
+    /// Drops the tree `name`; whether it was there. Only sled ever held the trees an
+    /// old layout leaves (`../migrate.rs`): on redb, nothing to drop.
+    pub(crate) fn drop_tree(&self, name: &str) -> Result<bool, StoreError> {
+        match self {
+            Db::Sled(db) if db.tree_names().iter().any(|n| n == name) => db.drop_tree(name),
+            Db::Sled(_) | Db::Redb(_) => Ok(false),
         }
     }
 
     /// Runs `body` over `trees` as one atomic write. sled may run it more than once (on
     /// a conflict), so it must only write through the [`TxTree`]s it is given, which
-    /// come in the order of `trees`. An abort (`Txe::Abort`) writes nothing and
+    /// come in the order of `trees`. An abort ([`TxError::Abort`]) writes nothing and
     /// returns its error.
     pub(crate) fn transaction<T>(
         &self,
@@ -218,14 +236,14 @@ impl Db {
 impl Tree {
     pub(crate) fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>, StoreError> {
         match self {
-            Tree::Sled(t) => Ok(t.get(key)?.map(Bytes::Sled)),
+            Tree::Sled(t) => t.get(key.as_ref()),
             Tree::Redb(t) => t.get(key.as_ref()),
         }
     }
 
     pub(crate) fn contains_key(&self, key: impl AsRef<[u8]>) -> Result<bool, StoreError> {
         match self {
-            Tree::Sled(t) => Ok(t.contains_key(key)?),
+            Tree::Sled(t) => t.contains_key(key.as_ref()),
             Tree::Redb(t) => t.contains_key(key.as_ref()),
         }
     }
@@ -237,7 +255,7 @@ impl Tree {
         value: impl AsRef<[u8]>,
     ) -> Result<Option<Bytes>, StoreError> {
         match self {
-            Tree::Sled(t) => Ok(t.insert(key.as_ref(), value.as_ref())?.map(Bytes::Sled)),
+            Tree::Sled(t) => t.insert(key.as_ref(), value.as_ref()),
             Tree::Redb(t) => t.insert(key.as_ref(), value.as_ref()),
         }
     }
@@ -245,7 +263,7 @@ impl Tree {
     /// Removes `key`; returns what it held.
     pub(crate) fn remove(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>, StoreError> {
         match self {
-            Tree::Sled(t) => Ok(t.remove(key)?.map(Bytes::Sled)),
+            Tree::Sled(t) => t.remove(key.as_ref()),
             Tree::Redb(t) => t.remove(key.as_ref()),
         }
     }
@@ -253,13 +271,7 @@ impl Tree {
     /// Applies every write of `batch`, all or none.
     pub(crate) fn apply_batch(&self, batch: Batch) -> Result<(), StoreError> {
         match self {
-            Tree::Sled(t) => {
-                let mut b = ::sled::Batch::default();
-                for (k, v) in batch.ops {
-                    b.insert(k, v);
-                }
-                Ok(t.apply_batch(b)?)
-            }
+            Tree::Sled(t) => t.apply_batch(batch.ops),
             Tree::Redb(t) => t.apply_batch(batch.ops),
         }
     }
@@ -286,7 +298,7 @@ impl Tree {
         };
         let range = (bound(range.start_bound()), bound(range.end_bound()));
         match self {
-            Tree::Sled(t) => sled_kv::iter(t.range(range)),
+            Tree::Sled(t) => t.range(range),
             Tree::Redb(t) => t.range(range),
         }
     }
@@ -313,7 +325,7 @@ impl Tree {
     /// How many entries: sled walks the tree, redb keeps the count.
     pub(crate) fn len(&self) -> Result<u64, StoreError> {
         match self {
-            Tree::Sled(t) => Ok(t.len() as u64),
+            Tree::Sled(t) => Ok(t.len()),
             Tree::Redb(t) => t.len(),
         }
     }
@@ -322,7 +334,7 @@ impl Tree {
 impl TxTree<'_> {
     pub(crate) fn get(&self, key: impl AsRef<[u8]>) -> TxResult<Option<Bytes>> {
         match self {
-            TxTree::Sled(t) => Ok(t.get(key)?.map(Bytes::Sled)),
+            TxTree::Sled(t) => t.get(key.as_ref()),
             TxTree::Redb(t) => redb_kv::tx_get(&t.borrow(), key.as_ref()),
         }
     }
@@ -333,7 +345,7 @@ impl TxTree<'_> {
         value: impl AsRef<[u8]>,
     ) -> TxResult<Option<Bytes>> {
         match self {
-            TxTree::Sled(t) => Ok(t.insert(key.as_ref(), value.as_ref())?.map(Bytes::Sled)),
+            TxTree::Sled(t) => t.insert(key.as_ref(), value.as_ref()),
             TxTree::Redb(t) => {
                 redb_kv::tx_insert(&mut t.borrow_mut(), key.as_ref(), value.as_ref())
             }
@@ -342,7 +354,7 @@ impl TxTree<'_> {
 
     pub(crate) fn remove(&self, key: impl AsRef<[u8]>) -> TxResult<Option<Bytes>> {
         match self {
-            TxTree::Sled(t) => Ok(t.remove(key.as_ref())?.map(Bytes::Sled)),
+            TxTree::Sled(t) => t.remove(key.as_ref()),
             TxTree::Redb(t) => redb_kv::tx_remove(&mut t.borrow_mut(), key.as_ref()),
         }
     }

@@ -20,7 +20,7 @@ use redb::{
     TableHandle,
 };
 
-use super::{Bytes, EngineOptions, Iter, Tree, TxResult, TxTree};
+use super::{Bytes, EngineOptions, Iter, Tree, TxError, TxResult, TxTree};
 use crate::store::StoreError;
 
 /// The database file in `storage.data_dir`.
@@ -36,8 +36,8 @@ fn err(e: impl std::fmt::Display) -> StoreError {
 }
 
 /// An abort of the transaction with redb's error.
-fn abort(e: impl std::fmt::Display) -> sled::transaction::ConflictableTransactionError<StoreError> {
-    sled::transaction::ConflictableTransactionError::Abort(err(e))
+fn abort(e: impl std::fmt::Display) -> TxError {
+    TxError::Abort(err(e))
 }
 
 /// The database and whether it holds commits not durable yet.
@@ -124,7 +124,6 @@ impl RedbDb {
         trees: &[&Tree],
         body: impl Fn(&[TxTree<'_>]) -> TxResult<T>,
     ) -> Result<T, StoreError> {
-        use sled::transaction::ConflictableTransactionError as Txe;
         let mut txn = self.db.begin_write().map_err(err)?;
         txn.set_durability(Durability::None).map_err(err)?;
         let result = {
@@ -148,9 +147,8 @@ impl RedbDb {
                 Ok(value)
             }
             // Dropping the transaction aborts it.
-            Err(Txe::Abort(e)) => Err(e),
-            Err(Txe::Storage(e)) => Err(e.into()),
-            Err(Txe::Conflict) => Err(StoreError::Conflict("redb transaction".into())),
+            Err(TxError::Abort(e)) => Err(e),
+            Err(TxError::Conflict) => Err(StoreError::Conflict("redb transaction".into())),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! each flush.
 
 use std::fs::File;
+use std::ops::Bound;
 
-use super::{Bytes, EngineOptions, Iter, Tree, TxResult, TxTree};
+use super::{Bytes, EngineOptions, Iter, Tree, TxError, TxResult, TxTree};
 use crate::store::StoreError;
 
 impl From<sled::Error> for StoreError {
@@ -18,7 +19,7 @@ const COMPRESSION_LEVEL: i32 = 1;
 
 /// An open sled database and its log file.
 pub(crate) struct SledDb {
-    pub(super) db: sled::Db,
+    db: sled::Db,
     /// sled's log (`{data_dir}/db`), fsynced after each `Db::flush`: on Linux, sled
     /// 0.34's `Db::flush` ends with `sync_file_range`, not `fsync`, which writes no
     /// metadata (the log's growing size and new blocks) and does not flush the device's
@@ -58,9 +59,101 @@ impl SledDb {
         })
     }
 
-    /// The sled database itself, for the migration of its own old layouts.
-    pub(crate) fn raw(&self) -> &sled::Db {
-        &self.db
+    pub(super) fn open_tree(&self, name: &str) -> Result<SledTree, StoreError> {
+        Ok(SledTree(self.db.open_tree(name)?))
+    }
+
+    /// The trees' names, sled's own default tree left out.
+    pub(super) fn tree_names(&self) -> Vec<String> {
+        self.db
+            .tree_names()
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .filter(|n| n != "__sled__default")
+            .collect()
+    }
+
+    pub(super) fn size_on_disk(&self) -> Result<u64, StoreError> {
+        Ok(self.db.size_on_disk()?)
+    }
+
+    /// Drops the tree `name`; whether it was there.
+    pub(super) fn drop_tree(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.db.drop_tree(name)?)
+    }
+}
+
+/// A sled tree behind the engine layer's [`Tree`]: the backend never sees sled's type.
+#[derive(Clone)]
+pub(crate) struct SledTree(sled::Tree);
+
+/// A value or key sled read: its shared buffer as it is, behind [`Bytes`].
+pub(crate) struct SledBytes(sled::IVec);
+
+impl std::ops::Deref for SledBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A sled tree inside a transaction, behind [`TxTree`].
+pub(crate) struct SledTx(sled::transaction::TransactionalTree);
+
+fn bytes(v: sled::IVec) -> Bytes {
+    Bytes::Sled(SledBytes(v))
+}
+
+impl SledTree {
+    pub(super) fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.0.get(key)?.map(bytes))
+    }
+
+    pub(super) fn contains_key(&self, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.0.contains_key(key)?)
+    }
+
+    pub(super) fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.0.insert(key, value)?.map(bytes))
+    }
+
+    pub(super) fn remove(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.0.remove(key)?.map(bytes))
+    }
+
+    /// Every write of `ops`, all or none.
+    pub(super) fn apply_batch(&self, ops: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
+        let mut b = sled::Batch::default();
+        for (k, v) in ops {
+            b.insert(k, v);
+        }
+        Ok(self.0.apply_batch(b)?)
+    }
+
+    pub(super) fn range(&self, range: (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Iter {
+        Box::new(self.0.range(range).map(|item| {
+            let (k, v) = item?;
+            Ok((bytes(k), bytes(v)))
+        }))
+    }
+
+    /// How many entries (sled walks the tree).
+    pub(super) fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+}
+
+impl SledTx {
+    pub(super) fn get(&self, key: &[u8]) -> TxResult<Option<Bytes>> {
+        Ok(self.0.get(key).map_err(tx_error)?.map(bytes))
+    }
+
+    pub(super) fn insert(&self, key: &[u8], value: &[u8]) -> TxResult<Option<Bytes>> {
+        Ok(self.0.insert(key, value).map_err(tx_error)?.map(bytes))
+    }
+
+    pub(super) fn remove(&self, key: &[u8]) -> TxResult<Option<Bytes>> {
+        Ok(self.0.remove(key).map_err(tx_error)?.map(bytes))
     }
 }
 
@@ -148,12 +241,13 @@ fn compression_of(path: &std::path::Path, wanted: bool) -> bool {
     }
 }
 
-/// sled's scan as the backend's.
-pub(super) fn iter(scan: sled::Iter) -> Iter {
-    Box::new(scan.map(|item| {
-        let (k, v) = item?;
-        Ok((Bytes::Sled(k), Bytes::Sled(v)))
-    }))
+/// A sled operation's error inside a transaction, as the engine layer says it: a
+/// conflict to run the body again on, or a storage error to abort with.
+fn tx_error(e: sled::transaction::UnabortableTransactionError) -> TxError {
+    match e {
+        sled::transaction::UnabortableTransactionError::Conflict => TxError::Conflict,
+        sled::transaction::UnabortableTransactionError::Storage(e) => TxError::Abort(e.into()),
+    }
 }
 
 /// One sled transaction over `trees` (all of one database).
@@ -166,18 +260,29 @@ pub(super) fn transaction<T>(
     let sled_trees: Vec<&sled::Tree> = trees
         .iter()
         .map(|t| match t {
-            Tree::Sled(t) => Ok(t),
+            Tree::Sled(t) => Ok(&t.0),
             Tree::Redb(_) => Err(StoreError::Task("a redb tree in a sled transaction".into())),
         })
         .collect::<Result<_, _>>()?;
+    use sled::transaction::ConflictableTransactionError as Txe;
     sled_trees
         .as_slice()
         .transaction(|views| {
-            let views: Vec<TxTree<'_>> = views.iter().cloned().map(TxTree::Sled).collect();
-            body(&views)
+            let views: Vec<TxTree<'_>> =
+                views.iter().cloned().map(|v| TxTree::Sled(SledTx(v))).collect();
+            body(&views).map_err(|e| match e {
+                TxError::Abort(e) => Txe::Abort(e),
+                TxError::Conflict => Txe::Conflict,
+            })
         })
         .map_err(|e| match e {
             TransactionError::Abort(e) => e,
             TransactionError::Storage(e) => e.into(),
         })
+}
+
+/// Whether sled alone (no clean-up of ours first) opens the database in `path`.
+#[cfg(test)]
+pub(super) fn opens_as_is(path: &std::path::Path) -> bool {
+    sled::Config::new().path(path).use_compression(true).open().is_ok()
 }
