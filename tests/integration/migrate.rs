@@ -46,6 +46,23 @@ fn check_config(config: &std::path::Path) -> Output {
         .unwrap()
 }
 
+/// Removes what a sled store keeps in `data` (what `migrate` lists as left over).
+fn remove_sled_files(data: &std::path::Path) {
+    for leftover in ["db", "conf", "blobs"] {
+        let p = data.join(leftover);
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).unwrap();
+        } else if p.exists() {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(data).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("snap.") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+}
+
 /// `hookrelay serve` to its end (a relay that refuses to start).
 fn serve(config: &std::path::Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(common::binary());
@@ -194,19 +211,7 @@ async fn a_store_moved_to_redb_and_back_delivers_everything_due_once() {
     drop(relay);
 
     // And back to sled (the rollback), over the leftovers of the first copy removed.
-    for leftover in ["db", "conf", "blobs"] {
-        let p = data.join(leftover);
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p).unwrap();
-        } else if p.exists() {
-            std::fs::remove_file(&p).unwrap();
-        }
-    }
-    for entry in std::fs::read_dir(&data).unwrap().flatten() {
-        if entry.file_name().to_string_lossy().starts_with("snap.") {
-            std::fs::remove_file(entry.path()).unwrap();
-        }
-    }
+    remove_sled_files(&data);
     let out = migrate(&config, &["--to", "sled"], &redb);
     assert!(out.status.success(), "{}", text(&out));
     std::fs::remove_file(data.join("hookrelay.redb")).unwrap();
@@ -348,19 +353,7 @@ async fn a_migration_killed_at_any_point_leaves_one_current_store_with_everythin
     // `blobs` still staged. The open finishes the move; every event is there and is
     // delivered.
     let data = root.path().join("timing");
-    for leftover in ["db", "conf", "blobs"] {
-        let p = data.join(leftover);
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p).unwrap();
-        } else if p.exists() {
-            std::fs::remove_file(&p).unwrap();
-        }
-    }
-    for entry in std::fs::read_dir(&data).unwrap().flatten() {
-        if entry.file_name().to_string_lossy().starts_with("snap.") {
-            std::fs::remove_file(entry.path()).unwrap();
-        }
-    }
+    remove_sled_files(&data);
     let out = migrate(&config, &["--to", "sled"], &[]);
     assert!(out.status.success(), "{}", text(&out));
     std::fs::remove_file(data.join("hookrelay.redb")).unwrap();
