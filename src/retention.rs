@@ -37,7 +37,7 @@ pub(crate) async fn run(
         let cutoff = crate::clock::now().checked_sub(config.delivered).map_or(0, unix_micros);
         // One relay of a fleet prunes for all; another takes over if it dies.
         // Below the free-space floor no pass: on sled a delete appends to the log
-        // before any space comes back (see space.rs).
+        // before any space comes back (see `space/`).
         let leads = match if space.below_floor() {
             Ok(false)
         } else {

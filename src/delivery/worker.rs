@@ -205,7 +205,7 @@ impl Worker {
                 Step::Release(claims) => self.release(claims).await,
                 Step::Claim(want) => {
                     // Each claim ends in an attempt's record: its bytes come out of the
-                    // free-space budget first (space.rs); refused, as below the floor.
+                    // free-space budget first (`space/`); refused, as below the floor.
                     let bytes = ATTEMPT_BYTES.saturating_mul(want as u64);
                     if !self.space.admit(bytes).await {
                         lock(&self.state.pacer).claimed(Vec::new());

@@ -255,7 +255,7 @@ impl Dispatcher {
             }
             if self.space.below_floor() {
                 // Every write adds to the data directory: below the floor only what
-                // frees space or finishes work in flight goes on (see space.rs).
+                // frees space or finishes work in flight goes on (see `space/`).
                 tokio::select! {
                     _ = tokio::time::sleep(crate::space::HOLD_POLL) => {}
                     _ = stop.wait() => {}

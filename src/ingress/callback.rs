@@ -132,7 +132,7 @@ async fn store(
         }
     };
 
-    // The bytes it will write, out of the free-space budget (space.rs): a fast fill of
+    // The bytes it will write, out of the free-space budget (`space/`): a fast fill of
     // large bodies cannot cross the floor between two looks.
     let writes = match &body {
         Body::Complete(bytes) => bytes.len() as u64 + RECORD_BYTES,

@@ -15,8 +15,8 @@ use crate::upstream::AccountId;
 const STATE_GAUGES: &[(&str, &str)] = &[
     ("hookrelay_build_info", "set once at start"),
     ("hookrelay_store_size_bytes", "admin/health.rs refresh"),
-    ("hookrelay_storage_free_bytes", "space.rs watch"),
-    ("hookrelay_storage_floor_bytes", "space.rs watch"),
+    ("hookrelay_storage_free_bytes", "space/mod.rs watch"),
+    ("hookrelay_storage_floor_bytes", "space/mod.rs watch"),
     ("hookrelay_inbox_events", "admin/health.rs refresh"),
     ("hookrelay_queue_depth", "admin/health.rs refresh"),
     ("hookrelay_queue_oldest_age_seconds", "admin/health.rs refresh"),
