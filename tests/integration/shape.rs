@@ -309,7 +309,11 @@ async fn programs_that_never_end_and_bodies_nested_200_000_deep_cost_only_their_
         assert_eq!(deep["state"], "filtered", "{deep}");
         let reason = deep["reason"].as_str().unwrap();
         assert!(
-            reason.contains("recursed too deep") || reason.contains("disabled after"),
+            // Recursed too deep, or (a busy machine, the shaping process at its low
+            // priority) ran out of its 2 s first: stopped either way.
+            reason.contains("recursed too deep")
+                || reason.contains("ran longer than 2s")
+                || reason.contains("disabled after"),
             "{deep}"
         );
     }
