@@ -253,7 +253,31 @@ impl Sink {
     }
 }
 
-/// A loopback port nobody listens on (bound, then released).
+/// A loopback port that refuses connections for as long as the test process lives:
+/// a socket bound to it and never listening holds it, so no other test's server can
+/// take it meanwhile ([`closed_port`] only knows it was free once).
+pub fn refused_port() -> SocketAddr {
+    // SAFETY: plain socket calls on a descriptor this function owns; it is leaked on
+    // purpose (the port stays reserved until the process ends).
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let rc = libc::bind(fd, std::ptr::addr_of!(addr).cast(), len);
+        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut blen = len;
+        let rc = libc::getsockname(fd, std::ptr::addr_of_mut!(bound).cast(), &mut blen);
+        assert_eq!(rc, 0, "getsockname: {}", std::io::Error::last_os_error());
+        SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, u16::from_be(bound.sin_port)))
+    }
+}
+
+/// A loopback port nobody listens on (bound, then released: a test that starts a
+/// server on it later may; another test's server may take it too, see [`refused_port`]).
 pub fn closed_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()

@@ -150,7 +150,7 @@ async fn the_admin_commands_list_show_replay_pause_and_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_sync_exits_non_zero_when_an_account_fails() {
     let dir = tempfile::tempdir().unwrap();
-    let closed = common::sink::closed_port();
+    let closed = common::sink::refused_port();
     let tail = format!(
         "events = [\"ActionCreated\"]\n[[sources.accounts]]\nname = \"alice\"\n\
          api_base = \"http://{closed}\"\ntoken = \"alice-token\"\n\
