@@ -5,6 +5,7 @@
 //! `destinations` (HTTP out), with `admin`, `metrics` and `config` beside them. See
 //! ARCHITECTURE.md.
 
+mod account;
 mod admin;
 mod allocator;
 mod api;

@@ -6,10 +6,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::*;
+use crate::account::AccountId;
 use crate::metrics::Metrics;
 use crate::store::lifecycle::AttemptVerdict;
 use crate::store::{DispatchPlan, DispatchVerdict, EventId, EventMeta, PendingEvent};
-use crate::upstream::AccountId;
 
 /// Families set from state by the task that reads it, not by an occurrence.
 const STATE_GAUGES: &[(&str, &str)] = &[

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::InternalEvent;
+use crate::account::AccountId;
 use crate::event_names;
 use crate::metrics::Metrics;
-use crate::upstream::AccountId;
 
 /// One request to the upstream's API, with its outcome label.
 pub(crate) struct UpstreamRequest<'a> {

@@ -27,12 +27,7 @@ use crate::store::SharedStore;
 pub(crate) use reconcile::Reconciler;
 pub(crate) use status::AccountStatus;
 
-/// Names an account: the source it serves and its own name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct AccountId {
-    pub(crate) source: String,
-    pub(crate) account: String,
-}
+pub(crate) use crate::account::AccountId;
 
 /// Why a request to the upstream failed. Never contains a token or a target URL.
 #[derive(Debug, thiserror::Error)]
