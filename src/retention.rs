@@ -34,7 +34,7 @@ pub(crate) async fn run(
 ) {
     let owner = format!("retention-{}", std::process::id());
     loop {
-        let cutoff = crate::clock::now().checked_sub(config.delivered).map_or(0, unix_micros);
+        let cutoff = bodies_before_us(config.delivered);
         // One relay of a fleet prunes for all; another takes over if it dies.
         // Below the free-space floor no pass: on sled a delete appends to the log
         // before any space comes back (see `space/`).
@@ -104,8 +104,7 @@ pub(crate) fn bodies_before_us(keep: Duration) -> u64 {
 /// The first hour of the audit ledger `retention.audit` (= `keep`) keeps now: hours
 /// that ended more than `keep` ago go.
 pub(crate) fn ledger_before_hour(keep: Duration) -> u64 {
-    let cutoff = crate::clock::now().checked_sub(keep).map_or(0, unix_micros);
-    cutoff / crate::store::lifecycle::ledger::HOUR_US
+    bodies_before_us(keep) / crate::store::lifecycle::ledger::HOUR_US
 }
 
 /// Deletes the audit ledger's hours before `before_hour`, a chunk at a time.
