@@ -29,6 +29,18 @@ pub(crate) const KNOWN: [&str; 21] = [
 /// its last trigger and its re-creation were lost upstream (see `upstream/gap.rs`).
 pub(crate) const HOOK_GAP: &str = "hookrelay.HookGap";
 
+/// The names of the relay's own operational events (`operational.rs`), in the order of
+/// its `OperationalEvent` variants.
+pub(crate) const OPERATIONAL: &[&str] = &[
+    "hookrelay.DeliveryDead",
+    "hookrelay.CircuitOpened",
+    "hookrelay.CircuitClosed",
+    "hookrelay.DestinationPaused",
+    "hookrelay.DestinationStalled",
+    "hookrelay.StorageLow",
+    "hookrelay.ProgramDisabled",
+];
+
 /// The known name nearest to a mistyped `name` (case-insensitively, by edit distance,
 /// at most a third of its length away), for an error message to suggest.
 pub(crate) fn closest(name: &str) -> Option<&'static str> {
@@ -79,7 +91,7 @@ pub(crate) fn metric_label(name: &str) -> &'static str {
     if name == HOOK_GAP {
         return HOOK_GAP;
     }
-    if let Some(own) = crate::operational::NAMES.iter().find(|n| **n == name) {
+    if let Some(own) = OPERATIONAL.iter().find(|n| **n == name) {
         return own;
     }
     KNOWN.iter().find(|k| **k == name).copied().unwrap_or("other")

@@ -26,7 +26,7 @@ pub(crate) const LIVE_FOR: Duration = Duration::from_secs(10);
 /// A relay whose heartbeat has not worked for this long (counted from when the last
 /// one that did was sent) starts no attempt until it works again. Shorter than
 /// [`LIVE_FOR`]: once the others stop counting a silent relay, they take over its
-/// claims after its attempts' own bound ([`crate::store::owner_silence`]), and by then
+/// claims after its attempts' own bound ([`crate::store::owner_silence`], given this), and by then
 /// it has sent nothing for that long.
 pub(crate) const FENCE: Duration = Duration::from_secs(5);
 

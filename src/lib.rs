@@ -5,11 +5,13 @@
 //! `destinations` (HTTP out), with `admin`, `metrics` and `config` beside them. See
 //! ARCHITECTURE.md.
 
+mod access;
 mod account;
 mod admin;
 mod allocator;
 mod api;
 mod audit;
+mod bind;
 mod cli;
 mod clock;
 mod config;
@@ -27,6 +29,7 @@ mod metrics;
 mod notify;
 mod operational;
 mod reachability;
+mod readiness;
 mod retention;
 mod shape;
 mod shutdown;

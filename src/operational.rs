@@ -77,16 +77,8 @@ pub(crate) enum OperationalEvent<'a> {
     },
 }
 
-/// The names, for docs and checks.
-pub(crate) const NAMES: &[&str] = &[
-    "hookrelay.DeliveryDead",
-    "hookrelay.CircuitOpened",
-    "hookrelay.CircuitClosed",
-    "hookrelay.DestinationPaused",
-    "hookrelay.DestinationStalled",
-    "hookrelay.StorageLow",
-    "hookrelay.ProgramDisabled",
-];
+/// The names, for docs and checks (kept with every other name the relay knows).
+pub(crate) use crate::event_names::OPERATIONAL as NAMES;
 
 impl OperationalEvent<'_> {
     pub(crate) fn name(&self) -> &'static str {

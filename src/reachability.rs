@@ -9,8 +9,8 @@ use crate::internal_events::{ClockChecked, InternalEvent, StoreProbed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admin::Readiness;
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::shutdown::Stop;
 use crate::store::SharedStore;
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
-use crate::admin::Readiness;
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::shutdown::Stop;
 
 /// What a watcher needs to report a death.

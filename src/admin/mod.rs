@@ -4,7 +4,6 @@
 //! `/admin` needs the bearer token of `admin.token`, and is refused when none is set.
 
 mod audit;
-mod auth;
 mod dead_letters;
 mod destinations;
 mod events;
@@ -14,18 +13,17 @@ mod overview;
 mod views;
 pub(crate) mod waiting;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::middleware::from_fn;
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::{web, HttpResponse};
 
-use crate::config::Secret;
 use crate::metrics::Metrics;
 use crate::store::SharedStore;
 
-pub(crate) use health::Readiness;
+pub(crate) use crate::api::error;
+
+use crate::readiness::Readiness;
 
 /// What the admin handlers share.
 pub(crate) struct AdminState {
@@ -37,10 +35,7 @@ pub(crate) struct AdminState {
     pub(crate) space: Arc<crate::space::Space>,
     /// What holds the store, as the configuration names it (`storage.backend`).
     pub(crate) backend: crate::config::StorageBackend,
-    pub(crate) token: Option<Secret>,
     pub(crate) upstream: Arc<crate::upstream::Reconciler>,
-    /// The console's sessions and sign-in throttle (`console/`).
-    pub(crate) console: crate::console::Console,
     /// Where previews and a replay's filters run.
     pub(crate) shaper: Arc<crate::shape::Shaper>,
 }
@@ -53,10 +48,9 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/healthz", vec![(get(), web::to(health::healthz))]))
         .service(resource("/readyz", vec![(get(), web::to(health::readyz))]))
         .service(resource("/metrics", vec![(get(), web::to(health::metrics))]))
-        .configure(crate::console::routes)
         .service(
             web::scope("/admin")
-                .wrap(from_fn(auth::require_token))
+                .wrap(from_fn(crate::access::guard::require_token))
                 .service(resource("/openapi.json", vec![(get(), web::to(openapi))]))
                 .service(resource("/events", vec![(get(), web::to(events::list))]))
                 .service(resource("/events/{id}", vec![(get(), web::to(events::show))]))
@@ -138,28 +132,4 @@ fn resource(
 /// `GET /admin/openapi.json`: the OpenAPI document of this listener.
 async fn openapi() -> HttpResponse {
     HttpResponse::Ok().json(crate::api::openapi::document())
-}
-
-/// Binds the admin listener (one worker: it serves people and scrapers).
-pub(crate) fn server(
-    listen: SocketAddr,
-    grace: Duration,
-    state: AdminState,
-) -> std::io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
-    let state = web::Data::new(state);
-    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
-        .workers(1)
-        .disable_signals()
-        .shutdown_timeout(grace.as_secs().max(1))
-        .bind(listen)?;
-    let addrs = server.addrs();
-    Ok((server.run(), addrs))
-}
-
-/// A JSON error answer: `{"error": "..."}`.
-pub(crate) fn error(
-    status: actix_web::http::StatusCode,
-    message: impl Into<String>,
-) -> HttpResponse {
-    HttpResponse::build(status).json(crate::api::ApiError { error: message.into() })
 }

@@ -22,6 +22,15 @@ pub(crate) struct ApiError {
     pub(crate) error: String,
 }
 
+/// A JSON error answer, `{"error": "..."}`: the one shape of every refusal of the
+/// admin API and the console.
+pub(crate) fn error(
+    status: actix_web::http::StatusCode,
+    message: impl Into<String>,
+) -> actix_web::HttpResponse {
+    actix_web::HttpResponse::build(status).json(ApiError { error: message.into() })
+}
+
 /// An event as listings show it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct EventSummary {

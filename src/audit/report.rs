@@ -1,10 +1,10 @@
-//! The audit's arithmetic, pure: a ledger reading to the report with its equations.
-
-use std::collections::BTreeMap;
+//! The audit's report, pure: a ledger reading's balance (its two equations,
+//! `store/lifecycle/balance.rs`) in the API's words, with the window's times.
 
 use crate::api::{AuditReport, DestinationAudit, EventAudit};
-use crate::store::lifecycle::ledger::{Count, HOUR_US};
-use crate::store::{DeliveryState, LedgerReading};
+use crate::store::lifecycle::balance::balance;
+use crate::store::lifecycle::ledger::HOUR_US;
+use crate::store::LedgerReading;
 use crate::timefmt::format_admin_us;
 
 /// The window `from_hour..to_hour` of `reading` as the report says it; only the events
@@ -15,92 +15,39 @@ pub(crate) fn report(
     to_hour: u64,
     source: Option<&str>,
 ) -> AuditReport {
-    let mut events: BTreeMap<(String, String), EventAudit> = BTreeMap::new();
-    let mut destinations: BTreeMap<String, DestinationAudit> = BTreeMap::new();
-    for (key, n) in &reading.counts {
-        if !(from_hour..to_hour).contains(&key.hour) {
-            continue;
-        }
-        if key.destination.is_empty() {
-            if source.is_some_and(|s| s != key.source) {
-                continue;
-            }
-            let row = events.entry((key.source.clone(), key.event.clone())).or_insert_with(|| {
-                EventAudit {
-                    source: key.source.clone(),
-                    event: key.event.clone(),
-                    ..EventAudit::default()
-                }
-            });
-            match key.count {
-                Count::Received => row.received += n,
-                Count::Rejected => row.rejected += n,
-                Count::Unrouted => row.unrouted += n,
-                Count::Duplicate => row.duplicate += n,
-                Count::Routed => row.routed += n,
-                Count::Waiting => row.waiting += n,
-                Count::Triggered => *row.triggered.get_or_insert(0) += n,
-                Count::State(_) => {}
-            }
-        } else {
-            let row = destinations.entry(key.destination.clone()).or_insert_with(|| {
-                DestinationAudit { destination: key.destination.clone(), ..Default::default() }
-            });
-            let slot = match key.count {
-                Count::Routed => &mut row.routed,
-                Count::State(DeliveryState::Delivered) => &mut row.delivered,
-                Count::State(DeliveryState::Filtered) => &mut row.filtered,
-                Count::State(DeliveryState::Superseded) => &mut row.superseded,
-                Count::State(DeliveryState::Dead) => &mut row.dead,
-                Count::State(DeliveryState::Discarded) => &mut row.discarded,
-                Count::State(DeliveryState::Pending) => &mut row.pending,
-                Count::State(DeliveryState::Retrying) => &mut row.retrying,
-                Count::State(DeliveryState::Held) => &mut row.held,
-                _ => continue,
-            };
-            *slot += n;
-        }
-    }
-    let mut imbalances = Vec::new();
-    let events: Vec<EventAudit> = events
-        .into_values()
-        .map(|mut e| {
-            let accounted = e.rejected + e.unrouted + e.duplicate + e.routed + e.waiting;
-            let parts = [e.received, e.rejected, e.unrouted, e.duplicate, e.routed, e.waiting];
-            e.balanced = e.received == accounted && parts.iter().all(|n| *n >= 0);
-            if !e.balanced {
-                imbalances.push(format!(
-                    "{}/{}: received {} but rejected + unrouted + duplicate + routed + waiting = {} \
-                     ({} + {} + {} + {} + {})",
-                    e.source,
-                    e.event,
-                    e.received,
-                    accounted,
-                    e.rejected,
-                    e.unrouted,
-                    e.duplicate,
-                    e.routed,
-                    e.waiting
-                ));
-            }
-            e.not_received = e.triggered.map(|t| t - e.received);
-            e
+    let b = balance(reading, from_hour, to_hour, source);
+    let events = b
+        .events
+        .into_iter()
+        .map(|((source, event), e)| EventAudit {
+            source,
+            event,
+            received: e.received,
+            rejected: e.rejected,
+            unrouted: e.unrouted,
+            duplicate: e.duplicate,
+            routed: e.routed,
+            waiting: e.waiting,
+            balanced: e.balanced(),
+            triggered: e.triggered,
+            not_received: e.triggered.map(|t| t - e.received),
         })
         .collect();
-    let destinations: Vec<DestinationAudit> = destinations
-        .into_values()
-        .map(|mut d| {
-            let states = d.states();
-            let accounted: i64 = states.iter().sum();
-            d.balanced = d.routed == accounted && states.iter().all(|n| *n >= 0) && d.routed >= 0;
-            if !d.balanced {
-                imbalances.push(format!(
-                    "destination {}: routed {} but delivered + filtered + superseded + dead + \
-                     discarded + pending + retrying + held = {accounted} {states:?}",
-                    d.destination, d.routed
-                ));
-            }
-            d
+    let destinations = b
+        .destinations
+        .into_iter()
+        .map(|(destination, d)| DestinationAudit {
+            destination,
+            balanced: d.balanced(),
+            routed: d.routed,
+            delivered: d.delivered,
+            filtered: d.filtered,
+            superseded: d.superseded,
+            dead: d.dead,
+            discarded: d.discarded,
+            pending: d.pending,
+            retrying: d.retrying,
+            held: d.held,
         })
         .collect();
     let at = |hour: u64| format_admin_us(hour * HOUR_US);
@@ -110,8 +57,8 @@ pub(crate) fn report(
         until: at(to_hour),
         accounted_from: (reading.start.raw() > from_hour * HOUR_US && start_hour < to_hour)
             .then(|| format_admin_us(reading.start.raw())),
-        balanced: imbalances.is_empty(),
-        imbalances,
+        balanced: b.imbalances.is_empty(),
+        imbalances: b.imbalances,
         events,
         destinations,
     }
@@ -120,7 +67,8 @@ pub(crate) fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::lifecycle::ledger::{LedgerEdits, LedgerKey};
+    use crate::store::lifecycle::ledger::{Count, LedgerEdits, LedgerKey};
+    use crate::store::DeliveryState;
     use crate::store::EventId;
 
     fn reading(counts: &[(LedgerKey, i64)]) -> LedgerReading {

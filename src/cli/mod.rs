@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, LogFormat, DEFAULT_PATH};
+use crate::config::{LogFormat, DEFAULT_PATH};
 
 /// hookrelay: receives REST-hook callbacks, stores each one durably before answering
 /// 200, and relays them to the systems that want them.
@@ -197,7 +197,7 @@ pub fn run() -> ExitCode {
 }
 
 fn check_config(path: &Path, env: &HashMap<String, String>) -> ExitCode {
-    match Config::load(path, env) {
+    match crate::daemon::load::config(path, env) {
         Ok(config) => {
             println!("# {} is valid; effective configuration, secrets masked:", path.display());
             print!("{}", config.to_masked_toml());
@@ -211,7 +211,7 @@ fn check_config(path: &Path, env: &HashMap<String, String>) -> ExitCode {
 }
 
 fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, String>) -> ExitCode {
-    let config = match Config::load(path, env) {
+    let config = match crate::daemon::load::config(path, env) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("hookrelay: {e}");
@@ -243,7 +243,7 @@ fn migrate(
         }
     };
     // The database settings only: migrating needs no token nor secret.
-    let config = match Config::load_storage(path, env) {
+    let config = match crate::daemon::load::storage(path, env) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("hookrelay: {e}");

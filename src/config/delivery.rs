@@ -140,9 +140,6 @@ pub(crate) struct DestinationConfig {
     pub(crate) filter: Option<String>,
     /// A jq program giving the JSON body sent instead of the callback's.
     pub(crate) transform: Option<String>,
-    /// `filter` and `transform`, compiled when the config is validated.
-    #[serde(skip)]
-    pub(crate) shape: crate::shape::Shape,
 }
 
 /// Per-destination retry overrides (`[destinations.retry]`); unset keys inherit.

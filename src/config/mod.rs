@@ -53,7 +53,7 @@ pub(crate) use delivery::{
 };
 pub(crate) use reference::reference;
 pub(crate) use secret::{mask_url, EnvLookup, Secret, SecretSpec, MASK};
-pub(crate) use storage::{Durability, SslMode, StorageBackend, StorageConfig};
+pub(crate) use storage::{Durability, SslMode, StorageBackend, StorageConfig, RELAY_RESERVE_BYTES};
 pub(crate) use telemetry::TelemetryConfig;
 pub(crate) use upstream::{AccountAuth, AccountConfig, UpstreamConfig};
 
@@ -148,6 +148,9 @@ pub(crate) struct AdminConfig {
     pub(crate) resolved_token: Option<Secret>,
 }
 
+/// The default of `admin.wrong_tokens_per_minute`.
+pub(crate) const WRONG_TOKENS_PER_MINUTE: u32 = 5;
+
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
@@ -155,7 +158,7 @@ impl Default for AdminConfig {
             token: None,
             token_file: None,
             token_env: None,
-            wrong_tokens_per_minute: crate::console::throttle::PER_ADDRESS,
+            wrong_tokens_per_minute: WRONG_TOKENS_PER_MINUTE,
             resolved_token: None,
         }
     }
@@ -264,20 +267,16 @@ impl Default for SourceConfig {
 
 impl Config {
     /// Reads `path`, overlays the `HOOKRELAY__…` variables of `env`, resolves secrets and
-    /// validates the result.
+    /// validates the result: the config's own checks (syntax, names, ranges). What only
+    /// the store or the shaping room can tell is added by the daemon's loader
+    /// (`daemon/load.rs`).
     pub(crate) fn load(path: &Path, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
         Self::load_checking(path, env, Config::validate)
     }
 
-    /// [`Config::load`] checking only the storage settings (`hookrelay migrate`).
-    pub(crate) fn load_storage(
-        path: &Path,
-        env: &HashMap<String, String>,
-    ) -> Result<Self, ConfigError> {
-        Self::load_checking(path, env, Config::validate_storage_only)
-    }
-
-    fn load_checking(
+    /// Reads `path` with `env` overlaid, and checks it with `check`, whose problems are
+    /// reported all at once.
+    pub(crate) fn load_checking(
         path: &Path,
         env: &HashMap<String, String>,
         check: impl FnOnce(&mut Config, EnvLookup<'_>) -> Result<(), Vec<String>>,

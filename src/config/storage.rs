@@ -255,16 +255,6 @@ impl Config {
 
     /// The `[storage]` checks, into `problems`.
     pub(super) fn validate_storage(&mut self, env: EnvLookup<'_>, problems: &mut Vec<String>) {
-        if self.storage.backend.is_none() {
-            match crate::store::engine_in(&self.storage.data_dir) {
-                Ok(found) => {
-                    let backend = found.unwrap_or(StorageBackend::Redb);
-                    self.storage.sled_found = backend == StorageBackend::Sled;
-                    self.storage.backend = Some(backend);
-                }
-                Err(problem) => problems.push(problem),
-            }
-        }
         let pg = &self.storage.postgres;
         let spec = SecretSpec {
             inline: pg.url.as_ref(),
@@ -276,17 +266,13 @@ impl Config {
             Err(e) => problems.push(e),
         }
         let pg = &self.storage.postgres;
-        if self.storage.backend() == StorageBackend::Postgres {
-            match &pg.resolved_url {
-                None => problems.push(
-                    "storage.postgres.url: missing (backend = \"postgres\" needs `url`, \
-                     `url_file` or `url_env`: postgres://user:password@host:port/database)"
-                        .into(),
-                ),
-                Some(url) => {
-                    problems.extend(crate::store::postgres_url_problem(url.expose(), &self.storage))
-                }
-            }
+        // Present; its parameters are the store's to check (`store::settle`).
+        if self.storage.backend() == StorageBackend::Postgres && pg.resolved_url.is_none() {
+            problems.push(
+                "storage.postgres.url: missing (backend = \"postgres\" needs `url`, \
+                 `url_file` or `url_env`: postgres://user:password@host:port/database)"
+                    .into(),
+            );
         }
         if !(1..=1000).contains(&pg.pool_size) {
             problems.push("storage.postgres.pool_size: must be between 1 and 1000".into());
@@ -307,25 +293,6 @@ impl Config {
         }
         if pg.statement_timeout < Duration::from_millis(100) {
             problems.push("storage.postgres.statement_timeout: must be at least 100ms".into());
-        }
-        if let Some(limit) = self.storage.memory_limit_bytes {
-            let floor = RELAY_RESERVE_BYTES + 16 * 1024 * 1024;
-            // On a sled store the backend was left to find, the limit is not kept, and
-            // the notice at start says so: a new configuration on an old volume starts.
-            if self.storage.backend() != StorageBackend::Redb && !self.storage.sled_found {
-                problems.push(
-                    "storage.memory_limit_bytes: only backend = \"redb\" keeps to a memory \
-                     limit (sled's memory grows with what it holds; PostgreSQL's is the \
-                     database's): set backend = \"redb\" (and move the data with `hookrelay \
-                     migrate --to redb`), or remove memory_limit_bytes"
-                        .into(),
-                );
-            } else if limit < floor {
-                problems.push(format!(
-                    "storage.memory_limit_bytes: {limit} is below the floor of {floor} (128 MiB: \
-                     112 MiB for the relay itself, 16 MiB at least for the engine's cache)"
-                ));
-            }
         }
         if self.storage.data_dir.as_os_str().is_empty() {
             problems.push("storage.data_dir: must not be empty".into());

@@ -519,67 +519,12 @@ fn a_short_admin_token_is_refused() {
 }
 
 #[test]
-fn a_memory_limit_sizes_redb_and_is_refused_where_it_cannot_hold() {
+fn a_memory_limit_sizes_redb() {
+    // Where it cannot hold (sled, below the floor), the store says so (`store::settle`).
     let redb = format!("[storage]\nbackend = \"redb\"\nmemory_limit_bytes = 268435456\n{SOURCE}");
     let config = load(&redb, &[]).unwrap();
     assert_eq!(config.storage.engine_cache_bytes(), (256 - 112) << 20);
-    let sled = format!("[storage]\nbackend = \"sled\"\nmemory_limit_bytes = 268435456\n{SOURCE}");
-    let p = problems(&sled, &[]);
-    assert!(p.iter().any(|p| p.contains("only backend = \"redb\" keeps to")), "{p:?}");
-    let small = format!("[storage]\nbackend = \"redb\"\nmemory_limit_bytes = 1000000\n{SOURCE}");
-    let p = problems(&small, &[]);
-    assert!(p.iter().any(|p| p.contains("below the floor")), "{p:?}");
     // Without it, the cache is cache_capacity_bytes.
     let plain = load(&format!("[storage]\nbackend = \"redb\"\n{SOURCE}"), &[]).unwrap();
     assert_eq!(plain.storage.engine_cache_bytes(), 64 << 20);
-}
-
-#[test]
-fn an_unset_backend_runs_on_the_store_the_data_directory_holds_and_redb_on_a_new_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let text = format!("[storage]\ndata_dir = {:?}\n{SOURCE}", data.display().to_string());
-    // New (the directory not even there): redb.
-    let config = load(&text, &[]).unwrap();
-    assert_eq!(
-        (config.storage.backend(), config.storage.sled_found),
-        (StorageBackend::Redb, false)
-    );
-    // An earlier relay's sled store: kept, and said.
-    std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("conf"), b"").unwrap();
-    std::fs::write(data.join("db"), b"").unwrap();
-    let config = load(&text, &[]).unwrap();
-    assert_eq!((config.storage.backend(), config.storage.sled_found), (StorageBackend::Sled, true));
-    assert!(config.to_masked_toml().contains("backend = \"sled\""), "printed as what runs");
-    // A memory limit there (a new configuration on an old volume): taken, not kept (the
-    // notice at start says so), and sled's cache is its own setting.
-    let limited = text.replace("[storage]\n", "[storage]\nmemory_limit_bytes = 268435456\n");
-    let config = load(&limited, &[]).unwrap();
-    assert_eq!((config.storage.backend(), config.storage.sled_found), (StorageBackend::Sled, true));
-    assert_eq!(config.storage.engine_cache_bytes(), 64 << 20);
-    // Named sled, a limit is refused, naming the way to redb.
-    let named = limited.replace("[storage]\n", "[storage]\nbackend = \"sled\"\n");
-    let p = problems(&named, &[]);
-    assert!(p.iter().any(|p| p.contains("migrate --to redb")), "{p:?}");
-    // Both (a copy beside its source): named, not guessed.
-    std::fs::write(data.join("hookrelay.redb"), b"").unwrap();
-    let p = problems(&text, &[]);
-    assert!(p.iter().any(|p| p.contains("holds both a sled and a redb store")), "{p:?}");
-    // Both, and the CURRENT file a migration writes: the one it names.
-    std::fs::write(data.join("CURRENT"), "redb\n").unwrap();
-    assert_eq!(load(&text, &[]).unwrap().storage.backend(), StorageBackend::Redb);
-    std::fs::remove_file(data.join("CURRENT")).unwrap();
-    // Set, it wins over what the directory holds (the engine refuses a mismatch at open).
-    let set = text.replace("[storage]\n", "[storage]\nbackend = \"redb\"\n");
-    let config = load(&set, &[]).unwrap();
-    assert_eq!(
-        (config.storage.backend(), config.storage.sled_found),
-        (StorageBackend::Redb, false)
-    );
-    // The redb store alone: redb.
-    for f in ["conf", "db"] {
-        std::fs::remove_file(data.join(f)).unwrap();
-    }
-    assert_eq!(load(&text, &[]).unwrap().storage.backend(), StorageBackend::Redb);
 }

@@ -142,14 +142,6 @@ impl Config {
                 problems.push(format!("{key}.name: {:?} is used twice", dest.name));
             }
             check_destination(&key, dest, &source_names, &mut problems);
-            match crate::shape::Shape::compile(dest.filter.as_deref(), dest.transform.as_deref()) {
-                Ok(shape) => dest.shape = shape,
-                Err(errors) => {
-                    problems.extend(errors.into_iter().map(|(which, e)| {
-                        format!("{key}.{which} (destination {:?}): {e}", dest.name)
-                    }))
-                }
-            }
             // Inherited values were checked under `delivery.retry` already.
             if dest.retry.is_some() {
                 check_retry(&format!("{key}.retry"), &dest.retry_policy(&defaults), &mut problems);

@@ -3,54 +3,25 @@
 //! console cannot drift from the API, and needs no network, no CDN and no Node).
 //!
 //! Sign-in is the admin token, typed once into a password field and exchanged for a
-//! session cookie (`session.rs`: signed, `HttpOnly`, `SameSite=Strict`, gone with the
-//! browser); the admin API accepts that cookie besides the bearer token, and every
-//! change made with it carries the session's CSRF token (`admin/auth.rs`). Wrong
-//! tokens are throttled (`throttle.rs`). Every answer under `/console/` carries a
+//! session cookie (`access/session.rs`: signed, `HttpOnly`, `SameSite=Strict`, gone
+//! with the browser); the admin API accepts that cookie besides the bearer token, and
+//! every change made with it carries the session's CSRF token (`access/guard.rs`).
+//! Wrong tokens are throttled (`access/throttle.rs`). A room beside the admin API: it
+//! shares only [`Access`] with it, and the daemon mounts both on the private listener. Every answer under `/console/` carries a
 //! strict Content-Security-Policy (no inline script or style), refuses framing and
 //! sends no referrer.
 
-pub(crate) mod session;
-pub(crate) mod throttle;
-
 use std::net::IpAddr;
-use std::sync::Mutex;
 
 use actix_web::http::{header, Method, StatusCode};
 use actix_web::middleware::DefaultHeaders;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
-use crate::admin::{error, AdminState};
-use crate::config::Secret;
+use crate::access::session::{self, COOKIE};
+use crate::access::{throttled, Access, Refused};
+use crate::api::error;
 use crate::internal_events::{ConsoleSignIn, InternalEvent, SignIn};
-use crate::lock::lock;
-use session::{Session, Sessions, COOKIE};
-use throttle::SignInThrottle;
-
-/// What the console's handlers share, inside [`AdminState`].
-pub(crate) struct Console {
-    /// `None` when no admin token is set: the console is off, like the API.
-    pub(crate) sessions: Option<Sessions>,
-    pub(crate) throttle: Mutex<SignInThrottle>,
-}
-
-impl Console {
-    /// The console of a relay whose admin token is `token`.
-    /// The console of admin token `token`, `wrong_tokens` a minute allowed per client.
-    pub(crate) fn new(token: Option<&Secret>, wrong_tokens: u32) -> Self {
-        let throttle = Mutex::new(SignInThrottle::new(wrong_tokens));
-        Self { sessions: token.map(Sessions::new), throttle }
-    }
-
-    /// The valid session of `req`'s cookie, if any.
-    pub(crate) fn session_of(&self, req: &HttpRequest) -> Option<Session> {
-        let cookie = cookie(req, COOKIE)?;
-        self.sessions
-            .as_ref()?
-            .verify(cookie, crate::clock::unix_micros(std::time::SystemTime::now()))
-    }
-}
 
 /// The strict policy every console answer carries: scripts, styles and requests from
 /// this origin only, nothing inline, no framing, no plugins.
@@ -118,11 +89,11 @@ async fn asset(name: web::Path<String>) -> HttpResponse {
 /// `GET /console/session`: whether the browser is signed in, with the session's CSRF
 /// token if it is (200 either way: not being signed in is the page's first question,
 /// not an error).
-async fn current(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
-    if state.console.sessions.is_none() {
-        return disabled_or(&state, StatusCode::FORBIDDEN, "");
+async fn current(req: HttpRequest, access: web::Data<Access>) -> HttpResponse {
+    if !access.enabled() {
+        return disabled();
     }
-    let body = match state.console.session_of(&req) {
+    let body = match access.session_of(&req) {
         Some(s) => serde_json::json!({ "signed_in": true, "csrf": s.csrf }),
         None => serde_json::json!({ "signed_in": false }),
     };
@@ -136,12 +107,9 @@ struct SignInForm {
 }
 
 /// `POST /console/session`: exchanges the admin token for a session cookie.
-async fn sign_in(req: HttpRequest, state: web::Data<AdminState>, body: web::Bytes) -> HttpResponse {
-    let Some(sessions) = &state.console.sessions else {
-        return disabled_or(&state, StatusCode::FORBIDDEN, "");
-    };
+async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) -> HttpResponse {
+    let Some(sessions) = access.sessions() else { return disabled() };
     let from: Option<IpAddr> = req.peer_addr().map(|a| a.ip());
-    let now = crate::clock::unix_micros(std::time::SystemTime::now());
     // Only the console's own script signs in: JSON (which a page of another site can
     // send only after a CORS preflight this relay never grants), from this origin.
     // Else any page an operator has open could spend the operator's tries.
@@ -160,30 +128,24 @@ async fn sign_in(req: HttpRequest, state: web::Data<AdminState>, body: web::Byte
     let Some(form) = serde_json::from_slice::<SignInForm>(&body).ok() else {
         return error(StatusCode::BAD_REQUEST, "send the admin token as {\"token\": \"...\"}");
     };
-    let Some(token) = &state.token else { return disabled_or(&state, StatusCode::FORBIDDEN, "") };
-    // The check and the count under one lock, as for bearer tokens (admin/auth.rs).
-    let mut throttle = lock(&state.console.throttle);
-    if let Err(wait) = throttle.check(from, now) {
-        drop(throttle);
-        ConsoleSignIn { result: SignIn::Throttled, from }.emit(&state.metrics);
-        return throttled(wait);
+    match access.check(from, &form.token) {
+        Ok(()) => {}
+        Err(Refused::Throttled(wait)) => {
+            ConsoleSignIn { result: SignIn::Throttled, from }.emit(&access.metrics);
+            return throttled(wait);
+        }
+        Err(Refused::Wrong) => {
+            ConsoleSignIn { result: SignIn::WrongToken, from }.emit(&access.metrics);
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "wrong admin token: use the relay's admin.token (or the file of \
+                 admin.token_file, or the variable named by admin.token_env); the environment \
+                 variable HOOKRELAY__ADMIN__TOKEN overrides the config file",
+            );
+        }
     }
-    let right = token.matches(form.token.trim().as_bytes());
-    if !right {
-        throttle.failed(from, now);
-    }
-    drop(throttle);
-    if !right {
-        ConsoleSignIn { result: SignIn::WrongToken, from }.emit(&state.metrics);
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "wrong admin token: use the relay's admin.token (or the file of \
-             admin.token_file, or the variable named by admin.token_env); the environment \
-             variable HOOKRELAY__ADMIN__TOKEN overrides the config file",
-        );
-    }
-    ConsoleSignIn { result: SignIn::Ok, from }.emit(&state.metrics);
-    let s = sessions.issue(now);
+    ConsoleSignIn { result: SignIn::Ok, from }.emit(&access.metrics);
+    let s = sessions.issue(crate::clock::unix_micros(std::time::SystemTime::now()));
     let cookie = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", s.cookie);
     let mut resp = HttpResponse::Ok().json(serde_json::json!({ "csrf": s.csrf }));
     if let Ok(v) = header::HeaderValue::from_str(&cookie) {
@@ -195,9 +157,8 @@ async fn sign_in(req: HttpRequest, state: web::Data<AdminState>, body: web::Byte
 
 /// `DELETE /console/session`: signs out (the cookie is cleared; it needs the CSRF
 /// token, so another site cannot sign an operator out either).
-async fn sign_out(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
-    let (Some(s), Some(sessions)) = (state.console.session_of(&req), &state.console.sessions)
-    else {
+async fn sign_out(req: HttpRequest, access: web::Data<Access>) -> HttpResponse {
+    let (Some(s), Some(sessions)) = (access.session_of(&req), access.sessions()) else {
         return error(StatusCode::UNAUTHORIZED, "not signed in");
     };
     let given = req.headers().get(session::CSRF_HEADER).and_then(|v| v.to_str().ok());
@@ -210,15 +171,6 @@ async fn sign_out(req: HttpRequest, state: web::Data<AdminState>) -> HttpRespons
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
     resp
-}
-
-/// The value of the cookie `name` of `req` (the `Cookie` headers, `a=1; b=2`).
-fn cookie<'r>(req: &'r HttpRequest, name: &str) -> Option<&'r str> {
-    req.headers()
-        .get_all(header::COOKIE)
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 /// Whether the request body is JSON (`application/json`, parameters allowed).
@@ -240,26 +192,10 @@ fn foreign_origin(req: &HttpRequest) -> Option<String> {
     (!origin.eq_ignore_ascii_case(&ours)).then(|| origin.chars().take(200).collect())
 }
 
-/// 429 for a client with too many wrong tokens lately, with when to try again.
-pub(crate) fn throttled(wait: std::time::Duration) -> HttpResponse {
-    let secs = wait.as_secs().max(1);
-    let mut resp = error(
-        StatusCode::TOO_MANY_REQUESTS,
-        format!("too many wrong admin tokens from this address: try again in {secs} s"),
-    );
-    if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    resp
-}
-
-/// 403 with what to do when the console is off (no admin token), else `status`.
-fn disabled_or(state: &AdminState, status: StatusCode, message: &str) -> HttpResponse {
-    if state.console.sessions.is_none() {
-        return error(
-            StatusCode::FORBIDDEN,
-            "the console is disabled: set admin.token (or admin.token_file / admin.token_env)",
-        );
-    }
-    error(status, message)
+/// 403 with what to do when the console is off (no admin token).
+fn disabled() -> HttpResponse {
+    error(
+        StatusCode::FORBIDDEN,
+        "the console is disabled: set admin.token (or admin.token_file / admin.token_env)",
+    )
 }

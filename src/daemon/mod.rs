@@ -1,5 +1,7 @@
 //! `hookrelay serve`: opens the store, starts the listeners, and stops them in order.
 
+mod listeners;
+pub(crate) mod load;
 mod open;
 
 use open::{open_store, trace_salt, Commits};
@@ -12,12 +14,13 @@ use anyhow::Context;
 
 use tokio::sync::Notify;
 
-use crate::admin::{self, AdminState, Readiness};
+use crate::admin::AdminState;
 use crate::config::Config;
 use crate::delivery::Destinations;
 use crate::dispatch::Dispatcher;
 use crate::ingress::{self, IngressState};
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::shutdown::StopTrigger;
 use crate::supervise::Supervisor;
 
@@ -213,16 +216,17 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
         readiness: readiness.clone(),
         space: space.clone(),
         backend: storage.backend(),
-        token: config.admin.resolved_token.clone(),
         upstream: reconciler.clone(),
-        console: crate::console::Console::new(
-            config.admin.resolved_token.as_ref(),
-            config.admin.wrong_tokens_per_minute,
-        ),
         shaper: shaper.clone(),
     };
-    let (admin_server, admin_addrs) = admin::server(config.admin.listen, grace, admin_state)
-        .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
+    let access = crate::access::Access::new(
+        config.admin.resolved_token.clone(),
+        config.admin.wrong_tokens_per_minute,
+        metrics.clone(),
+    );
+    let (admin_server, admin_addrs) =
+        listeners::private(config.admin.listen, grace, admin_state, access)
+            .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
     let ingress_state = IngressState::new(
         &config.sources,
         store.clone(),
@@ -235,7 +239,7 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
     .masking(config.admin.resolved_token.iter().map(|t| t.expose().as_bytes().to_vec()));
     let (ingress_server, ingress_addrs) =
         ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
-            .map_err(|e| bind_error(e, "ingress.listen", config.ingress.listen))?;
+            .map_err(|e| crate::bind::error(e, "ingress.listen", config.ingress.listen))?;
     for addr in &ingress_addrs {
         tracing::info!(listener = "ingress", %addr, "listening");
     }
@@ -326,25 +330,3 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 
 /// Longest the last traces may take to be exported at shutdown (within the grace).
 const EXPORT_FINISH: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A listener that cannot bind, said with what to do about it.
-pub(crate) fn bind_error(
-    e: std::io::Error,
-    key: &str,
-    addr: std::net::SocketAddr,
-) -> anyhow::Error {
-    let hint = match e.kind() {
-        std::io::ErrorKind::AddrInUse => format!(
-            ": another process listens on {addr} (another hookrelay? `ss -ltnp 'sport = :{}'` shows which): stop it, or set another {key}",
-            addr.port()
-        ),
-        std::io::ErrorKind::PermissionDenied => ": ports below 1024 need privileges: use a higher \
-             port behind a proxy, or grant CAP_NET_BIND_SERVICE"
-            .to_owned(),
-        std::io::ErrorKind::AddrNotAvailable => {
-            format!(": {} is not an address of this machine; 0.0.0.0 listens on all", addr.ip())
-        }
-        _ => String::new(),
-    };
-    anyhow::anyhow!("binding {key} {addr}: {e}{hint}")
-}

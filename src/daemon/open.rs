@@ -7,11 +7,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::Notify;
 
-use super::bind_error;
-use crate::admin::{self, Readiness};
+use crate::admin;
 use crate::config::Config;
 use crate::internal_events::{InternalEvent, StoreFailed};
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::store::{SharedStore, StoreObserver};
 
 /// The store's trace salt (`telemetry/ids.rs`). The store was just opened; a database
@@ -70,16 +70,17 @@ pub(super) async fn open_store(
             backoff = OPEN_BACKOFF;
             why
         } else {
-            let error = match crate::store::open(storage, observer.clone()).await {
-                Ok(store) => break Some(store),
-                Err(e) if may_wait && e.is_transient() => e,
-                Err(e) => {
-                    if let Some(w) = waiting {
-                        w.stop().await;
+            let error =
+                match crate::store::open(storage, observer.clone(), crate::fleet::LIVE_FOR).await {
+                    Ok(store) => break Some(store),
+                    Err(e) if may_wait && e.is_transient() => e,
+                    Err(e) => {
+                        if let Some(w) = waiting {
+                            w.stop().await;
+                        }
+                        return Err(e).with_context(|| format!("opening the store ({location})"));
                     }
-                    return Err(e).with_context(|| format!("opening the store ({location})"));
-                }
-            };
+                };
             tracing::warn!(error = %error, retry_in = ?backoff,
                 "cannot open the store ({location}); waiting for the database (not ready meanwhile)");
             format!("waiting for the database: {error}")
@@ -123,7 +124,7 @@ impl Waiting {
             metrics: metrics.clone(),
         });
         let server = admin::waiting::server(config.admin.listen, state.clone())
-            .map_err(|e| bind_error(e, "admin.listen", config.admin.listen))?;
+            .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
         let handle = server.handle();
         let task = tokio::spawn(server);
         tracing::info!(listener = "admin", addr = %config.admin.listen,

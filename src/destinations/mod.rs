@@ -48,13 +48,20 @@ impl Destination {
         for (name, value) in &config.headers {
             headers.insert(HeaderName::from_bytes(name.as_bytes())?, HeaderValue::from_str(value)?);
         }
+        // Checked whole by `shape::check` when the config was loaded.
+        let shape =
+            crate::shape::Shape::compile(config.filter.as_deref(), config.transform.as_deref())
+                .map_err(|errors| {
+                    let (which, e) = &errors[0];
+                    anyhow::anyhow!("destination {}: {which}: {e}", config.name)
+                })?;
         Ok(Self {
             name: config.name.clone(),
             url,
             headers,
             signer: config.resolved_secret.as_ref().and_then(Signer::from_secret),
-            filter: config.shape.filter.clone(),
-            transform: config.shape.transform.clone(),
+            filter: shape.filter,
+            transform: shape.transform,
             timeout: config.timeout.unwrap_or(defaults.timeout),
             max_concurrency: config.max_concurrency.unwrap_or(defaults.max_concurrency),
             retry: config.retry_policy(&defaults.retry),

@@ -205,10 +205,10 @@ impl Dispatcher {
                 .filter(|d| d.ordering == crate::config::Ordering::Latest)
                 .map(|d| d.name.clone())
                 .collect(),
-            filters: config
-                .destinations
+            // The destinations' own programs: one strike count per program.
+            filters: destinations
                 .iter()
-                .filter_map(|d| Some((d.name.clone(), d.shape.filter.clone()?)))
+                .filter_map(|d| Some((d.dest.name.clone(), d.dest.filter.clone()?)))
                 .collect(),
             dedup,
         };
@@ -407,7 +407,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::purge_cutoff;
-    use crate::store::conformance::{plan, received};
+    use crate::store::fixtures::{plan, received};
     use crate::store::memory::MemoryStore;
     use crate::store::{DispatchVerdict, EventStatus, SharedStore};
 

@@ -26,10 +26,8 @@ pub(crate) use dispatch::{DedupKeysCounted, DispatchLead, EventDispatched};
 pub(crate) use ingress::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed,
 };
-pub(crate) use shape::ShapeRunStopped;
-pub(crate) use store::{
-    AuditChecked, ClockChecked, CommitGroup, EventStored, PostgresTls, StoreFailed, StoreProbed,
-};
+pub(crate) use shape::{ShapeRunStopped, StopCause};
+pub(crate) use store::{AuditChecked, ClockChecked, PostgresTls, StoreFailed, StoreProbed};
 pub(crate) use tasks::{
     BodiesDroppedAtSettlement, BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown,
     TaskDied,

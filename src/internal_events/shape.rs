@@ -3,7 +3,6 @@
 use super::InternalEvent;
 use crate::metrics::Metrics;
 use crate::operational::OperationalEvent;
-use crate::shape::pool::Cause;
 
 /// A run of a destination's program was stopped: it ran past its limit, or its
 /// process died under it. `disabled` when this stop disabled its program.
@@ -11,7 +10,7 @@ pub(crate) struct ShapeRunStopped<'a> {
     pub(crate) destination: &'a str,
     /// `filter`, `transform` or `preview`.
     pub(crate) role: &'a str,
-    pub(crate) cause: Cause,
+    pub(crate) cause: StopCause,
     pub(crate) reason: &'a str,
     pub(crate) disabled: bool,
 }
@@ -34,6 +33,25 @@ impl InternalEvent for ShapeRunStopped<'_> {
             OperationalEvent::ProgramDisabled { destination, role, reason }.raise();
             tracing::error!(destination, program = role, reason,
                 "a jq program is disabled: fix it in the config, then restart the relay (docs/runbook.md)");
+        }
+    }
+}
+
+/// Why a run was stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StopCause {
+    /// It ran past its time limit (`shape::pool::LIMIT`), and its process was killed.
+    Overran,
+    /// Its process died under it (stack, memory), or could not be started.
+    Crashed,
+}
+
+impl StopCause {
+    /// As a metric label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Overran => "overran",
+            Self::Crashed => "crashed",
         }
     }
 }

@@ -169,3 +169,17 @@ impl InternalEvent for PostgresTls {
         }
     }
 }
+
+/// The committer reports its groups here, as internal events: the store imports
+/// nothing from above it, and the metrics know nothing of the events.
+impl crate::store::StoreObserver for Metrics {
+    fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
+        CommitGroup { size, took, ok }.emit(self);
+    }
+    fn stored(&self, meta: &EventMeta) {
+        EventStored(meta).emit(self);
+    }
+    fn failed(&self, _reason: &str) {
+        StoreFailed.emit(self);
+    }
+}

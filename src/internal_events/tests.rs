@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use super::store::{CommitGroup, EventStored};
 use super::*;
 use crate::account::AccountId;
 use crate::metrics::Metrics;
@@ -74,7 +75,7 @@ fn check<E: InternalEvent>(samples: Vec<E>, seen: &mut BTreeSet<String>) {
 }
 
 fn meta() -> EventMeta {
-    crate::store::conformance::received("demo", "ActionCreated", 1_000_000, "{}").meta
+    crate::store::fixtures::received("demo", "ActionCreated", 1_000_000, "{}").meta
 }
 
 #[test]
@@ -164,7 +165,7 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     let stopped = |disabled| ShapeRunStopped {
         destination: "crm",
         role: "filter",
-        cause: crate::shape::pool::Cause::Overran,
+        cause: StopCause::Overran,
         reason: "the program ran longer than 2s",
         disabled,
     };

@@ -19,13 +19,10 @@ pub(crate) use upstream::UpstreamMetrics;
 
 use std::collections::BTreeMap;
 
-use crate::internal_events::{CommitGroup, EventStored, InternalEvent, StoreFailed};
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
-
-use crate::store::EventMeta;
 
 /// Latency buckets (seconds) from 100 µs to 5 s: acks and fsyncs live at the low end.
 pub(super) const LATENCY_BUCKETS: &[f64] = &[
@@ -341,19 +338,6 @@ impl Metrics {
     #[cfg(test)]
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
-    }
-}
-
-/// The committer reports its groups here (the store imports nothing from metrics).
-impl crate::store::StoreObserver for Metrics {
-    fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
-        CommitGroup { size, took, ok }.emit(self);
-    }
-    fn stored(&self, meta: &EventMeta) {
-        EventStored(meta).emit(self);
-    }
-    fn failed(&self, _reason: &str) {
-        StoreFailed.emit(self);
     }
 }
 

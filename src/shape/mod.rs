@@ -67,6 +67,21 @@ impl Shape {
     }
 }
 
+/// What is wrong with the destinations' `filter` and `transform` programs, each
+/// problem naming its key: the check the daemon's assembly and `check-config` add to
+/// the config's own (which knows jq only as text).
+pub(crate) fn check(destinations: &[crate::config::DestinationConfig]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (i, dest) in destinations.iter().enumerate() {
+        if let Err(errors) = Shape::compile(dest.filter.as_deref(), dest.transform.as_deref()) {
+            problems.extend(errors.into_iter().map(|(which, e)| {
+                format!("destinations[{i}].{which} (destination {:?}): {e}", dest.name)
+            }));
+        }
+    }
+    problems
+}
+
 /// The document a destination's programs read:
 /// `{"id", "event", "source", "resource", "record", "received_at", "body"}`, where
 /// `body` is the parsed JSON body (null when it is not JSON, or nests deeper than

@@ -250,24 +250,9 @@ pub(crate) enum Ran {
     Disabled(String),
 }
 
-/// Why a run was stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Cause {
-    /// It ran past [`LIMIT`], and its process was killed.
-    Overran,
-    /// Its process died under it (stack, memory), or could not be started.
-    Crashed,
-}
-
-impl Cause {
-    /// As a metric label.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Overran => "overran",
-            Self::Crashed => "crashed",
-        }
-    }
-}
+/// Why a run was stopped: the internal event's own type, so that the event (below
+/// this room) need not import it.
+pub(crate) use crate::internal_events::StopCause as Cause;
 
 /// A few shaping processes and the callers they are lent to.
 pub(crate) struct Lane {

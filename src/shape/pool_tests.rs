@@ -18,7 +18,7 @@ fn lane(limit: Duration) -> Lane {
 }
 
 fn meta() -> EventMeta {
-    crate::store::conformance::received("demo", "ActionCreated", 1_763_000_000_000_000, "{}").meta
+    crate::store::fixtures::received("demo", "ActionCreated", 1_763_000_000_000_000, "{}").meta
 }
 
 fn job_of(role: Role, code: &str, body: impl Into<bytes::Bytes>) -> LaneJob {

@@ -7,8 +7,7 @@ use super::*;
 /// An `ActionUpdated` of source `demo`, received at 1,763,000,000 s, about `resource`.
 fn meta(resource: Option<&str>) -> EventMeta {
     let mut meta =
-        crate::store::conformance::received("demo", "ActionUpdated", 1_763_000_000_000_000, "{}")
-            .meta;
+        crate::store::fixtures::received("demo", "ActionUpdated", 1_763_000_000_000_000, "{}").meta;
     meta.resource = resource.map(str::to_owned);
     meta
 }

@@ -202,9 +202,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     .workers(2)
     .disable_signals()
     .bind(listen)
-    .map_err(|e| {
-        crate::daemon::bind_error(e, "--listen (or listen in the sim's config)", listen)
-    })?;
+    .map_err(|e| crate::bind::error(e, "--listen (or listen in the sim's config)", listen))?;
     for addr in server.addrs() {
         tracing::info!(listener = "sim", %addr, ?users, "listening");
     }

@@ -1,12 +1,13 @@
 //! Durable storage of events and their deliveries: one contract, several backends.
 //!
 //! The contract ([`contract`]) is one trait per part of the product ([`EventLog`],
-//! [`Dispatch`], [`DeliveryQueue`], [`Coordination`], [`SharedState`], [`Upkeep`]);
-//! [`Store`] is their sum. The rules that move events and deliveries on live in
-//! [`lifecycle`], pure; a backend reads what a rule asks for, and applies the
-//! [`lifecycle::Changes`] it returns in one atomic write. Backends: `sled/` (the
-//! embedded default), `postgres/` (several relays on one database), `memory` (tests);
-//! [`open`] is the one factory. Each backend groups concurrent appends into one write
+//! [`Dispatch`], [`DeliveryQueue`], [`Coordination`], [`SharedState`], [`Upkeep`],
+//! [`Audit`]); [`Store`] is their sum. The rules that move events and deliveries on
+//! live in [`lifecycle`], pure; a backend reads what a rule asks for, and applies the
+//! [`lifecycle::Changes`] it returns in one atomic write. Backends: `embedded/` (one
+//! process, on redb for a new data directory or sled where one was left), `postgres/`
+//! (several relays on one database), `memory` (tests); [`open`] is the one factory,
+//! [`settle`] completes `[storage]` with what only the store can tell. Each backend groups concurrent appends into one write
 //! ([`Committer`] for a backend with blocking writes). `conformance/` checks every
 //! trait on every backend.
 
@@ -19,6 +20,8 @@ mod counts;
 mod deliveries;
 mod embedded;
 mod error;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod health;
 pub(crate) mod lifecycle;
 #[cfg(test)]
@@ -26,6 +29,7 @@ pub(crate) mod memory;
 mod model;
 mod observer;
 pub(crate) mod postgres;
+mod settle;
 
 use std::sync::Arc;
 
@@ -50,18 +54,12 @@ pub(crate) use model::{
 #[cfg(test)]
 pub(crate) use observer::NoObserver;
 pub(crate) use observer::StoreObserver;
+pub(crate) use settle::settle;
 
 use crate::config::{Durability, StorageBackend, StorageConfig};
 
 /// How the rest of the relay holds the store.
 pub(crate) type SharedStore = Arc<dyn Store>;
-
-/// The database URL of `[storage.postgres]` (validated with the config).
-/// What is wrong with `url` as a PostgreSQL URL (libpq's TLS parameters included), if
-/// anything; never quoting it (it holds a password).
-pub(crate) fn postgres_url_problem(url: &str, config: &StorageConfig) -> Option<String> {
-    postgres::url_problem(url, &tls_settings(config))
-}
 
 /// The TLS `[storage.postgres]` sets beside the URL's.
 fn tls_settings(config: &StorageConfig) -> postgres::TlsSettings {
@@ -171,38 +169,8 @@ async fn copy_embedded(
     ))
 }
 
-/// The embedded backend whose store `dir` holds, if any: what an unset
-/// `storage.backend` runs on: the one its `CURRENT` file names (written by `hookrelay
-/// migrate --to`), else the one whose files are there. A directory holding both
-/// engines' stores and no `CURRENT` (a migration by a build before it) is a problem to
-/// name, not a guess: the one left beside it may be the stale one.
-pub(crate) fn engine_in(dir: &std::path::Path) -> Result<Option<StorageBackend>, String> {
-    use embedded::engine::{current, files_of, Engine};
-    // After a `migrate --to`, its CURRENT file names the store to run on.
-    match current::current(dir).map_err(|e| e.to_string())? {
-        Some(Engine::Sled) => return Ok(Some(StorageBackend::Sled)),
-        Some(Engine::Redb) => return Ok(Some(StorageBackend::Redb)),
-        None => {}
-    }
-    let (sled, redb) = (files_of(Engine::Sled, dir), files_of(Engine::Redb, dir));
-    match (sled.is_empty(), redb.is_empty()) {
-        (true, true) => Ok(None),
-        (false, true) => Ok(Some(StorageBackend::Sled)),
-        (true, false) => Ok(Some(StorageBackend::Redb)),
-        (false, false) => Err(format!(
-            "storage.backend: unset, and {} holds both a sled and a redb store (a copy \
-             `hookrelay migrate --to` made beside its source): set backend to the one to run \
-             on (\"redb\" after `migrate --to redb`, \"sled\" after `--to sled`), and once the \
-             relay runs remove the other's files (sled: {}; redb: {})",
-            dir.display(),
-            names(&sled),
-            names(&redb)
-        )),
-    }
-}
-
 /// Paths, for a message.
-fn names(paths: &[std::path::PathBuf]) -> String {
+pub(super) fn names(paths: &[std::path::PathBuf]) -> String {
     paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ")
 }
 
@@ -215,10 +183,12 @@ fn engine_of(backend: StorageBackend) -> embedded::engine::Engine {
 }
 
 /// Opens the backend `config` names: the one factory of the relay. `observer` hears
-/// of every group commit.
+/// of every group commit; `live_for` is how long the fleet counts a silent relay
+/// (what a shared store needs to take over a dead relay's claims).
 pub(crate) async fn open(
     config: &StorageConfig,
     observer: Arc<dyn StoreObserver>,
+    live_for: std::time::Duration,
 ) -> Result<SharedStore, StoreError> {
     match config.backend() {
         StorageBackend::Sled | StorageBackend::Redb => {
@@ -250,6 +220,7 @@ pub(crate) async fn open(
                 tls: tls_settings(config),
                 commit_max_batch: config.commit_max_batch,
                 write_timeout: config.write_timeout,
+                live_for,
                 observer,
             })
             .await?;

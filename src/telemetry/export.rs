@@ -229,3 +229,32 @@ impl Exporter {
         SpanExportFailed { spans: spans.len(), why: &why, logged }.emit(&self.metrics);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::fixtures;
+    use crate::store::postgres::test_server;
+
+    /// Relays starting together agree on one trace salt: a fleet derives one trace per
+    /// callback, whichever relay attempts it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn relays_starting_together_agree_on_one_trace_salt() {
+        let url = tokio::task::spawn_blocking(|| {
+            test_server::shared().database(&test_server::unique_database("salt"))
+        })
+        .await
+        .unwrap();
+        let a: SharedStore = Arc::new(fixtures::postgres(&url).await);
+        let b: SharedStore = Arc::new(fixtures::postgres(&url).await);
+        for _ in 0..5 {
+            a.upstream_put(SALT_KEY, None).await.unwrap();
+            let (x, y) = tokio::join!(salt(&a), salt(&b));
+            let (x, y) = (x.unwrap(), y.unwrap());
+            assert_eq!(x, y, "two salts for one store");
+            assert_eq!(salt(&b).await.unwrap(), x, "the salt is kept");
+        }
+    }
+}

@@ -242,7 +242,7 @@ pub(crate) fn attempt(salt: Salt, a: &AttemptSpan<'_>) -> Span {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::conformance::received;
+    use crate::store::fixtures::received;
 
     fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a Value> {
         span.attributes.iter().find(|(k, _)| *k == key).map(|(_, v)| v)

@@ -24,6 +24,7 @@ mod durability;
 mod hostile;
 mod http_edges;
 mod ingress;
+mod layers;
 mod liveness;
 mod logs;
 mod migrate;

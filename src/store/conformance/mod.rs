@@ -10,12 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::embedded::CountPace;
+pub(crate) use super::fixtures::{plan, received};
 use super::lifecycle::{AnswerClass, AttemptReport, AttemptVerdict};
 use super::memory::MemoryStore;
 use super::{
     Attempt, AttemptWrite, DeadLetterFilter, DedupKey, DeliveryState, DispatchPlan,
-    DispatchVerdict, EventFilter, EventId, EventMeta, EventNameOrigin, EventStatus, NewEvent,
-    PendingEvent, QueueStats, SharedStore,
+    DispatchVerdict, EventFilter, EventId, EventStatus, NewEvent, PendingEvent, QueueStats,
+    SharedStore,
 };
 use crate::config::RetryPolicy;
 
@@ -117,18 +118,7 @@ impl Postgres {
     }
 
     pub(crate) async fn connect(url: &str) -> super::postgres::PostgresStore {
-        super::postgres::PostgresStore::open(super::postgres::PostgresOptions {
-            url: url.to_owned(),
-            pool_size: 4,
-            schema: "hookrelay".into(),
-            statement_timeout: Duration::from_secs(30),
-            tls: super::postgres::TlsSettings::default(),
-            commit_max_batch: 64,
-            write_timeout: Duration::from_secs(60),
-            observer: Arc::new(super::NoObserver),
-        })
-        .await
-        .expect("open the PostgreSQL store")
+        super::fixtures::postgres(url).await
     }
 }
 
@@ -161,46 +151,12 @@ pub(crate) async fn inbox_len(store: &SharedStore) -> u64 {
     inbox.events
 }
 
-pub(crate) fn received(source: &str, name: &str, at_us: u64, body: &str) -> NewEvent {
-    NewEvent {
-        meta: EventMeta {
-            source: source.into(),
-            event: name.into(),
-            event_from: EventNameOrigin::Path,
-            received_at_us: at_us,
-            size: body.len() as u64,
-            content_type: Some("application/json".into()),
-            headers: vec![("user-agent".into(), "test".into())],
-            remote_addr: None,
-            status: EventStatus::Received,
-            flags: Vec::new(),
-            reason: None,
-            duplicate_of: None,
-            destinations: Vec::new(),
-            resource: None,
-        },
-        body: Some(bytes::Bytes::copy_from_slice(body.as_bytes())),
-    }
-}
-
 fn rejected(at_us: u64) -> NewEvent {
     let mut e = received("demo", "TaskCreated", at_us, "");
     e.meta.status = EventStatus::Rejected;
     e.meta.reason = Some("too large".into());
     e.body = None;
     e
-}
-
-pub(crate) fn plan(id: EventId, hash: u8, dests: &[&str]) -> DispatchPlan {
-    DispatchPlan {
-        latest: Vec::new(),
-        filtered: Vec::new(),
-        id,
-        dedup: Some(DedupKey { hash: [hash; 16], window_us: 600 * S }),
-        destinations: dests.iter().map(|d| (*d).to_owned()).collect(),
-        ordered: Vec::new(),
-        resource: None,
-    }
 }
 
 fn report(class: AnswerClass, at_us: u64) -> AttemptReport {

@@ -19,12 +19,13 @@ pub(crate) const CLAIM_MARGIN: Duration = Duration::from_secs(60);
 
 /// How long after its owner last announced itself (a fleet heartbeat, on the store's
 /// clock) a claim of `lease` is taken over: the attempt's bound (`lease` less
-/// [`CLAIM_MARGIN`]) after [`crate::fleet::LIVE_FOR`]. A relay starts no attempt once
-/// its heartbeat has failed for [`crate::fleet::FENCE`] (shorter), so by then its last
-/// attempt has ended: the delivery is never in flight twice at once. A killed relay's
-/// deliveries move on within seconds instead of a whole lease.
-pub(crate) fn owner_silence(lease: Duration) -> Duration {
-    lease.saturating_sub(CLAIM_MARGIN) + crate::fleet::LIVE_FOR
+/// [`CLAIM_MARGIN`]) after `live_for`, how long the fleet counts a silent relay (the
+/// fleet's `LIVE_FOR`, given to the store when it opens). A relay starts no attempt
+/// once its heartbeat has failed for the fleet's `FENCE` (shorter), so by then its
+/// last attempt has ended: the delivery is never in flight twice at once. A killed
+/// relay's deliveries move on within seconds instead of a whole lease.
+pub(crate) fn owner_silence(lease: Duration, live_for: Duration) -> Duration {
+    lease.saturating_sub(CLAIM_MARGIN) + live_for
 }
 
 /// The deliveries: claimed and recorded by the delivery workers, listed, replayed,
@@ -34,7 +35,7 @@ pub(crate) trait DeliveryQueue: Send + Sync {
     /// Claims up to `limit` of `destination`'s deliveries due at `now_us`, earliest
     /// first, for `owner` until `now_us + lease`. A delivery claimed by anyone whose
     /// lease has not expired is skipped; an expired claim is taken over, and so, in a
-    /// fleet, is the claim of a relay silent for [`owner_silence`]`(lease)` (its
+    /// fleet, is the claim of a relay silent for [`owner_silence`] (its
     /// heartbeat lapsed: it died, or it is cut off and starts nothing).
     async fn claim_due(
         &self,

@@ -306,7 +306,7 @@ impl DispatchRecord {
 mod tests {
     #[test]
     fn a_stripped_record_keeps_its_flags_resource_and_meta() {
-        let mut meta = crate::store::conformance::received("demo", "A", 7, "{}").meta;
+        let mut meta = crate::store::fixtures::received("demo", "A", 7, "{}").meta;
         meta.resource = Some("actions/1".into());
         let value = super::encode_record(&meta, Some(b"the body")).unwrap();
         let stripped = super::strip_body(&value).unwrap().unwrap();

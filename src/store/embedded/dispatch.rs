@@ -195,7 +195,7 @@ mod tests {
     /// whose group is not all written yet, or that event is never dispatched.
     #[test]
     fn the_cursor_never_passes_an_id_whose_group_is_not_written_yet() {
-        use crate::store::conformance::received;
+        use crate::store::fixtures::received;
         let dir = tempfile::tempdir().unwrap();
         let store = super::super::testutil::open(dir.path());
         let inner = &store.inner;
@@ -268,7 +268,7 @@ mod tests {
     /// would leave it counted as waiting for ever.
     #[test]
     fn an_event_is_not_dispatched_before_its_group_is_published() {
-        use crate::store::conformance::received;
+        use crate::store::fixtures::received;
         let dir = tempfile::tempdir().unwrap();
         let store = super::super::testutil::open(dir.path());
         let inner = &store.inner;

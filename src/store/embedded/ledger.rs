@@ -430,7 +430,7 @@ mod tests {
     /// mark: the next open counts them (and tallies them as waiting), once.
     #[tokio::test]
     async fn records_a_crash_left_uncounted_are_counted_at_open() {
-        use crate::store::conformance::received;
+        use crate::store::fixtures::received;
         let dir = tempfile::tempdir().unwrap();
         let store = super::super::testutil::open(dir.path());
         store.append(received("demo", "ActionCreated", 10_000_000, "{}")).await.unwrap();

@@ -16,6 +16,7 @@
 
 mod attempt;
 mod backoff;
+pub(crate) mod balance;
 mod dispatch;
 pub(crate) mod ledger;
 mod manage;

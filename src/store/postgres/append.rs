@@ -191,7 +191,7 @@ mod tests {
     /// relays' clocks say: the dispatcher sees them in the upstream's order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_event_stored_after_another_gets_the_larger_id_whatever_the_clocks() {
-        use crate::store::conformance::received;
+        use crate::store::fixtures::received;
         let (a, b) = two_relays("ids").await;
         let ahead = 4_000_000_000_000_000; // a clock decades ahead
         let first = a.append(received("demo", "ActionUpdated", ahead, "{}")).await.unwrap();

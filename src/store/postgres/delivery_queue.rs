@@ -28,7 +28,7 @@ impl DeliveryQueue for PostgresStore {
         n: usize,
     ) -> Result<Vec<Claim>, StoreError> {
         let expires_us = now_us.saturating_add(crate::clock::micros(lease));
-        let silence = crate::clock::micros(crate::store::owner_silence(lease));
+        let silence = crate::clock::micros(crate::store::owner_silence(lease, self.inner.live_for));
         let silent_since = now_us.saturating_sub(silence);
         self.write(async {
             let client = self.client().await?;

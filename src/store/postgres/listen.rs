@@ -215,7 +215,7 @@ mod tests {
     use tokio::sync::broadcast::Receiver;
 
     use super::APPLICATION_NAME;
-    use crate::store::conformance::{plan, received};
+    use crate::store::fixtures::{plan, received};
     use crate::store::{Coordination, DeliveryQueue, Dispatch, EventLog, Wake};
 
     /// The next wake-up that is not `All`, within 10 s.

@@ -107,6 +107,9 @@ pub(crate) struct PostgresOptions {
     /// A write that has not returned after this fails (and is retried by its
     /// caller); the store goes on.
     pub(crate) write_timeout: Duration,
+    /// How long the fleet counts a silent relay (`fleet::LIVE_FOR`): a claim of a relay
+    /// silent longer than that and its attempt's bound is taken over.
+    pub(crate) live_for: Duration,
     pub(crate) observer: Arc<dyn StoreObserver>,
 }
 
@@ -135,6 +138,8 @@ pub(super) struct PgState {
     health: Arc<Health>,
     /// How long one write may take before it fails.
     write_timeout: Duration,
+    /// [`PostgresOptions::live_for`].
+    pub(super) live_for: Duration,
     /// The fleet's wake-ups, once something subscribed (`listen.rs`).
     wakeups: std::sync::OnceLock<tokio::sync::broadcast::Sender<super::Wake>>,
     /// The schema's notification channel (`listen.rs`).
@@ -211,6 +216,7 @@ impl PostgresStore {
             ledger_start: EventId::new(u64::try_from(start).unwrap_or(0)),
             health: health.clone(),
             write_timeout: opts.write_timeout,
+            live_for: opts.live_for,
             wakeups: std::sync::OnceLock::new(),
             channel: listen::channel_of(&opts.schema),
             instance: format!("{:016x}", fastrand::u64(..)),
@@ -271,7 +277,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::test_server;
-    use crate::store::conformance::Postgres;
+    use crate::store::fixtures;
     use crate::store::{Coordination, Dispatch, EventLog, Upkeep};
 
     /// Two stores on one new database, as two relays of a fleet hold it.
@@ -283,7 +289,7 @@ mod tests {
         })
         .await
         .unwrap();
-        (Postgres::connect(&url).await, Postgres::connect(&url).await)
+        (fixtures::postgres(&url).await, fixtures::postgres(&url).await)
     }
 
     /// Runs `sql` on the database of `store` (the test's hand on the tables).
@@ -324,7 +330,7 @@ mod tests {
     /// read while it led: the new leader dispatches (one order per resource).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_relay_that_lost_the_dispatch_lease_dispatches_nothing() {
-        use crate::store::conformance::{plan, received};
+        use crate::store::fixtures::{plan, received};
         use crate::store::{DispatchVerdict, DISPATCH_LEAD};
         let (a, b) = two_relays("lead").await;
         let id = a.append(received("demo", "ActionCreated", 100, "{}")).await.unwrap();
@@ -378,23 +384,5 @@ mod tests {
         drop(held);
         let got = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap();
         assert!(got >= released);
-    }
-
-    /// Relays starting together agree on one trace salt: a fleet derives one trace per
-    /// callback, whichever relay attempts it.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn relays_starting_together_agree_on_one_trace_salt() {
-        use crate::store::SharedStore;
-        use crate::telemetry::export::salt;
-        use std::sync::Arc;
-        let (a, b) = two_relays("salt").await;
-        let (a, b): (SharedStore, SharedStore) = (Arc::new(a), Arc::new(b));
-        for _ in 0..5 {
-            a.upstream_put(crate::telemetry::ids::SALT_KEY, None).await.unwrap();
-            let (x, y) = tokio::join!(salt(&a), salt(&b));
-            let (x, y) = (x.unwrap(), y.unwrap());
-            assert_eq!(x, y, "two salts for one store");
-            assert_eq!(salt(&b).await.unwrap(), x, "the salt is kept");
-        }
     }
 }

@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-/// Wrong tokens one client may give per window.
-pub(crate) const PER_ADDRESS: u32 = 5;
+/// Wrong tokens one client may give per window, unless `admin.wrong_tokens_per_minute`
+/// says otherwise.
+pub(crate) const PER_ADDRESS: u32 = crate::config::WRONG_TOKENS_PER_MINUTE;
 /// The window.
 pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 /// Clients tracked at most: past it, windows that ran out go first, then the map
