@@ -1,9 +1,10 @@
 //! hookrelay: a durable relay for REST-hook callbacks.
 //!
-//! The modules follow the data flow: `ingress` (callbacks in) → `store` (sled, group
-//! commit) → `dispatch` (dedup, route) → `delivery` (schedules, retries) →
-//! `destinations` (HTTP out), with `admin`, `metrics` and `config` beside them. See
-//! ARCHITECTURE.md.
+//! The modules follow the data flow: `ingress` (callbacks in) → `store` (group commit;
+//! redb for a new data directory, sled where one was left, PostgreSQL for a fleet) →
+//! `dispatch` (dedup, route) → `delivery` (schedules, retries) → `destinations` (HTTP
+//! out), with `admin`, `console`, `metrics` and `config` beside them. Each imports only
+//! rooms of a lower layer: ARCHITECTURE.md declares them and a test holds the code to it.
 
 mod access;
 mod account;

@@ -7,13 +7,15 @@
 //! They are raised where the occurrence is already one internal event
 //! (`internal_events/`), so the log line, the metric and the stored event cannot
 //! drift. Raising never waits: events go through a bounded queue to a task that
-//! appends them (one dropped when the queue is full is logged).
+//! appends them (one dropped when the queue is full is logged). The queue is a
+//! [`Raiser`], one per relay, held by the metrics every internal event's `emit()`
+//! reaches; the daemon connects it to its store ([`start`]) and closes it at the stop.
 //!
 //! Two rules keep them from feeding on themselves: an event about a destination (its
 //! resource `destinations/{name}`) is never routed to that destination
 //! (`dispatch/`), and the death of a delivery of an operational event raises nothing.
 
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use serde_json::{json, Value};
@@ -25,11 +27,48 @@ use crate::timefmt::format_admin;
 /// Events waiting to be appended at most.
 const QUEUE: usize = 1024;
 
-/// The queue to the appending task, once the daemon started it.
-static QUEUE_TX: OnceLock<mpsc::Sender<NewEvent>> = OnceLock::new();
-/// The names some destination takes: the others are not raised at all (stored for
-/// nobody, they would only crowd the event listings).
-static WANTED: OnceLock<Vec<&'static str>> = OnceLock::new();
+/// One relay's way to its appending task: nothing until the daemon connects it
+/// ([`start`]), nothing again once it is closed.
+#[derive(Default)]
+pub(crate) struct Raiser(Mutex<Option<Connected>>);
+
+/// The connected side of a [`Raiser`].
+struct Connected {
+    queue: mpsc::Sender<NewEvent>,
+    /// The names some destination takes: the others are not raised at all (stored
+    /// for nobody, they would only crowd the event listings).
+    wanted: Vec<&'static str>,
+    /// The source they are stored under.
+    source: String,
+}
+
+impl Raiser {
+    /// Queues `event` for the appending task, never waiting. Nothing happens before
+    /// the daemon connected it (unit tests) or after it closed it, nor for the death of
+    /// a delivery of an operational event (they would feed on each other).
+    pub(crate) fn raise(&self, event: &OperationalEvent<'_>) {
+        if let OperationalEvent::DeliveryDead { event_name, .. } = event {
+            if NAMES.contains(event_name) {
+                return;
+            }
+        }
+        let connected = crate::lock::lock(&self.0);
+        let Some(c) = connected.as_ref().filter(|c| c.wanted.contains(&event.name())) else {
+            return;
+        };
+        if c.queue.try_send(event.to_event(&c.source, crate::clock::now())).is_err() {
+            tracing::warn!(
+                event = event.name(),
+                "operational event dropped: its queue is full or closed"
+            );
+        }
+    }
+
+    /// Disconnects it: the appending task stores what is queued, then ends.
+    pub(crate) fn close(&self) {
+        crate::lock::lock(&self.0).take();
+    }
+}
 
 /// What the relay reports.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,32 +180,7 @@ impl OperationalEvent<'_> {
         .to_string();
         NewEvent::internal(source, self.name(), body, Some(format!("{kind}/{id}")), now)
     }
-
-    /// Raises it: queued for the appending task, never waited for. Nothing happens
-    /// before the daemon started the task (unit tests), nor for the death of a
-    /// delivery of an operational event (they would feed on each other).
-    pub(crate) fn raise(&self) {
-        if let Self::DeliveryDead { event_name, .. } = self {
-            if NAMES.contains(event_name) {
-                return;
-            }
-        }
-        if !WANTED.get().is_some_and(|w| w.contains(&self.name())) {
-            return;
-        }
-        let Some(tx) = QUEUE_TX.get() else { return };
-        let source = SOURCE.get().map_or("hookrelay", String::as_str);
-        if tx.try_send(self.to_event(source, crate::clock::now())).is_err() {
-            tracing::warn!(
-                event = self.name(),
-                "operational event dropped: its queue is full or closed"
-            );
-        }
-    }
 }
-
-/// The source operational events are stored under.
-static SOURCE: OnceLock<String> = OnceLock::new();
 
 /// The destination an internal event of `meta` reports on, which never receives it.
 pub(crate) fn reported_on(meta: &EventMeta) -> Option<&str> {
@@ -176,21 +190,18 @@ pub(crate) fn reported_on(meta: &EventMeta) -> Option<&str> {
     meta.resource.as_deref()?.strip_prefix("destinations/")
 }
 
-/// Starts the task that appends raised events to `store` under source `source` (the
-/// first configured source: they are listed under it; routing ignores the source of
-/// an operational event), until every sender is gone. Only the `wanted` names (those
-/// some destination takes) are raised.
+/// Connects `raiser` to a task that appends raised events to `store` under source
+/// `source` (the first configured source: they are listed under it; routing ignores
+/// the source of an operational event), until the raiser is closed. Only the `wanted`
+/// names (those some destination takes) are raised.
 pub(crate) fn start(
+    raiser: &Raiser,
     store: SharedStore,
     source: &str,
     wanted: Vec<&'static str>,
 ) -> tokio::task::JoinHandle<()> {
-    let (tx, mut rx) = mpsc::channel::<NewEvent>(QUEUE);
-    let _ = SOURCE.set(source.to_owned());
-    let _ = WANTED.set(wanted);
-    if QUEUE_TX.set(tx).is_err() {
-        tracing::warn!("operational events already started");
-    }
+    let (queue, mut rx) = mpsc::channel::<NewEvent>(QUEUE);
+    *crate::lock::lock(&raiser.0) = Some(Connected { queue, wanted, source: source.to_owned() });
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
             let name = event.meta.event.clone();

@@ -54,7 +54,7 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
 /// Pauses (`pause = true`) or resumes a destination: its deliveries wait, nothing is
 /// dropped, and the pause survives restarts and reaches every relay on the store.
 async fn set_paused(state: web::Data<AdminState>, name: String, pause: bool) -> HttpResponse {
-    match state.destinations.set_paused(&name, pause).await {
+    match state.destinations.set_paused(&name, pause, &state.metrics).await {
         Ok(true) => HttpResponse::Ok().json(api::Paused { name, paused: pause }),
         Ok(false) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
         Err(e) => store_error(&e),

@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::internal_events::{InternalEvent, StoreFailed};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
+use crate::shutdown::Stop;
 use crate::store::{SharedStore, StoreObserver};
 
 /// The store's trace salt (`telemetry/ids.rs`). The store was just opened; a database
@@ -42,7 +43,7 @@ const OPEN_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(15)
 /// schema newer than this build, a URL that does not parse) fails at once. A sled
 /// store below the free-space floor is not opened until space is back: sled writes at
 /// open (a snapshot), and a write that fails there can leave the store unopenable
-/// (issue 40), so it is waited for as a database is. `None`: SIGTERM or SIGINT came
+/// (issue 40), so it is waited for as a database is. `None`: the stop was requested
 /// first.
 pub(super) async fn open_store(
     config: &Config,
@@ -50,11 +51,10 @@ pub(super) async fn open_store(
     metrics: &Arc<Metrics>,
     location: &str,
     space: &crate::space::Space,
+    requested: &mut Stop,
 ) -> anyhow::Result<Option<SharedStore>> {
     let storage = &config.storage;
     let may_wait = !storage.backend().is_embedded();
-    let signal = crate::shutdown::signal();
-    tokio::pin!(signal);
     // Started at the first failure that waiting may mend.
     let mut waiting: Option<Waiting> = None;
     let mut backoff = OPEN_BACKOFF;
@@ -90,9 +90,9 @@ pub(super) async fn open_store(
             None => waiting = Some(Waiting::start(config, metrics, why)?),
         }
         tokio::select! {
-            sig = &mut signal => {
-                let sig = sig.context("installing signal handlers")?;
-                tracing::info!(signal = sig, "shutting down while waiting to open the store");
+            _ = requested.wait() => {
+                let why = requested.reason().unwrap_or("stop requested");
+                tracing::info!(reason = why, "shutting down while waiting to open the store");
                 break None;
             }
             _ = tokio::time::sleep(backoff) => {}
@@ -163,5 +163,36 @@ impl StoreObserver for Commits {
     }
     fn stored(&self, meta: &crate::store::EventMeta) {
         self.metrics.stored(meta);
+    }
+}
+
+/// Says what opened: the backend, where, how durable, the inbox as counted so far
+/// (the embedded store counts behind the open), the TLS to a database, and the notice
+/// of an earlier release's sled store.
+pub(super) async fn announce(config: &Config, store: &SharedStore, base: &super::base::Base) {
+    let storage = &config.storage;
+    let inbox = store.inbox().await.unwrap_or_default();
+    tracing::info!(
+        backend = storage.backend().name(),
+        store = %base.location,
+        durability = ?storage.durability,
+        inbox = inbox.events,
+        counting = inbox.counting,
+        "store open"
+    );
+    if let Some((sslmode, verified)) = crate::store::postgres_tls(storage) {
+        crate::internal_events::PostgresTls { sslmode, verified }.emit(&base.metrics);
+    }
+    if storage.sled_found {
+        tracing::warn!(
+            store = %base.location,
+            "running on sled because storage.backend is unset and the data directory holds \
+             a sled store (the default of earlier releases): its memory grows with what it \
+             holds (storage.memory_limit_bytes, if set, is not kept) and its restart time \
+             with it. redb, the default for new data directories, keeps to the limit and \
+             restarts in milliseconds: stop the relay, run `hookrelay migrate --to redb`, \
+             set storage.backend = \"redb\" (docs/deploy.md, \"Moving to redb\"); or set \
+             storage.backend = \"sled\" to stay on it and silence this notice"
+        );
     }
 }

@@ -288,23 +288,19 @@ impl Destinations {
 
     /// Pauses or resumes a destination in the store (so on every relay sharing it);
     /// `false` if there is no such one.
-    pub(crate) async fn set_paused(&self, name: &str, paused: bool) -> Result<bool, StoreError> {
+    pub(crate) async fn set_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        metrics: &Metrics,
+    ) -> Result<bool, StoreError> {
         let Some(state) = self.by_name.get(name) else { return Ok(false) };
         self.store.set_paused(name, paused).await?;
         state.note_paused(paused);
         state.wake.notify_one();
-        if paused {
-            let by = crate::operational::OperationalEvent::DestinationPaused {
-                destination: name,
-                by: "admin",
-            };
-            by.raise();
-        }
-        tracing::info!(
-            destination = name,
-            paused,
-            "destination {}",
-            if paused { "paused" } else { "resumed" }
+        crate::internal_events::InternalEvent::emit(
+            crate::internal_events::DestinationPauseSet { destination: name, paused },
+            metrics,
         );
         Ok(true)
     }

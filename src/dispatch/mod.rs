@@ -67,7 +67,7 @@ struct PlanRules {
 
 impl PlanRules {
     /// The dispatch plan of one pending event: its destinations, whether they are
-    /// ordered, its record and its dedup key.
+    /// ordered, its resource key and its dedup key.
     fn plan(
         &self,
         p: &PendingEvent,
@@ -77,7 +77,7 @@ impl PlanRules {
         let ordered: Vec<String> =
             destinations.iter().filter(|d| self.ordered.contains(*d)).cloned().collect();
         let resource = match (&p.meta.resource, ordered.is_empty()) {
-            (Some(record), false) => Some(resource::key(&p.meta.source, record)),
+            (Some(about), false) => Some(resource::key(&p.meta.source, about)),
             _ => None,
         };
         let dedup = self.dedup.get(&p.meta.source).filter(|r| r.window_us > 0).map(|r| DedupKey {

@@ -21,7 +21,12 @@ async fn a_store_failure_closes_the_connection_without_any_status() {
         ..Default::default()
     }];
     let dir = tempfile::tempdir().unwrap();
-    let space = Arc::new(crate::space::Space::new(dir.path(), 0, 0.0));
+    let space = Arc::new(crate::space::Space::new(
+        dir.path(),
+        0,
+        0.0,
+        Arc::new(crate::metrics::Metrics::new().unwrap()),
+    ));
     let state = IngressState::new(
         &sources,
         Arc::new(store.clone()),

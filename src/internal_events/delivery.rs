@@ -52,7 +52,7 @@ impl InternalEvent for AttemptRecorded<'_> {
             let (source, name) = meta.map_or(("", ""), |m| (m.source.as_str(), m.event.as_str()));
             tracing::warn!(id = %event, source, event = name, destination, status, error,
                 "delivery is dead: see the dead letters");
-            OperationalEvent::DeliveryDead {
+            m.operational.raise(&OperationalEvent::DeliveryDead {
                 destination,
                 event,
                 source,
@@ -60,8 +60,7 @@ impl InternalEvent for AttemptRecorded<'_> {
                 resource: meta.and_then(|m| m.resource.as_deref()),
                 status,
                 error,
-            }
-            .raise();
+            });
         }
     }
 }
@@ -96,9 +95,9 @@ impl InternalEvent for CircuitChanged<'_> {
         let destination = self.destination;
         m.delivery.circuit_open.with_label_values(&[destination]).set(i64::from(self.open));
         if self.open {
-            OperationalEvent::CircuitOpened { destination }.raise();
+            m.operational.raise(&OperationalEvent::CircuitOpened { destination });
         } else {
-            OperationalEvent::CircuitClosed { destination }.raise();
+            m.operational.raise(&OperationalEvent::CircuitClosed { destination });
         }
         if self.open {
             tracing::warn!(destination, "circuit open: probing once per interval");
@@ -134,7 +133,10 @@ impl InternalEvent for DestinationStalled<'_> {
             in_flight = self.in_flight, share = self.share, free = self.free, restart = self.restart,
             "destination stalled: deliveries are due and no attempt started; {}",
             if self.restart { "restarting its worker" } else { "restarts did not help: see docs/runbook.md" });
-        OperationalEvent::DestinationStalled { destination, idle_s: self.idle.as_secs() }.raise();
+        m.operational.raise(&OperationalEvent::DestinationStalled {
+            destination,
+            idle_s: self.idle.as_secs(),
+        });
     }
 }
 
@@ -159,8 +161,31 @@ pub(crate) struct DestinationGone<'a> {
 
 impl InternalEvent for DestinationGone<'_> {
     const FAMILIES: &'static [&'static str] = &[];
-    fn emit(self, _: &Metrics) {
+    fn emit(self, m: &Metrics) {
         tracing::warn!(destination = self.destination, "destination answered 410 Gone: pausing it");
-        OperationalEvent::DestinationPaused { destination: self.destination, by: "gone" }.raise();
+        m.operational.raise(&OperationalEvent::DestinationPaused {
+            destination: self.destination,
+            by: "gone",
+        });
+    }
+}
+
+/// An operator paused or resumed a destination through the admin API or the console.
+pub(crate) struct DestinationPauseSet<'a> {
+    pub(crate) destination: &'a str,
+    pub(crate) paused: bool,
+}
+
+impl InternalEvent for DestinationPauseSet<'_> {
+    const FAMILIES: &'static [&'static str] = &[];
+    fn emit(self, m: &Metrics) {
+        let what = if self.paused { "paused" } else { "resumed" };
+        tracing::info!(destination = self.destination, paused = self.paused, "destination {what}");
+        if self.paused {
+            m.operational.raise(&OperationalEvent::DestinationPaused {
+                destination: self.destination,
+                by: "admin",
+            });
+        }
     }
 }

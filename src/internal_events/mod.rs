@@ -19,8 +19,8 @@ mod upstream;
 
 pub(crate) use console::{AdminTokenRefused, ConsoleSignIn, SignIn};
 pub(crate) use delivery::{
-    AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationRecovered,
-    DestinationStalled, TransformFailed,
+    AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationPauseSet,
+    DestinationRecovered, DestinationStalled, TransformFailed,
 };
 pub(crate) use dispatch::{DedupKeysCounted, DispatchLead, EventDispatched};
 pub(crate) use ingress::{
@@ -30,7 +30,7 @@ pub(crate) use shape::{ShapeRunStopped, StopCause};
 pub(crate) use store::{AuditChecked, ClockChecked, PostgresTls, StoreFailed, StoreProbed};
 pub(crate) use tasks::{
     BodiesDroppedAtSettlement, BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown,
-    TaskDied,
+    StorageCrossed, TaskDied,
 };
 pub(crate) use telemetry::{SpanDropped, SpanExportFailed, SpansExported};
 pub(crate) use upstream::{

@@ -30,7 +30,7 @@ impl InternalEvent for ShapeRunStopped<'_> {
         );
         if disabled {
             m.delivery.programs_disabled.with_label_values(&[destination, role]).set(1);
-            OperationalEvent::ProgramDisabled { destination, role, reason }.raise();
+            m.operational.raise(&OperationalEvent::ProgramDisabled { destination, role, reason });
             tracing::error!(destination, program = role, reason,
                 "a jq program is disabled: fix it in the config, then restart the relay (docs/runbook.md)");
         }

@@ -109,3 +109,42 @@ impl InternalEvent for ShuttingDown<'_> {
         tracing::info!(reason = %self.reason, grace = ?self.grace, "shutting down");
     }
 }
+
+/// Free space of the data directory crossed the floor (`below` true: under it).
+pub(crate) struct StorageCrossed<'a> {
+    pub(crate) data_dir: &'a str,
+    pub(crate) below: bool,
+    pub(crate) free: u64,
+    pub(crate) floor: u64,
+}
+
+impl InternalEvent for StorageCrossed<'_> {
+    /// `hookrelay_storage_free_bytes` mirrors the measure (set by the space watch).
+    const FAMILIES: &'static [&'static str] = &[];
+    fn emit(self, m: &Metrics) {
+        let Self { data_dir, below, free, floor } = self;
+        if below {
+            tracing::error!(
+                free,
+                floor,
+                data_dir,
+                "free space below storage.min_free_bytes / min_free_percent: refusing callbacks \
+                 (connections closed, the upstream retries) and holding dispatch, delivery, \
+                 purges and retention until space is freed"
+            );
+        } else {
+            tracing::info!(
+                free,
+                floor,
+                data_dir,
+                "free space back above the floor: taking callbacks and delivering again"
+            );
+        }
+        m.operational.raise(&crate::operational::OperationalEvent::StorageLow {
+            data_dir,
+            low: below,
+            free_bytes: free,
+            floor_bytes: floor,
+        });
+    }
+}

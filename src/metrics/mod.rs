@@ -85,6 +85,9 @@ pub(crate) struct Metrics {
     descs: Vec<prometheus::core::Desc>,
     /// The type of each, in the order of `descs`.
     kinds: Vec<&'static str>,
+    /// This relay's queue of operational events: what the internal events that raise
+    /// one reach, beside the registry (every `emit()` is given the metrics).
+    pub(crate) operational: crate::operational::Raiser,
 }
 
 /// Registers metrics, remembering their descriptions (so a test can check every one,
@@ -205,6 +208,7 @@ impl Metrics {
             descs: reg.descs.take(),
             kinds: reg.kinds.take(),
             registry,
+            operational: crate::operational::Raiser::default(),
         })
     }
 

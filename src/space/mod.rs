@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::internal_events::{InternalEvent, StorageCrossed};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 
@@ -56,6 +57,8 @@ pub(crate) struct Space {
     local: bool,
     /// What writers may take before the next measurement.
     budget: std::sync::Mutex<Budget>,
+    /// Where crossing the floor is told (`StorageCrossed`).
+    metrics: Arc<Metrics>,
 }
 
 /// Free and total bytes of the filesystem holding `path`, as an unprivileged process
@@ -78,7 +81,14 @@ fn mib(bytes: u64) -> String {
 }
 
 impl Space {
-    pub(crate) fn new(path: &Path, min_free_bytes: u64, min_free_percent: f64) -> Self {
+    /// The free-space watch of `path`'s filesystem, its floor the larger of
+    /// `min_free_bytes` and `min_free_percent`, telling `metrics` when it crosses it.
+    pub(crate) fn new(
+        path: &Path,
+        min_free_bytes: u64,
+        min_free_percent: f64,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             path: path.to_path_buf(),
             min_free_bytes,
@@ -88,6 +98,7 @@ impl Space {
             below: AtomicBool::new(false),
             local: true,
             budget: std::sync::Mutex::new(Budget::default()),
+            metrics,
         }
     }
 
@@ -117,8 +128,8 @@ impl Space {
 
     /// No admission: the store is not on this machine's disks (its server guards its
     /// own space).
-    pub(crate) fn remote() -> Self {
-        Self { local: false, ..Self::new(Path::new("."), 0, 0.0) }
+    pub(crate) fn remote(metrics: Arc<Metrics>) -> Self {
+        Self { local: false, ..Self::new(Path::new("."), 0, 0.0, metrics) }
     }
 
     /// Whether there is a local filesystem to watch.
@@ -167,23 +178,8 @@ impl Space {
         let below = free < self.floor().saturating_add(margin);
         if self.below.swap(below, Ordering::SeqCst) != below {
             let data_dir = self.path.display().to_string();
-            crate::operational::OperationalEvent::StorageLow {
-                data_dir: &data_dir,
-                low: below,
-                free_bytes: free,
-                floor_bytes: self.floor(),
-            }
-            .raise();
-            if below {
-                tracing::error!(free = free, floor = self.floor(), data_dir = %self.path.display(),
-                    "free space below storage.min_free_bytes / min_free_percent: refusing callbacks (connections closed, the upstream retries) and holding dispatch, delivery, purges and retention until space is freed");
-            } else {
-                tracing::info!(
-                    free = free,
-                    floor = self.floor(),
-                    "free space back above the floor: taking callbacks and delivering again"
-                );
-            }
+            StorageCrossed { data_dir: &data_dir, below, free, floor: self.floor() }
+                .emit(&self.metrics);
         }
         Ok(())
     }
@@ -241,28 +237,32 @@ pub(crate) async fn watch(space: Arc<Space>, metrics: Arc<Metrics>, mut stop: St
 mod tests {
     use super::*;
 
+    fn metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new().unwrap())
+    }
+
     #[test]
     fn the_floor_is_the_larger_of_bytes_and_percent_and_is_checked() {
         let dir = tempfile::tempdir().unwrap();
         let (free, total) = statvfs(dir.path()).unwrap();
         assert!(total > 0 && free <= total);
-        let space = Space::new(dir.path(), 1, 0.0);
+        let space = Space::new(dir.path(), 1, 0.0, metrics());
         space.check().unwrap();
         assert!(!space.below_floor());
         assert_eq!(space.floor(), 1);
-        let percent = Space::new(dir.path(), 1, 50.0);
+        let percent = Space::new(dir.path(), 1, 50.0, metrics());
         percent.check().unwrap();
         assert_eq!(percent.floor(), total / 2);
         // A byte floor above the filesystem's size counts as a quarter of it.
-        let capped = Space::new(dir.path(), u64::MAX, 0.0);
+        let capped = Space::new(dir.path(), u64::MAX, 0.0, metrics());
         capped.check().unwrap();
         assert_eq!(capped.floor(), total / 4);
         assert_eq!(capped.below_floor(), free < total / 4);
-        let full = Space::new(dir.path(), 0, 100.0);
+        let full = Space::new(dir.path(), 0, 100.0, metrics());
         full.check().unwrap();
         assert!(full.below_floor());
         assert_eq!(full.next_look(), CLOSE_INTERVAL);
-        assert_eq!(Space::new(dir.path(), 1, 0.0).next_look(), INTERVAL);
+        assert_eq!(Space::new(dir.path(), 1, 0.0, metrics()).next_look(), INTERVAL);
         assert!(full.describe().contains("below the floor"), "{}", full.describe());
         assert!(statvfs(Path::new("/no/such/dir")).is_err());
     }

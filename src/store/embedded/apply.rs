@@ -44,8 +44,8 @@ fn write(
     dead: Option<&TxTree<'_>>,
 ) -> TxResult<u64> {
     let mut new_keys = 0u64;
-    // The record stays as ingest wrote it: only the verdict is written, keyed by the
-    // event's record when it has one (which indexes it by record).
+    // The event's record stays as ingest wrote it: only the verdict is written, keyed
+    // by the event's resource when it has one (which indexes it by resource).
     for (id, meta) in &changes.dispatched {
         let key = keys::outcome(*id, meta.resource.as_deref());
         outcomes.insert(key, encode(&DispatchRecord::of(meta))?)?;
@@ -88,9 +88,9 @@ fn write(
             None => ordering.remove(key)?,
         };
     }
-    for (id, record) in &changes.pruned {
+    for (id, resource) in &changes.pruned {
         records.remove(id.to_key())?;
-        outcomes.remove(keys::outcome(*id, record.as_deref()))?;
+        outcomes.remove(keys::outcome(*id, resource.as_deref()))?;
     }
     drop_bodies(changes, records)?;
     EmbeddedState::write_edits(outcomes, edits)?;

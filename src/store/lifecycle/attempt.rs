@@ -176,7 +176,7 @@ fn apply(
     AttemptVerdict::Retry
 }
 
-/// A finished delivery at the head of its record's queue hands the turn to the next
+/// A finished delivery at the head of its resource's queue hands the turn to the next
 /// one (due at `now_us`), or removes the queue if it was the last. A finished delivery
 /// that is not the head (a replay whose turn had passed) changes nothing.
 fn advance_queue<V: View + ?Sized>(

@@ -8,7 +8,7 @@ use crate::store::{
 
 /// Decides what becomes of the received event `meta` under `plan` at `now_us`, and
 /// stages it: its final record, its dedup key, one delivery per destination (due now,
-/// `held` behind an earlier delivery of the same record to an ordered destination, or
+/// `held` behind an earlier delivery of the same resource to an ordered destination, or
 /// `filtered` when the destination's filter did not match: never scheduled or queued).
 ///
 /// The dedup verdict: a key held by another event whose window has not ended at this
@@ -69,7 +69,7 @@ pub(crate) fn dispatch<V: View + ?Sized>(
     Ok(outcome)
 }
 
-/// Per-resource order: the delivery joins its record's queue. The first one is the
+/// Per-resource order: the delivery joins its resource's queue. The first one is the
 /// head and stays due now; a later one is `held` and linked from the current tail.
 fn join_queue<V: View + ?Sized>(
     st: &mut Staged<'_, V>,
