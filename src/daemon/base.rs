@@ -37,6 +37,7 @@ impl Base {
         let sources: Vec<&str> = config.sources.iter().map(|s| s.name.as_str()).collect();
         let destinations: Vec<&str> = config.destinations.iter().map(|d| d.name.as_str()).collect();
         metrics.init_series(&sources, &destinations, ingress::UNKNOWN_SOURCE);
+        crate::internal_events::taxonomy::init(&metrics);
         let readiness = Arc::new(Readiness::default());
         let storage = &config.storage;
         let location = if storage.backend().is_embedded() {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::taxonomy::{self, ErrorType, Stage, ERRORS};
 use super::InternalEvent;
 use crate::metrics::Metrics;
 use crate::operational::OperationalEvent;
@@ -74,8 +75,9 @@ pub(crate) struct TransformFailed<'a> {
 }
 
 impl InternalEvent for TransformFailed<'_> {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_transforms_failed_total"];
+    const FAMILIES: &'static [&'static str] = &["hookrelay_transforms_failed_total", ERRORS];
     fn emit(self, m: &Metrics) {
+        taxonomy::count(m, Stage::Shape, ErrorType::Invalid);
         let Self { event, destination, reason } = self;
         m.delivery.transforms_failed.with_label_values(&[destination]).inc();
         tracing::warn!(id = %event, destination, reason,
@@ -122,9 +124,10 @@ pub(crate) struct DestinationStalled<'a> {
 
 impl InternalEvent for DestinationStalled<'_> {
     const FAMILIES: &'static [&'static str] =
-        &["hookrelay_destination_stalled", "hookrelay_destination_worker_restarts_total"];
+        &["hookrelay_destination_stalled", "hookrelay_destination_worker_restarts_total", ERRORS];
     fn emit(self, m: &Metrics) {
         let destination = self.destination;
+        taxonomy::count(m, Stage::Delivery, ErrorType::Stalled);
         m.delivery.destination_stalled.with_label_values(&[destination]).set(1);
         if self.restart {
             m.delivery.worker_restarts.with_label_values(&[destination]).inc();

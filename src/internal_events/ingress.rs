@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::taxonomy::{self, ErrorType, Stage, ERRORS};
 use super::InternalEvent;
 use crate::metrics::{ingress_outcome, Metrics};
 use crate::store::EventId;
@@ -110,8 +111,10 @@ pub(crate) struct CallbackNotStored<'a> {
 }
 
 impl InternalEvent for CallbackNotStored<'_> {
-    const FAMILIES: &'static [&'static str] = FAMILIES;
+    const FAMILIES: &'static [&'static str] =
+        &["hookrelay_ingress_requests_total", "hookrelay_ingress_request_duration_seconds", ERRORS];
     fn emit(self, m: &Metrics) {
+        taxonomy::count(m, Stage::Ingress, ErrorType::Storage);
         count(m, self.source, ingress_outcome::STORE_FAILED, self.took);
         tracing::error!(source = self.source, event = self.event, error = %self.error,
             "cannot store callback; closing the connection so the upstream retries");

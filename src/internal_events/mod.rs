@@ -14,6 +14,7 @@ mod ingress;
 mod shape;
 mod store;
 mod tasks;
+pub(crate) mod taxonomy;
 mod telemetry;
 mod upstream;
 

@@ -1,5 +1,6 @@
 //! Shaping: a jq run the relay stopped (`shape/pool.rs`).
 
+use super::taxonomy::{self, ErrorType, Stage, ERRORS};
 use super::InternalEvent;
 use crate::metrics::Metrics;
 use crate::operational::OperationalEvent;
@@ -17,9 +18,10 @@ pub(crate) struct ShapeRunStopped<'a> {
 
 impl InternalEvent for ShapeRunStopped<'_> {
     const FAMILIES: &'static [&'static str] =
-        &["hookrelay_shape_runs_stopped_total", "hookrelay_shape_program_disabled"];
+        &["hookrelay_shape_runs_stopped_total", "hookrelay_shape_program_disabled", ERRORS];
     fn emit(self, m: &Metrics) {
         let Self { destination, role, cause, reason, disabled } = self;
+        taxonomy::count(m, Stage::Shape, ErrorType::Runaway);
         m.delivery.shape_runs_stopped.with_label_values(&[destination, role, cause.as_str()]).inc();
         tracing::warn!(
             destination,

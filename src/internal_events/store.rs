@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::taxonomy::{self, ErrorType, Stage, ERRORS};
 use super::InternalEvent;
 use crate::event_names;
 use crate::metrics::Metrics;
@@ -20,12 +21,14 @@ impl InternalEvent for CommitGroup {
         "hookrelay_store_commit_duration_seconds",
         "hookrelay_store_commit_batch_size",
         "hookrelay_store_commit_failures_total",
+        ERRORS,
     ];
     fn emit(self, m: &Metrics) {
         m.store.store_commit_duration.observe(self.took.as_secs_f64());
         m.store.store_commit_batch_size.observe(self.size as f64);
         if !self.ok {
             m.store.store_commit_failures.inc();
+            taxonomy::count(m, Stage::Store, ErrorType::Storage);
         }
     }
 }
@@ -47,9 +50,11 @@ impl InternalEvent for EventStored<'_> {
 pub(crate) struct StoreFailed;
 
 impl InternalEvent for StoreFailed {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_ready", "hookrelay_store_failed"];
+    const FAMILIES: &'static [&'static str] =
+        &["hookrelay_ready", "hookrelay_store_failed", ERRORS];
     fn emit(self, m: &Metrics) {
         m.relay.ready.set(0);
+        taxonomy::count(m, Stage::Store, ErrorType::Storage);
         m.store.store_failed.set(1);
     }
 }
@@ -68,12 +73,13 @@ pub(crate) enum StoreProbed<'a> {
 
 impl InternalEvent for StoreProbed<'_> {
     const FAMILIES: &'static [&'static str] =
-        &["hookrelay_store_reachable", "hookrelay_store_probe_failures_total"];
+        &["hookrelay_store_reachable", "hookrelay_store_probe_failures_total", ERRORS];
     fn emit(self, m: &Metrics) {
         let up = matches!(self, Self::Reachable | Self::Back);
         m.store.store_reachable.set(i64::from(up));
         if !up {
             m.store.store_probe_failures.inc();
+            taxonomy::count(m, Stage::Store, ErrorType::Unreachable);
         }
         match self {
             Self::Lost(error) => tracing::error!(%error,
@@ -96,11 +102,12 @@ pub(crate) struct ClockChecked<'a> {
 }
 
 impl InternalEvent for ClockChecked<'_> {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_clock_skew_seconds"];
+    const FAMILIES: &'static [&'static str] = &["hookrelay_clock_skew_seconds", ERRORS];
     fn emit(self, m: &Metrics) {
         m.relay.clock_skew.set(self.skew_us as f64 / 1e6);
         match (self.problem, self.was_off) {
             (Some(problem), false) => {
+                taxonomy::count(m, Stage::Relay, ErrorType::ClockSkew);
                 tracing::error!(skew_us = self.skew_us, "not ready: {problem}")
             }
             (None, true) => tracing::info!(
@@ -120,7 +127,7 @@ pub(crate) enum AuditChecked<'a> {
 }
 
 impl InternalEvent for AuditChecked<'_> {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_audit_imbalance"];
+    const FAMILIES: &'static [&'static str] = &["hookrelay_audit_imbalance", ERRORS];
     fn emit(self, m: &Metrics) {
         match self {
             Self::Read(imbalances) => {
@@ -128,6 +135,7 @@ impl InternalEvent for AuditChecked<'_> {
                 let now = i64::try_from(imbalances.len()).unwrap_or(i64::MAX);
                 m.store.audit_imbalance.set(now);
                 if now > 0 && before == 0 {
+                    taxonomy::count(m, Stage::Audit, ErrorType::Imbalance);
                     tracing::error!(imbalances = ?imbalances,
                         "the audit ledger does not balance: some callbacks are not accounted for \
                          (see GET /admin/audit and the runbook's HookrelayAuditImbalance)");
@@ -136,6 +144,7 @@ impl InternalEvent for AuditChecked<'_> {
                 }
             }
             Self::Failed(e) => {
+                taxonomy::count(m, Stage::Audit, ErrorType::Storage);
                 tracing::warn!(error = %e, "cannot read the audit ledger; checking again in a minute");
             }
         }

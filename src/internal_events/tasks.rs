@@ -1,5 +1,6 @@
 //! The relay's background tasks: one dying, retention's passes, the fleet's size.
 
+use super::taxonomy::{self, ErrorType, Stage, ERRORS};
 use super::InternalEvent;
 use crate::metrics::Metrics;
 
@@ -13,8 +14,10 @@ pub(crate) struct TaskDied<'a> {
 }
 
 impl InternalEvent for TaskDied<'_> {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_task_failures_total", "hookrelay_ready"];
+    const FAMILIES: &'static [&'static str] =
+        &["hookrelay_task_failures_total", "hookrelay_ready", ERRORS];
     fn emit(self, m: &Metrics) {
+        taxonomy::count(m, Stage::Relay, ErrorType::TaskDied);
         m.relay.task_failures.with_label_values(&[self.kind]).inc();
         m.relay.ready.set(0);
         tracing::error!(task = %self.name, why = %self.why,
@@ -120,10 +123,11 @@ pub(crate) struct StorageCrossed<'a> {
 
 impl InternalEvent for StorageCrossed<'_> {
     /// `hookrelay_storage_free_bytes` mirrors the measure (set by the space watch).
-    const FAMILIES: &'static [&'static str] = &[];
+    const FAMILIES: &'static [&'static str] = &[ERRORS];
     fn emit(self, m: &Metrics) {
         let Self { data_dir, below, free, floor } = self;
         if below {
+            taxonomy::count(m, Stage::Store, ErrorType::Full);
             tracing::error!(
                 free,
                 floor,

@@ -1,6 +1,7 @@
 //! The export of traces: spans taken by the receiver, lost with a failed export, or
 //! dropped before it.
 
+use super::taxonomy::{self, ErrorType, Stage, ERRORS};
 use super::InternalEvent;
 use crate::metrics::Metrics;
 
@@ -32,8 +33,9 @@ pub(crate) struct SpanExportFailed<'a> {
 }
 
 impl InternalEvent for SpanExportFailed<'_> {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_trace_spans_total"];
+    const FAMILIES: &'static [&'static str] = &["hookrelay_trace_spans_total", ERRORS];
     fn emit(self, m: &Metrics) {
+        taxonomy::count(m, Stage::Telemetry, ErrorType::Unreachable);
         m.relay.trace_spans.with_label_values(&["failed"]).inc_by(self.spans as u64);
         if self.logged {
             tracing::warn!(spans = self.spans, error = %self.why,
@@ -47,8 +49,9 @@ impl InternalEvent for SpanExportFailed<'_> {
 pub(crate) struct SpanDropped;
 
 impl InternalEvent for SpanDropped {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_trace_spans_total"];
+    const FAMILIES: &'static [&'static str] = &["hookrelay_trace_spans_total", ERRORS];
     fn emit(self, m: &Metrics) {
+        taxonomy::count(m, Stage::Telemetry, ErrorType::Dropped);
         m.relay.trace_spans.with_label_values(&["dropped"]).inc();
     }
 }

@@ -58,7 +58,34 @@ fn touched(emit: impl FnOnce(&Metrics)) -> BTreeSet<String> {
         .collect()
 }
 
-/// Emits each sample of `E` and checks its declared families.
+/// Runs `f`, returning what it returned and the most severe level it logged at.
+fn logging<T>(f: impl FnOnce() -> T) -> (T, Option<tracing::Level>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    /// Keeps the most severe level of the events it sees.
+    struct Worst(std::sync::Arc<std::sync::Mutex<Option<tracing::Level>>>);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Worst {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let level = *event.metadata().level();
+            let mut worst = self.0.lock().unwrap();
+            // In `tracing`, the more severe level is the smaller.
+            if worst.is_none_or(|w| level < w) {
+                *worst = Some(level);
+            }
+        }
+    }
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let subscriber = tracing_subscriber::registry().with(Worst(seen.clone()));
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let worst = *seen.lock().unwrap();
+    (out, worst)
+}
+
+/// Emits each sample of `E` and checks its declared families, and that a sample
+/// logging an error counts it in the taxonomy.
 fn check<E: InternalEvent>(samples: Vec<E>, seen: &mut BTreeSet<String>) {
     let name = std::any::type_name::<E>();
     let registered: BTreeSet<String> = Metrics::new().unwrap().family_names().into_iter().collect();
@@ -68,7 +95,16 @@ fn check<E: InternalEvent>(samples: Vec<E>, seen: &mut BTreeSet<String>) {
     }
     let mut union = BTreeSet::new();
     for sample in samples {
-        union.extend(touched(|m| sample.emit(m)));
+        let (families, worst) = logging(|| touched(|m| sample.emit(m)));
+        // The taxonomy's rule: an error the relay logs is an error it counts.
+        if worst == Some(tracing::Level::ERROR) {
+            assert!(
+                families.contains(taxonomy::ERRORS),
+                "{name} logs an error and counts none in {}: {families:?}",
+                taxonomy::ERRORS
+            );
+        }
+        union.extend(families);
     }
     assert_eq!(union, declared, "{name}: the families its samples touch");
     seen.extend(union);

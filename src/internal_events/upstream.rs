@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::taxonomy::{self, ErrorType, Stage, ERRORS};
 use super::InternalEvent;
 use crate::account::AccountId;
 use crate::event_names;
@@ -94,9 +95,9 @@ pub(crate) struct ReconcilerStoreFailed<'a> {
 }
 
 impl InternalEvent for ReconcilerStoreFailed<'_> {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_internal_errors_total"];
+    const FAMILIES: &'static [&'static str] = &[ERRORS];
     fn emit(self, m: &Metrics) {
-        m.relay.internal_errors.with_label_values(&["reconciler_store"]).inc();
+        taxonomy::count(m, Stage::Upstream, ErrorType::Storage);
         let (source, account) =
             self.account.map_or(("", ""), |a| (a.source.as_str(), a.account.as_str()));
         tracing::error!(error = %self.error, source, account, "{}", self.what);
@@ -110,9 +111,9 @@ pub(crate) struct StoredGapUnreadable<'a> {
 }
 
 impl InternalEvent for StoredGapUnreadable<'_> {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_internal_errors_total"];
+    const FAMILIES: &'static [&'static str] = &[ERRORS];
     fn emit(self, m: &Metrics) {
-        m.relay.internal_errors.with_label_values(&["reconciler_gap_unreadable"]).inc();
+        taxonomy::count(m, Stage::Upstream, ErrorType::Corrupt);
         tracing::error!(key = %self.key, error = %self.error,
             "a stored hook gap is unreadable and is not reported; remove it with the store's tools");
     }

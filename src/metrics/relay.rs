@@ -11,7 +11,7 @@ pub(crate) struct RelayMetrics {
     pub(crate) ready: IntGauge,
     pub(crate) fleet_relays: IntGauge,
     pub(crate) task_failures: IntCounterVec,
-    pub(crate) internal_errors: IntCounterVec,
+    pub(crate) errors: IntCounterVec,
     pub(crate) console_sign_ins: IntCounterVec,
     pub(crate) admin_token_refusals: IntCounterVec,
     pub(crate) trace_spans: IntCounterVec,
@@ -35,11 +35,14 @@ impl RelayMetrics {
                  ended before shutdown; each one also turns readiness false.",
                 &["task"],
             )?,
-            internal_errors: r.counter_vec(
-                "hookrelay_internal_errors_total",
-                "Errors a background task logged and went on from, by what failed \
-                 (reconciler_store, reconciler_gap_unreadable).",
-                &["kind"],
+            errors: r.counter_vec(
+                "hookrelay_errors_total",
+                "The relay's own errors, by stage (ingress, store, shape, delivery, upstream, \
+                 telemetry, audit, relay) and error_type (storage, unreachable, full, corrupt, \
+                 runaway, invalid, stalled, imbalance, clock_skew, task_died, dropped): every \
+                 error the relay logs is counted here (a caller's mistakes, such as a wrong \
+                 token, have their own families).",
+                &["stage", "error_type"],
             )?,
             admin_token_refusals: r.counter_vec(
                 "hookrelay_admin_token_refusals_total",

@@ -10,6 +10,8 @@ const BOUNDED_LABELS: &[(&str, &str)] = &[
     ("destination", "configured destinations"),
     ("event", "the 21 upstream names, `hookrelay.HookGap`, or `other`"),
     ("outcome", "fixed per metric"),
+    ("stage", "internal_events::taxonomy::Stage, 8 values"),
+    ("error_type", "internal_events::taxonomy::ErrorType, 11 values"),
     ("cause", "fixed per metric"),
     ("state", "queue states"),
     ("status", "hook statuses, or `other`"),
@@ -80,7 +82,7 @@ fn touch_all(m: &Metrics) {
     m.delivery.destination_paused.with_label_values(&["crm"]).set(0);
     m.store.events_pruned.inc();
     m.relay.task_failures.with_label_values(&["dispatcher"]).inc();
-    m.relay.internal_errors.with_label_values(&["reconciler_store"]).inc();
+    m.relay.errors.with_label_values(&["upstream", "storage"]).inc();
     let u = &m.upstream;
     u.hooks.with_label_values(&["demo", "alice", "ActionCreated", "Active"]).set(1);
     u.triggered.with_label_values(&["demo", "alice", "ActionCreated"]).inc();

@@ -22,11 +22,11 @@ use super::{EmbeddedState, META, OUTCOMES, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::ledger::{self, Count, LedgerEdits, LedgerKey};
-use crate::store::{DeliveryState, EventId, EventMeta, LedgerReading, StoreError};
+use crate::store::{EventId, EventMeta, LedgerReading, StoreError};
+use row::{added, by_row, decode_row, decode_values, RowWrite, LEDGER, ROWS};
 
-/// First byte of a ledger key in `outcomes` (event outcomes start with 0x00 or 0x01,
-/// the cursor with `d`).
-const LEDGER: u8 = 2;
+mod row;
+
 /// The last event id whose append is counted (in `outcomes`, never 8 bytes long).
 pub(super) const APPENDED_KEY: &[u8] = b"\x03ledger_appended";
 /// The first event id the ledger counts (in `meta`).
@@ -56,133 +56,6 @@ pub(super) struct Unsaved {
 const SAVE_EVERY_EVENTS: usize = 2048;
 /// ...or are this old.
 const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-fn part(out: &mut Vec<u8>, text: &str) {
-    let len = u16::try_from(text.len()).unwrap_or(u16::MAX);
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(&text.as_bytes()[..usize::from(len)]);
-}
-
-/// The counters of one row, in the order of its value's slots. A row is one sled key,
-/// so a change writes one key per source-and-event or destination it touches, not one
-/// per count. Appends have a row of their own: they are written outside the rules'
-/// transactions (under `last_id`), and two writers must never share a key.
-const APPEND_ROW: &[Count] = &[Count::Received, Count::Rejected];
-const EVENT_ROW: &[Count] = &[Count::Unrouted, Count::Duplicate, Count::Routed, Count::Triggered];
-const DESTINATION_ROW: &[Count] = &[
-    Count::Routed,
-    Count::State(DeliveryState::Delivered),
-    Count::State(DeliveryState::Filtered),
-    Count::State(DeliveryState::Superseded),
-    Count::State(DeliveryState::Dead),
-    Count::State(DeliveryState::Discarded),
-    Count::State(DeliveryState::Pending),
-    Count::State(DeliveryState::Retrying),
-    Count::State(DeliveryState::Held),
-];
-
-/// The rows, by the byte after the hour in their key.
-const ROWS: [&[Count]; 3] = [APPEND_ROW, EVENT_ROW, DESTINATION_ROW];
-
-/// The row of a counter (its key) and its slot in the row's value.
-fn row_of(key: &LedgerKey) -> Option<(Vec<u8>, usize)> {
-    let kind: u8 = match key.count {
-        _ if !key.destination.is_empty() => 2,
-        Count::Received | Count::Rejected => 0,
-        _ => 1,
-    };
-    let slot = ROWS[usize::from(kind)].iter().position(|c| *c == key.count)?;
-    let mut out =
-        Vec::with_capacity(16 + key.source.len() + key.event.len() + key.destination.len());
-    out.push(LEDGER);
-    out.extend_from_slice(&key.hour.to_be_bytes());
-    out.push(kind);
-    for text in [&key.source, &key.event, &key.destination] {
-        part(&mut out, text);
-    }
-    Some((out, slot))
-}
-
-/// A row's key read back: its hour, kind, source, event and destination.
-fn decode_row(bytes: &[u8]) -> Option<(u64, u8, [String; 3])> {
-    let (&first, rest) = bytes.split_first()?;
-    if first != LEDGER || rest.len() < 9 {
-        return None;
-    }
-    let hour = u64::from_be_bytes(rest[..8].try_into().ok()?);
-    let kind = rest[8];
-    if usize::from(kind) >= ROWS.len() {
-        return None;
-    }
-    let mut rest = &rest[9..];
-    let mut texts: [String; 3] = Default::default();
-    for text in &mut texts {
-        let len = usize::from(u16::from_be_bytes(rest.get(..2)?.try_into().ok()?));
-        *text = std::str::from_utf8(rest.get(2..2 + len)?).ok()?.to_owned();
-        rest = &rest[2 + len..];
-    }
-    Some((hour, kind, texts))
-}
-
-/// A row's value: one big-endian i64 per slot (a shorter value reads as zeros beyond).
-fn decode_values(key: &[u8], value: &[u8], width: usize) -> Result<Vec<i64>, StoreError> {
-    if !value.len().is_multiple_of(8) || value.len() / 8 > width {
-        return Err(StoreError::Corrupt {
-            table: OUTCOMES,
-            key: hex(key),
-            reason: "a ledger row is not a whole number of counters".into(),
-        });
-    }
-    let mut out: Vec<i64> =
-        value.chunks_exact(8).map(|c| i64::from_be_bytes(c.try_into().unwrap_or([0; 8]))).collect();
-    out.resize(width, 0);
-    Ok(out)
-}
-
-fn encode_values(values: &[i64]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_be_bytes()).collect()
-}
-
-/// A row's new value: `old` (absent: zeros) with `deltas` added.
-fn added(
-    row: &[u8],
-    old: Option<&[u8]>,
-    width: usize,
-    deltas: &Deltas,
-) -> Result<Vec<u8>, StoreError> {
-    let mut values = match old {
-        Some(v) => decode_values(row, v, width)?,
-        None => vec![0; width],
-    };
-    for (slot, n) in deltas {
-        values[*slot] += n;
-    }
-    Ok(encode_values(&values))
-}
-
-/// What to add to which slot of a row.
-type Deltas = Vec<(usize, i64)>;
-/// A row's edit: its key, its width, and its deltas.
-type RowEdit = (Vec<u8>, usize, Deltas);
-/// A row's key and its new value.
-type RowWrite = (Vec<u8>, Vec<u8>);
-
-/// `edits` grouped by row.
-fn by_row(edits: &LedgerEdits) -> Result<Vec<RowEdit>, StoreError> {
-    let mut rows: BTreeMap<Vec<u8>, (usize, Deltas)> = BTreeMap::new();
-    for (key, n) in edits {
-        let Some((row, slot)) = row_of(key) else {
-            return Err(StoreError::Corrupt {
-                table: OUTCOMES,
-                key: key.count.as_str().to_owned(),
-                reason: "a count the ledger does not keep".into(),
-            });
-        };
-        let width = ROWS[usize::from(row[9])].len();
-        rows.entry(row).or_insert_with(|| (width, Vec::new())).1.push((slot, *n));
-    }
-    Ok(rows.into_iter().map(|(k, (w, d))| (k, w, d)).collect())
-}
 
 impl EmbeddedState {
     /// The rows `edits` change, with their new values, read from `outcomes` as it is
@@ -422,54 +295,4 @@ impl EmbeddedState {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::{Audit, EventLog, Upkeep};
-
-    /// A crash between an append's records and its counters leaves records above the
-    /// mark: the next open counts them (and tallies them as waiting), once.
-    #[tokio::test]
-    async fn records_a_crash_left_uncounted_are_counted_at_open() {
-        use crate::store::fixtures::received;
-        let dir = tempfile::tempdir().unwrap();
-        let store = super::super::testutil::open(dir.path());
-        store.append(received("demo", "ActionCreated", 10_000_000, "{}")).await.unwrap();
-        // The second append's records reached the tree; its counters did not.
-        let meta = received("demo", "ActionCreated", 20_000_000, "{}").meta;
-        let record = super::super::codec::encode_record(&meta, Some(b"{}")).unwrap();
-        store.inner.records.insert(EventId::new(20_000_000).to_key(), record).unwrap();
-        let key = LedgerKey::event(0, "demo", "ActionCreated", Count::Received);
-        let waiting = LedgerKey::event(0, "demo", "ActionCreated", Count::Waiting);
-        let before = store.ledger(0, 1).await.unwrap();
-        assert_eq!(before.counts.get(&key), Some(&1));
-        store.close().await.unwrap();
-        drop(store);
-        for _ in 0..2 {
-            let store = super::super::testutil::open(dir.path());
-            let after = store.ledger(0, 1).await.unwrap();
-            assert_eq!(after.counts.get(&key), Some(&2), "{:?}", after.counts);
-            assert_eq!(after.counts.get(&waiting), Some(&2));
-            store.close().await.unwrap();
-        }
-    }
-
-    #[test]
-    fn a_row_reads_back_and_sorts_by_hour() {
-        let a = LedgerKey::event(7, "demo", "ActionUpdated", Count::Received);
-        let b = LedgerKey::delivery(8, "crm", Count::State(DeliveryState::Dead));
-        let (ka, sa) = row_of(&a).unwrap();
-        let (kb, sb) = row_of(&b).unwrap();
-        assert_eq!(
-            decode_row(&ka),
-            Some((7, 0, ["demo".into(), "ActionUpdated".into(), String::new()]))
-        );
-        assert_eq!(decode_row(&kb), Some((8, 2, [String::new(), String::new(), "crm".into()])));
-        assert_eq!((sa, sb), (0, 4));
-        assert!(ka < kb);
-        // The rules' counts of an event are another row than its appends'.
-        let routed = LedgerKey::event(7, "demo", "ActionUpdated", Count::Routed);
-        assert_ne!(row_of(&routed).unwrap().0, ka);
-        assert_eq!(row_of(&LedgerKey::event(7, "d", "e", Count::Waiting)), None, "not stored");
-        assert_eq!(decode_row(b"\x02short"), None);
-    }
-}
+mod tests;

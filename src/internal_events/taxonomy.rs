@@ -1,0 +1,138 @@
+//! The relay's errors, in one small taxonomy shared by the internal events and the
+//! metrics (as vector's `component_errors_total{error_type, stage}`): *where* in the
+//! data flow ([`Stage`]) and *what kind* of failure ([`ErrorType`]), so an operator
+//! can read every error of the relay from one family, `hookrelay_errors_total`, and
+//! the alerts can be written against it. An internal event that logs at ERROR level
+//! counts here (`tests.rs` holds every event to that); a WARN may, when it is the
+//! relay's own failure rather than a caller's (a wrong token, a body too large are the
+//! caller's, and have their own families).
+
+use crate::metrics::Metrics;
+
+/// Where the error happened: a stage of the data flow, or the relay itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Taking a callback in.
+    Ingress,
+    /// The store: writes, reads, the database, the disk under it.
+    Store,
+    /// Shaping: filters and transforms.
+    Shape,
+    /// Delivery to the destinations.
+    Delivery,
+    /// The upstream's hooks and accounts.
+    Upstream,
+    /// Traces going out.
+    Telemetry,
+    /// The audit's check of the ledger.
+    Audit,
+    /// The relay as a process: its tasks, its clock.
+    Relay,
+}
+
+/// What kind of failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorType {
+    /// A store write or read failed.
+    Storage,
+    /// A peer (a database, a collector, the upstream) did not answer.
+    Unreachable,
+    /// The disk is below the free-space floor.
+    Full,
+    /// Something stored cannot be read back.
+    Corrupt,
+    /// A program was stopped (it ran past its limit, or its process died).
+    Runaway,
+    /// An input the relay could not use (a transform gave no body).
+    Invalid,
+    /// Work is due and nothing moves.
+    Stalled,
+    /// The ledger's equations do not hold.
+    Imbalance,
+    /// This machine's clock is too far from the database's.
+    ClockSkew,
+    /// A background task ended before the stop.
+    TaskDied,
+    /// Data was dropped (a queue full).
+    Dropped,
+}
+
+impl Stage {
+    /// Every stage, in order: the label's values.
+    pub(crate) const ALL: [Stage; 8] = [
+        Stage::Ingress,
+        Stage::Store,
+        Stage::Shape,
+        Stage::Delivery,
+        Stage::Upstream,
+        Stage::Telemetry,
+        Stage::Audit,
+        Stage::Relay,
+    ];
+
+    /// As the `stage` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Stage::Ingress => "ingress",
+            Stage::Store => "store",
+            Stage::Shape => "shape",
+            Stage::Delivery => "delivery",
+            Stage::Upstream => "upstream",
+            Stage::Telemetry => "telemetry",
+            Stage::Audit => "audit",
+            Stage::Relay => "relay",
+        }
+    }
+}
+
+impl ErrorType {
+    /// Every error type, in order: the label's values.
+    pub(crate) const ALL: [ErrorType; 11] = [
+        ErrorType::Storage,
+        ErrorType::Unreachable,
+        ErrorType::Full,
+        ErrorType::Corrupt,
+        ErrorType::Runaway,
+        ErrorType::Invalid,
+        ErrorType::Stalled,
+        ErrorType::Imbalance,
+        ErrorType::ClockSkew,
+        ErrorType::TaskDied,
+        ErrorType::Dropped,
+    ];
+
+    /// As the `error_type` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            ErrorType::Storage => "storage",
+            ErrorType::Unreachable => "unreachable",
+            ErrorType::Full => "full",
+            ErrorType::Corrupt => "corrupt",
+            ErrorType::Runaway => "runaway",
+            ErrorType::Invalid => "invalid",
+            ErrorType::Stalled => "stalled",
+            ErrorType::Imbalance => "imbalance",
+            ErrorType::ClockSkew => "clock_skew",
+            ErrorType::TaskDied => "task_died",
+            ErrorType::Dropped => "dropped",
+        }
+    }
+}
+
+/// The family every error counts in.
+pub(crate) const ERRORS: &str = "hookrelay_errors_total";
+
+/// Counts one error of `error_type` at `stage`.
+pub(crate) fn count(m: &Metrics, stage: Stage, error_type: ErrorType) {
+    m.relay.errors.with_label_values(&[stage.label(), error_type.label()]).inc();
+}
+
+/// Every (stage, error type) series at 0, so that the first error of each shows as
+/// an increase (a counter born at 1 is invisible to `increase()`).
+pub(crate) fn init(m: &Metrics) {
+    for stage in Stage::ALL {
+        for error_type in ErrorType::ALL {
+            m.relay.errors.with_label_values(&[stage.label(), error_type.label()]);
+        }
+    }
+}
