@@ -3,6 +3,7 @@
 //! the config go dead after `retention.removed_destinations` (they would otherwise stay
 //! scheduled for ever, and keep their events).
 
+use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{BodiesPruned, EventsPruned, InternalEvent};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -34,21 +35,24 @@ pub(crate) async fn run(
 ) {
     let owner = format!("retention-{}", std::process::id());
     loop {
-        let cutoff = bodies_before_us(config.delivered);
+        let cutoff = cutoff_us(config.delivered);
         // One relay of a fleet prunes for all; another takes over if it dies.
         // Below the free-space floor no pass: on sled a delete appends to the log
         // before any space comes back (see `space/`).
-        let leads = match if space.below_floor() {
-            Ok(false)
-        } else {
-            store.lead("retention").await
-        } {
-            Ok(leads) => leads,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot tell which relay prunes; skipping this pass");
-                false
-            }
-        };
+        let leads =
+            match if space.below_floor() { Ok(false) } else { store.lead("retention").await } {
+                Ok(leads) => leads,
+                Err(e) => {
+                    taxonomy::failed(
+                        &metrics,
+                        Stage::Retention,
+                        ErrorType::Storage,
+                        "cannot tell which relay prunes; skipping this pass",
+                        &e,
+                    );
+                    false
+                }
+            };
         // Room for the pass's writes, or no pass: the budget measured again if spent.
         let leads = leads && space.admit(CHUNK_BYTES).await;
         if leads {
@@ -57,7 +61,7 @@ pub(crate) async fn run(
             tokio::select! {
                 retired = retire_removed(&store, &configured, config.removed_destinations, &owner) => {
                     if let Err(e) = retired {
-                        tracing::error!(error = %e, "cannot retire the deliveries of removed destinations; trying again next pass");
+                        taxonomy::failed(&metrics, Stage::Retention, ErrorType::Storage, "cannot retire the deliveries of removed destinations; trying again next pass", &e);
                     }
                 }
                 _ = stop.wait() => return,
@@ -72,18 +76,30 @@ pub(crate) async fn run(
                     }
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "pruning failed");
+                    taxonomy::failed(
+                        &metrics,
+                        Stage::Retention,
+                        ErrorType::Storage,
+                        "pruning failed; trying again next pass",
+                        &e,
+                    );
                     break;
                 }
             }
         }
         if leads {
-            prune_ledger(&store, ledger_before_hour(config.audit), &space, &stop).await;
+            prune_ledger(&store, ledger_before_hour(config.audit), &space, &stop, &metrics).await;
         }
         if let (true, Some(keep)) = (leads, config.delivered_bodies) {
-            let before = bodies_before_us(keep);
+            let before = cutoff_us(keep);
             if let Err(e) = prune_bodies(&store, before, &metrics, &space, &stop).await {
-                tracing::error!(error = %e, "dropping the bodies of settled events failed; trying again next pass");
+                taxonomy::failed(
+                    &metrics,
+                    Stage::Retention,
+                    ErrorType::Storage,
+                    "dropping the bodies of settled events failed; trying again next pass",
+                    &e,
+                );
             }
         }
         tokio::select! {
@@ -93,22 +109,29 @@ pub(crate) async fn run(
     }
 }
 
-/// The cutoff of retention by part now: events received before it keep no body once
-/// settled (`retention.delivered_bodies` = `keep`). The pass here drops the bodies of
-/// events settled when it reaches them; an attempt that settles an older event drops
-/// its body as it is recorded (`delivery::recorder`).
-pub(crate) fn bodies_before_us(keep: Duration) -> u64 {
+/// Now less `keep`, in µs since the epoch: the one rule for every cutoff of retention.
+/// Events received before `cutoff_us(retention.delivered)` go once finished; before
+/// `cutoff_us(retention.delivered_bodies)` they keep no body once settled (the pass
+/// here drops the bodies of events settled when it reaches them; an attempt that
+/// settles an older event drops its body as it is recorded: `delivery::recorder`).
+pub(crate) fn cutoff_us(keep: Duration) -> u64 {
     crate::clock::now().checked_sub(keep).map_or(0, unix_micros)
 }
 
 /// The first hour of the audit ledger `retention.audit` (= `keep`) keeps now: hours
 /// that ended more than `keep` ago go.
 pub(crate) fn ledger_before_hour(keep: Duration) -> u64 {
-    bodies_before_us(keep) / crate::store::lifecycle::ledger::HOUR_US
+    cutoff_us(keep) / crate::store::lifecycle::ledger::HOUR_US
 }
 
 /// Deletes the audit ledger's hours before `before_hour`, a chunk at a time.
-async fn prune_ledger(store: &SharedStore, before_hour: u64, space: &Arc<Space>, stop: &Stop) {
+async fn prune_ledger(
+    store: &SharedStore,
+    before_hour: u64,
+    space: &Arc<Space>,
+    stop: &Stop,
+    metrics: &Metrics,
+) {
     let mut gone = 0;
     while !stop.is_stopped() && space.admit(CHUNK_BYTES).await {
         match store.prune_ledger(before_hour, CHUNK).await {
@@ -119,7 +142,13 @@ async fn prune_ledger(store: &SharedStore, before_hour: u64, space: &Arc<Space>,
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, "pruning the audit ledger failed; trying again next pass");
+                taxonomy::failed(
+                    metrics,
+                    Stage::Retention,
+                    ErrorType::Storage,
+                    "pruning the audit ledger failed; trying again next pass",
+                    &e,
+                );
                 break;
             }
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::api::AuditReport;
+use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{AuditChecked, InternalEvent};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
@@ -59,7 +60,13 @@ pub(crate) async fn watch(store: SharedStore, metrics: Arc<Metrics>, mut stop: S
                 Ok(report) => AuditChecked::Read(&report.imbalances).emit(&metrics),
                 Err(e) => AuditChecked::Failed(&e).emit(&metrics),
             },
-            Err(e) => tracing::error!(error = %e, "cannot compute the audit window"),
+            Err(e) => taxonomy::failed(
+                &metrics,
+                Stage::Audit,
+                ErrorType::Invalid,
+                "cannot compute the audit window",
+                &e,
+            ),
         }
         tokio::select! {
             _ = tokio::time::sleep(CHECK_EVERY) => {}

@@ -9,6 +9,7 @@ use tracing::Instrument;
 use super::pacer::{CircuitChange, Health};
 use super::worker::Worker;
 use crate::destinations::{AnswerClass, Request};
+use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, InternalEvent,
     TransformFailed,
@@ -35,7 +36,13 @@ impl Worker {
             // gives its claim back, and the delivery is tried again.
             lock(&self.state.in_flight_tokens).remove(&claim.token);
             self.state.unknown_claims.store(true, Ordering::SeqCst);
-            span.in_scope(|| tracing::error!(id = %claim.event, destination = %self.state.dest.name, error = %e, "delivery attempt not recorded"));
+            let what = format!(
+                "the attempt of {} to {} was not recorded; it is made again",
+                claim.event, self.state.dest.name
+            );
+            span.in_scope(|| {
+                taxonomy::failed(&self.metrics, Stage::Delivery, ErrorType::Storage, &what, &e)
+            });
         }
     }
 

@@ -39,7 +39,7 @@ async fn record_while_held(
     let held_until = attempts.iter().map(|(c, _)| c.expires_us).min().unwrap_or(0);
     let mut wait = RETRY_FIRST;
     loop {
-        let bodies_before_us = delivered_bodies.map(crate::retention::bodies_before_us);
+        let bodies_before_us = delivered_bodies.map(crate::retention::cutoff_us);
         match store.record_attempts(attempts.clone(), policy, bodies_before_us).await {
             Err(e)
                 if !matches!(e, crate::store::StoreError::Failed(_))

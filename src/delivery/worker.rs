@@ -12,6 +12,7 @@ use super::pacer::{self, Now, Room, Step, MAX_IDLE, PAUSE_REFRESH};
 use super::recorder::Recorder;
 use super::watchdog::{Change, Watch};
 use super::DestinationState;
+use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{DestinationRecovered, DestinationStalled, InternalEvent};
 use crate::lock::lock;
 use crate::metrics::Metrics;
@@ -86,7 +87,11 @@ impl Worker {
             let idle = match self.look().await {
                 Ok(idle) => idle,
                 Err(e) => {
-                    tracing::error!(destination = %self.state.dest.name, error = %e, "reading the schedule failed");
+                    let what = format!(
+                        "reading the schedule of {} failed; looking again shortly",
+                        self.state.dest.name
+                    );
+                    taxonomy::failed(&self.metrics, Stage::Delivery, ErrorType::Storage, &what, &e);
                     MAX_IDLE
                 }
             };

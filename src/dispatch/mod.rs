@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::delivery::Destinations;
+use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{DedupKeysCounted, DispatchLead, EventDispatched, InternalEvent};
 use crate::metrics::Metrics;
 use crate::operational;
@@ -284,7 +285,13 @@ impl Dispatcher {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::error!(error = %e, "dispatch failed; retrying in 1s");
+                    taxonomy::failed(
+                        &self.metrics,
+                        Stage::Dispatch,
+                        ErrorType::Storage,
+                        "dispatch failed; retrying in 1 s",
+                        &e,
+                    );
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                         _ = stop.wait() => {}
@@ -385,15 +392,33 @@ async fn purge_dedup(
                 match purged {
                     Ok(n) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
                     Ok(_) => {}
-                    Err(e) => tracing::error!(error = %e, "dedup purge failed"),
+                    Err(e) => taxonomy::failed(
+                        &metrics,
+                        Stage::Dispatch,
+                        ErrorType::Storage,
+                        "dedup purge failed; trying again at the next purge",
+                        &e,
+                    ),
                 }
                 match store.dedup_len().await {
                     Ok(n) => DedupKeysCounted(n).emit(&metrics),
-                    Err(e) => tracing::error!(error = %e, "cannot count dedup keys"),
+                    Err(e) => taxonomy::failed(
+                        &metrics,
+                        Stage::Dispatch,
+                        ErrorType::Storage,
+                        "cannot count dedup keys",
+                        &e,
+                    ),
                 }
             }
             Ok(false) => {}
-            Err(e) => tracing::error!(error = %e, "cannot tell which relay purges dedup keys"),
+            Err(e) => taxonomy::failed(
+                &metrics,
+                Stage::Dispatch,
+                ErrorType::Storage,
+                "cannot tell which relay purges dedup keys",
+                &e,
+            ),
         }
         tokio::select! {
             _ = tokio::time::sleep(PURGE_INTERVAL) => {}

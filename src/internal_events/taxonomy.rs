@@ -3,9 +3,14 @@
 //! data flow ([`Stage`]) and *what kind* of failure ([`ErrorType`]), so an operator
 //! can read every error of the relay from one family, `hookrelay_errors_total`, and
 //! the alerts can be written against it. An internal event that logs at ERROR level
-//! counts here (`tests.rs` holds every event to that); a WARN may, when it is the
-//! relay's own failure rather than a caller's (a wrong token, a body too large are the
-//! caller's, and have their own families).
+//! counts here (`tests.rs` holds every event to that), and the error lines of the
+//! background loops are such events ([`StepFailed`]); the store, below the internal
+//! events, reports its failures through its observer, which counts them
+//! (`CommitGroup`, `StoreFailed`). What stays a plain error line: the admin API's
+//! failed store read (answered 500 with its reason), a metrics encoding failure, and
+//! the command line's last word. A WARN may count, when it is the relay's own failure
+//! rather than a caller's (a wrong token, a body too large are the caller's, and have
+//! their own families).
 
 use crate::metrics::Metrics;
 
@@ -16,6 +21,8 @@ pub(crate) enum Stage {
     Ingress,
     /// The store: writes, reads, the database, the disk under it.
     Store,
+    /// Dispatch: the inbox read, dedup, routes.
+    Dispatch,
     /// Shaping: filters and transforms.
     Shape,
     /// Delivery to the destinations.
@@ -26,6 +33,10 @@ pub(crate) enum Stage {
     Telemetry,
     /// The audit's check of the ledger.
     Audit,
+    /// Retention's passes.
+    Retention,
+    /// The admin API and the console.
+    Admin,
     /// The relay as a process: its tasks, its clock.
     Relay,
 }
@@ -59,14 +70,17 @@ pub(crate) enum ErrorType {
 
 impl Stage {
     /// Every stage, in order: the label's values.
-    pub(crate) const ALL: [Stage; 8] = [
+    pub(crate) const ALL: [Stage; 11] = [
         Stage::Ingress,
         Stage::Store,
+        Stage::Dispatch,
         Stage::Shape,
         Stage::Delivery,
         Stage::Upstream,
         Stage::Telemetry,
         Stage::Audit,
+        Stage::Retention,
+        Stage::Admin,
         Stage::Relay,
     ];
 
@@ -75,11 +89,14 @@ impl Stage {
         match self {
             Stage::Ingress => "ingress",
             Stage::Store => "store",
+            Stage::Dispatch => "dispatch",
             Stage::Shape => "shape",
             Stage::Delivery => "delivery",
             Stage::Upstream => "upstream",
             Stage::Telemetry => "telemetry",
             Stage::Audit => "audit",
+            Stage::Retention => "retention",
+            Stage::Admin => "admin",
             Stage::Relay => "relay",
         }
     }
@@ -135,4 +152,39 @@ pub(crate) fn init(m: &Metrics) {
             m.relay.errors.with_label_values(&[stage.label(), error_type.label()]);
         }
     }
+}
+
+/// A step of a background loop or a request failed, and the relay goes on (the loop
+/// tries again, the request is answered with the error): its log line and its count.
+pub(crate) struct StepFailed<'a> {
+    pub(crate) stage: Stage,
+    pub(crate) error_type: ErrorType,
+    /// What failed and what happens next, in words ("dispatch failed; retrying in 1 s").
+    pub(crate) what: &'a str,
+    pub(crate) error: &'a dyn std::fmt::Display,
+}
+
+impl super::InternalEvent for StepFailed<'_> {
+    const FAMILIES: &'static [&'static str] = &[ERRORS];
+    fn emit(self, m: &Metrics) {
+        count(m, self.stage, self.error_type);
+        tracing::error!(
+            stage = self.stage.label(),
+            error_type = self.error_type.label(),
+            error = %self.error,
+            "{}",
+            self.what
+        );
+    }
+}
+
+/// Emits a [`StepFailed`]: `what` failed at `stage` with `error`, and the relay goes on.
+pub(crate) fn failed(
+    m: &Metrics,
+    stage: Stage,
+    error_type: ErrorType,
+    what: &str,
+    error: &dyn std::fmt::Display,
+) {
+    super::InternalEvent::emit(StepFailed { stage, error_type, what, error }, m);
 }

@@ -311,6 +311,23 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     );
     check(vec![ReconcilerStoreFailed { what: "cannot read", account: Some(a), error: err }], s);
     check(vec![StoredGapUnreadable { key: "gap/x", error: err }], s);
+    check(
+        vec![
+            taxonomy::StepFailed {
+                stage: taxonomy::Stage::Dispatch,
+                error_type: taxonomy::ErrorType::Storage,
+                what: "dispatch failed; retrying in 1 s",
+                error: err,
+            },
+            taxonomy::StepFailed {
+                stage: taxonomy::Stage::Retention,
+                error_type: taxonomy::ErrorType::Storage,
+                what: "pruning failed; trying again next pass",
+                error: err,
+            },
+        ],
+        s,
+    );
 
     let registered: BTreeSet<String> = Metrics::new().unwrap().family_names().into_iter().collect();
     for family in &registered {

@@ -37,8 +37,8 @@ impl RelayMetrics {
             )?,
             errors: r.counter_vec(
                 "hookrelay_errors_total",
-                "The relay's own errors, by stage (ingress, store, shape, delivery, upstream, \
-                 telemetry, audit, relay) and error_type (storage, unreachable, full, corrupt, \
+                "The relay's own errors, by stage (ingress, store, dispatch, shape, delivery, \
+                 upstream, telemetry, audit, retention, admin, relay) and error_type (storage, unreachable, full, corrupt, \
                  runaway, invalid, stalled, imbalance, clock_skew, task_died, dropped): every \
                  error the relay logs is counted here (a caller's mistakes, such as a wrong \
                  token, have their own families).",

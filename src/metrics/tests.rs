@@ -10,7 +10,7 @@ const BOUNDED_LABELS: &[(&str, &str)] = &[
     ("destination", "configured destinations"),
     ("event", "the 21 upstream names, `hookrelay.HookGap`, or `other`"),
     ("outcome", "fixed per metric"),
-    ("stage", "internal_events::taxonomy::Stage, 8 values"),
+    ("stage", "internal_events::taxonomy::Stage, 11 values"),
     ("error_type", "internal_events::taxonomy::ErrorType, 11 values"),
     ("cause", "fixed per metric"),
     ("state", "queue states"),

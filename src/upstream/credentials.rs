@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::AccountId;
 use crate::config::{AccountAuth, Secret};
+use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{InternalEvent, TokenRefreshed};
 use crate::metrics::Metrics;
 use crate::store::SharedStore;
@@ -233,7 +234,13 @@ impl Credentials {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes).ok(),
             Ok(None) => None,
             Err(e) => {
-                tracing::error!(error = %e, "cannot read the stored refresh token");
+                taxonomy::failed(
+                    &self.metrics,
+                    Stage::Upstream,
+                    ErrorType::Storage,
+                    "cannot read the stored refresh token; signing in with the configured one",
+                    &e,
+                );
                 None
             }
         }
