@@ -284,7 +284,7 @@ mod tests {
             Writers::OneAtATime,
             Arc::new(crate::store::NoObserver),
         );
-        Health::start_watchdog(&health).unwrap();
+        let _watchdog = Health::start_watchdog(&health).unwrap();
         let guard = health.clone();
         // Blocks like sled's flush on a full tmpfs did: for ever.
         let write: WriteGroup = Box::new(move |_: &[NewEvent]| {

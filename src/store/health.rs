@@ -25,13 +25,14 @@
 //! that waited 10.1 s while the rest went on.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{StoreError, StoreObserver};
+use super::{StoreError, StoreObserver, Ticker};
 use crate::lock::lock;
 
 /// How often the watchdog looks at the writes in flight.
@@ -120,21 +121,20 @@ impl Health {
         })
     }
 
-    /// Starts the watchdog thread; it ends with the last handle to `health`.
-    pub(crate) fn start_watchdog(health: &Arc<Self>) -> Result<(), StoreError> {
+    /// Starts the watchdog thread, owned by the returned [`Ticker`] (the store keeps it
+    /// and stops it at close); it also ends with the last handle to `health`, or once
+    /// the store failed.
+    pub(crate) fn start_watchdog(health: &Arc<Self>) -> Result<Ticker, StoreError> {
         let weak: Weak<Self> = Arc::downgrade(health);
-        std::thread::Builder::new()
-            .name("hookrelay-store-watchdog".into())
-            .spawn(move || loop {
-                std::thread::sleep(TICK);
-                let Some(health) = weak.upgrade() else { return };
-                if health.failed.get().is_some() {
-                    return;
-                }
-                health.check_overdue(Instant::now());
-            })
-            .map(|_| ())
-            .map_err(|e| StoreError::Task(format!("cannot start the store watchdog: {e}")))
+        Ticker::start("hookrelay-store-watchdog", TICK, move || {
+            let Some(health) = weak.upgrade() else { return ControlFlow::Break(()) };
+            if health.failed.get().is_some() {
+                return ControlFlow::Break(());
+            }
+            health.check_overdue(Instant::now());
+            ControlFlow::Continue(())
+        })
+        .map_err(|e| StoreError::Task(format!("cannot start the store watchdog: {e}")))
     }
 
     /// Fails the store if writes have waited longer than the bound at `now` with none
@@ -286,7 +286,7 @@ mod tests {
         let seen = Arc::new(Seen::default());
         let health =
             Health::new("test", Duration::from_millis(300), Writers::OneAtATime, seen.clone());
-        Health::start_watchdog(&health).unwrap();
+        let _watchdog = Health::start_watchdog(&health).unwrap();
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let writer = health.clone();
         // A write that blocks until released, like sled's flush on a full tmpfs.

@@ -30,6 +30,7 @@ mod model;
 mod observer;
 pub(crate) mod postgres;
 mod settle;
+mod ticker;
 
 use std::sync::Arc;
 
@@ -55,6 +56,7 @@ pub(crate) use model::{
 pub(crate) use observer::NoObserver;
 pub(crate) use observer::StoreObserver;
 pub(crate) use settle::settle;
+pub(crate) use ticker::Ticker;
 
 use crate::config::{Durability, StorageBackend, StorageConfig};
 

@@ -92,6 +92,8 @@ pub(crate) struct EmbeddedStore {
     /// Appends go through group commit on its own thread.
     committer: Committer,
     committer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The count behind the open, while it runs: stopped and joined at close.
+    count_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// The backend's state; its methods are blocking.
@@ -143,6 +145,8 @@ pub(super) struct EmbeddedState {
     /// Fail-stop: after an engine's write error (sled's error is sticky, redb's I/O
     /// error too) or a write that does not return, no more writes.
     health: Arc<Health>,
+    /// The write watchdog's thread, stopped at close (and when the state goes).
+    watchdog: super::Ticker,
 }
 
 /// How to open the store.
@@ -200,6 +204,12 @@ impl EmbeddedStore {
             }
         }
         let dedup = db.open_tree(DEDUP)?;
+        let health = Health::new(
+            opts.engine.name(),
+            opts.write_timeout,
+            super::Writers::OneAtATime,
+            opts.observer.clone(),
+        );
         let inner = EmbeddedState {
             records: db.open_tree(RECORDS)?,
             outcomes: db.open_tree(OUTCOMES)?,
@@ -224,20 +234,15 @@ impl EmbeddedStore {
             unsaved: Mutex::new(ledger::Unsaved::default()),
             flusher: flush::GroupFlush::default(),
             durable: opts.durable,
-            health: Health::new(
-                opts.engine.name(),
-                opts.write_timeout,
-                super::Writers::OneAtATime,
-                opts.observer.clone(),
-            ),
+            watchdog: Health::start_watchdog(&health)?,
+            health,
         };
         // What the open wrote (a schema version, a migration, new trees) is durable
         // from here.
         inner.db.flush()?;
-        Health::start_watchdog(&inner.health)?;
         inner.rebuild()?;
         let inner = Arc::new(inner);
-        recount::start(&inner, opts.count_pace)?;
+        let count_thread = recount::start(&inner, opts.count_pace)?;
         let writer = inner.clone();
         let (committer, thread) = Committer::start(
             opts.engine.name(),
@@ -248,7 +253,12 @@ impl EmbeddedStore {
             opts.observer.clone(),
             inner.health.clone(),
         )?;
-        Ok(Self { inner, committer, committer_thread: Arc::new(Mutex::new(Some(thread))) })
+        Ok(Self {
+            inner,
+            committer,
+            committer_thread: Arc::new(Mutex::new(Some(thread))),
+            count_thread: Arc::new(Mutex::new(count_thread)),
+        })
     }
 }
 

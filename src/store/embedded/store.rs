@@ -254,12 +254,20 @@ impl Upkeep for EmbeddedStore {
         // was acknowledged is durable already. What is queued is committed first;
         // later appends fail. A count still going behind the open stops.
         self.inner.counts.close();
+        // It ends after the chunk it reads (the count's close frees it).
+        let count = crate::lock::lock(&self.count_thread).take();
+        if let Some(count) = count {
+            let _ = tokio::task::spawn_blocking(move || count.join()).await;
+        }
         self.committer.close_and_join(&self.committer_thread).await?;
-        self.write(|s| {
-            s.save_appended()?;
-            s.flush_now()
-        })
-        .await
+        let flushed = self
+            .write(|s| {
+                s.save_appended()?;
+                s.flush_now()
+            })
+            .await;
+        self.inner.watchdog.stop();
+        flushed
     }
 }
 

@@ -140,6 +140,8 @@ pub(super) struct PgState {
     write_timeout: Duration,
     /// [`PostgresOptions::live_for`].
     pub(super) live_for: Duration,
+    /// The write watchdog's thread, stopped at close (and with the last handle).
+    pub(super) watchdog: crate::store::Ticker,
     /// The fleet's wake-ups, once something subscribed (`listen.rs`).
     wakeups: std::sync::OnceLock<tokio::sync::broadcast::Sender<super::Wake>>,
     /// The schema's notification channel (`listen.rs`).
@@ -204,7 +206,7 @@ impl PostgresStore {
         let hung = opts.write_timeout + HUNG_MARGIN;
         let health =
             Health::new("postgres", hung, crate::store::Writers::Concurrent, opts.observer.clone());
-        Health::start_watchdog(&health)?;
+        let watchdog = Health::start_watchdog(&health)?;
         let last_id = AtomicU64::new(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)));
         let inner = Arc::new(PgState {
             pool,
@@ -217,6 +219,7 @@ impl PostgresStore {
             health: health.clone(),
             write_timeout: opts.write_timeout,
             live_for: opts.live_for,
+            watchdog,
             wakeups: std::sync::OnceLock::new(),
             channel: listen::channel_of(&opts.schema),
             instance: format!("{:016x}", fastrand::u64(..)),

@@ -33,6 +33,7 @@ impl Upkeep for PostgresStore {
             tracing::debug!(error = %e, "could not hand this relay's leases over");
         }
         self.inner.pool.close();
+        self.inner.watchdog.stop();
         Ok(())
     }
 }

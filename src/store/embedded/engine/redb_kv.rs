@@ -10,6 +10,7 @@
 
 use std::cell::RefCell;
 use std::ops::Bound;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -60,6 +61,8 @@ impl std::ops::Deref for Shared {
 pub(crate) struct RedbDb {
     db: Arc<Shared>,
     file: PathBuf,
+    /// The periodic flush's thread, stopped and joined when the database is dropped.
+    _flusher: Option<crate::store::Ticker>,
 }
 
 /// One table of a [`RedbDb`].
@@ -85,8 +88,8 @@ impl RedbDb {
             e => err(format!("opening {}: {e}", file.display())),
         })?;
         let db = Arc::new(Shared { db, dirty: AtomicBool::new(false) });
-        start_flusher(Arc::downgrade(&db), opts.flush_interval);
-        Ok(Self { db, file })
+        let flusher = start_flusher(Arc::downgrade(&db), opts.flush_interval);
+        Ok(Self { db, file, _flusher: flusher })
     }
 
     pub(super) fn open_tree(&self, name: &'static str) -> Result<RedbTree, StoreError> {
@@ -172,21 +175,25 @@ fn durable_commit(db: &Shared) -> Result<(), StoreError> {
 }
 
 /// Makes the writes durable every `interval` while the database is open (`buffered`
-/// mode; in `durable` mode every write flushes anyway).
-fn start_flusher(db: Weak<Shared>, interval: Duration) {
-    let spawned = std::thread::Builder::new().name("redb-flush".into()).spawn(move || loop {
-        std::thread::sleep(interval);
-        let Some(db) = db.upgrade() else { return };
-        if !db.dirty.load(Ordering::Acquire) {
-            continue;
+/// mode; in `durable` mode every write flushes anyway), on a thread the [`RedbDb`]
+/// owns: it stops with it.
+fn start_flusher(db: Weak<Shared>, interval: Duration) -> Option<crate::store::Ticker> {
+    let spawned = crate::store::Ticker::start("redb-flush", interval, move || {
+        let Some(db) = db.upgrade() else { return ControlFlow::Break(()) };
+        if db.dirty.load(Ordering::Acquire) {
+            if let Err(e) = durable_commit(&db) {
+                tracing::warn!(error = %e, "redb's periodic flush failed (the next write says so too)");
+            }
         }
-        if let Err(e) = durable_commit(&db) {
-            tracing::warn!(error = %e, "redb's periodic flush failed (the next write says so too)");
-        }
+        ControlFlow::Continue(())
     });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "cannot start redb's flush thread: writes become durable \
-                                    only when the relay asks for it");
+    match spawned {
+        Ok(ticker) => Some(ticker),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start redb's flush thread: writes become durable \
+                                        only when the relay asks for it");
+            None
+        }
     }
 }
 

@@ -182,21 +182,21 @@ fn counted_through(state: &Weak<EmbeddedState>) -> bool {
 pub(in crate::store::embedded) fn start(
     state: &Arc<EmbeddedState>,
     pace: Pace,
-) -> Result<(), StoreError> {
+) -> Result<Option<std::thread::JoinHandle<()>>, StoreError> {
     let mut read = Read::default();
     while read.cost() < pace.chunk.max(1) {
         let (n, more) = state.count_chunk(pace.chunk)?;
         if !more {
-            return Ok(());
+            return Ok(None);
         }
         read.add(n);
     }
     let weak: Weak<EmbeddedState> = Arc::downgrade(state);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("hookrelay-count".into())
         .spawn(move || count(&weak, pace, read))
         .map_err(|e| StoreError::Task(format!("cannot start the count's thread: {e}")))?;
-    Ok(())
+    Ok(Some(thread))
 }
 
 /// The count's loop: chunk after chunk until the indexes are read; a failed read is
