@@ -3,6 +3,7 @@
 //! store transaction per batch.
 
 mod dedup;
+mod purge;
 mod resource;
 mod route;
 
@@ -15,7 +16,7 @@ use tokio::sync::Notify;
 use crate::config::Config;
 use crate::delivery::Destinations;
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
-use crate::internal_events::{DedupKeysCounted, DispatchLead, EventDispatched, InternalEvent};
+use crate::internal_events::{DispatchLead, EventDispatched, InternalEvent};
 use crate::metrics::Metrics;
 use crate::operational;
 use crate::shape::{self, program::Program};
@@ -25,6 +26,7 @@ use crate::store::{
 };
 use crate::telemetry::trace;
 
+use purge::purge_dedup;
 use route::Router;
 
 /// Events taken from the inbox per transaction. sled 0.34 runs every transaction
@@ -42,10 +44,6 @@ const FOLLOW_POLL: Duration = Duration::from_secs(1);
 /// What one batch writes at most, about: a plan, deliveries and schedule entries for
 /// [`BATCH`] events (bodies are not copied).
 const DISPATCH_BYTES: u64 = BATCH as u64 * 1024;
-/// What one purge of expired dedup keys writes, about (sled logs each delete).
-const PURGE_BYTES: u64 = 256 << 10;
-/// How often expired dedup keys are purged.
-const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A source's dedup rule.
 struct DedupRule {
@@ -358,80 +356,11 @@ impl Dispatcher {
     }
 }
 
-/// The purge's clock. The dedup verdict compares receive times (a key holds against
-/// copies received before its window ends), so a key may go only once its window
-/// ended before the receive time of every event still waiting in the inbox, not
-/// merely before now: with a backlog older than the window, a copy received inside
-/// the window was otherwise dispatched after its key was purged, and delivered twice.
-async fn purge_cutoff(store: &SharedStore, now_us: u64) -> Result<u64, crate::store::StoreError> {
-    let oldest = store.pending(1).await?.first().map(|p| p.meta.received_at_us);
-    Ok(oldest.map_or(now_us, |received| received.min(now_us)))
-}
-
-/// Removes expired dedup keys now and then, so that the index stays bounded by the
-/// traffic of one dedup window.
-async fn purge_dedup(
-    store: SharedStore,
-    metrics: Arc<Metrics>,
-    space: Arc<crate::space::Space>,
-    mut stop: Stop,
-) {
-    loop {
-        // One relay of a fleet purges (and reports the fleet's count) for all; below
-        // the free-space floor nobody does (deletes append to sled's log too).
-        // Its deletes are writes too: out of the free-space budget first.
-        let room = !space.below_floor() && space.admit(PURGE_BYTES).await;
-        let leads = if room { store.lead("dedup-purge").await } else { Ok(false) };
-        match leads {
-            Ok(true) => {
-                let now = crate::clock::now_us();
-                let purged = match purge_cutoff(&store, now).await {
-                    Ok(cutoff) => store.purge_dedup(cutoff).await,
-                    Err(e) => Err(e),
-                };
-                match purged {
-                    Ok(n) if n > 0 => tracing::debug!(purged = n, "expired dedup keys removed"),
-                    Ok(_) => {}
-                    Err(e) => taxonomy::failed(
-                        &metrics,
-                        Stage::Dispatch,
-                        ErrorType::Storage,
-                        "dedup purge failed; trying again at the next purge",
-                        &e,
-                    ),
-                }
-                match store.dedup_len().await {
-                    Ok(n) => DedupKeysCounted(n).emit(&metrics),
-                    Err(e) => taxonomy::failed(
-                        &metrics,
-                        Stage::Dispatch,
-                        ErrorType::Storage,
-                        "cannot count dedup keys",
-                        &e,
-                    ),
-                }
-            }
-            Ok(false) => {}
-            Err(e) => taxonomy::failed(
-                &metrics,
-                Stage::Dispatch,
-                ErrorType::Storage,
-                "cannot tell which relay purges dedup keys",
-                &e,
-            ),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(PURGE_INTERVAL) => {}
-            _ = stop.wait() => return,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use super::purge_cutoff;
+    use super::purge::purge_cutoff;
     use crate::store::fixtures::{plan, received};
     use crate::store::memory::MemoryStore;
     use crate::store::{DispatchVerdict, EventStatus, SharedStore};
