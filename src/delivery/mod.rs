@@ -21,6 +21,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::config::Config;
 use crate::destinations::Destination;
+use crate::internal_events::{DestinationPauseSet, InternalEvent};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::{Claim, SharedStore, StoreError};
@@ -298,10 +299,7 @@ impl Destinations {
         self.store.set_paused(name, paused).await?;
         state.note_paused(paused);
         state.wake.notify_one();
-        crate::internal_events::InternalEvent::emit(
-            crate::internal_events::DestinationPauseSet { destination: name, paused },
-            metrics,
-        );
+        DestinationPauseSet { destination: name, paused }.emit(metrics);
         Ok(true)
     }
 }

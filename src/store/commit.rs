@@ -178,7 +178,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::store::{EventMeta, EventNameOrigin, EventStatus, Writers};
+    use crate::store::{EventMeta, Writers};
 
     /// Counts groups and stored events.
     #[derive(Default)]
@@ -207,25 +207,7 @@ mod tests {
     }
 
     fn event() -> NewEvent {
-        NewEvent {
-            meta: EventMeta {
-                source: "demo".into(),
-                event: "ActionCreated".into(),
-                event_from: EventNameOrigin::Path,
-                received_at_us: 5,
-                size: 0,
-                content_type: None,
-                headers: Vec::new(),
-                remote_addr: None,
-                status: EventStatus::Received,
-                flags: Vec::new(),
-                reason: None,
-                duplicate_of: None,
-                destinations: Vec::new(),
-                resource: None,
-            },
-            body: Some(bytes::Bytes::new()),
-        }
+        crate::store::fixtures::received("demo", "ActionCreated", 5, "")
     }
 
     /// A write that takes a while, like an fsync, and numbers the events.
