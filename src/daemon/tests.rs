@@ -11,17 +11,38 @@ fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
 }
 
-/// A relay on `dir` with both listeners on free ports and one destination.
-fn config(dir: &std::path::Path) -> Config {
+/// A port nobody listens on now (bound and let go: the relay binds it next).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Whether the admin listener on `port` answers `/readyz` with 200: every part of
+/// the relay is started (a fixed sleep was too short on a loaded machine).
+async fn ready(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    let asked = stream.write_all(b"GET /readyz HTTP/1.0\r\nHost: relay\r\n\r\n").await;
+    let mut answer = Vec::new();
+    asked.is_ok()
+        && stream.read_to_end(&mut answer).await.is_ok()
+        && String::from_utf8_lossy(&answer).split(' ').nth(1) == Some("200")
+}
+
+/// A relay on `dir` with its ingress on a free port, its admin listener on `admin`,
+/// and one destination.
+fn config(dir: &std::path::Path, admin: u16) -> Config {
     let text = format!(
         r#"
 [ingress]
 listen = "127.0.0.1:0"
 [admin]
-listen = "127.0.0.1:0"
+listen = "127.0.0.1:{admin}"
 token = "0123456789abcdef0123456789"
 [storage]
-data_dir = {:?}
+data_dir = {data:?}
 min_free_bytes = 0
 min_free_percent = 0.0
 [shutdown]
@@ -34,11 +55,42 @@ name = "crm"
 url = "http://127.0.0.1:9/hooks"
 filter = ".event == \"ActionCreated\""
 "#,
-        dir.join("data").display().to_string()
+        data = dir.join("data").display().to_string()
     );
     let path = dir.join("hookrelay.toml");
     std::fs::write(&path, text).unwrap();
     load::config(&path, &std::collections::HashMap::new()).unwrap()
+}
+
+/// The thread count once it holds still for `quiet` (threads end a moment after
+/// their work), or whatever it is after 20 s.
+fn settled(quiet: Duration) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = threads();
+    let mut since = std::time::Instant::now();
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(25));
+        let now = threads();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        } else if since.elapsed() >= quiet {
+            break;
+        }
+    }
+    last
+}
+
+/// The thread count once it is at most `bound`, or the count after 20 s: a slow
+/// machine gets time for threads to end, a leak still shows.
+fn down_to(bound: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = threads();
+        if now <= bound || std::time::Instant::now() >= deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }
 
 /// Set in the test process this test runs itself in.
@@ -64,7 +116,8 @@ fn twenty_starts_and_stops_leave_no_thread_and_no_store_held() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let admin = free_port();
+    let config = config(dir.path(), admin);
     // One runtime for all runs, whose blocking threads end as soon as they idle: what
     // stays is what the relay left.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -78,32 +131,29 @@ fn twenty_starts_and_stops_leave_no_thread_and_no_store_held() {
         rt.block_on(async {
             let (trigger, requested) = StopTrigger::new();
             let running = tokio::spawn(run(config.clone(), requested));
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            assert!(!running.is_finished(), "the relay ended by itself");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while !ready(admin).await {
+                assert!(!running.is_finished(), "the relay ended by itself");
+                assert!(tokio::time::Instant::now() < deadline, "not ready within 30 s");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             during.push(threads());
             trigger.stop_for("test");
-            tokio::time::timeout(Duration::from_secs(10), running)
+            tokio::time::timeout(Duration::from_secs(15), running)
                 .await
-                .expect("stopped within its grace")
+                .expect("stopped within its grace and the store's close")
                 .unwrap()
                 .expect("a clean stop");
         });
-        // Threads end a moment after their work: wait for the count to settle.
-        let mut last = threads();
-        for _ in 0..40 {
-            std::thread::sleep(Duration::from_millis(50));
-            let now = threads();
-            if now == last {
-                break;
-            }
-            last = now;
-        }
-        last
     };
-    let first = once();
+    once();
+    // The first run's count, once still for a second, is the baseline: later runs
+    // must come back down to it (within the runtime's own idle threads).
+    let first = settled(Duration::from_secs(1));
     let mut counts = vec![first];
     for _ in 1..20 {
-        counts.push(once());
+        once();
+        counts.push(down_to(first + 2));
     }
     eprintln!("threads while running: {during:?}; after each run: {counts:?}");
     let most = *counts.iter().max().unwrap();
