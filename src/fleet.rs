@@ -187,7 +187,18 @@ async fn run(
                 // Keep the last share: the limits stay divided as they were; after
                 // FENCE without a heartbeat, the relay starts no attempt.
                 if !failing {
-                    tracing::warn!(error = %e, "fleet heartbeat failed; this relay keeps its last share of the destinations' limits, and starts no attempt once it has had no heartbeat for {FENCE:?} (the others then take its deliveries over)");
+                    let what = format!(
+                        "fleet heartbeat failed; this relay keeps its last share of the \
+                         destinations' limits, and starts no attempt once it has had no \
+                         heartbeat for {FENCE:?} (the others then take its deliveries over)"
+                    );
+                    crate::internal_events::taxonomy::degraded(
+                        &metrics,
+                        crate::internal_events::taxonomy::Stage::Store,
+                        crate::internal_events::taxonomy::ErrorType::Unreachable,
+                        &what,
+                        &e,
+                    );
                     failing = true;
                 }
             }

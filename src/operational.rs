@@ -40,7 +40,14 @@ struct Connected {
     wanted: Vec<&'static str>,
     /// The source they are stored under.
     source: String,
+    /// Told of an event lost (its queue full, or its append failed), with why: the
+    /// daemon counts and logs it as an internal event (this module sits below them).
+    lost: Lost,
 }
+
+/// What [`start`]'s caller is told of an operational event that was lost: its name,
+/// and why.
+pub(crate) type Lost = std::sync::Arc<dyn Fn(&str, &dyn std::fmt::Display) + Send + Sync>;
 
 impl Raiser {
     /// Queues `event` for the appending task, never waiting. Nothing happens before
@@ -57,10 +64,7 @@ impl Raiser {
             return;
         };
         if c.queue.try_send(event.to_event(&c.source, crate::clock::now())).is_err() {
-            tracing::warn!(
-                event = event.name(),
-                "operational event dropped: its queue is full or closed"
-            );
+            (c.lost)(event.name(), &"its queue is full or closed");
         }
     }
 
@@ -199,15 +203,17 @@ pub(crate) fn start(
     store: SharedStore,
     source: &str,
     wanted: Vec<&'static str>,
+    lost: Lost,
 ) -> tokio::task::JoinHandle<()> {
     let (queue, mut rx) = mpsc::channel::<NewEvent>(QUEUE);
-    *crate::lock::lock(&raiser.0) = Some(Connected { queue, wanted, source: source.to_owned() });
+    let source = source.to_owned();
+    *crate::lock::lock(&raiser.0) = Some(Connected { queue, wanted, source, lost: lost.clone() });
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
             let name = event.meta.event.clone();
             match store.append(event).await {
                 Ok(id) => tracing::debug!(%id, event = %name, "operational event stored"),
-                Err(e) => tracing::warn!(event = %name, error = %e, "operational event not stored"),
+                Err(e) => lost(&name, &format_args!("not stored: {e}")),
             }
         }
     })
@@ -258,5 +264,34 @@ mod tests {
             assert!(crate::event_names::is_internal(name), "{name}");
             assert_eq!(crate::event_names::metric_label(name), name);
         }
+    }
+
+    /// An event that finds the queue full is not silently gone: the caller's `lost`
+    /// hears its name and why (the daemon counts it); the ones queued are stored.
+    #[tokio::test]
+    async fn an_event_the_queue_cannot_take_is_reported_lost() {
+        let store: crate::store::SharedStore =
+            std::sync::Arc::new(crate::store::memory::MemoryStore::default());
+        let raiser = Raiser::default();
+        let seen = std::sync::Arc::new(Mutex::new(Vec::<String>::new()));
+        let heard = seen.clone();
+        let lost: Lost = std::sync::Arc::new(move |name, why| {
+            crate::lock::lock(&heard).push(format!("{name}: {why}"));
+        });
+        let wanted = vec!["hookrelay.CircuitOpened"];
+        let task = start(&raiser, store.clone(), "demo", wanted, lost);
+        // On this one-thread runtime the appending task does not run before the
+        // loop yields: the queue fills, and the one past it is lost.
+        for _ in 0..=QUEUE {
+            raiser.raise(&OperationalEvent::CircuitOpened { destination: "crm" });
+        }
+        assert_eq!(
+            *crate::lock::lock(&seen),
+            vec!["hookrelay.CircuitOpened: its queue is full or closed".to_owned()]
+        );
+        raiser.close();
+        task.await.unwrap();
+        let stored = store.inbox().await.unwrap().events;
+        assert_eq!(stored, QUEUE as u64, "every queued event is stored");
     }
 }

@@ -4,7 +4,9 @@
 //! scheduled for ever, and keep their events).
 
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
-use crate::internal_events::{BodiesPruned, EventsPruned, InternalEvent};
+use crate::internal_events::{
+    BodiesPruned, EventsPruned, InternalEvent, RemovedDestinationFound, RemovedDestinationRetired,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,7 +61,7 @@ pub(crate) async fn run(
             // Waits for the queues to be counted after a restart (an embedded store
             // counts a large backlog behind the open): not past a stop.
             tokio::select! {
-                retired = retire_removed(&store, &configured, config.removed_destinations, &owner) => {
+                retired = retire_removed(&store, &configured, config.removed_destinations, &owner, &metrics) => {
                     if let Err(e) = retired {
                         taxonomy::failed(&metrics, Stage::Retention, ErrorType::Storage, "cannot retire the deliveries of removed destinations; trying again next pass", &e);
                     }
@@ -208,6 +210,7 @@ async fn retire_removed(
     configured: &BTreeSet<String>,
     grace: Duration,
     owner: &str,
+    metrics: &Metrics,
 ) -> Result<usize, StoreError> {
     let open = store.open_destinations().await?;
     for (key, _) in store.upstream_scan(REMOVED).await? {
@@ -224,8 +227,14 @@ async fn retire_removed(
             store.upstream_get(&key).await?.and_then(|v| v.try_into().ok()).map(u64::from_be_bytes);
         let Some(since) = since else {
             let q = store.queue_stats(dest).await?;
-            tracing::warn!(destination = %dest, pending = q.pending, retrying = q.retrying, held = q.held, grace = ?grace,
-                "a destination with deliveries to make is no longer in the config: they go dead after retention.removed_destinations unless it comes back");
+            RemovedDestinationFound {
+                destination: dest,
+                pending: q.pending,
+                retrying: q.retrying,
+                held: q.held,
+                grace,
+            }
+            .emit(metrics);
             store.upstream_put(&key, Some(now.to_be_bytes().to_vec())).await?;
             continue;
         };
@@ -252,9 +261,7 @@ async fn retire_removed(
             let recorded = store.record_attempts(reports, &RetryPolicy::default(), None).await?;
             dead += recorded.writes.iter().filter(|r| matches!(r, AttemptWrite::Done(_))).count();
         }
-        if dead > 0 {
-            tracing::warn!(destination = %dest, dead, "deliveries to a removed destination are now dead letters: replay them once it is back in the config, or delete them");
-        }
+        RemovedDestinationRetired { destination: dest, dead }.emit(metrics);
         retired += dead;
     }
     Ok(retired)

@@ -3,6 +3,7 @@
 use actix_web::{web, HttpResponse};
 
 use super::AdminState;
+use crate::internal_events::taxonomy::{degraded, ErrorType, Stage};
 
 /// The probes answer plain text (and say so: the OpenAPI document promises it).
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -65,20 +66,28 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
     let reports_fleet = match store.lead("fleet-gauges").await {
         Ok(leads) => leads,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot tell which relay reports the fleet's gauges");
+            let what = "cannot tell which relay reports the fleet's gauges; this scrape leaves \
+                        them out";
+            degraded(m, Stage::Admin, ErrorType::Storage, what, &e);
             false
         }
     };
     if reports_fleet {
         match store.size_on_disk().await {
             Ok(size) => m.store.store_size.set(i64::try_from(size).unwrap_or(i64::MAX)),
-            Err(e) => tracing::warn!(error = %e, "cannot read the store size for /metrics"),
+            Err(e) => {
+                let what = "cannot read the store size for /metrics; the last one is shown";
+                degraded(m, Stage::Admin, ErrorType::Storage, what, &e);
+            }
         }
         match store.inbox().await {
             // Still counted behind a restart: no number rather than a low one.
             Ok(inbox) if inbox.counting => m.store.inbox_events.reset(),
             Ok(inbox) => m.store.inbox().set(i64::try_from(inbox.events).unwrap_or(i64::MAX)),
-            Err(e) => tracing::warn!(error = %e, "cannot count the inbox for /metrics"),
+            Err(e) => {
+                let what = "cannot count the inbox for /metrics; the last count is shown";
+                degraded(m, Stage::Admin, ErrorType::Storage, what, &e);
+            }
         }
     } else {
         m.store.store_size.set(0);
@@ -111,8 +120,12 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
                         .with_label_values(&[name])
                         .set(q.oldest.map_or(0.0, super::views::age_seconds));
                 }
-                Err(e) => tracing::warn!(error = %e, destination = name,
-                    "cannot read a queue for /metrics"),
+                Err(e) => {
+                    let what = format!(
+                        "cannot read the queue of {name} for /metrics; the last counts are shown"
+                    );
+                    degraded(m, Stage::Admin, ErrorType::Storage, &what, &e);
+                }
             }
         }
         m.delivery.destination_paused.with_label_values(&[name]).set(i64::from(d.is_paused()));

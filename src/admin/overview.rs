@@ -52,7 +52,14 @@ pub(super) async fn show(state: web::Data<AdminState>) -> HttpResponse {
         store_bytes: match state.store.size_on_disk().await {
             Ok(size) => Some(size),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the store size for the overview");
+                let what = "cannot read the store size for the overview; shown without it";
+                crate::internal_events::taxonomy::degraded(
+                    m,
+                    crate::internal_events::taxonomy::Stage::Admin,
+                    crate::internal_events::taxonomy::ErrorType::Storage,
+                    what,
+                    &e,
+                );
                 None
             }
         },

@@ -9,21 +9,26 @@ use tokio::sync::Notify;
 
 use crate::admin;
 use crate::config::Config;
-use crate::internal_events::{InternalEvent, StoreFailed};
+use crate::internal_events::taxonomy::{degraded, ErrorType, Stage};
+use crate::internal_events::InternalEvent;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::shutdown::Stop;
-use crate::store::{SharedStore, StoreObserver};
+use crate::store::{SharedStore, StoreObserver, Trouble};
 
 /// The store's trace salt (`telemetry/ids.rs`). The store was just opened; a database
 /// that fails right after is waited for a little, as at open.
-pub(super) async fn trace_salt(store: &SharedStore) -> anyhow::Result<crate::telemetry::ids::Salt> {
+pub(super) async fn trace_salt(
+    store: &SharedStore,
+    metrics: &Metrics,
+) -> anyhow::Result<crate::telemetry::ids::Salt> {
     let mut backoff = OPEN_BACKOFF;
     loop {
         match crate::telemetry::export::salt(store).await {
             Ok(salt) => return Ok(salt),
             Err(e) if e.is_transient() && backoff < OPEN_BACKOFF_MAX => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "cannot read the trace salt yet");
+                let what = format!("cannot read the trace salt yet; trying again in {backoff:?}");
+                degraded(metrics, Stage::Store, ErrorType::Unreachable, &what, &e);
                 tokio::time::sleep(backoff).await;
                 backoff *= 2;
             }
@@ -66,7 +71,11 @@ pub(super) async fn open_store(
         let why = if sled && space.below_floor() {
             let why =
                 format!("waiting for free space before opening the store: {}", space.describe());
-            tracing::warn!(store = %location, "{why}; SIGTERM exits 0 meanwhile");
+            let what = format!(
+                "waiting for free space before opening the store ({location}); SIGTERM exits 0 \
+                 meanwhile"
+            );
+            degraded(metrics, Stage::Store, ErrorType::Full, &what, &space.describe());
             backoff = OPEN_BACKOFF;
             why
         } else {
@@ -81,8 +90,11 @@ pub(super) async fn open_store(
                         return Err(e).with_context(|| format!("opening the store ({location})"));
                     }
                 };
-            tracing::warn!(error = %error, retry_in = ?backoff,
-                "cannot open the store ({location}); waiting for the database (not ready meanwhile)");
+            let what = format!(
+                "cannot open the store ({location}); waiting for the database (not ready \
+                 meanwhile), next try in {backoff:?}"
+            );
+            degraded(metrics, Stage::Store, ErrorType::Unreachable, &what, &error);
             format!("waiting for the database: {error}")
         };
         match &waiting {
@@ -152,7 +164,7 @@ pub(super) struct Commits {
 impl StoreObserver for Commits {
     fn failed(&self, reason: &str) {
         self.readiness.fail(format!("the store failed: {reason}"));
-        StoreFailed.emit(&self.metrics);
+        self.metrics.failed(reason);
         self.failed.send_replace(Some(reason.to_owned()));
     }
     fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
@@ -163,6 +175,9 @@ impl StoreObserver for Commits {
     }
     fn stored(&self, meta: &crate::store::EventMeta) {
         self.metrics.stored(meta);
+    }
+    fn trouble(&self, kind: Trouble, what: &str, error: &dyn std::fmt::Display) {
+        self.metrics.trouble(kind, what, error);
     }
 }
 

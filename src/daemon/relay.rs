@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::delivery::Destinations;
 use crate::dispatch::Dispatcher;
 use crate::ingress::{self, IngressState};
+use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{InternalEvent, RelayReady, ShuttingDown};
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
@@ -88,7 +89,8 @@ impl Relay {
         );
         // This relay's name on its delivery claims.
         let owner = format!("relay-{}-{:08x}", std::process::id(), fastrand::u32(..));
-        let salt = trace_salt(&store).await.context("reading the store's trace salt")?;
+        let salt =
+            trace_salt(&store, &base.metrics).await.context("reading the store's trace salt")?;
         let (tracer, export) =
             crate::telemetry::export::start(&config.telemetry, salt, &owner, metrics.clone())
                 .context("setting up the trace export ([telemetry])")?;
@@ -226,13 +228,20 @@ impl Relay {
             let _ = operational.await;
             // Nothing records spans any more: the last ones go out.
             if let Some(export) = export {
-                export.finish(EXPORT_FINISH).await;
+                export.finish(EXPORT_FINISH, &metrics).await;
             }
             admin.stop(true).await;
             shaper.close().await;
         };
         if tokio::time::timeout(grace - for_close, drain).await.is_err() {
-            tracing::warn!("shutdown grace period exceeded; cutting remaining connections");
+            let what = "shutdown grace period exceeded; cutting remaining connections";
+            crate::internal_events::taxonomy::degraded(
+                &metrics,
+                crate::internal_events::taxonomy::Stage::Relay,
+                crate::internal_events::taxonomy::ErrorType::Stalled,
+                what,
+                &format_args!("the drain took longer than {:?}", grace - for_close),
+            );
             ingress.stop(false).await;
             admin.stop(false).await;
             shaper.close().await;
@@ -274,14 +283,26 @@ const CLOSE_SHARE: f64 = 0.25;
 const EXPORT_FINISH: Duration = Duration::from_secs(5);
 
 /// Connects the metrics' operational-event queue to a task appending to `store`.
-fn start_operational(config: &Config, store: &SharedStore, metrics: &Metrics) -> JoinHandle<()> {
+fn start_operational(
+    config: &Config,
+    store: &SharedStore,
+    metrics: &Arc<Metrics>,
+) -> JoinHandle<()> {
     let source = config.sources.first().map_or("hookrelay", |s| s.name.as_str());
     let wanted = crate::operational::NAMES
         .iter()
         .copied()
         .filter(|name| crate::dispatch::wanted(config, name))
         .collect();
-    crate::operational::start(&metrics.operational, store.clone(), source, wanted)
+    // Weak: the raiser lives in the metrics, and is closed at the stop.
+    let counted = Arc::downgrade(metrics);
+    let lost: crate::operational::Lost = Arc::new(move |name, why| {
+        if let Some(m) = counted.upgrade() {
+            let what = format!("operational event {name} lost");
+            taxonomy::degraded(&m, Stage::Relay, ErrorType::Dropped, &what, why);
+        }
+    });
+    crate::operational::start(&metrics.operational, store.clone(), source, wanted, lost)
 }
 
 /// The services beside the flow: free space, the database probe, retention, the

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::micros;
 use crate::config::RetryPolicy;
+use crate::internal_events::taxonomy::{degraded, ErrorType, Stage};
 use crate::internal_events::{BodiesDroppedAtSettlement, InternalEvent};
 use crate::metrics::Metrics;
 use crate::store::lifecycle::AttemptReport;
@@ -35,6 +36,7 @@ async fn record_while_held(
     attempts: Vec<(Claim, AttemptReport)>,
     policy: &RetryPolicy,
     delivered_bodies: Option<Duration>,
+    metrics: &Metrics,
 ) -> Result<Recorded, crate::store::StoreError> {
     let held_until = attempts.iter().map(|(c, _)| c.expires_us).min().unwrap_or(0);
     let mut wait = RETRY_FIRST;
@@ -45,8 +47,11 @@ async fn record_while_held(
                 if !matches!(e, crate::store::StoreError::Failed(_))
                     && crate::clock::now_us().saturating_add(micros(wait)) < held_until =>
             {
-                tracing::warn!(error = %e, attempts = attempts.len(), retry_in = ?wait,
-                    "recording attempts failed; trying again while their claims hold");
+                let what = format!(
+                    "recording {} attempts failed; trying again in {wait:?} while their claims hold",
+                    attempts.len()
+                );
+                degraded(metrics, Stage::Delivery, ErrorType::Storage, &what, &e);
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(RETRY_MAX);
             }
@@ -82,7 +87,8 @@ impl Recorder {
                 }
                 let (attempts, replies): (Vec<_>, Vec<_>) =
                     group.into_iter().map(|(c, r, reply)| ((c, r), reply)).unzip();
-                match record_while_held(&store, attempts, &policy, delivered_bodies).await {
+                match record_while_held(&store, attempts, &policy, delivered_bodies, &metrics).await
+                {
                     Ok(recorded) => {
                         BodiesDroppedAtSettlement(recorded.bodies_dropped).emit(&metrics);
                         for (reply, outcome) in replies.into_iter().zip(recorded.writes) {

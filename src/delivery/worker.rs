@@ -149,7 +149,11 @@ impl Worker {
             lock(&self.shaped).remove(&claim.token);
             if let Err(e) = self.store.release(&claim).await {
                 self.state.unknown_claims.store(true, Ordering::SeqCst);
-                tracing::warn!(destination = %self.state.dest.name, error = %e, "cannot release a claim now; the next look gives it back");
+                let what = format!(
+                    "cannot give a claim of {} back now; the next look gives it back",
+                    self.state.dest.name
+                );
+                taxonomy::degraded(&self.metrics, Stage::Delivery, ErrorType::Storage, &what, &e);
             }
         }
     }

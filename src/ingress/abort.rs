@@ -11,6 +11,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use actix_web::dev::Extensions;
 use actix_web::{HttpRequest, HttpResponse};
 
+use crate::metrics::Metrics;
+
 /// The descriptor of the connection a request came in on.
 #[derive(Clone, Copy)]
 struct ConnFd(RawFd);
@@ -44,7 +46,7 @@ fn shut(req: &HttpRequest) -> std::io::Result<()> {
 /// actix's sake is written to nobody. If the socket cannot be shut (and the peer is
 /// not already gone), the request is held until the client gives up, which it also
 /// treats as transient: a status would reach the upstream and disable its hook.
-pub(super) async fn no_answer(req: &HttpRequest) -> HttpResponse {
+pub(super) async fn no_answer(req: &HttpRequest, metrics: &Metrics) -> HttpResponse {
     match shut(req) {
         Ok(()) => HttpResponse::ServiceUnavailable().finish(),
         // Not connected: the peer is gone, nobody reads what is written.
@@ -52,7 +54,14 @@ pub(super) async fn no_answer(req: &HttpRequest) -> HttpResponse {
             HttpResponse::ServiceUnavailable().finish()
         }
         Err(e) => {
-            tracing::warn!(error = %e, "cannot shut a callback's connection; holding it without an answer until the client gives up");
+            crate::internal_events::taxonomy::degraded(
+                metrics,
+                crate::internal_events::taxonomy::Stage::Ingress,
+                crate::internal_events::taxonomy::ErrorType::Unreachable,
+                "cannot shut a callback's connection; holding it without an answer until the \
+                 client gives up",
+                &e,
+            );
             std::future::pending().await
         }
     }
@@ -64,8 +73,11 @@ mod tests {
     #[actix_web::test]
     async fn a_connection_that_cannot_be_shut_gets_no_answer() {
         let req = actix_web::test::TestRequest::default().to_http_request();
+        let m = crate::metrics::Metrics::new().unwrap();
         let answer =
-            tokio::time::timeout(std::time::Duration::from_millis(200), super::no_answer(&req));
+            tokio::time::timeout(std::time::Duration::from_millis(200), super::no_answer(&req, &m));
         assert!(answer.await.is_err(), "an answer went out");
+        let counted = m.relay.errors.with_label_values(&["ingress", "unreachable"]).get();
+        assert_eq!(counted, 1, "the connection that could not be shut is counted");
     }
 }

@@ -82,7 +82,7 @@ pub(super) async fn callback(
         // Refused before the store sees a full disk: the upstream retries a closed
         // connection (the crossing of the floor is logged once, not per callback).
         CallbackClosed { source, why: Closed::NoSpace, took: started.elapsed() }.emit(m);
-        return abort::no_answer(&req).await;
+        return abort::no_answer(&req, m).await;
     }
 
     // Everything from here on is about one event of a known source: one span, so its
@@ -122,13 +122,13 @@ async fn store(
             // disable the hook: close, and the upstream retries.
             let why = Closed::BodyTimeout(state.body_timeout);
             CallbackClosed { source, why, took: started.elapsed() }.emit(m);
-            return abort::no_answer(&req).await;
+            return abort::no_answer(&req, m).await;
         }
         Ok(Err(e)) => {
             // Usually the client went away mid-body; if it is still there (say, a
             // malformed chunked body), a 4xx would disable its hook: close instead.
             CallbackClosed { source, why: Closed::Incomplete(&e), took: started.elapsed() }.emit(m);
-            return abort::no_answer(&req).await;
+            return abort::no_answer(&req, m).await;
         }
     };
 
@@ -140,7 +140,7 @@ async fn store(
     };
     if !state.space.admit(writes).await {
         CallbackClosed { source, why: Closed::NoSpace, took: started.elapsed() }.emit(m);
-        return abort::no_answer(&req).await;
+        return abort::no_answer(&req, m).await;
     }
     let event =
         new_event(&req, source, path_event.as_deref(), received_at, body, state.max_body_bytes);
@@ -167,7 +167,7 @@ async fn store(
         Err(e) => {
             let took = started.elapsed();
             CallbackNotStored { source, event: &event_name, error: &e, took }.emit(m);
-            abort::no_answer(&req).await
+            abort::no_answer(&req, m).await
         }
     }
 }

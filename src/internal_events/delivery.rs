@@ -173,6 +173,57 @@ impl InternalEvent for DestinationGone<'_> {
     }
 }
 
+/// Deliveries are owed to a destination no longer in the config: noted once, when
+/// retention first finds it; they go dead after `grace` unless it comes back.
+pub(crate) struct RemovedDestinationFound<'a> {
+    pub(crate) destination: &'a str,
+    pub(crate) pending: u64,
+    pub(crate) retrying: u64,
+    pub(crate) held: u64,
+    pub(crate) grace: std::time::Duration,
+}
+
+impl InternalEvent for RemovedDestinationFound<'_> {
+    const FAMILIES: &'static [&'static str] = &[];
+    fn emit(self, _: &Metrics) {
+        let Self { destination, pending, retrying, held, grace } = self;
+        tracing::warn!(
+            destination,
+            pending,
+            retrying,
+            held,
+            ?grace,
+            "a destination with deliveries to make is no longer in the config: they go dead \
+             after retention.removed_destinations unless it comes back"
+        );
+    }
+}
+
+/// Deliveries to a destination removed for longer than its grace were made dead
+/// letters: counted as dead deliveries of it.
+pub(crate) struct RemovedDestinationRetired<'a> {
+    pub(crate) destination: &'a str,
+    pub(crate) dead: usize,
+}
+
+impl InternalEvent for RemovedDestinationRetired<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_deliveries_total"];
+    fn emit(self, m: &Metrics) {
+        let Self { destination, dead } = self;
+        if dead == 0 {
+            return;
+        }
+        let labels = [destination, "dead"];
+        m.delivery.deliveries.with_label_values(&labels).inc_by(dead as u64);
+        tracing::warn!(
+            destination,
+            dead,
+            "deliveries to a removed destination are now dead \
+            letters: replay them once it is back in the config, or delete them"
+        );
+    }
+}
+
 /// An operator paused or resumed a destination through the admin API or the console.
 pub(crate) struct DestinationPauseSet<'a> {
     pub(crate) destination: &'a str,

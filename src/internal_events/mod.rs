@@ -21,22 +21,23 @@ mod upstream;
 pub(crate) use console::{AdminTokenRefused, ConsoleSignIn, SignIn};
 pub(crate) use delivery::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationPauseSet,
-    DestinationRecovered, DestinationStalled, TransformFailed,
+    DestinationRecovered, DestinationStalled, RemovedDestinationFound, RemovedDestinationRetired,
+    TransformFailed,
 };
 pub(crate) use dispatch::{DedupKeysCounted, DispatchLead, EventDispatched};
 pub(crate) use ingress::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed,
 };
 pub(crate) use shape::{ShapeRunStopped, StopCause};
-pub(crate) use store::{AuditChecked, ClockChecked, PostgresTls, StoreFailed, StoreProbed};
+pub(crate) use store::{AuditChecked, ClockChecked, PostgresTls, StoreProbed};
 pub(crate) use tasks::{
     BodiesDroppedAtSettlement, BodiesPruned, EventsPruned, FleetCounted, RelayReady, ShuttingDown,
     StorageCrossed, TaskDied,
 };
 pub(crate) use telemetry::{SpanDropped, SpanExportFailed, SpansExported};
 pub(crate) use upstream::{
-    AccountReconciled, HookTransition, ReconcilerStoreFailed, StoredGapUnreadable, TokenRefreshed,
-    UpstreamRequest,
+    AccountReconciled, HookRecreated, HookTransition, ReconcilerStoreFailed, StoredGapUnreadable,
+    TokenRefreshed, UpstreamRequest,
 };
 
 use crate::metrics::Metrics;

@@ -47,15 +47,20 @@ impl InternalEvent for EventStored<'_> {
 
 /// The store failed for good (an engine error): the relay is not ready, and exits to
 /// be restarted. The reason is logged where the failure is handled.
-pub(crate) struct StoreFailed;
+pub(crate) struct StoreFailed<'a> {
+    pub(crate) reason: &'a str,
+}
 
-impl InternalEvent for StoreFailed {
+impl InternalEvent for StoreFailed<'_> {
     const FAMILIES: &'static [&'static str] =
         &["hookrelay_ready", "hookrelay_store_failed", ERRORS];
     fn emit(self, m: &Metrics) {
         m.relay.ready.set(0);
         taxonomy::count(m, Stage::Store, ErrorType::Storage);
         m.store.store_failed.set(1);
+        tracing::error!(reason = %self.reason,
+            "the store failed: it takes no more writes; the relay stops so that it is \
+             restarted on a freshly opened store");
     }
 }
 
@@ -188,7 +193,15 @@ impl crate::store::StoreObserver for Metrics {
     fn stored(&self, meta: &EventMeta) {
         EventStored(meta).emit(self);
     }
-    fn failed(&self, _reason: &str) {
-        StoreFailed.emit(self);
+    fn failed(&self, reason: &str) {
+        StoreFailed { reason }.emit(self);
+    }
+    fn trouble(&self, kind: crate::store::Trouble, what: &str, error: &dyn std::fmt::Display) {
+        let error_type = match kind {
+            crate::store::Trouble::Unreachable => ErrorType::Unreachable,
+            crate::store::Trouble::Storage => ErrorType::Storage,
+            crate::store::Trouble::Corrupt => ErrorType::Corrupt,
+        };
+        taxonomy::degraded(self, Stage::Store, error_type, what, error);
     }
 }

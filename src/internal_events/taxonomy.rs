@@ -2,15 +2,25 @@
 //! metrics (as vector's `component_errors_total{error_type, stage}`): *where* in the
 //! data flow ([`Stage`]) and *what kind* of failure ([`ErrorType`]), so an operator
 //! can read every error of the relay from one family, `hookrelay_errors_total`, and
-//! the alerts can be written against it. An internal event that logs at ERROR level
-//! counts here (`tests.rs` holds every event to that), and the error lines of the
-//! background loops are such events ([`StepFailed`]); the store, below the internal
-//! events, reports its failures through its observer, which counts them
-//! (`CommitGroup`, `StoreFailed`). What stays a plain error line: the admin API's
-//! failed store read (answered 500 with its reason), a metrics encoding failure, and
-//! the command line's last word. A WARN may count, when it is the relay's own failure
-//! rather than a caller's (a wrong token, a body too large are the caller's, and have
-//! their own families).
+//! the alerts can be written against it.
+//!
+//! - An internal event that logs at ERROR level counts here (`tests.rs` holds every
+//!   event to that); a background loop's failed step is such an event
+//!   ([`StepFailed`]).
+//! - A failure the relay works around at once (a view shown without a part, a
+//!   database waited for, a claim given back later) is a [`StepFailed`] `worked_around`:
+//!   counted, logged at WARN.
+//! - The store and the operational-event queue sit below the internal events: they
+//!   report through what their owner gave them (`StoreObserver::failed` and
+//!   `trouble`, `operational::Lost`), and the daemon's side counts it here.
+//!
+//! What stays a plain log line: the admin API's failed store read (answered 500 with
+//! its reason), a metrics encoding failure, the command line's last word, one-time
+//! notices at start (an interrupted engine switch finished, an unfinished sled
+//! snapshot removed, running on sled, no admin token), a lead handed to another
+//! relay, a shaping process's own stderr, redb's periodic flush failing (the next
+//! write fails and counts), and the simulator's. A caller's mistakes (a wrong
+//! token, a body too large) are not the relay's errors, and have their own families.
 
 use crate::metrics::Metrics;
 
@@ -156,25 +166,29 @@ pub(crate) fn init(m: &Metrics) {
 
 /// A step of a background loop or a request failed, and the relay goes on (the loop
 /// tries again, the request is answered with the error): its log line and its count.
+/// One the relay works around at once (a view shown without a part, a claim given
+/// back by the next look, a database waited for) is `worked_around`: it counts the
+/// same, and logs at WARN, since nobody needs to act on one.
 pub(crate) struct StepFailed<'a> {
     pub(crate) stage: Stage,
     pub(crate) error_type: ErrorType,
     /// What failed and what happens next, in words ("dispatch failed; retrying in 1 s").
     pub(crate) what: &'a str,
     pub(crate) error: &'a dyn std::fmt::Display,
+    pub(crate) worked_around: bool,
 }
 
 impl super::InternalEvent for StepFailed<'_> {
     const FAMILIES: &'static [&'static str] = &[ERRORS];
     fn emit(self, m: &Metrics) {
-        count(m, self.stage, self.error_type);
-        tracing::error!(
-            stage = self.stage.label(),
-            error_type = self.error_type.label(),
-            error = %self.error,
-            "{}",
-            self.what
-        );
+        let Self { stage, error_type, what, error, worked_around } = self;
+        count(m, stage, error_type);
+        let (stage, error_type) = (stage.label(), error_type.label());
+        if worked_around {
+            tracing::warn!(stage, error_type, %error, "{what}");
+        } else {
+            tracing::error!(stage, error_type, %error, "{what}");
+        }
     }
 }
 
@@ -186,5 +200,19 @@ pub(crate) fn failed(
     what: &str,
     error: &dyn std::fmt::Display,
 ) {
-    super::InternalEvent::emit(StepFailed { stage, error_type, what, error }, m);
+    let step = StepFailed { stage, error_type, what, error, worked_around: false };
+    super::InternalEvent::emit(step, m);
+}
+
+/// Emits a [`StepFailed`] the relay worked around: `what` failed at `stage` with
+/// `error`, logged as a warning.
+pub(crate) fn degraded(
+    m: &Metrics,
+    stage: Stage,
+    error_type: ErrorType,
+    what: &str,
+    error: &dyn std::fmt::Display,
+) {
+    let step = StepFailed { stage, error_type, what, error, worked_around: true };
+    super::InternalEvent::emit(step, m);
 }

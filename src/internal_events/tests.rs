@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::store::{CommitGroup, EventStored};
+use super::store::{CommitGroup, EventStored, StoreFailed};
 use super::*;
 use crate::account::AccountId;
 use crate::metrics::Metrics;
@@ -250,13 +250,24 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     check(vec![stalled(true), stalled(false)], s);
     check(vec![DestinationRecovered { destination: "crm" }], s);
     check(vec![DestinationGone { destination: "crm" }], s);
+    check(
+        vec![RemovedDestinationFound {
+            destination: "old",
+            pending: 1,
+            retrying: 2,
+            held: 0,
+            grace: Duration::from_secs(60),
+        }],
+        s,
+    );
+    check(vec![RemovedDestinationRetired { destination: "old", dead: 3 }], s);
 
     check(
         vec![CommitGroup { size: 3, took, ok: true }, CommitGroup { size: 1, took, ok: false }],
         s,
     );
     check(vec![EventStored(&m)], s);
-    check(vec![StoreFailed], s);
+    check(vec![StoreFailed { reason: "the disk is full" }], s);
     check(
         vec![
             StoreProbed::Reachable,
@@ -296,9 +307,21 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
     let account = AccountId { source: "demo".into(), account: "alice".into() };
     let a = &account;
     check(vec![UpstreamRequest { account: a, method: "GET", outcome: "ok" }], s);
-    check(vec![TokenRefreshed { account: a, outcome: "success" }], s);
+    check(vec![TokenRefreshed { account: a, failed: None }], s);
+    check(vec![TokenRefreshed { account: a, failed: Some(err) }], s);
     check(
         vec![HookTransition { account: a, event: "ActionCreated", from: "none", to: "Active" }],
+        s,
+    );
+    let old = ["h1".to_owned()];
+    check(
+        vec![HookRecreated {
+            account: a,
+            event: "ActionCreated",
+            old: &old,
+            new: "h2",
+            window_start: None,
+        }],
         s,
     );
     let errors = ["listing failed".to_owned()];
@@ -318,14 +341,26 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
                 error_type: taxonomy::ErrorType::Storage,
                 what: "dispatch failed; retrying in 1 s",
                 error: err,
+                worked_around: false,
             },
             taxonomy::StepFailed {
                 stage: taxonomy::Stage::Retention,
                 error_type: taxonomy::ErrorType::Storage,
                 what: "pruning failed; trying again next pass",
                 error: err,
+                worked_around: false,
             },
         ],
+        s,
+    );
+    check(
+        vec![taxonomy::StepFailed {
+            stage: taxonomy::Stage::Admin,
+            error_type: taxonomy::ErrorType::Storage,
+            what: "cannot read the store size for /metrics; the last one is shown",
+            error: err,
+            worked_around: true,
+        }],
         s,
     );
 

@@ -25,18 +25,28 @@ impl InternalEvent for UpstreamRequest<'_> {
     }
 }
 
-/// An OAuth2 token refresh, with its outcome label (the refresh logs its own
-/// failures, with what to do).
+/// A new upstream token was sought after a 401 or an expiry (an OAuth2 refresh, or
+/// the token file read again): got, or `failed` with why. A failure logs at WARN: the
+/// account's requests fail until a token works, and its reconcile says so.
 pub(crate) struct TokenRefreshed<'a> {
     pub(crate) account: &'a AccountId,
-    pub(crate) outcome: &'a str,
+    pub(crate) failed: Option<&'a dyn std::fmt::Display>,
 }
 
 impl InternalEvent for TokenRefreshed<'_> {
     const FAMILIES: &'static [&'static str] = &["hookrelay_upstream_token_refreshes_total"];
     fn emit(self, m: &Metrics) {
-        let labels = [self.account.source.as_str(), self.account.account.as_str(), self.outcome];
+        let a = self.account;
+        let outcome = if self.failed.is_some() { "failure" } else { "success" };
+        let labels = [a.source.as_str(), a.account.as_str(), outcome];
         m.upstream.token_refreshes.with_label_values(&labels).inc();
+        match self.failed {
+            None => tracing::info!(source = %a.source, account = %a.account,
+                "upstream access token refreshed"),
+            Some(error) => tracing::warn!(source = %a.source, account = %a.account, %error,
+                "upstream token refresh failed; the account's requests fail until a token works \
+                 (put a fresh token in the config or its file)"),
+        }
     }
 }
 
@@ -55,6 +65,28 @@ impl InternalEvent for HookTransition<'_> {
         let event = event_names::metric_label(self.event);
         let labels = [a.source.as_str(), a.account.as_str(), event, self.from, self.to];
         m.upstream.transitions.with_label_values(&labels).inc();
+    }
+}
+
+/// A Disabled hook was deleted and created again: a move from Disabled to Active,
+/// and a window of callbacks the upstream may not have sent (its HookGap follows).
+pub(crate) struct HookRecreated<'a> {
+    pub(crate) account: &'a AccountId,
+    pub(crate) event: &'a str,
+    pub(crate) old: &'a [String],
+    pub(crate) new: &'a str,
+    /// When the gap began, if the hooks said.
+    pub(crate) window_start: Option<&'a str>,
+}
+
+impl InternalEvent for HookRecreated<'_> {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_upstream_hook_transitions_total"];
+    fn emit(self, m: &Metrics) {
+        let Self { account, event, old, new, window_start } = self;
+        HookTransition { account, event, from: "Disabled", to: "Active" }.emit(m);
+        tracing::warn!(source = %account.source, account = %account.account, event, ?old, new,
+            window_start = window_start.unwrap_or("unknown"),
+            "disabled hook re-created; raising HookGap");
     }
 }
 

@@ -118,10 +118,13 @@ impl Space {
         match tokio::task::spawn_blocking(move || s.check()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot measure free space of the data directory");
+                unmeasured(&self.metrics, &e);
                 return false;
             }
-            Err(_) => return false,
+            Err(e) => {
+                unmeasured(&self.metrics, &e);
+                return false;
+            }
         }
         !self.below_floor() && crate::lock::lock(&self.budget).take(bytes)
     }
@@ -214,6 +217,19 @@ impl Space {
     }
 }
 
+/// The free space could not be measured: writes that needed a measure wait (the
+/// floor is kept as if reached), and the relay says why.
+fn unmeasured(metrics: &Metrics, error: &dyn std::fmt::Display) {
+    crate::internal_events::taxonomy::degraded(
+        metrics,
+        crate::internal_events::taxonomy::Stage::Store,
+        crate::internal_events::taxonomy::ErrorType::Storage,
+        "cannot measure free space of the data directory; writes that need room wait for \
+         the next measure",
+        error,
+    );
+}
+
 /// Measures every second (every 100 ms near the floor) until `stop`, on the blocking
 /// pool: `statvfs` can block on a sick filesystem.
 pub(crate) async fn watch(space: Arc<Space>, metrics: Arc<Metrics>, mut stop: Stop) {
@@ -221,10 +237,8 @@ pub(crate) async fn watch(space: Arc<Space>, metrics: Arc<Metrics>, mut stop: St
         let s = space.clone();
         match tokio::task::spawn_blocking(move || s.check()).await {
             Ok(Ok(())) => space.report(&metrics),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot measure free space of the data directory")
-            }
-            Err(e) => tracing::warn!(error = %e, "free-space check failed"),
+            Ok(Err(e)) => unmeasured(&metrics, &e),
+            Err(e) => unmeasured(&metrics, &e),
         }
         tokio::select! {
             _ = tokio::time::sleep(space.next_look()) => {}

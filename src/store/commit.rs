@@ -97,7 +97,10 @@ impl Committer {
                 if let Some(thread) = thread {
                     let joined = tokio::task::spawn_blocking(move || thread.join()).await;
                     if !matches!(joined, Ok(Ok(()))) {
-                        tracing::error!("the committer thread panicked");
+                        let what = "the committer thread panicked; what it had not committed \
+                                    was not acknowledged either";
+                        let why = "it ended on a panic (see the log above)";
+                        self.health.trouble(crate::store::Trouble::Storage, what, &why);
                     }
                 }
                 Ok(())
@@ -195,6 +198,7 @@ mod tests {
             self.stored.fetch_add(1, Ordering::SeqCst);
         }
         fn failed(&self, _reason: &str) {}
+        fn trouble(&self, _: crate::store::Trouble, _: &str, _: &dyn std::fmt::Display) {}
     }
 
     fn healthy() -> Arc<Health> {

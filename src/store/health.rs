@@ -164,13 +164,17 @@ impl Health {
             reason
         });
         if first {
-            tracing::error!(backend = self.backend, reason = %reason,
-                "the store failed: it takes no more writes; the relay stops so that it is restarted on a freshly opened store");
-            // The observer first (readiness goes false), then the waiters are freed:
+            // The observer logs and counts it; first (readiness goes false) (readiness goes false), then the waiters are freed:
             // by the time a callback's connection is closed, the relay is unready.
             self.observer.failed(reason);
             self.failed_tx.send_replace(true);
         }
+    }
+
+    /// Reports trouble the store worked around to its observer (see
+    /// [`StoreObserver::trouble`]).
+    pub(crate) fn trouble(&self, kind: super::Trouble, what: &str, error: &dyn std::fmt::Display) {
+        self.observer.trouble(kind, what, error);
     }
 
     /// Why the store failed, if it has.
@@ -251,6 +255,7 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
             *lock(&self.1) = reason.to_owned();
         }
+        fn trouble(&self, _: crate::store::Trouble, _: &str, _: &dyn std::fmt::Display) {}
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod model;
 mod observer;
 pub(crate) mod postgres;
 mod settle;
+mod tasks;
 mod ticker;
 
 use std::sync::Arc;
@@ -54,8 +55,9 @@ pub(crate) use model::{
 };
 #[cfg(test)]
 pub(crate) use observer::NoObserver;
-pub(crate) use observer::StoreObserver;
+pub(crate) use observer::{StoreObserver, Trouble};
 pub(crate) use settle::settle;
+pub(crate) use tasks::Tasks;
 pub(crate) use ticker::Ticker;
 
 use crate::config::{Durability, StorageBackend, StorageConfig};

@@ -14,6 +14,22 @@ pub(crate) trait StoreObserver: Send + Sync + 'static {
     /// The store stopped taking writes (see [`super::Health`]); called once, from
     /// whichever thread saw it first. The store never recovers in this process.
     fn failed(&self, reason: &str);
+    /// Something went wrong that the store works around (a connection it reopens, an
+    /// unreadable entry it drops, a count it tries again): `what` says what and what
+    /// follows, in words.
+    fn trouble(&self, kind: Trouble, what: &str, error: &dyn std::fmt::Display);
+}
+
+/// What kind of trouble the store worked around: the daemon maps it onto the relay's
+/// error taxonomy (the store sits below it, and knows nothing of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trouble {
+    /// The database did not answer.
+    Unreachable,
+    /// A read or write of the store failed.
+    Storage,
+    /// Something stored cannot be read back.
+    Corrupt,
 }
 
 /// An observer that reports nowhere (tests).
@@ -25,4 +41,5 @@ impl StoreObserver for NoObserver {
     fn group(&self, _: usize, _: Duration, _: bool) {}
     fn stored(&self, _: &EventMeta) {}
     fn failed(&self, _: &str) {}
+    fn trouble(&self, _: Trouble, _: &str, _: &dyn std::fmt::Display) {}
 }

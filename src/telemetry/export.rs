@@ -88,10 +88,16 @@ pub(crate) struct Export {
 impl Export {
     /// Exports what is queued and ends the task, waiting at most `within`. Called once
     /// nothing records spans any more (the delivery workers have stopped).
-    pub(crate) async fn finish(self, within: Duration) {
+    pub(crate) async fn finish(self, within: Duration, metrics: &Metrics) {
         let _ = self.close.send(());
         if tokio::time::timeout(within, self.task).await.is_err() {
-            tracing::warn!("the last traces were not exported before shutdown");
+            crate::internal_events::taxonomy::degraded(
+                metrics,
+                crate::internal_events::taxonomy::Stage::Telemetry,
+                crate::internal_events::taxonomy::ErrorType::Unreachable,
+                "the last traces were not exported before shutdown; their spans are dropped",
+                &format_args!("the receiver took longer than {within:?}"),
+            );
         }
     }
 }

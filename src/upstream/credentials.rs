@@ -130,17 +130,13 @@ impl Credentials {
         match &self.kind {
             Kind::Static(_) => Err(AuthError::StaticRefused),
             Kind::File { path, cached } => {
-                let fresh = read_file(path, cached, true);
-                let outcome = match &fresh {
-                    Ok(token) if token != rejected => "success",
-                    _ => "failure",
-                };
-                self.count_refresh(outcome);
-                match fresh {
+                let fresh = match read_file(path, cached, true) {
                     Ok(token) if token != *rejected => Ok(()),
                     Ok(_) => Err(AuthError::FileRefused(path.clone())),
                     Err(e) => Err(e),
-                }
+                };
+                self.refreshed(fresh.as_ref().err());
+                fresh
             }
             Kind::OAuth { state, .. } => {
                 let mut state = state.lock().await;
@@ -153,8 +149,10 @@ impl Credentials {
         }
     }
 
-    fn count_refresh(&self, outcome: &str) {
-        TokenRefreshed { account: &self.id, outcome }.emit(&self.metrics);
+    /// One refresh's outcome: counted, and logged if it failed.
+    fn refreshed(&self, failed: Option<&AuthError>) {
+        let failed = failed.map(|e| e as &dyn std::fmt::Display);
+        TokenRefreshed { account: &self.id, failed }.emit(&self.metrics);
     }
 
     /// The refresh-token grant: tries the refresh token persisted by the last refresh,
@@ -182,13 +180,12 @@ impl Credentials {
                         api_endpoint: answer.api_endpoint.clone(),
                     };
                     if let Err(e) = self.save_persisted(&next).await {
-                        self.count_refresh("failure");
-                        return Err(AuthError::Refresh(format!(
-                            "cannot store the new refresh token: {e}"
-                        )));
+                        let e =
+                            AuthError::Refresh(format!("cannot store the new refresh token: {e}"));
+                        self.refreshed(Some(&e));
+                        return Err(e);
                     }
-                    self.count_refresh("success");
-                    tracing::info!(source = %self.id.source, account = %self.id.account, "upstream access token refreshed");
+                    self.refreshed(None);
                     let access = Secret::from(answer.access_token);
                     state.access = Some(access.clone());
                     state.api_endpoint = answer.api_endpoint;
@@ -197,8 +194,7 @@ impl Credentials {
                 Err(e) => last_error = e,
             }
         }
-        self.count_refresh("failure");
-        tracing::warn!(source = %self.id.source, account = %self.id.account, error = %last_error, "upstream token refresh failed");
+        self.refreshed(Some(&last_error));
         Err(last_error)
     }
 

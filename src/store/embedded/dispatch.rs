@@ -142,7 +142,13 @@ impl EmbeddedState {
                 let gone = match keys::decode_dedup(&value) {
                     Some(entry) => entry.until_us <= now_us,
                     None => {
-                        tracing::warn!(tree = DEDUP, key = %hex(&key), "unreadable dedup entry removed");
+                        let what = format!(
+                            "unreadable entry {} of the {DEDUP} tree removed (a callback of its \
+                             key may be dispatched twice)",
+                            hex(&key)
+                        );
+                        let why = "its value does not decode";
+                        self.health.trouble(crate::store::Trouble::Corrupt, &what, &why);
                         true
                     }
                 };

@@ -191,26 +191,27 @@ fn timed_out(what: &str) -> StoreError {
     }
 }
 
-/// Renews `inner`'s leases every [`RENEW`] for as long as the store lives.
-pub(super) fn start_renewing(inner: Weak<PgState>) {
-    tokio::spawn(async move {
-        let mut failing = false;
-        loop {
-            tokio::time::sleep(RENEW).await;
-            let Some(inner) = inner.upgrade() else { return };
-            match inner.renew().await {
-                Ok(()) if failing => {
-                    failing = false;
-                    tracing::info!("lease renewals work again");
-                }
-                Ok(()) => {}
-                Err(e) if !failing => {
-                    failing = true;
-                    tracing::warn!(error = %e, "cannot renew this relay's leases; the tasks it leads go to another relay once they run out");
-                }
-                Err(_) => {}
+/// Renews `inner`'s leases every [`RENEW`] until the store's close stops it (or the
+/// store is gone); run on the store's own [`crate::store::Tasks`].
+pub(super) async fn renewing(inner: Weak<PgState>) {
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(RENEW).await;
+        let Some(inner) = inner.upgrade() else { return };
+        match inner.renew().await {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("lease renewals work again");
             }
-            drop::<Arc<PgState>>(inner);
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                let what = "cannot renew this relay's leases; the tasks it leads go to \
+                            another relay once they run out";
+                inner.health.trouble(crate::store::Trouble::Unreachable, what, &e);
+            }
+            Err(_) => {}
         }
-    });
+        drop::<Arc<PgState>>(inner);
+    }
 }

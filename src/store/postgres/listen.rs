@@ -39,12 +39,13 @@ impl PgState {
             let (sender, _) = broadcast::channel(BUFFER);
             let mut config = self.config.clone();
             config.application_name(APPLICATION_NAME);
-            tokio::spawn(listen(
+            self.tasks.spawn(listen(
                 config,
                 self.tls.clone(),
                 self.channel.clone(),
                 self.instance.clone(),
                 sender.clone(),
+                self.health.clone(),
             ));
             sender
         });
@@ -123,17 +124,18 @@ async fn listen(
     channel: String,
     instance: String,
     sender: broadcast::Sender<Wake>,
+    health: std::sync::Arc<crate::store::Health>,
 ) {
     let mut delay = RETRY_FIRST;
     loop {
         match listen_once(&config, &tls, &channel, &instance, &sender).await {
             Ok(()) => return,
             Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    retry_in_ms = delay.as_millis() as u64,
-                    "the PostgreSQL notification connection failed; workers poll until it is back"
+                let what = format!(
+                    "the PostgreSQL notification connection failed; workers poll until it is \
+                     back (next try in {delay:?})"
                 );
+                health.trouble(crate::store::Trouble::Unreachable, &what, &e);
             }
         }
         if sender.receiver_count() == 0 {
@@ -293,5 +295,31 @@ mod tests {
         // A replay to a destination without a delivery yet makes a new one due.
         assert_eq!(a.replay(id, vec!["erp".into()], 3_000).await.unwrap(), 1);
         assert_eq!(next_due(&mut rx).await, "erp");
+
+        // Closed, a relay leaves no task behind: its listener's connection ends with
+        // the close (though its subscriber still lives), and its renewal stops.
+        crate::store::Upkeep::close(&b).await.unwrap();
+        assert_eq!(b.inner.tasks.running(), 0, "a task of the closed store runs on");
+        let listeners = || async {
+            let count: i64 = a
+                .client()
+                .await
+                .unwrap()
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE application_name = $1 AND datname = current_database()",
+                    &[&APPLICATION_NAME],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            count
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while listeners().await != 1 {
+            assert!(tokio::time::Instant::now() < deadline, "the closed relay still listens");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(rx);
     }
 }

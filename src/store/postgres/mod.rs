@@ -142,6 +142,9 @@ pub(super) struct PgState {
     pub(super) live_for: Duration,
     /// The write watchdog's thread, stopped at close (and with the last handle).
     pub(super) watchdog: crate::store::Ticker,
+    /// The lease renewal and the notification listener, stopped at close (and with
+    /// the last handle).
+    pub(super) tasks: crate::store::Tasks,
     /// The fleet's wake-ups, once something subscribed (`listen.rs`).
     wakeups: std::sync::OnceLock<tokio::sync::broadcast::Sender<super::Wake>>,
     /// The schema's notification channel (`listen.rs`).
@@ -220,12 +223,13 @@ impl PostgresStore {
             write_timeout: opts.write_timeout,
             live_for: opts.live_for,
             watchdog,
+            tasks: crate::store::Tasks::default(),
             wakeups: std::sync::OnceLock::new(),
             channel: listen::channel_of(&opts.schema),
             instance: format!("{:016x}", fastrand::u64(..)),
             fleet_size: std::sync::atomic::AtomicUsize::new(0),
         });
-        lead::start_renewing(Arc::downgrade(&inner));
+        inner.tasks.spawn(lead::renewing(Arc::downgrade(&inner)));
         let writer = inner.clone();
         let runtime = tokio::runtime::Handle::current();
         let (committer, thread) = Committer::start(

@@ -28,6 +28,8 @@ impl Upkeep for PostgresStore {
 
     async fn close(&self) -> Result<(), StoreError> {
         self.committer.close_and_join(&self.committer_thread).await?;
+        // No renewal after the hand-over, no listener connection left open.
+        self.inner.tasks.stop().await;
         // Best effort: unreleased leases run out by themselves.
         if let Err(e) = self.inner.give_up_leases().await {
             tracing::debug!(error = %e, "could not hand this relay's leases over");

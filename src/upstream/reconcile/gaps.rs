@@ -26,9 +26,14 @@ impl Reconciler {
         account.client.delete(&ids).await?;
         progress.ours.retain(|h| !ids.contains(&h.id));
         let new = account.client.create(event, &account.target(event)).await?;
-        self.gauges.transition(account.id(), event, "Disabled", "Active");
-        tracing::warn!(source = %account.id().source, account = %account.id().account, event, old = ?ids, new = %new.id,
-            window_start = gap.window_start.as_deref().unwrap_or("unknown"), "disabled hook re-created; raising HookGap");
+        HookRecreated {
+            account: account.id(),
+            event,
+            old: &ids,
+            new: &new.id,
+            window_start: gap.window_start.as_deref(),
+        }
+        .emit(&self.gauges.metrics);
         self.gauges.track_created(account.id(), event, &new.id);
         self.report_gap(account, event, gap.close(&new.id, crate::clock::now())).await?;
         progress.changes.push(Change {

@@ -18,7 +18,7 @@ use super::status::{AccountStatus, Change, GapView, HookView};
 use super::{AccountId, UpstreamError};
 use crate::config::{Secret, MASK};
 use crate::internal_events::{
-    AccountReconciled, InternalEvent, ReconcilerStoreFailed, StoredGapUnreadable,
+    AccountReconciled, HookRecreated, InternalEvent, ReconcilerStoreFailed, StoredGapUnreadable,
 };
 use crate::lock::lock;
 use crate::metrics::Metrics;
@@ -166,9 +166,12 @@ impl Reconciler {
         match self.store.received_counts(&id.source).await {
             Ok(Some(counts)) => self.gauges.set_fleet_received(&id.source, counts),
             Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(source = %id.source, error = %e, "cannot read the fleet's callback counts; comparing with the last ones read");
+            Err(e) => ReconcilerStoreFailed {
+                what: "cannot read the fleet's callback counts; comparing with the last ones read",
+                account: Some(id),
+                error: &e,
             }
+            .emit(&self.gauges.metrics),
         }
         let mut progress = Progress::default();
         let listed = self.reconcile_inner(account, &mut progress).await;
@@ -211,10 +214,21 @@ impl Reconciler {
             Ok(bytes) => {
                 let key = status_key(&id.source, &id.account);
                 if let Err(e) = self.store.upstream_put(&key, Some(bytes)).await {
-                    tracing::warn!(source = %id.source, account = %id.account, error = %e, "cannot store the account's status; other relays show an older one");
+                    ReconcilerStoreFailed {
+                        what: "cannot store the account's status; other relays show an older one",
+                        account: Some(id),
+                        error: &e,
+                    }
+                    .emit(&self.gauges.metrics);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot encode the account's status"),
+            Err(e) => crate::internal_events::taxonomy::failed(
+                &self.gauges.metrics,
+                crate::internal_events::taxonomy::Stage::Upstream,
+                crate::internal_events::taxonomy::ErrorType::Invalid,
+                "cannot encode the account's status; other relays show an older one",
+                &e,
+            ),
         }
         lock(&self.status).insert(id.clone(), status);
     }
@@ -283,8 +297,13 @@ impl Reconciler {
         ));
         for (event, n) in calls {
             if let Err(e) = self.store.add_triggered(hour, &account.id().source, &event, n).await {
-                tracing::warn!(source = %account.id().source, %event, error = %e,
-                    "cannot add the upstream's calls to the audit ledger; its `triggered` will be short");
+                ReconcilerStoreFailed {
+                    what: "cannot add the upstream's calls to the audit ledger; its `triggered` \
+                           will be short",
+                    account: Some(account.id()),
+                    error: &e,
+                }
+                .emit(&self.gauges.metrics);
             }
         }
         Ok(())

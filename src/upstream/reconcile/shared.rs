@@ -3,6 +3,7 @@
 //! every relay's `GET /admin/hooks` shows the reconciling relay's.
 
 use super::*;
+use crate::internal_events::taxonomy::{degraded, ErrorType, Stage};
 
 /// The `upstream` key of an account's last status.
 pub(super) fn status_key(source: &str, account: &str) -> String {
@@ -50,14 +51,24 @@ impl Reconciler {
                         status = stored
                     }
                     Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(key, error = %e, "unreadable stored account status ignored")
-                    }
+                    Err(e) => degraded(
+                        &self.gauges.metrics,
+                        Stage::Upstream,
+                        ErrorType::Corrupt,
+                        &format!(
+                            "the stored account status {key} is unreadable; showing this relay's"
+                        ),
+                        &e,
+                    ),
                 },
                 Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(key, error = %e, "cannot read the stored account status; showing this relay's")
-                }
+                Err(e) => degraded(
+                    &self.gauges.metrics,
+                    Stage::Upstream,
+                    ErrorType::Storage,
+                    &format!("cannot read the stored account status {key}; showing this relay's"),
+                    &e,
+                ),
             }
             status.last_gaps = self.last_gaps(&status.source, &status.account).await;
             if let Some(at) = status.reconciled_at_us {
@@ -79,13 +90,21 @@ impl Reconciler {
                 .filter_map(|(key, value)| match serde_json::from_slice(&value) {
                     Ok(view) => Some(view),
                     Err(e) => {
-                        tracing::warn!(key, error = %e, "unreadable last hook gap ignored");
+                        StoredGapUnreadable { key: &key, error: &e }.emit(&self.gauges.metrics);
                         None
                     }
                 })
                 .collect(),
             Err(e) => {
-                tracing::warn!(source, account, error = %e, "cannot read the last hook gaps; shown without them");
+                degraded(
+                    &self.gauges.metrics,
+                    Stage::Upstream,
+                    ErrorType::Storage,
+                    &format!(
+                        "cannot read the last hook gaps of {source}/{account}; shown without them"
+                    ),
+                    &e,
+                );
                 Vec::new()
             }
         }

@@ -214,7 +214,9 @@ fn count(state: &Weak<EmbeddedState>, pace: Pace, mut read: Read) {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the inbox or the queue indexes to count them; trying again in 1 s");
+                let what = "cannot read the inbox or the queue indexes to count them; trying \
+                            again in 1 s";
+                s.health.trouble(crate::store::Trouble::Storage, what, &e);
                 drop(s);
                 std::thread::sleep(Duration::from_secs(1));
             }
