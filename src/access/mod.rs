@@ -1,10 +1,13 @@
-//! Who may use the private listener: the admin token, given as a bearer token to the
-//! API or exchanged at the console's sign-in for a session cookie (`session.rs`), and
-//! the throttle of wrong tokens (`throttle.rs`). A room of its own, below both the
-//! admin API and the console, so that neither has to reach into the other: the daemon
-//! builds one [`Access`] and hands it to both.
+//! Who may use the private listener: the admin tokens, each named and with a role
+//! (`principal.rs`), given as a bearer token to the API or exchanged at the console's
+//! sign-in for a session cookie (`session.rs`); the role each route needs
+//! (`rules.rs`); and the throttle of wrong tokens (`throttle.rs`). A room of its own,
+//! below both the admin API and the console, so that neither has to reach into the
+//! other: the daemon builds one [`Access`] and hands it to both.
 
 pub(crate) mod guard;
+pub(crate) mod principal;
+pub(crate) mod rules;
 pub(crate) mod session;
 pub(crate) mod throttle;
 
@@ -16,20 +19,26 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpRequest, HttpResponse};
 
 use crate::api::error;
-use crate::config::Secret;
+use crate::config::{AdminConfig, Role, Secret};
 use crate::lock::lock;
 use crate::metrics::Metrics;
+pub(crate) use principal::Principal;
 use session::{Session, Sessions, COOKIE};
 use throttle::SignInThrottle;
 
 /// What the private listener's guard and the console's sign-in share.
 pub(crate) struct Access {
-    /// `None` when no admin token is set: the API and the console are off.
-    token: Option<Secret>,
-    /// The console's sessions, keyed by the token (`None` with it).
-    sessions: Option<Sessions>,
+    /// Every token's holder; none: the API and the console are off.
+    holders: Vec<Holder>,
     throttle: Mutex<SignInThrottle>,
     pub(crate) metrics: Arc<Metrics>,
+}
+
+/// One token, whom it names, and the sessions signed under it.
+struct Holder {
+    token: Secret,
+    principal: Arc<Principal>,
+    sessions: Sessions,
 }
 
 /// Why a presented token was not taken.
@@ -42,44 +51,90 @@ pub(crate) enum Refused {
 }
 
 impl Access {
-    /// The access of admin token `token`, `wrong_tokens` a minute allowed per client.
-    pub(crate) fn new(token: Option<Secret>, wrong_tokens: u32, metrics: Arc<Metrics>) -> Self {
-        let throttle = Mutex::new(SignInThrottle::new(wrong_tokens));
-        Self { sessions: token.as_ref().map(Sessions::new), token, throttle, metrics }
+    /// The access of the tokens of `admin` (validated: `admin.token` as the admin
+    /// named `admin`, then `admin.tokens`), `admin.wrong_tokens_per_minute` a minute
+    /// allowed per client.
+    pub(crate) fn new(admin: &AdminConfig, metrics: Arc<Metrics>) -> Self {
+        let named = admin.resolved_token.iter().map(|token| {
+            let principal = Principal {
+                name: crate::config::ADMIN_NAME.into(),
+                role: Role::Admin,
+                destinations: None,
+            };
+            (token.clone(), principal)
+        });
+        let listed = admin.tokens.iter().filter_map(|t| {
+            let principal = Principal {
+                name: t.name.clone(),
+                role: t.role,
+                destinations: t.destinations.clone(),
+            };
+            Some((t.resolved.clone()?, principal))
+        });
+        let holders = named
+            .chain(listed)
+            .map(|(token, principal)| Holder {
+                sessions: Sessions::new(&token),
+                token,
+                principal: Arc::new(principal),
+            })
+            .collect();
+        let throttle = Mutex::new(SignInThrottle::new(admin.wrong_tokens_per_minute));
+        Self { holders, throttle, metrics }
     }
 
-    /// Whether an admin token is set (else the API and the console refuse everything).
+    /// Whether any admin token is set (else the API and the console refuse everything).
     pub(crate) fn enabled(&self) -> bool {
-        self.token.is_some()
+        !self.holders.is_empty()
     }
 
-    /// The console's sessions, when an admin token is set.
-    pub(crate) fn sessions(&self) -> Option<&Sessions> {
-        self.sessions.as_ref()
-    }
-
-    /// Checks `given` against the admin token for the client at `from`: the check and
-    /// the count under one lock, so that concurrent wrong tokens from one client are
-    /// let through no more than the limit, however they interleave. One rule for the
-    /// bearer token and the console's sign-in.
-    pub(crate) fn check(&self, from: Option<IpAddr>, given: &str) -> Result<(), Refused> {
-        let Some(token) = &self.token else { return Err(Refused::Wrong) };
+    /// Checks `given` against every admin token for the client at `from`: the check
+    /// and the count under one lock, so that concurrent wrong tokens from one client
+    /// are let through no more than the limit, however they interleave. One rule for
+    /// the bearer token and the console's sign-in. Every token is compared (each in
+    /// constant time), so the time taken does not tell which one came close.
+    pub(crate) fn check(
+        &self,
+        from: Option<IpAddr>,
+        given: &str,
+    ) -> Result<Arc<Principal>, Refused> {
         let now = crate::clock::unix_micros(std::time::SystemTime::now());
         let mut throttle = lock(&self.throttle);
         throttle.check(from, now).map_err(Refused::Throttled)?;
-        if token.matches(given.trim().as_bytes()) {
-            return Ok(());
+        let given = given.trim().as_bytes();
+        let mut found = None;
+        for holder in &self.holders {
+            if holder.token.matches(given) && found.is_none() {
+                found = Some(holder.principal.clone());
+            }
+        }
+        if let Some(principal) = found {
+            return Ok(principal);
         }
         throttle.failed(from, now);
         Err(Refused::Wrong)
     }
 
-    /// The valid session of `req`'s cookie, if any.
-    pub(crate) fn session_of(&self, req: &HttpRequest) -> Option<Session> {
+    /// A new console session for `principal`.
+    pub(crate) fn sign_in(&self, principal: &Principal) -> Option<Session> {
+        let holder = self.holders.iter().find(|h| h.principal.name == principal.name)?;
+        let now = crate::clock::unix_micros(std::time::SystemTime::now());
+        Some(holder.sessions.issue(&principal.name, now))
+    }
+
+    /// The valid session of `req`'s cookie, and whose it is, if any.
+    pub(crate) fn session_of(&self, req: &HttpRequest) -> Option<(Session, Arc<Principal>)> {
         let cookie = cookie(req, COOKIE)?;
-        self.sessions
-            .as_ref()?
-            .verify(cookie, crate::clock::unix_micros(std::time::SystemTime::now()))
+        let name = Sessions::claimed(cookie)?;
+        let holder = self.holders.iter().find(|h| h.principal.name == name)?;
+        let now = crate::clock::unix_micros(std::time::SystemTime::now());
+        let session = holder.sessions.verify(name, cookie, now)?;
+        Some((session, holder.principal.clone()))
+    }
+
+    /// Whether `given` is the CSRF token of `session`, compared in constant time.
+    pub(crate) fn csrf_matches(&self, session: &Session, given: &str) -> bool {
+        Sessions::csrf_matches(session, given)
     }
 }
 

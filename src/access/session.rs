@@ -1,11 +1,11 @@
 //! Console sign-in: a session is a signed cookie, so no relay keeps any state for it
-//! and every relay of a fleet that shares the admin token accepts it.
+//! and every relay of a fleet that shares the admin tokens accepts it.
 //!
-//! The cookie is `v1.<issued µs>.<nonce>.<mac>`, the MAC an HMAC-SHA256 under a key
-//! derived from the admin token: changing the token signs everybody out. It holds
-//! nothing secret (the token never leaves the sign-in request), and its CSRF token is
-//! an HMAC of it under the same key, which a page of another origin can neither read
-//! nor compute.
+//! The cookie is `v2.<token name>.<issued µs>.<nonce>.<mac>`, the MAC an HMAC-SHA256
+//! under a key derived from that token: changing a token signs its holder out. It
+//! holds nothing secret (the token never leaves the sign-in request), and its CSRF
+//! token is an HMAC of it under the same key, which a page of another origin can
+//! neither read nor compute.
 
 use std::time::Duration;
 
@@ -45,23 +45,34 @@ impl Sessions {
         Self { key }
     }
 
-    /// A new session, issued at `now_us`.
-    pub(crate) fn issue(&self, now_us: u64) -> Session {
-        let payload = format!("v1.{now_us}.{:016x}", fastrand::u64(..));
+    /// A new session of the holder `name` (a token's name: no dots), issued at
+    /// `now_us`.
+    pub(crate) fn issue(&self, name: &str, now_us: u64) -> Session {
+        let payload = format!("v2.{name}.{now_us}.{:016x}", fastrand::u64(..));
         self.session(payload)
     }
 
-    /// The session `cookie` stands for, if this key signed it and it is not older
-    /// than [`MAX_AGE`] at `now_us` (nor issued in the future, beyond a minute of
-    /// clock skew between relays).
-    pub(crate) fn verify(&self, cookie: &str, now_us: u64) -> Option<Session> {
+    /// The name of the holder a cookie claims to be of (checked by [`Self::verify`]
+    /// with that holder's key).
+    pub(crate) fn claimed(cookie: &str) -> Option<&str> {
+        let mut parts = cookie.split('.');
+        (parts.next() == Some("v2")).then(|| parts.next()).flatten()
+    }
+
+    /// The session `cookie` stands for, if this key signed it for `name` and it is
+    /// not older than [`MAX_AGE`] at `now_us` (nor issued in the future, beyond a
+    /// minute of clock skew between relays).
+    pub(crate) fn verify(&self, name: &str, cookie: &str, now_us: u64) -> Option<Session> {
         let (payload, given) = cookie.rsplit_once('.')?;
         let mut parts = payload.split('.');
-        let (Some("v1"), Some(issued), Some(nonce), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some("v2"), Some(holder), Some(issued), Some(nonce), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return None;
         };
+        if holder != name {
+            return None;
+        }
         let issued: u64 = issued.parse().ok()?;
         if nonce.len() != 16 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
@@ -76,7 +87,7 @@ impl Sessions {
     }
 
     /// Whether `given` is the CSRF token of `session`, compared in constant time.
-    pub(crate) fn csrf_matches(&self, session: &Session, given: &str) -> bool {
+    pub(crate) fn csrf_matches(session: &Session, given: &str) -> bool {
         let (a, b) = (session.csrf.as_bytes(), given.as_bytes());
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
@@ -119,27 +130,40 @@ mod tests {
 
     #[test]
     fn a_session_is_accepted_by_any_relay_with_the_same_token() {
-        let s = sessions("admin-token").issue(NOW);
+        let s = sessions("admin-token").issue("alice", NOW);
+        assert_eq!(Sessions::claimed(&s.cookie), Some("alice"));
         let other_relay = sessions("admin-token");
-        assert_eq!(other_relay.verify(&s.cookie, NOW + 1_000_000), Some(s));
+        assert_eq!(other_relay.verify("alice", &s.cookie, NOW + 1_000_000), Some(s));
     }
 
     #[test]
-    fn a_changed_token_signs_everybody_out() {
-        let s = sessions("admin-token").issue(NOW);
-        assert_eq!(sessions("new-token").verify(&s.cookie, NOW), None);
+    fn a_changed_token_signs_its_holder_out() {
+        let s = sessions("admin-token").issue("alice", NOW);
+        assert_eq!(sessions("new-token").verify("alice", &s.cookie, NOW), None);
+    }
+
+    /// A cookie is its holder's only: another holder's key does not sign it, and a
+    /// cookie renamed to another holder no longer matches its MAC.
+    #[test]
+    fn a_session_cannot_be_taken_for_another_holders() {
+        let alice = sessions("alice-token").issue("alice", NOW);
+        assert_eq!(sessions("bob-token").verify("bob", &alice.cookie, NOW), None);
+        let renamed = alice.cookie.replacen("v2.alice.", "v2.bob.", 1);
+        assert_eq!(Sessions::claimed(&renamed), Some("bob"));
+        assert_eq!(sessions("alice-token").verify("bob", &renamed, NOW), None);
+        assert_eq!(sessions("alice-token").verify("alice", &renamed, NOW), None);
     }
 
     #[test]
     fn the_cookie_never_holds_the_token() {
-        let s = sessions("admin-token-xyz").issue(NOW);
+        let s = sessions("admin-token-xyz").issue("admin", NOW);
         assert!(!s.cookie.contains("admin-token-xyz") && !s.csrf.contains("admin-token-xyz"));
     }
 
     #[test]
     fn a_tampered_cookie_is_refused() {
         let keys = sessions("t");
-        let s = keys.issue(NOW);
+        let s = keys.issue("ops", NOW);
         let (payload, mac) = s.cookie.rsplit_once('.').unwrap();
         let later = payload.replace(&NOW.to_string(), &(NOW + 10).to_string());
         for forged in [
@@ -148,32 +172,33 @@ mod tests {
             format!("{payload}."),
             payload.to_owned(),
             String::new(),
-            "v1.1.2.3".into(),
-            format!("v2{}", &s.cookie[2..]),
+            "v2.ops.1.2.3".into(),
+            format!("v1{}", &s.cookie[2..]),
+            format!("v3{}", &s.cookie[2..]),
         ] {
-            assert_eq!(keys.verify(&forged, NOW), None, "{forged}");
+            assert_eq!(keys.verify("ops", &forged, NOW), None, "{forged}");
         }
     }
 
     #[test]
     fn a_session_ends_after_its_max_age() {
         let keys = sessions("t");
-        let s = keys.issue(NOW);
+        let s = keys.issue("ops", NOW);
         let max = crate::clock::micros(MAX_AGE);
-        assert!(keys.verify(&s.cookie, NOW + max).is_some());
-        assert!(keys.verify(&s.cookie, NOW + max + 1).is_none());
-        assert!(keys.verify(&s.cookie, NOW - 30_000_000).is_some(), "skew tolerated");
-        assert!(keys.verify(&s.cookie, NOW - 120_000_000).is_none(), "not from the future");
+        assert!(keys.verify("ops", &s.cookie, NOW + max).is_some());
+        assert!(keys.verify("ops", &s.cookie, NOW + max + 1).is_none());
+        assert!(keys.verify("ops", &s.cookie, NOW - 30_000_000).is_some(), "skew tolerated");
+        assert!(keys.verify("ops", &s.cookie, NOW - 120_000_000).is_none(), "not from the future");
     }
 
     #[test]
     fn each_session_has_its_own_csrf_token() {
         let keys = sessions("t");
-        let (a, b) = (keys.issue(NOW), keys.issue(NOW));
+        let (a, b) = (keys.issue("ops", NOW), keys.issue("ops", NOW));
         assert_ne!(a.cookie, b.cookie);
         assert_ne!(a.csrf, b.csrf);
-        assert!(keys.csrf_matches(&a, &a.csrf.clone()));
-        assert!(!keys.csrf_matches(&a, &b.csrf));
-        assert!(!keys.csrf_matches(&a, ""));
+        assert!(Sessions::csrf_matches(&a, &a.csrf.clone()));
+        assert!(!Sessions::csrf_matches(&a, &b.csrf));
+        assert!(!Sessions::csrf_matches(&a, ""));
     }
 }

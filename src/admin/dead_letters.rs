@@ -5,7 +5,7 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 use super::events::store_error;
-use super::{error, views, AdminState};
+use super::{error, views, AdminState, Who};
 use crate::api;
 use crate::store::{DeadLetterFilter, DeliveryState, EventId};
 
@@ -27,23 +27,30 @@ pub(super) struct Query {
     limit: Option<usize>,
 }
 
-/// The store filter of a query, or what is wrong with the query.
+/// The store filter of a query, or what is wrong with the query (400), or that it
+/// names a destination outside the holder's scope (403).
 fn filter(
     query: Result<web::Query<Query>, actix_web::Error>,
+    who: &Who,
     default_limit: usize,
     max_limit: usize,
-) -> Result<DeadLetterFilter, String> {
-    let q = query.map_err(|e| format!("bad query: {e}"))?.into_inner();
+) -> Result<DeadLetterFilter, (StatusCode, String)> {
+    let bad = |m: String| (StatusCode::BAD_REQUEST, m);
+    let q = query.map_err(|e| bad(format!("bad query: {e}")))?.into_inner();
+    if let Some(why) = q.destination.as_deref().and_then(|d| who.refuse_destination(d)) {
+        return Err((StatusCode::FORBIDDEN, why));
+    }
     let after = q
         .after
         .as_deref()
         .map(str::parse::<EventId>)
         .transpose()
-        .map_err(|e| format!("after: {e}"))?;
-    let (after, since) = views::time_window(after, q.since.as_deref(), q.until.as_deref())?;
+        .map_err(|e| bad(format!("after: {e}")))?;
+    let (after, since) =
+        views::time_window(after, q.since.as_deref(), q.until.as_deref()).map_err(bad)?;
     let limit = q.limit.unwrap_or(default_limit);
     if !(1..=max_limit).contains(&limit) {
-        return Err(format!("limit: must be between 1 and {max_limit}"));
+        return Err(bad(format!("limit: must be between 1 and {max_limit}")));
     }
     Ok(DeadLetterFilter {
         source: q.source,
@@ -56,13 +63,16 @@ fn filter(
 }
 
 /// Dead deliveries, newest event first, with their last status, error and answer.
+/// A scoped holder sees those of its destinations (a page may then be short; its
+/// `next_after` still goes on).
 pub(super) async fn list(
     state: web::Data<AdminState>,
+    who: Who,
     query: Result<web::Query<Query>, actix_web::Error>,
 ) -> HttpResponse {
-    let filter = match filter(query, DEFAULT_LIMIT, MAX_LIMIT) {
+    let filter = match filter(query, &who, DEFAULT_LIMIT, MAX_LIMIT) {
         Ok(f) => f,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        Err((status, message)) => return error(status, message),
     };
     let limit = filter.limit;
     let store = state.store.clone();
@@ -70,7 +80,8 @@ pub(super) async fn list(
         Ok(records) => {
             let next_after =
                 (records.len() == limit).then(|| records.last().map(|r| r.event)).flatten();
-            let dead_letters = records.iter().map(views::delivery).collect();
+            let dead_letters =
+                records.iter().filter(|r| who.sees(&r.destination)).map(views::delivery).collect();
             HttpResponse::Ok().json(api::DeadLetterPage { dead_letters, next_after })
         }
         Err(e) => store_error(&e),
@@ -92,20 +103,25 @@ enum Bulk {
 /// immediately): the request ends. Returns the destinations of those handled.
 async fn bulk(
     state: &web::Data<AdminState>,
+    who: &Who,
     query: Result<web::Query<Query>, actix_web::Error>,
     op: Bulk,
 ) -> Result<Vec<String>, HttpResponse> {
-    let bad = |m| error(StatusCode::BAD_REQUEST, m);
     // `limit` (1 to 1,000, as the API document says) caps the whole operation;
     // without it, every match is handled.
     let cap = query.as_ref().ok().and_then(|q| q.limit);
-    let mut filter = filter(query, MAX_LIMIT, MAX_LIMIT).map_err(bad)?;
+    let mut filter =
+        filter(query, who, MAX_LIMIT, MAX_LIMIT).map_err(|(status, m)| error(status, m))?;
     let store = &state.store;
     let mut handled = Vec::new();
     let now = crate::clock::now_us();
     // One dead letter: `(done, destination)`. A destination no longer configured is
-    // not replayed: its dead letters stay until it is back.
+    // not replayed: its dead letters stay until it is back. Those outside a scoped
+    // holder's destinations are left alone.
     let handle = |event: EventId, dest: String| async move {
+        if !who.sees(&dest) {
+            return Ok((false, dest));
+        }
         one(state, op, event, &dest, now)
             .await
             .map(|done| (done, dest))
@@ -154,9 +170,10 @@ async fn bulk(
 /// Replays every dead letter matching the filters.
 pub(super) async fn replay(
     state: web::Data<AdminState>,
+    who: Who,
     query: Result<web::Query<Query>, actix_web::Error>,
 ) -> HttpResponse {
-    let destinations = match bulk(&state, query, Bulk::Replay).await {
+    let destinations = match bulk(&state, &who, query, Bulk::Replay).await {
         Ok(d) => d,
         Err(resp) => return resp,
     };
@@ -164,7 +181,7 @@ pub(super) async fn replay(
     for d in woken {
         state.destinations.wake(d);
     }
-    tracing::info!(replayed = destinations.len(), "dead letters replayed");
+    tracing::info!(by = %who.name, replayed = destinations.len(), "dead letters replayed");
     HttpResponse::Ok().json(api::Replayed { replayed: destinations.len() })
 }
 
@@ -199,9 +216,18 @@ async fn one(
 }
 
 /// Applies `op` to the chosen dead letters that are still dead (one replayed or
-/// discarded meanwhile is left alone); how many it handled.
-async fn selected(state: &AdminState, body: &[u8], op: Bulk) -> Result<usize, HttpResponse> {
+/// discarded meanwhile is left alone); how many it handled. A choice outside a scoped
+/// holder's destinations refuses the whole request (403), before anything is done.
+async fn selected(
+    state: &AdminState,
+    who: &Who,
+    body: &[u8],
+    op: Bulk,
+) -> Result<usize, HttpResponse> {
     let chosen = selection(body).map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+    if let Some(why) = chosen.iter().find_map(|d| who.refuse_destination(&d.destination)) {
+        return Err(error(StatusCode::FORBIDDEN, why));
+    }
     let now = crate::clock::now_us();
     let mut done = 0;
     for d in chosen {
@@ -222,11 +248,12 @@ async fn selected(state: &AdminState, body: &[u8], op: Bulk) -> Result<usize, Ht
 /// `POST /admin/dead-letters/selection/replay`: replays the chosen dead letters.
 pub(super) async fn replay_selected(
     state: web::Data<AdminState>,
+    who: Who,
     body: web::Bytes,
 ) -> HttpResponse {
-    match selected(&state, &body, Bulk::Replay).await {
+    match selected(&state, &who, &body, Bulk::Replay).await {
         Ok(replayed) => {
-            tracing::info!(replayed, "chosen dead letters replayed");
+            tracing::info!(by = %who.name, replayed, "chosen dead letters replayed");
             HttpResponse::Ok().json(api::Replayed { replayed })
         }
         Err(resp) => resp,
@@ -237,11 +264,12 @@ pub(super) async fn replay_selected(
 /// (they become `discarded`).
 pub(super) async fn discard_selected(
     state: web::Data<AdminState>,
+    who: Who,
     body: web::Bytes,
 ) -> HttpResponse {
-    match selected(&state, &body, Bulk::Delete).await {
+    match selected(&state, &who, &body, Bulk::Delete).await {
         Ok(deleted) => {
-            tracing::info!(deleted, "chosen dead letters discarded");
+            tracing::info!(by = %who.name, deleted, "chosen dead letters discarded");
             HttpResponse::Ok().json(api::Deleted { deleted })
         }
         Err(resp) => resp,
@@ -252,11 +280,12 @@ pub(super) async fn discard_selected(
 /// (never retried; their events can then be pruned).
 pub(super) async fn delete(
     state: web::Data<AdminState>,
+    who: Who,
     query: Result<web::Query<Query>, actix_web::Error>,
 ) -> HttpResponse {
-    match bulk(&state, query, Bulk::Delete).await {
+    match bulk(&state, &who, query, Bulk::Delete).await {
         Ok(deleted) => {
-            tracing::info!(deleted = deleted.len(), "dead letters deleted");
+            tracing::info!(by = %who.name, deleted = deleted.len(), "dead letters deleted");
             HttpResponse::Ok().json(api::Deleted { deleted: deleted.len() })
         }
         Err(resp) => resp,

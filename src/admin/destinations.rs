@@ -13,10 +13,11 @@ use crate::shape::program::{CompileError, Program};
 use crate::shape::FilterVerdict;
 use crate::timefmt::format_admin;
 
-/// Every destination with its state and queue.
-pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
+/// Every destination with its state and queue (those of its scope, for a scoped
+/// holder).
+pub(super) async fn list(state: web::Data<AdminState>, who: super::Who) -> HttpResponse {
     let mut list = Vec::new();
-    for d in state.destinations.iter() {
+    for d in state.destinations.iter().filter(|d| who.sees(&d.dest.name)) {
         let q = match state.store.queue_stats(&d.dest.name).await {
             Ok(q) => q,
             Err(e) => return store_error(&e),
@@ -53,20 +54,33 @@ pub(super) async fn list(state: web::Data<AdminState>) -> HttpResponse {
 
 /// Pauses (`pause = true`) or resumes a destination: its deliveries wait, nothing is
 /// dropped, and the pause survives restarts and reaches every relay on the store.
-async fn set_paused(state: web::Data<AdminState>, name: String, pause: bool) -> HttpResponse {
-    match state.destinations.set_paused(&name, pause, &state.metrics).await {
+async fn set_paused(
+    state: web::Data<AdminState>,
+    who: super::Who,
+    name: String,
+    pause: bool,
+) -> HttpResponse {
+    match state.destinations.set_paused(&name, pause, &who.name, &state.metrics).await {
         Ok(true) => HttpResponse::Ok().json(api::Paused { name, paused: pause }),
         Ok(false) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
         Err(e) => store_error(&e),
     }
 }
 
-pub(super) async fn pause(state: web::Data<AdminState>, name: web::Path<String>) -> HttpResponse {
-    set_paused(state, name.into_inner(), true).await
+pub(super) async fn pause(
+    state: web::Data<AdminState>,
+    who: super::Who,
+    name: web::Path<String>,
+) -> HttpResponse {
+    set_paused(state, who, name.into_inner(), true).await
 }
 
-pub(super) async fn resume(state: web::Data<AdminState>, name: web::Path<String>) -> HttpResponse {
-    set_paused(state, name.into_inner(), false).await
+pub(super) async fn resume(
+    state: web::Data<AdminState>,
+    who: super::Who,
+    name: web::Path<String>,
+) -> HttpResponse {
+    set_paused(state, who, name.into_inner(), false).await
 }
 
 /// What the destination `name` would make of a stored event, with its own programs or

@@ -5,7 +5,7 @@ use actix_web::{web, HttpResponse};
 use base64::Engine;
 use serde::Deserialize;
 
-use super::{error, views, AdminState};
+use super::{error, views, AdminState, Who};
 use crate::api;
 use crate::store::{EventFilter, EventId, EventStatus, StoreError};
 
@@ -35,6 +35,7 @@ pub(super) struct ListQuery {
 /// Lists events, newest first, with `next_after` to fetch the following page.
 pub(super) async fn list(
     state: web::Data<AdminState>,
+    who: Who,
     query: Result<web::Query<ListQuery>, actix_web::Error>,
 ) -> HttpResponse {
     let query = match query {
@@ -82,7 +83,10 @@ pub(super) async fn list(
     if by_resource {
         for r in &records {
             match store.deliveries_of(r.id).await {
-                Ok(d) => deliveries.push(d),
+                Ok(mut d) => {
+                    d.retain(|d| who.sees(&d.destination));
+                    deliveries.push(d)
+                }
                 Err(e) => return store_error(&e),
             }
         }
@@ -100,7 +104,13 @@ pub(super) async fn list(
 }
 
 /// One event with its headers and body (UTF-8 text as is, anything else in base64).
-pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) -> HttpResponse {
+/// A holder without the admin role gets neither (`redacted`), and sees only the
+/// deliveries of its destinations.
+pub(super) async fn show(
+    state: web::Data<AdminState>,
+    who: Who,
+    id: web::Path<String>,
+) -> HttpResponse {
     let id = match id.parse::<EventId>() {
         Ok(id) => id,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("id: {e}")),
@@ -114,12 +124,15 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
         ))
     }
     .await;
-    let (record, body, deliveries) = match found {
+    let (record, body, mut deliveries) = match found {
         Ok((Some(record), body, deliveries)) => (record, body, deliveries),
         Ok((None, _, _)) => return error(StatusCode::NOT_FOUND, format!("no event {id}")),
         Err(e) => return store_error(&e),
     };
     let body_pruned = views::body_pruned(&record.meta, body.as_deref());
+    deliveries.retain(|d| who.sees(&d.destination));
+    let redacted = !who.sees_bodies();
+    let body = if redacted { None } else { body };
     let (body, body_encoding) = match body {
         None => (None, None),
         Some(bytes) => match String::from_utf8(bytes) {
@@ -132,11 +145,16 @@ pub(super) async fn show(state: web::Data<AdminState>, id: web::Path<String>) ->
     };
     HttpResponse::Ok().json(api::EventDetail {
         summary: views::event_summary(&record),
-        headers: record.meta.headers.iter().cloned().collect(),
+        headers: if redacted {
+            Default::default()
+        } else {
+            record.meta.headers.iter().cloned().collect()
+        },
         remote_addr: record.meta.remote_addr.clone(),
         body,
         body_encoding,
         body_pruned,
+        redacted,
         delivery_records: deliveries.iter().map(views::delivery).collect(),
     })
 }
@@ -147,8 +165,11 @@ pub(super) fn store_error(e: &dyn std::fmt::Display) -> HttpResponse {
 }
 
 /// Schedules the event again for all or some destinations, whatever their state.
+/// A holder scoped to some destinations replays to those only: naming another is
+/// refused (403), naming none means its own among the event's.
 pub(super) async fn replay(
     state: web::Data<AdminState>,
+    who: Who,
     id: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
@@ -198,7 +219,11 @@ pub(super) async fn replay(
         Ok(_) => {}
         Err(e) => return store_error(&e),
     }
-    let targets = requested.unwrap_or_else(|| record.meta.destinations.clone());
+    if let Some(why) = requested.iter().flatten().find_map(|d| who.refuse_destination(d)) {
+        return error(StatusCode::FORBIDDEN, why);
+    }
+    let mut targets = requested.unwrap_or_else(|| record.meta.destinations.clone());
+    targets.retain(|d| who.sees(d));
     if targets.is_empty() {
         return error(
             StatusCode::CONFLICT,
@@ -228,7 +253,7 @@ pub(super) async fn replay(
             for d in &targets {
                 state.destinations.wake(d);
             }
-            tracing::info!(%id, destinations = ?targets, "event replayed");
+            tracing::info!(by = %who.name, %id, destinations = ?targets, "event replayed");
             HttpResponse::Ok().json(api::EventReplayed {
                 event: id,
                 replayed: n,

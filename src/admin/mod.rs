@@ -40,6 +40,9 @@ pub(crate) struct AdminState {
     pub(crate) shaper: Arc<crate::shape::Shaper>,
 }
 
+/// Who is asking: the holder the guard (`access/guard.rs`) put in the request.
+pub(crate) type Who = web::ReqData<Arc<crate::access::Principal>>;
+
 /// Routes of the admin listener. Each path answers its own methods; any other gets
 /// 405 with `Allow` (not 404: the path exists).
 pub(crate) fn routes(cfg: &mut web::ServiceConfig) {

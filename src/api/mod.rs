@@ -108,6 +108,10 @@ pub(crate) struct EventDetail {
     /// The body was dropped by `retention.delivered_bodies` (the record, its
     /// deliveries and attempts stay); such an event can no longer be replayed.
     pub(crate) body_pruned: bool,
+    /// The body and the headers are left out: they need the admin role (the token
+    /// asking is a viewer or an operator).
+    #[serde(default)]
+    pub(crate) redacted: bool,
     #[serde(rename = "deliveries")]
     pub(crate) delivery_records: Vec<Delivery>,
 }

@@ -49,7 +49,11 @@ pub(crate) fn document() -> Value {
     let admin = |summary: &str, params: Vec<Value>, ok: Value, mut more: Map<String, Value>| {
         more.insert("200".into(), ok);
         more.insert("401".into(), err("no or wrong `Authorization: Bearer` admin token"));
-        more.insert("403".into(), err("the relay has no admin token configured"));
+        more.insert(
+            "403".into(),
+            err("the relay has no admin token configured; or the token's role or destinations \
+                 do not allow this (the message names the role needed)"),
+        );
         more.insert(
             "429".into(),
             err("this client gave too many wrong admin tokens within a minute \
@@ -157,7 +161,7 @@ pub(crate) fn document() -> Value {
         },
         "components": {
             "schemas": schemas,
-            "securitySchemes": { "admin_token": { "type": "http", "scheme": "bearer" } },
+            "securitySchemes": { "admin_token": { "type": "http", "scheme": "bearer", "description": "admin.token (the admin named `admin`) or one of admin.tokens, each with a role: viewer (reads all but events' bodies and headers), operator (a viewer who may also replay, discard, pause, resume and sync hooks), admin (everything); a viewer or operator may be scoped to some destinations" } },
         },
         "paths": {
             "/healthz": { "get": { "summary": "Liveness: the process serves HTTP", "responses": { "200": text("ok") } } },

@@ -32,6 +32,7 @@ macro_rules! config_enum {
     };
 }
 
+mod admin;
 mod delivery;
 pub(crate) mod duration;
 mod reference;
@@ -48,6 +49,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use admin::{AdminConfig, Role, ADMIN_NAME, WRONG_TOKENS_PER_MINUTE};
 pub(crate) use delivery::{
     DeliveryConfig, DestinationConfig, Ordering, RetentionConfig, RetryPolicy,
 };
@@ -122,44 +124,6 @@ impl Default for IngressConfig {
             max_body_bytes: 10 * 1024 * 1024,
             workers: 0,
             body_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// The private listener: metrics, health and the admin API.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub(crate) struct AdminConfig {
-    /// Address of the private listener (`/metrics`, `/healthz`, `/readyz`, `/admin`,
-    /// `/console`): keep it private.
-    pub(crate) listen: SocketAddr,
-    /// Bearer token of the admin API; without one the admin API refuses every request.
-    pub(crate) token: Option<Secret>,
-    /// A file holding the admin token (instead of `token`).
-    pub(crate) token_file: Option<PathBuf>,
-    /// An environment variable holding the admin token (instead of `token`).
-    pub(crate) token_env: Option<String>,
-    /// Wrong admin tokens one client (an IPv4 address, an IPv6 /64) may give in a
-    /// minute, on the API and the console together; past them it is refused unread
-    /// (429) until the minute ends. Raise it for a test tool that probes
-    /// authentication on purpose, never for the world.
-    pub(crate) wrong_tokens_per_minute: u32,
-    #[serde(skip)]
-    pub(crate) resolved_token: Option<Secret>,
-}
-
-/// The default of `admin.wrong_tokens_per_minute`.
-pub(crate) const WRONG_TOKENS_PER_MINUTE: u32 = 5;
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8079)),
-            token: None,
-            token_file: None,
-            token_env: None,
-            wrong_tokens_per_minute: WRONG_TOKENS_PER_MINUTE,
-            resolved_token: None,
         }
     }
 }

@@ -33,26 +33,8 @@ impl Config {
             ));
         }
 
-        let admin = &self.admin;
-        let spec = SecretSpec {
-            inline: admin.token.as_ref(),
-            file: admin.token_file.as_deref(),
-            env: admin.token_env.as_deref(),
-        };
-        match spec.resolve("admin.token", env) {
-            Ok(token) => {
-                // As a source token: a short one can be guessed (wrong tokens are only
-                // throttled per client).
-                if token.as_ref().is_some_and(|t| t.expose().len() < MIN_TOKEN_LEN) {
-                    problems.push(format!(
-                        "admin.token: too short: at least {MIN_TOKEN_LEN} characters (try \
-                         `openssl rand -hex 24`)"
-                    ));
-                }
-                self.admin.resolved_token = token;
-            }
-            Err(e) => problems.push(e),
-        }
+        let destinations: Vec<String> = self.destinations.iter().map(|d| d.name.clone()).collect();
+        self.admin.validate(&destinations, env, &mut problems);
 
         if !(1..=1_000_000).contains(&self.admin.wrong_tokens_per_minute) {
             problems.push("admin.wrong_tokens_per_minute: must be between 1 and 1000000".into());
@@ -191,7 +173,7 @@ impl Config {
     }
 }
 
-pub(super) fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     (1..=MAX_SOURCE_NAME).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
@@ -239,6 +221,14 @@ impl Config {
                  admin.listen ({admin}) takes calls from other machines: anyone who read it \
                  could replay, discard and pause; {fix} (HOOKRELAY__ADMIN__TOKEN=... also works)"
             ));
+        }
+        for (i, entry) in self.admin.tokens.iter().enumerate() {
+            if !admin.ip().is_loopback() && example(entry.resolved.as_ref()) {
+                problems.push(format!(
+                    "admin.tokens[{i}].token: is an example token of this repository's config, \
+                     and admin.listen ({admin}) takes calls from other machines; {fix}"
+                ));
+            }
         }
     }
 }

@@ -19,7 +19,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
 use crate::access::session::{self, COOKIE};
-use crate::access::{throttled, Access, Refused};
+use crate::access::{throttled, Access, Principal, Refused};
 use crate::api::error;
 use crate::internal_events::{ConsoleSignIn, InternalEvent, SignIn};
 
@@ -94,7 +94,7 @@ async fn current(req: HttpRequest, access: web::Data<Access>) -> HttpResponse {
         return disabled();
     }
     let body = match access.session_of(&req) {
-        Some(s) => serde_json::json!({ "signed_in": true, "csrf": s.csrf }),
+        Some((s, who)) => signed_in(&s, &who),
         None => serde_json::json!({ "signed_in": false }),
     };
     HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(body)
@@ -108,7 +108,9 @@ struct SignInForm {
 
 /// `POST /console/session`: exchanges the admin token for a session cookie.
 async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) -> HttpResponse {
-    let Some(sessions) = access.sessions() else { return disabled() };
+    if !access.enabled() {
+        return disabled();
+    }
     let from: Option<IpAddr> = req.peer_addr().map(|a| a.ip());
     // Only the console's own script signs in: JSON (which a page of another site can
     // send only after a CORS preflight this relay never grants), from this origin.
@@ -128,8 +130,8 @@ async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) 
     let Some(form) = serde_json::from_slice::<SignInForm>(&body).ok() else {
         return error(StatusCode::BAD_REQUEST, "send the admin token as {\"token\": \"...\"}");
     };
-    match access.check(from, &form.token) {
-        Ok(()) => {}
+    let who = match access.check(from, &form.token) {
+        Ok(who) => who,
         Err(Refused::Throttled(wait)) => {
             ConsoleSignIn { result: SignIn::Throttled, from }.emit(&access.metrics);
             return throttled(wait);
@@ -140,14 +142,15 @@ async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) 
                 StatusCode::UNAUTHORIZED,
                 "wrong admin token: use the relay's admin.token (or the file of \
                  admin.token_file, or the variable named by admin.token_env); the environment \
-                 variable HOOKRELAY__ADMIN__TOKEN overrides the config file",
+                 variable HOOKRELAY__ADMIN__TOKEN overrides the config file; or one of \
+                 admin.tokens",
             );
         }
-    }
+    };
     ConsoleSignIn { result: SignIn::Ok, from }.emit(&access.metrics);
-    let s = sessions.issue(crate::clock::unix_micros(std::time::SystemTime::now()));
+    let Some(s) = access.sign_in(&who) else { return disabled() };
     let cookie = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", s.cookie);
-    let mut resp = HttpResponse::Ok().json(serde_json::json!({ "csrf": s.csrf }));
+    let mut resp = HttpResponse::Ok().json(signed_in(&s, &who));
     if let Ok(v) = header::HeaderValue::from_str(&cookie) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -158,11 +161,11 @@ async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) 
 /// `DELETE /console/session`: signs out (the cookie is cleared; it needs the CSRF
 /// token, so another site cannot sign an operator out either).
 async fn sign_out(req: HttpRequest, access: web::Data<Access>) -> HttpResponse {
-    let (Some(s), Some(sessions)) = (access.session_of(&req), access.sessions()) else {
+    let Some((s, _)) = access.session_of(&req) else {
         return error(StatusCode::UNAUTHORIZED, "not signed in");
     };
     let given = req.headers().get(session::CSRF_HEADER).and_then(|v| v.to_str().ok());
-    if !given.is_some_and(|g| sessions.csrf_matches(&s, g)) {
+    if !given.is_some_and(|g| access.csrf_matches(&s, g)) {
         return error(StatusCode::FORBIDDEN, "missing or wrong CSRF token");
     }
     let mut resp = HttpResponse::NoContent().finish();
@@ -171,6 +174,19 @@ async fn sign_out(req: HttpRequest, access: web::Data<Access>) -> HttpResponse {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
     resp
+}
+
+/// What the console's script is told of a session: its CSRF token, and who it is
+/// (the token's name, role and scope), so that it shows what the role allows.
+fn signed_in(s: &session::Session, who: &Principal) -> serde_json::Value {
+    serde_json::json!({
+        "signed_in": true,
+        "csrf": s.csrf,
+        "name": who.name,
+        "role": who.role.name(),
+        "destinations": who.destinations,
+        "sees_bodies": who.sees_bodies(),
+    })
 }
 
 /// Whether the request body is JSON (`application/json`, parameters allowed).
@@ -196,6 +212,6 @@ fn foreign_origin(req: &HttpRequest) -> Option<String> {
 fn disabled() -> HttpResponse {
     error(
         StatusCode::FORBIDDEN,
-        "the console is disabled: set admin.token (or admin.token_file / admin.token_env)",
+        "the console is disabled: set admin.token or admin.tokens (docs/security.md)",
     )
 }

@@ -356,12 +356,16 @@ fn start_listeners(
     tracer: Arc<crate::telemetry::export::Tracer>,
 ) -> anyhow::Result<(Listener, Listener)> {
     let grace = config.shutdown.grace;
-    let token = config.admin.resolved_token.clone();
-    let access = crate::access::Access::new(
-        token.clone(),
-        config.admin.wrong_tokens_per_minute,
-        base.metrics.clone(),
-    );
+    let access = crate::access::Access::new(&config.admin, base.metrics.clone());
+    // Every admin token, kept out of what is stored should a caller send one.
+    let tokens: Vec<Vec<u8>> = config
+        .admin
+        .resolved_token
+        .iter()
+        .chain(config.admin.tokens.iter().filter_map(|t| t.resolved.as_ref()))
+        .map(|t| t.expose().as_bytes().to_vec())
+        .collect();
+    let any_token = !tokens.is_empty();
     let (admin_server, admin_addrs) = listeners::private(config.admin.listen, grace, admin, access)
         .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
     let ingress_state = IngressState::new(
@@ -373,7 +377,7 @@ fn start_listeners(
         base.space.clone(),
         tracer,
     )
-    .masking(token.iter().map(|t| t.expose().as_bytes().to_vec()));
+    .masking(tokens);
     let (ingress_server, ingress_addrs) =
         ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
             .map_err(|e| crate::bind::error(e, "ingress.listen", config.ingress.listen))?;
@@ -383,8 +387,11 @@ fn start_listeners(
     for addr in &admin_addrs {
         tracing::info!(listener = "admin", %addr, "listening");
     }
-    if token.is_none() {
-        tracing::warn!("admin.token is not set: the admin API refuses every request");
+    if !any_token {
+        tracing::warn!(
+            "no admin token is set (admin.token or admin.tokens): the admin API refuses every \
+             request"
+        );
     }
     Ok((Listener::spawn(admin_server), Listener::spawn(ingress_server)))
 }

@@ -287,19 +287,20 @@ impl Destinations {
         self.by_name.values()
     }
 
-    /// Pauses or resumes a destination in the store (so on every relay sharing it);
-    /// `false` if there is no such one.
+    /// Pauses or resumes a destination in the store (so on every relay sharing it),
+    /// at the request of the admin token named `by`; `false` if there is no such one.
     pub(crate) async fn set_paused(
         &self,
         name: &str,
         paused: bool,
+        by: &str,
         metrics: &Metrics,
     ) -> Result<bool, StoreError> {
         let Some(state) = self.by_name.get(name) else { return Ok(false) };
         self.store.set_paused(name, paused).await?;
         state.note_paused(paused);
         state.wake.notify_one();
-        DestinationPauseSet { destination: name, paused }.emit(metrics);
+        DestinationPauseSet { destination: name, paused, by }.emit(metrics);
         Ok(true)
     }
 }

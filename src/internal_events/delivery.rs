@@ -228,13 +228,20 @@ impl InternalEvent for RemovedDestinationRetired<'_> {
 pub(crate) struct DestinationPauseSet<'a> {
     pub(crate) destination: &'a str,
     pub(crate) paused: bool,
+    /// The admin token's name.
+    pub(crate) by: &'a str,
 }
 
 impl InternalEvent for DestinationPauseSet<'_> {
     const FAMILIES: &'static [&'static str] = &[];
     fn emit(self, m: &Metrics) {
         let what = if self.paused { "paused" } else { "resumed" };
-        tracing::info!(destination = self.destination, paused = self.paused, "destination {what}");
+        tracing::info!(
+            destination = self.destination,
+            paused = self.paused,
+            by = self.by,
+            "destination {what}"
+        );
         if self.paused {
             m.operational.raise(&OperationalEvent::DestinationPaused {
                 destination: self.destination,

@@ -34,6 +34,7 @@ mod operational;
 mod postgres;
 mod power_loss;
 mod prometheus;
+mod roles;
 mod shape;
 mod shutdown;
 mod signatures;

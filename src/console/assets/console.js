@@ -2,7 +2,28 @@
 // No framework and no build step; every value from the API is set as text, never as HTML.
 'use strict';
 
-const session = { csrf: null };
+// Who is signed in, as /console/session says: the CSRF token, the token's name, its
+// role (viewer, operator, admin) and the destinations it is scoped to (null: all).
+const session = { csrf: null, name: null, role: null, destinations: null };
+const RANK = { viewer: 0, operator: 1, admin: 2 };
+
+/** Whether the signed-in role is `role` or above (the API enforces it; this hides what it would refuse). */
+function may(role) {
+  return (RANK[session.role] ?? -1) >= RANK[role];
+}
+
+/** Takes a session answer: its CSRF token and who it is. */
+function remember(data) {
+  session.csrf = data.csrf || null;
+  session.name = data.name || null;
+  session.role = data.role || null;
+  session.destinations = data.destinations || null;
+  const who = document.getElementById('who');
+  if (who) {
+    const scope = session.destinations ? ' · ' + session.destinations.join(', ') : '';
+    who.textContent = session.name ? 'Signed in as ' + session.name + ' (' + session.role + scope + ')' : '';
+  }
+}
 let refresh = null;
 
 // ---- DOM helpers -------------------------------------------------------------------
@@ -278,20 +299,23 @@ async function eventPage(id) {
     table('Attempts to ' + d.destination, ['When', 'Took', 'Status', 'Error', 'Answer'],
       d.attempts.map((a) => h('tr', {}, h('td', {}, time(a.at)), h('td', {}, a.duration_ms.toFixed(1) + ' ms'),
         h('td', {}, a.status === null ? '—' : a.status), h('td', {}, a.error || ''), h('td', { class: 'answer' }, answer(a.answer))))),
-    h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => replay([d.destination]) }, 'Replay to ' + d.destination))));
+    may('operator') ? h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => replay([d.destination]) }, 'Replay to ' + d.destination)) : null));
   page('Event ' + e.id,
     facts,
-    h('div', { class: 'actions' },
-      h('button', { type: 'button', class: 'primary', onclick: () => replay(null), disabled: !e.destinations || !e.destinations.length }, 'Replay to all destinations')),
+    may('operator') ? h('div', { class: 'actions' },
+      h('button', { type: 'button', class: 'primary', onclick: () => replay(null), disabled: !e.destinations || !e.destinations.length },
+        session.destinations ? 'Replay to my destinations' : 'Replay to all destinations')) : null,
     h('h2', {}, 'Deliveries'),
     deliveries.length ? h('div', { class: 'cards wide' }, deliveries) : h('p', { class: 'muted' }, 'No deliveries.'),
+    ...(e.redacted ? [h('h2', {}, 'Headers and body'),
+      h('p', { class: 'muted', id: 'redacted' }, 'Hidden: the headers and the body need the admin role (you are ' + session.role + ').')] : [
     h('h2', {}, 'Headers'), h('div', { class: 'actions' }, copyButton('Headers', headerText)), h('pre', {}, headerText),
     h('h2', {}, 'Body'),
     body === null ? h('p', { class: 'muted' }, e.body_pruned
       ? 'Dropped by retention.delivered_bodies (the record and its attempts stay; it cannot be replayed).'
       : 'Not kept (rejected).') : [
       h('div', { class: 'actions' }, copyButton('Body', body)),
-      h('pre', {}, e.body_encoding === 'base64' ? '(base64) ' + body : pretty)]);
+      h('pre', {}, e.body_encoding === 'base64' ? '(base64) ' + body : pretty)]]));
 }
 
 async function deadLetters() {
@@ -353,11 +377,11 @@ async function deadLetters() {
   };
   const selectAll = h('input', { type: 'checkbox', 'aria-label': 'Select all', onchange: (e) => boxes.forEach((b) => { b.checked = e.target.checked; }) });
   page('Dead letters', form,
-    h('div', { class: 'actions' },
+    may('operator') ? h('div', { class: 'actions' },
       h('button', { type: 'button', class: 'primary', onclick: () => onSelected('replay', 'Replay', 'replayed') }, 'Replay selected'),
       h('button', { type: 'button', class: 'danger', onclick: () => onSelected('discard', 'Discard', 'discarded') }, 'Discard selected'),
       h('button', { type: 'button', onclick: () => bulk('POST', '/admin/dead-letters/replay', 'Replay') }, 'Replay all matching'),
-      h('button', { type: 'button', class: 'danger', onclick: () => bulk('DELETE', '/admin/dead-letters', 'Discard') }, 'Discard all matching')),
+      h('button', { type: 'button', class: 'danger', onclick: () => bulk('DELETE', '/admin/dead-letters', 'Discard') }, 'Discard all matching')) : null,
     h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': 'Dead letters' }, h('table', {},
       h('caption', { class: 'skip' }, 'Dead letters'),
       h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, selectAll),
@@ -385,8 +409,9 @@ async function destinations() {
     h('td', {}, 'sources: ' + globs(d.sources), h('br'), 'events: ' + globs(d.events), h('br'), 'order: ' + d.ordering),
     h('td', { class: 'num' }, d.fleet_share + ' of ' + d.max_concurrency),
     h('td', { class: 'num' }, d.in_flight),
-    h('td', {}, h('button', { type: 'button', onclick: () => toggle(d) }, (d.paused ? 'Resume ' : 'Pause ') + d.name))));
-  page('Destinations', table('Destinations', ['Destination', 'URL', 'State', 'Circuit', 'Route', 'Share', 'In flight', 'Action'], rows));
+    may('operator') ? h('td', {}, h('button', { type: 'button', onclick: () => toggle(d) }, (d.paused ? 'Resume ' : 'Pause ') + d.name)) : null));
+  const headers = ['Destination', 'URL', 'State', 'Circuit', 'Route', 'Share', 'In flight'].concat(may('operator') ? ['Action'] : []);
+  page('Destinations', table('Destinations', headers, rows));
 }
 
 /** The start of an attempt's answer: its first line in the table, all of it on demand. */
@@ -432,7 +457,7 @@ async function hooks() {
   });
   page('Hooks',
     h('p', { class: 'muted' }, 'Triggered: the upstream\'s count on the hook. Stored: callbacks this relay stored for the event since it started. Missing: calls counted upstream that no stored callback answers.'),
-    h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: sync }, 'Sync now')),
+    may('operator') ? h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: sync }, 'Sync now')) : null,
     sections.length ? sections : h('p', { class: 'muted' }, 'No upstream accounts configured.'));
 }
 
@@ -453,15 +478,15 @@ function signIn(message) {
       });
       const data = await resp.json().catch(() => ({}));
       if (!resp.ok) { error.textContent = data.error || ('HTTP ' + resp.status); input.select(); return; }
-      session.csrf = data.csrf;
+      remember(data);
       input.value = '';
       render();
     } catch (err) { error.textContent = err.message; }
   } },
-  h('label', { for: 'token' }, 'Admin token', input),
+  h('label', { for: 'token' }, 'Token', input),
   h('button', { type: 'submit', class: 'primary' }, 'Sign in'),
   error);
-  page('Sign in', h('p', { class: 'muted' }, 'The relay\'s admin token (admin.token). The session ends with the browser.'), form);
+  page('Sign in', h('p', { class: 'muted' }, 'The relay\'s admin token (admin.token), or your own of admin.tokens: what you see and may do follows its role. The session ends with the browser.'), form);
   input.focus();
 }
 
@@ -481,7 +506,7 @@ async function render(quiet) {
       const resp = await fetch('/console/session', { credentials: 'same-origin', cache: 'no-store' });
       const data = await resp.json().catch(() => ({}));
       if (!resp.ok) return page('Console unavailable', h('p', { class: 'error', role: 'alert' }, data.error || ('HTTP ' + resp.status)));
-      session.csrf = data.csrf || null;
+      remember(data);
     } catch (_) { /* shown as signed out */ }
     if (!session.csrf) return signIn();
   }
@@ -513,7 +538,7 @@ window.addEventListener('popstate', () => render());
 document.addEventListener('DOMContentLoaded', () => {
   document.getElementById('sign-out').addEventListener('click', async () => {
     await fetch('/console/session', { method: 'DELETE', credentials: 'same-origin', headers: { 'X-CSRF-Token': session.csrf || '' } });
-    session.csrf = null;
+    remember({});
     signIn('Signed out.');
   });
   render();
