@@ -91,6 +91,13 @@ pub(crate) async fn run(
         }
         if leads {
             prune_ledger(&store, ledger_before_hour(config.audit), &space, &stop, &metrics).await;
+            // The journal of admin changes is kept as long as the ledger.
+            if space.admit(CHUNK_BYTES).await {
+                if let Err(e) = store.journal_prune(cutoff_us(config.audit)).await {
+                    let what = "pruning the journal failed; trying again next pass";
+                    taxonomy::failed(&metrics, Stage::Retention, ErrorType::Storage, what, &e);
+                }
+            }
         }
         if let (true, Some(keep)) = (leads, config.delivered_bodies) {
             let before = cutoff_us(keep);

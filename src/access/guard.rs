@@ -27,26 +27,27 @@ pub(crate) async fn require_token<B: MessageBody>(
     req: ServiceRequest,
     next: Next<B>,
 ) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error> {
-    let who = match req.app_data::<web::Data<Access>>() {
-        Some(access) if access.enabled() => {
-            let given = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
-            match given {
-                Some(given) => bearer(&req, access, given),
-                None => console(&req, access),
-            }
-        }
-        _ => Err(Box::new(error(
+    let Some(access) = req.app_data::<web::Data<Access>>().filter(|a| a.enabled()).cloned() else {
+        let off = error(
             StatusCode::FORBIDDEN,
             "the admin API is disabled: set admin.token or admin.tokens (docs/security.md)",
-        ))),
+        );
+        return Ok(req.into_response(off).map_into_right_body());
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let who = match given {
+        Some(given) => bearer(&req, &access, given),
+        None => console(&req, &access),
     };
     match who.and_then(|principal| allowed(&req, principal)) {
         Ok(principal) => {
-            req.extensions_mut().insert(principal);
+            let from = req.peer_addr().map(|a| a.ip());
+            let journal = access.journal.clone();
+            req.extensions_mut().insert(super::journal::Caller { principal, from, journal });
             next.call(req).await.map(ServiceResponse::map_into_left_body)
         }
         Err(resp) => Ok(req.into_response(*resp).map_into_right_body()),

@@ -6,6 +6,7 @@
 //! other: the daemon builds one [`Access`] and hands it to both.
 
 pub(crate) mod guard;
+pub(crate) mod journal;
 pub(crate) mod principal;
 pub(crate) mod rules;
 pub(crate) mod session;
@@ -31,6 +32,8 @@ pub(crate) struct Access {
     /// Every token's holder; none: the API and the console are off.
     holders: Vec<Holder>,
     throttle: Mutex<SignInThrottle>,
+    /// Where changes and sign-ins are recorded.
+    pub(crate) journal: Arc<journal::Recorder>,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -54,7 +57,11 @@ impl Access {
     /// The access of the tokens of `admin` (validated: `admin.token` as the admin
     /// named `admin`, then `admin.tokens`), `admin.wrong_tokens_per_minute` a minute
     /// allowed per client.
-    pub(crate) fn new(admin: &AdminConfig, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(
+        admin: &AdminConfig,
+        journal: Arc<journal::Recorder>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let named = admin.resolved_token.iter().map(|token| {
             let principal = Principal {
                 name: crate::config::ADMIN_NAME.into(),
@@ -80,7 +87,7 @@ impl Access {
             })
             .collect();
         let throttle = Mutex::new(SignInThrottle::new(admin.wrong_tokens_per_minute));
-        Self { holders, throttle, metrics }
+        Self { holders, throttle, journal, metrics }
     }
 
     /// Whether any admin token is set (else the API and the console refuse everything).

@@ -8,6 +8,7 @@ use actix_web::{web, HttpResponse};
 use super::events::store_error;
 use super::views::age_seconds;
 use super::{error, AdminState};
+use crate::access::journal::Action;
 use crate::api;
 use crate::shape::program::{CompileError, Program};
 use crate::shape::FilterVerdict;
@@ -60,10 +61,15 @@ async fn set_paused(
     name: String,
     pause: bool,
 ) -> HttpResponse {
+    let action = if pause { Action::Pause } else { Action::Resume };
+    let target = serde_json::json!({ "destination": name });
     match state.destinations.set_paused(&name, pause, &who.name, &state.metrics).await {
-        Ok(true) => HttpResponse::Ok().json(api::Paused { name, paused: pause }),
+        Ok(true) => {
+            who.record(action, target, 1, Ok(())).await;
+            HttpResponse::Ok().json(api::Paused { name, paused: pause })
+        }
         Ok(false) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
-        Err(e) => store_error(&e),
+        Err(e) => super::dead_letters::failed(&who, action, target, store_error(&e)).await,
     }
 }
 

@@ -6,6 +6,7 @@ use base64::Engine;
 use serde::Deserialize;
 
 use super::{error, views, AdminState, Who};
+use crate::access::journal::Action;
 use crate::api;
 use crate::store::{EventFilter, EventId, EventStatus, StoreError};
 
@@ -248,11 +249,13 @@ pub(super) async fn replay(
         });
     }
     let now = crate::clock::now_us();
+    let target = serde_json::json!({ "event": id, "destinations": targets });
     match state.store.replay(id, targets.clone(), now).await {
         Ok(n) => {
             for d in &targets {
                 state.destinations.wake(d);
             }
+            who.record(Action::Replay, target, n as u64, Ok(())).await;
             tracing::info!(by = %who.name, %id, destinations = ?targets, "event replayed");
             HttpResponse::Ok().json(api::EventReplayed {
                 event: id,
@@ -261,7 +264,7 @@ pub(super) async fn replay(
                 filtered,
             })
         }
-        Err(e) => store_error(&e),
+        Err(e) => super::dead_letters::failed(&who, Action::Replay, target, store_error(&e)).await,
     }
 }
 

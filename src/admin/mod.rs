@@ -9,6 +9,7 @@ mod destinations;
 mod events;
 mod health;
 mod hooks;
+mod journal;
 mod overview;
 mod views;
 pub(crate) mod waiting;
@@ -40,8 +41,9 @@ pub(crate) struct AdminState {
     pub(crate) shaper: Arc<crate::shape::Shaper>,
 }
 
-/// Who is asking: the holder the guard (`access/guard.rs`) put in the request.
-pub(crate) type Who = web::ReqData<Arc<crate::access::Principal>>;
+/// Who is asking: the holder the guard (`access/guard.rs`) put in the request, with
+/// where to record its changes.
+pub(crate) type Who = web::ReqData<crate::access::journal::Caller>;
 
 /// Routes of the admin listener. Each path answers its own methods; any other gets
 /// 405 with `Allow` (not 404: the path exists).
@@ -96,6 +98,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                     vec![(Method::POST, web::to(destinations::preview))],
                 ))
                 .service(resource("/hooks", vec![(get(), web::to(hooks::list))]))
+                .service(resource("/journal", vec![(get(), web::to(journal::list))]))
                 .service(resource("/hooks/sync", vec![(Method::POST, web::to(hooks::sync))]))
                 .default_service(web::to(|| async {
                     error(

@@ -243,6 +243,37 @@ pub(crate) struct DeliveryRef {
     pub(crate) destination: String,
 }
 
+/// One change made through the admin API or the console, as the journal keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct JournalEntry {
+    /// Its place in the journal: `before` of the next page takes it.
+    pub(crate) id: String,
+    #[schemars(with = "Timestamp")]
+    pub(crate) at: String,
+    /// The admin token's name (`admin` for `admin.token`); empty for a failed sign-in.
+    pub(crate) who: String,
+    /// The client's address.
+    pub(crate) from: Option<String>,
+    /// `replay`, `discard`, `pause`, `resume`, `hook_sync`, `sign_in`, `sign_out` or
+    /// `sign_in_failed`.
+    pub(crate) action: String,
+    /// On what: event ids and destinations, a dead-letter query, a selection, accounts.
+    pub(crate) target: serde_json::Value,
+    /// How many deliveries, events, destinations or hooks it changed.
+    pub(crate) count: u64,
+    /// `ok`, or why it failed.
+    pub(crate) result: String,
+}
+
+/// A page of the journal, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct JournalPage {
+    pub(crate) entries: Vec<JournalEntry>,
+    /// Pass as `before` for the next (older) page; absent on the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) next_before: Option<String>,
+}
+
 /// The answer to `POST /admin/dead-letters/replay`.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct Replayed {

@@ -10,8 +10,8 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Accounts, ApiError, AuditReport, DeadLetterPage, Deleted, DestinationList, EventDetail,
-    EventPage, EventReplayed, Overview, Paused, Preview, PreviewRequest, ReplayRequest, Replayed,
-    Selection,
+    EventPage, EventReplayed, JournalPage, Overview, Paused, Preview, PreviewRequest,
+    ReplayRequest, Replayed, Selection,
 };
 use crate::store::{EventId, EventStatus};
 
@@ -40,6 +40,7 @@ pub(crate) fn document() -> Value {
     let event_id = subschema::<EventId>(&mut g);
     let status = subschema::<EventStatus>(&mut g);
     let error = subschema::<ApiError>(&mut g);
+    let journal = subschema::<JournalPage>(&mut g);
     let schemas: Map<String, Value> = g.take_definitions(true).into_iter().collect();
 
     let json_body = |schema: &Value, description: &str| json!({ "description": description, "content": { "application/json": { "schema": schema } } });
@@ -133,6 +134,30 @@ pub(crate) fn document() -> Value {
         after.clone(),
         limit.clone(),
     ];
+    let journal_params = vec![
+        query(
+            "since",
+            json!({ "type": "string", "format": "date-time" }),
+            "only changes at or after this time (RFC 3339)",
+        ),
+        query(
+            "until",
+            json!({ "type": "string", "format": "date-time" }),
+            "only changes before this time (RFC 3339)",
+        ),
+        query("who", name("an admin token's name"), "only this token's changes"),
+        query(
+            "action",
+            json!({ "type": "string", "enum": ["replay", "discard", "pause", "resume", "hook_sync", "sign_in", "sign_out", "sign_in_failed"] }),
+            "only this kind of change",
+        ),
+        query(
+            "before",
+            json!({ "type": "string", "pattern": "^[0-9a-f]{16}-[0-9a-f]{16}$" }),
+            "continue after this entry (the previous page's `next_before`)",
+        ),
+        limit.clone(),
+    ];
     let chosen = |summary: &str, answer: &Value, what: &str| {
         let mut op = admin(summary, vec![], json_body(answer, what), bad_query.clone());
         op["requestBody"] =
@@ -224,6 +249,11 @@ pub(crate) fn document() -> Value {
                 json_body(&accounts, "the accounts"), Map::new()) },
             "/admin/hooks/sync": { "post": admin("Reconcile every account now", vec![],
                 json_body(&accounts, "the accounts after the pass"), Map::new()) },
+            "/admin/journal": { "get": admin(
+                "Every change made through the admin API or the console (replays, discards, pauses, resumes, hook syncs, sign-ins), by any relay sharing the store, newest first",
+                journal_params,
+                json_body(&journal, "a page of the journal"),
+                bad_query.clone()) },
         },
     })
 }

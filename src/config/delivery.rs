@@ -219,8 +219,9 @@ pub(crate) struct RetentionConfig {
     #[serde(with = "duration")]
     pub(crate) removed_destinations: Duration,
     /// The audit ledger's hours (`GET /admin/audit`) are deleted whole this long after
-    /// they ended, by the relay that prunes. At least a day (the imbalance check reads
-    /// the last one); the API reads at most a year at a time.
+    /// they ended, by the relay that prunes, and the journal's entries (`GET
+    /// /admin/journal`) this long after they were made. At least a day (the imbalance
+    /// check reads the last one); the API reads at most a year at a time.
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) audit: Duration,

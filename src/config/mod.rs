@@ -58,6 +58,7 @@ pub(crate) use secret::{mask_url, EnvLookup, Secret, SecretSpec, MASK};
 pub(crate) use storage::{Durability, SslMode, StorageBackend, StorageConfig, RELAY_RESERVE_BYTES};
 pub(crate) use telemetry::TelemetryConfig;
 pub(crate) use upstream::{AccountAuth, AccountConfig, UpstreamConfig};
+pub(crate) use validate::valid_name;
 
 /// The file `serve` and `check-config` read unless told otherwise.
 pub const DEFAULT_PATH: &str = "config/hookrelay.toml";

@@ -18,10 +18,12 @@ use actix_web::middleware::DefaultHeaders;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
+use crate::access::journal::Action;
 use crate::access::session::{self, COOKIE};
 use crate::access::{throttled, Access, Principal, Refused};
 use crate::api::error;
 use crate::internal_events::{ConsoleSignIn, InternalEvent, SignIn};
+use serde_json::json;
 
 /// The strict policy every console answer carries: scripts, styles and requests from
 /// this origin only, nothing inline, no framing, no plugins.
@@ -134,10 +136,14 @@ async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) 
         Ok(who) => who,
         Err(Refused::Throttled(wait)) => {
             ConsoleSignIn { result: SignIn::Throttled, from }.emit(&access.metrics);
+            let why = Err("throttled: too many wrong tokens from this address".to_owned());
+            access.journal.record("", from, Action::SignInFailed, json!({}), 0, why).await;
             return throttled(wait);
         }
         Err(Refused::Wrong) => {
             ConsoleSignIn { result: SignIn::WrongToken, from }.emit(&access.metrics);
+            let why = Err("wrong token".to_owned());
+            access.journal.record("", from, Action::SignInFailed, json!({}), 0, why).await;
             return error(
                 StatusCode::UNAUTHORIZED,
                 "wrong admin token: use the relay's admin.token (or the file of \
@@ -149,6 +155,7 @@ async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) 
     };
     ConsoleSignIn { result: SignIn::Ok, from }.emit(&access.metrics);
     let Some(s) = access.sign_in(&who) else { return disabled() };
+    access.journal.record(&who.name, from, Action::SignIn, json!({}), 1, Ok(())).await;
     let cookie = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", s.cookie);
     let mut resp = HttpResponse::Ok().json(signed_in(&s, &who));
     if let Ok(v) = header::HeaderValue::from_str(&cookie) {
@@ -161,13 +168,15 @@ async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) 
 /// `DELETE /console/session`: signs out (the cookie is cleared; it needs the CSRF
 /// token, so another site cannot sign an operator out either).
 async fn sign_out(req: HttpRequest, access: web::Data<Access>) -> HttpResponse {
-    let Some((s, _)) = access.session_of(&req) else {
+    let Some((s, who)) = access.session_of(&req) else {
         return error(StatusCode::UNAUTHORIZED, "not signed in");
     };
     let given = req.headers().get(session::CSRF_HEADER).and_then(|v| v.to_str().ok());
     if !given.is_some_and(|g| access.csrf_matches(&s, g)) {
         return error(StatusCode::FORBIDDEN, "missing or wrong CSRF token");
     }
+    let from = req.peer_addr().map(|a| a.ip());
+    access.journal.record(&who.name, from, Action::SignOut, json!({}), 1, Ok(())).await;
     let mut resp = HttpResponse::NoContent().finish();
     let gone = format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     if let Ok(v) = header::HeaderValue::from_str(&gone) {

@@ -356,7 +356,9 @@ fn start_listeners(
     tracer: Arc<crate::telemetry::export::Tracer>,
 ) -> anyhow::Result<(Listener, Listener)> {
     let grace = config.shutdown.grace;
-    let access = crate::access::Access::new(&config.admin, base.metrics.clone());
+    let journal =
+        Arc::new(crate::access::journal::Recorder::new(Some(store.clone()), base.metrics.clone()));
+    let access = crate::access::Access::new(&config.admin, journal, base.metrics.clone());
     // Every admin token, kept out of what is stored should a caller send one.
     let tokens: Vec<Vec<u8>> = config
         .admin

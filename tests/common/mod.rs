@@ -335,6 +335,26 @@ impl Relay {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// `method path` on the admin listener with `token` and a JSON `body`; returns
+    /// status and JSON (the roles' and the journal's tests call as several holders).
+    pub async fn admin_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut req =
+            self.client.request(method, format!("http://{}{path}", self.admin)).bearer_auth(token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let r = req.send().await.expect("admin request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
     /// POST on the admin listener with the admin token; returns status and JSON.
     pub async fn admin_post(&self, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut req =

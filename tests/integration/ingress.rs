@@ -229,7 +229,7 @@ async fn without_an_admin_token_the_admin_api_is_disabled() {
     let (status, body) = relay.admin_get("/admin/events").await;
     assert_eq!(status, 403);
     assert!(body["error"].as_str().unwrap().contains("set admin.token"), "{body}");
-    assert!(relay.logs().contains("admin.token is not set"));
+    assert!(relay.logs().contains("no admin token is set"), "{}", relay.logs());
 }
 
 #[tokio::test]

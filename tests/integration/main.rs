@@ -24,6 +24,7 @@ mod durability;
 mod hostile;
 mod http_edges;
 mod ingress;
+mod journal;
 mod layers;
 mod liveness;
 mod logs;

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::common::browser::Browser;
 use crate::common::sink::{Mode, Sink};
 use crate::common::{self, Relay, ADMIN_TOKEN};
+use crate::journal::call;
 
 const VIEWER: &str = "helpdesk-token-0123456789abcdef";
 const OPERATOR: &str = "crm-team-token-0123456789abcdef";
@@ -37,6 +38,7 @@ const NEEDS: &[(&str, &str, &str)] = &[
     ("POST", "/admin/destinations/{name}/preview", "admin"),
     ("GET", "/admin/hooks", "viewer"),
     ("POST", "/admin/hooks/sync", "operator"),
+    ("GET", "/admin/journal", "viewer"),
 ];
 
 /// The roles from least to most.
@@ -92,26 +94,6 @@ token = "{OPERATOR}"
         })
         .await;
     (relay, crm, erp, ids)
-}
-
-/// One call with `token`: its status and JSON.
-async fn call(
-    relay: &Relay,
-    token: &str,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let client = reqwest::Client::new();
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut req =
-        client.request(method, format!("http://{}{path}", relay.admin)).bearer_auth(token);
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// Every route of the served document, with every role: refused (403, naming the

@@ -315,6 +315,10 @@ macro_rules! conformance {
                     .await;
             }
             #[tokio::test]
+            async fn the_journal_keeps_every_change_newest_first() {
+                super::journal::the_journal_keeps_every_change_newest_first(&mut $make).await;
+            }
+            #[tokio::test]
             async fn a_sole_relay_leads_and_is_the_whole_fleet() {
                 super::coordination::a_sole_relay_leads_and_is_the_whole_fleet(&mut $make).await;
             }
@@ -386,6 +390,7 @@ mod coordination;
 mod delivery_queue;
 mod dispatch;
 mod event_log;
+mod journal;
 mod model;
 mod shared_state;
 mod upkeep;

@@ -9,6 +9,7 @@
 //! | [`SharedState`] | the hook lifecycle's small state (tokens, gaps, account status) | `conformance/shared_state.rs` |
 //! | [`Upkeep`] | the store as a resource: whether it answers, its size, closing it | `conformance/upkeep.rs` |
 //! | [`Audit`] | the ledger accounting for every callback, per hour | `conformance/audit.rs` |
+//! | [`Journal`] | every change made through the admin API or the console | `conformance/journal.rs` |
 //!
 //! [`Store`] is their sum, what a backend implements and the relay holds. The promises
 //! every trait keeps, written so that a shared database can keep them for several
@@ -21,8 +22,8 @@
 //!   configured; no caller asks for an fsync. Three writes whose loss a crash only
 //!   makes the relay do again are exempt, so that they never hold up an
 //!   acknowledgement behind their own fsync: [`Dispatch::dispatch`] (redone from the
-//!   durable inbox), [`Dispatch::purge_dedup`] and [`EventLog::prune`] (redone on the
-//!   next pass). Each of them is durable with the next durable write, since every
+//!   durable inbox), [`Dispatch::purge_dedup`], [`EventLog::prune`] and
+//!   [`Journal::journal_prune`] (redone on the next pass). Each of them is durable with the next durable write, since every
 //!   later write is ordered after it (sled's dedup purge happens to fsync anyway);
 //! - every method is async: a backend with blocking I/O runs it on the blocking pool.
 
@@ -31,6 +32,7 @@ mod coordination;
 mod delivery_queue;
 mod dispatch;
 mod event_log;
+mod journal;
 mod shared_state;
 mod upkeep;
 
@@ -39,6 +41,7 @@ pub(crate) use coordination::{Coordination, Exclusive, Fleet, Wake, DISPATCH_LEA
 pub(crate) use delivery_queue::{owner_silence, DeliveryQueue, CLAIM_MARGIN};
 pub(crate) use dispatch::{Dispatch, Planner};
 pub(crate) use event_log::{EventFilter, EventLog};
+pub(crate) use journal::{Journal, JournalEntry, JournalFilter};
 pub(crate) use shared_state::SharedState;
 pub(crate) use upkeep::Upkeep;
 
@@ -52,6 +55,7 @@ pub(crate) trait Store:
     + SharedState
     + Upkeep
     + Audit
+    + Journal
     + Send
     + Sync
     + 'static
@@ -66,6 +70,7 @@ impl<T> Store for T where
         + SharedState
         + Upkeep
         + Audit
+        + Journal
         + Send
         + Sync
         + 'static

@@ -36,6 +36,7 @@ mod dispatch;
 pub(crate) mod engine;
 mod events;
 mod flush;
+mod journal;
 pub(super) mod keys;
 mod ledger;
 mod migrate;
@@ -73,9 +74,20 @@ const DEDUP: &str = "dedup";
 const DEAD_LETTERS: &str = "dead_letters";
 const ORDERING: &str = "ordering";
 const UPSTREAM: &str = "upstream";
+const JOURNAL: &str = "journal";
 /// Every tree of the layout (what `hookrelay migrate --to` copies).
-const TREES: [&str; 9] =
-    [META, RECORDS, OUTCOMES, DELIVERIES, SCHEDULE, DEDUP, DEAD_LETTERS, ORDERING, UPSTREAM];
+const TREES: [&str; 10] = [
+    META,
+    RECORDS,
+    OUTCOMES,
+    DELIVERIES,
+    SCHEDULE,
+    DEDUP,
+    DEAD_LETTERS,
+    ORDERING,
+    UPSTREAM,
+    JOURNAL,
+];
 /// `schedule` values: what kind of entry it is.
 const SCHEDULED_PENDING: u8 = 0;
 const SCHEDULED_RETRYING: u8 = 1;
@@ -107,6 +119,8 @@ pub(super) struct EmbeddedState {
     dead_letters: Tree,
     ordering: Tree,
     upstream: Tree,
+    /// The admin changes (`journal.rs`).
+    journal: Tree,
     meta: Tree,
     /// Held while a lifecycle rule reads, decides and writes.
     lifecycle: Mutex<()>,
@@ -218,6 +232,7 @@ impl EmbeddedStore {
             dead_letters: db.open_tree(DEAD_LETTERS)?,
             ordering: db.open_tree(ORDERING)?,
             upstream: db.open_tree(UPSTREAM)?,
+            journal: db.open_tree(JOURNAL)?,
             cursor: AtomicU64::new(0),
             committed: AtomicU64::new(0),
             inbox_count: AtomicI64::new(0),

@@ -18,7 +18,7 @@ use crate::store::{
 
 impl EmbeddedStore {
     /// Runs the read `f` on the blocking pool.
-    async fn run<T: Send + 'static>(
+    pub(super) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&EmbeddedState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
@@ -33,7 +33,7 @@ impl EmbeddedStore {
     /// and given up on (the caller gets an error) as soon as the store fails.
     ///
     /// [`Health`]: crate::store::Health
-    async fn write<T: Send + 'static>(
+    pub(super) async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&EmbeddedState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {

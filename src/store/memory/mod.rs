@@ -35,6 +35,8 @@ struct Data {
     queues: BTreeMap<(String, [u8; 16]), Queue>,
     paused: BTreeSet<String>,
     upstream: BTreeMap<String, Vec<u8>>,
+    /// The journal, by `(at_us, tie)`.
+    journal: BTreeMap<(u64, u64), super::JournalEntry>,
     counts: QueueCounts,
     /// The audit ledger's counters.
     ledger: LedgerEdits,
@@ -177,6 +179,32 @@ impl MemoryStore {
         if let Some(durable) = &self.durable {
             *lock(durable) = d.clone();
         }
+    }
+}
+
+#[async_trait]
+impl super::Journal for MemoryStore {
+    async fn journal_append(&self, entry: super::JournalEntry) -> Result<(), StoreError> {
+        let mut d = lock(&self.data);
+        d.journal.insert((entry.at_us, entry.tie), entry);
+        self.durable_point(&d);
+        Ok(())
+    }
+
+    async fn journal_list(
+        &self,
+        filter: super::JournalFilter,
+    ) -> Result<Vec<super::JournalEntry>, StoreError> {
+        let d = lock(&self.data);
+        let taken = d.journal.values().rev().filter(|e| filter.takes(e));
+        Ok(taken.take(filter.limit).cloned().collect())
+    }
+
+    async fn journal_prune(&self, before_us: u64) -> Result<usize, StoreError> {
+        let mut d = lock(&self.data);
+        let before = d.journal.len();
+        d.journal.retain(|(at, _), _| *at >= before_us);
+        Ok(before - d.journal.len())
     }
 }
 

@@ -35,6 +35,7 @@ mod delivery_queue;
 mod dispatch;
 mod event_log;
 mod explain;
+mod journal;
 mod lead;
 mod listen;
 mod prune;

@@ -123,6 +123,17 @@ ALTER TABLE audit SET (fillfactor = 50);
 CREATE TABLE audit_start (start bigint NOT NULL);
 INSERT INTO audit_start SELECT coalesce(max(id), 0) + 1 FROM events;
 "#,
+    // 8: the journal of admin changes (`journal.rs`), one for the fleet.
+    r#"
+CREATE TABLE journal (
+    at_us  bigint NOT NULL,
+    tie    bigint NOT NULL,
+    who    text NOT NULL,
+    action text NOT NULL,
+    entry  bytea NOT NULL,
+    PRIMARY KEY (at_us, tie)
+);
+"#,
 ];
 
 /// Key of the advisory lock held while migrating (any constant shared by all relays).

@@ -68,8 +68,11 @@ pub(crate) struct Reconciler {
     max_concurrency: usize,
     /// Between two passes: a status older than two is stale.
     interval: std::time::Duration,
-    /// One pass at a time (timer and `hooks sync` share it).
-    pass: tokio::sync::Mutex<()>,
+    /// One pass at a time (timer and `hooks sync` share it); holds when the last one
+    /// ended, so that the timer's pass is skipped when a sync has just run (it would
+    /// otherwise run right behind the sync that made it wait, and see the world
+    /// changed under the caller of that sync).
+    pass: tokio::sync::Mutex<Option<Instant>>,
     status: Mutex<BTreeMap<AccountId, AccountStatus>>,
     /// Disabled hooks already counted as a transition (a failed re-creation is retried).
     seen_disabled: Mutex<HashSet<String>>,
@@ -91,7 +94,7 @@ impl Reconciler {
             gauges: Gauges::new(metrics, &ids),
             max_concurrency: max_concurrency.max(1),
             interval,
-            pass: tokio::sync::Mutex::new(()),
+            pass: tokio::sync::Mutex::new(None),
             status: Mutex::new(BTreeMap::new()),
             seen_disabled: Mutex::new(HashSet::new()),
         }
@@ -109,7 +112,7 @@ impl Reconciler {
             match self.store.lead(LEAD_TASK).await {
                 Ok(true) => {
                     tokio::select! {
-                        _ = self.sync() => {}
+                        _ = self.pass_unless_within(interval) => {}
                         _ = stop.wait() => return,
                     }
                 }
@@ -128,9 +131,35 @@ impl Reconciler {
         }
     }
 
+    /// The timer's pass: none if one ended within `interval` (a sync, run while this
+    /// one waited for its turn or just before).
+    async fn pass_unless_within(&self, interval: std::time::Duration) {
+        let last = self.pass.lock().await;
+        if last.is_some_and(|ended| ended.elapsed() < interval) {
+            tracing::debug!("a pass ended within the interval: the timer's is skipped");
+            return;
+        }
+        self.pass_held(last).await;
+    }
+
     /// Reconciles every account (at most `max_concurrency` at once); returns their status.
     pub(crate) async fn sync(&self) -> Vec<AccountStatus> {
-        let _pass = self.pass.lock().await;
+        let last = self.pass.lock().await;
+        self.pass_held(last).await
+    }
+
+    /// A pass, with the turn `last` held; notes when it ended.
+    async fn pass_held(
+        &self,
+        mut last: tokio::sync::MutexGuard<'_, Option<Instant>>,
+    ) -> Vec<AccountStatus> {
+        let statuses = self.pass_inner().await;
+        *last = Some(Instant::now());
+        statuses
+    }
+
+    /// A pass's work: the fleet's turn, then every account.
+    async fn pass_inner(&self) -> Vec<AccountStatus> {
         // And one pass at a time across relays sharing the store, so that a `hooks
         // sync` asked of several at once creates each hook once.
         let _fleet = match self.store.exclusive(LEAD_TASK).await {

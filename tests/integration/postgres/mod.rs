@@ -73,6 +73,28 @@ fn body(n: u64) -> String {
     format!(r#"{{"data":{{"id":"{n}","name":"Smith v Jones"}},"meta":{{"hook":"{}"}}}}"#, n * 7)
 }
 
+/// The fleet shares one journal: a change made on one relay is read on the other,
+/// and each relay's entries are in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_share_one_journal() {
+    use crate::journal::{call, journal, operator_token, OPERATOR};
+    let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
+    let url = server.database("journal");
+    let sink = Sink::start().await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let text = |dir: &std::path::Path| config_crm(dir, &url, &sink, &operator_token());
+    let a = Relay::start(dir_a.path(), &text(dir_a.path())).await;
+    let b = Relay::start(dir_b.path(), &text(dir_b.path())).await;
+    assert_eq!(call(&a, OPERATOR, "POST", "/admin/destinations/crm/pause", None).await.0, 200);
+    assert_eq!(call(&b, OPERATOR, "POST", "/admin/destinations/crm/resume", None).await.0, 200);
+    let both = [
+        ("crm-team".to_owned(), "resume".to_owned(), 1, "ok".to_owned()),
+        ("crm-team".to_owned(), "pause".to_owned(), 1, "ok".to_owned()),
+    ];
+    assert_eq!(journal(&a, "").await, both);
+    assert_eq!(journal(&b, "").await, both);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_on_one_database_deliver_each_occurrence_once() {
     let server = tokio::task::spawn_blocking(PgServer::start).await.unwrap();
