@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::client::AdminClient;
-use super::commands::{audit, dead_letters, destinations, events, hooks, typed};
+use super::commands::{audit, dead_letters, destinations, events, hooks, journal, typed};
 use crate::api;
 use crate::config::{Config, DEFAULT_PATH};
 
@@ -169,8 +169,30 @@ pub(super) struct AuditArgs {
     pub(super) source: Option<String>,
 }
 
+/// `hookrelay journal`: which changes.
+#[derive(Args, Debug)]
+pub(super) struct JournalArgs {
+    /// Only changes at or after this: a time (RFC 3339) or how long ago (e.g. 7d).
+    #[arg(long)]
+    pub(super) since: Option<String>,
+    /// Only changes before this: a time or how long ago.
+    #[arg(long)]
+    pub(super) until: Option<String>,
+    /// Only this admin token's changes (its name; `admin` for admin.token).
+    #[arg(long)]
+    pub(super) who: Option<String>,
+    /// Only this kind: replay, discard, pause, resume, hook_sync, sign_in, sign_out,
+    /// sign_in_failed.
+    #[arg(long)]
+    pub(super) action: Option<String>,
+    /// How many, newest first (1 to 1000).
+    #[arg(long, default_value_t = 50)]
+    pub(super) limit: usize,
+}
+
 /// What to run against the admin API.
 pub(super) enum Op {
+    Journal(JournalArgs),
     Events(Events),
     DeadLetters(DeadLetters),
     Destinations(Destinations),
@@ -200,6 +222,7 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         Op::Destinations(cmd) => destinations(&client, cmd).await?,
         Op::Hooks(cmd) => hooks(&client, cmd).await?,
         Op::Audit(args) => audit(&client, args).await?,
+        Op::Journal(args) => journal(&client, args).await?,
     };
     if target.json {
         println!("{}", serde_json::to_string_pretty(&value)?);

@@ -108,6 +108,18 @@ enum Command {
         #[command(flatten)]
         window: admin::AuditArgs,
     },
+    /// Every change made through the admin API or the console, newest first (through
+    /// the admin API): who, when, from where, what, on what, how many, the result.
+    #[command(
+        after_help = "Examples:\n  hookrelay journal\n  hookrelay journal --since 7d --who crm-team\n  \
+        hookrelay journal --action replay --json"
+    )]
+    Journal {
+        #[command(flatten)]
+        target: admin::Target,
+        #[command(flatten)]
+        args: admin::JournalArgs,
+    },
     /// A simulator of the upstream's REST hooks (and `sim fire` to raise events on it).
     ///
     /// Serves /api/rest/resthooks as the upstream does (bearer tokens per user, paging,
@@ -191,6 +203,7 @@ pub fn run() -> ExitCode {
         }
         Command::Hooks { target, command } => run_admin(target, admin::Op::Hooks(command)),
         Command::Audit { target, window } => run_admin(target, admin::Op::Audit(window)),
+        Command::Journal { target, args } => run_admin(target, admin::Op::Journal(args)),
         Command::Sim(args) => sim(args, cli.log_format),
         Command::ShapeWorker => crate::shape::worker::main(),
     }

@@ -355,6 +355,25 @@ impl Relay {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// Runs the admin command line (`args`) against this relay, with the config in
+    /// `dir`; returns (exit code, stdout, stderr).
+    pub fn cli(&self, dir: &Path, args: &[&str]) -> (i32, String, String) {
+        let out = std::process::Command::new(binary())
+            .args(args)
+            .arg("--config")
+            .arg(dir.join("hookrelay.toml"))
+            .arg("--admin-url")
+            .arg(format!("http://{}", self.admin))
+            .env_remove("HOOKRELAY_ADMIN_TOKEN")
+            .output()
+            .expect("running the command line");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// POST on the admin listener with the admin token; returns status and JSON.
     pub async fn admin_post(&self, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut req =

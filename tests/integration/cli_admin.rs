@@ -11,20 +11,7 @@ use serde_json::Value;
 
 /// Runs the CLI against `relay`; returns (exit code, stdout, stderr).
 fn cli(relay: &Relay, dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(common::binary())
-        .args(args)
-        .arg("--config")
-        .arg(dir.join("hookrelay.toml"))
-        .arg("--admin-url")
-        .arg(format!("http://{}", relay.admin))
-        .env_remove("HOOKRELAY_ADMIN_TOKEN")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    relay.cli(dir, args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,6 +147,23 @@ async fn every_change_and_sign_in_is_journalled_with_who_where_and_how_many() {
         call(&relay, OPERATOR, "GET", "/admin/journal?action=delete_all", None).await;
     assert_eq!(status, 400, "{bad}");
 
+    // The command line reads it too, as a table and as JSON.
+    let cli = |args: &[&str]| {
+        let (code, out, err) = relay.cli(dir.path(), &[&["journal"], args].concat());
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let table = cli(&["--who", "crm-team"]);
+    assert!(
+        table.starts_with("AT") && table.contains("WHO") && table.contains("RESULT"),
+        "{table}"
+    );
+    assert_eq!(table.lines().filter(|l| l.contains("crm-team")).count(), 4, "{table}");
+    assert!(!table.contains("admin "), "{table}");
+    let json: Value = serde_json::from_str(&cli(&["--action", "pause", "--json"])).unwrap();
+    assert_eq!(json["entries"].as_array().unwrap().len(), 1, "{json}");
+    assert_eq!(json["entries"][0]["who"], "admin");
+
     // Durable: the same journal after a restart.
     drop(relay);
     let relay = Relay::start(dir.path(), &text).await;

@@ -314,5 +314,23 @@ async fn the_console_shows_each_role_what_it_may_see_and_do() {
     shown(&b, "#status", "3 dead letters replayed").await;
     let (_, erp_dead) = relay.admin_get("/admin/dead-letters?destination=erp").await;
     assert_eq!(erp_dead["dead_letters"].as_array().unwrap().len(), 3, "erp's were left alone");
+
+    // The journal page shows what each did: the sign-ins, and the crm team's replay.
+    b.goto(&format!("{base}/console/journal")).await;
+    let text = b.wait_for_text("crm-team", Duration::from_secs(10)).await;
+    for (who, action) in [("helpdesk", "sign_in"), ("helpdesk", "sign_out"), ("crm-team", "replay")]
+    {
+        assert!(
+            text.lines().any(|l| l.contains(who) && l.contains(action)),
+            "{who} {action} not in the journal page: {text}"
+        );
+    }
+    let violations = b.accessibility_violations().await;
+    assert!(violations.is_empty(), "the journal page: {violations:#?}");
+    b.screenshot(
+        &std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target/console-screenshots/journal.png"),
+    )
+    .await;
     assert!(b.console_errors().await.is_empty(), "{:?}", b.console_errors().await);
 }

@@ -7,10 +7,12 @@ use serde_json::Value;
 mod audit;
 mod destinations;
 mod events;
+mod journal;
 
 pub(in crate::cli) use audit::audit;
 pub(in crate::cli) use destinations::{destinations, hooks};
 pub(in crate::cli) use events::{dead_letters, events};
+pub(in crate::cli) use journal::journal;
 
 use super::client::{query, AdminClient};
 use super::table;

@@ -91,7 +91,7 @@ function table(caption, headers, rows) {
   return h('div', { class: 'table-wrap', role: 'region', tabindex: 0, 'aria-label': caption },
     h('table', {},
       h('caption', { class: 'skip' }, caption),
-      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts|Per minute|Share|Stored|Missing|Duplicates|Rejected|Unauthorized|Closed)$/.test(x) ? 'num' : null }, x)))),
+      h('thead', {}, h('tr', {}, headers.map((x) => h('th', { scope: 'col', class: /^(Pending|Held|Retrying|Dead|In flight|Hooks|Not active|Triggered|Attempts|Per minute|Share|Stored|Missing|Duplicates|Rejected|Unauthorized|Closed|Count)$/.test(x) ? 'num' : null }, x)))),
       h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length, class: 'muted' }, 'none')))));
 }
 
@@ -461,6 +461,31 @@ async function hooks() {
     sections.length ? sections : h('p', { class: 'muted' }, 'No upstream accounts configured.'));
 }
 
+const ACTIONS = ['', 'replay', 'discard', 'pause', 'resume', 'hook_sync', 'sign_in', 'sign_out', 'sign_in_failed'];
+
+/** The journal: every change made through the API or this console, newest first. */
+async function journal() {
+  const params = new URLSearchParams(location.search);
+  const form = h('form', { class: 'filters', role: 'search', onsubmit: (e) => {
+    e.preventDefault();
+    navigate('/console/journal' + query(Object.fromEntries(new FormData(form))));
+  } },
+  h('label', {}, 'Who', h('input', { name: 'who', value: params.get('who') || '', placeholder: 'a token\'s name', autocomplete: 'off' })),
+  h('label', {}, 'Action', h('select', { name: 'action' },
+    ACTIONS.map((a) => h('option', { value: a, selected: params.get('action') === a }, a || 'any')))),
+  h('button', { type: 'submit', class: 'primary' }, 'Filter'));
+  const filters = {};
+  for (const k of ['who', 'action', 'before']) if (params.get(k)) filters[k] = params.get(k);
+  const data = await api('GET', '/admin/journal' + query(filters));
+  const rows = data.entries.map((e) => h('tr', {},
+    h('td', {}, time(e.at)), h('td', {}, e.who || '—'), h('td', {}, e.from || '—'),
+    h('td', {}, e.action), h('td', {}, h('code', {}, JSON.stringify(e.target))),
+    h('td', { class: 'num' }, e.count), h('td', { class: e.result === 'ok' ? '' : 'error' }, e.result)));
+  page('Journal', form,
+    table('Journal', ['When', 'Who', 'From', 'Action', 'On', 'Count', 'Result'], rows),
+    data.next_before ? h('p', {}, link('/console/journal' + query({ ...filters, before: data.next_before }), 'Older')) : null);
+}
+
 // ---- sign-in and routing -----------------------------------------------------------
 
 function signIn(message) {
@@ -497,6 +522,7 @@ const ROUTES = [
   [/^\/console\/dead-letters\/?$/, deadLetters],
   [/^\/console\/destinations\/?$/, destinations],
   [/^\/console\/hooks\/?$/, hooks],
+  [/^\/console\/journal\/?$/, journal],
 ];
 
 async function render(quiet) {
