@@ -39,6 +39,7 @@ pub(crate) const OPERATIONAL: &[&str] = &[
     "hookrelay.DestinationStalled",
     "hookrelay.StorageLow",
     "hookrelay.ProgramDisabled",
+    "hookrelay.AdminAction",
 ];
 
 /// The known name nearest to a mistyped `name` (case-insensitively, by edit distance,

@@ -118,6 +118,15 @@ pub(crate) enum OperationalEvent<'a> {
         role: &'a str,
         reason: &'a str,
     },
+    /// A change made through the admin API or the console, as journalled.
+    AdminAction {
+        who: &'a str,
+        from: Option<&'a str>,
+        action: &'a str,
+        target: &'a str,
+        count: u64,
+        result: &'a str,
+    },
 }
 
 /// The names, for docs and checks (kept with every other name the relay knows).
@@ -133,6 +142,7 @@ impl OperationalEvent<'_> {
             Self::DestinationStalled { .. } => NAMES[4],
             Self::StorageLow { .. } => NAMES[5],
             Self::ProgramDisabled { .. } => NAMES[6],
+            Self::AdminAction { .. } => NAMES[7],
         }
     }
 
@@ -169,6 +179,12 @@ impl OperationalEvent<'_> {
             ),
             Self::ProgramDisabled { destination, role, reason } => {
                 ("destinations", destination.to_owned(), json!({"program": role, "reason": reason}))
+            }
+            Self::AdminAction { who, from, action, target, count, result } => {
+                let target: Value = serde_json::from_str(target).unwrap_or(Value::Null);
+                let attributes = json!({"action": action, "from": from, "target": target,
+                                        "count": count, "result": result});
+                ("admins", who.to_owned(), attributes)
             }
         }
     }
@@ -259,6 +275,17 @@ mod tests {
                 "hookrelay.DestinationStalled",
             ),
             (low, "hookrelay.StorageLow"),
+            (
+                OperationalEvent::AdminAction {
+                    who: "crm-team",
+                    from: None,
+                    action: "replay",
+                    target: "{}",
+                    count: 1,
+                    result: "ok",
+                },
+                "hookrelay.AdminAction",
+            ),
         ] {
             assert_eq!(e.name(), name);
             assert!(crate::event_names::is_internal(name), "{name}");

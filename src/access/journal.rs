@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::Principal;
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::metrics::Metrics;
+use crate::operational::OperationalEvent;
 use crate::store::{JournalEntry, SharedStore};
 
 /// What a change is, in the journal's words.
@@ -92,6 +93,16 @@ impl Recorder {
             count,
             result: result.err().unwrap_or_else(|| "ok".into()),
         };
+        let raised = OperationalEvent::AdminAction {
+            who,
+            from: entry.from.as_deref(),
+            action: action.name(),
+            target: &entry.target,
+            count,
+            result: &entry.result,
+        };
+        // Raised even when the journal cannot be written: it is then the only trace.
+        self.metrics.operational.raise(&raised);
         if let Err(e) = store.journal_append(entry).await {
             let what = format!("cannot write {who}'s {} to the journal", action.name());
             taxonomy::failed(&self.metrics, Stage::Admin, ErrorType::Storage, &what, &e);

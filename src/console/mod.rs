@@ -135,9 +135,8 @@ async fn sign_in(req: HttpRequest, access: web::Data<Access>, body: web::Bytes) 
     let who = match access.check(from, &form.token) {
         Ok(who) => who,
         Err(Refused::Throttled(wait)) => {
+            // Counted, not journalled: a flood of them would be a flood of writes.
             ConsoleSignIn { result: SignIn::Throttled, from }.emit(&access.metrics);
-            let why = Err("throttled: too many wrong tokens from this address".to_owned());
-            access.journal.record("", from, Action::SignInFailed, json!({}), 0, why).await;
             return throttled(wait);
         }
         Err(Refused::Wrong) => {

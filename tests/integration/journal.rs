@@ -52,9 +52,21 @@ async fn every_change_and_sign_in_is_journalled_with_who_where_and_how_many() {
     let dir = tempfile::tempdir().unwrap();
     let crm = Sink::start().await;
     crm.set_mode(Mode::Status(400));
+    // Where the journal's operational events go, for whoever keeps its own record.
+    let audit_log = Sink::start().await;
     let tail = format!(
-        "\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n{}",
+        r#"
+[[destinations]]
+name = "crm"
+url = "{}"
+events = ["ActionCreated"]
+[[destinations]]
+name = "audit-log"
+url = "{}"
+events = ["hookrelay.AdminAction"]
+{}"#,
         crm.url(),
+        audit_log.url(),
         operator_token()
     );
     let text = common::config_with(&dir.path().join("data"), "", &tail);
@@ -128,6 +140,19 @@ async fn every_change_and_sign_in_is_journalled_with_who_where_and_how_many() {
         e.iter().map(|(w, a, n, r)| ((*w).into(), (*a).into(), *n, (*r).into())).collect()
     };
     assert_eq!(journal(&relay, "").await, as_owned(&expected));
+
+    // Each change also went out as a hookrelay.AdminAction to the destination that asks.
+    let sent: Vec<String> = audit_log
+        .wait_for(expected.len(), Duration::from_secs(15))
+        .await
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert!(
+        sent.iter()
+            .any(|b| b.contains("\"action\":\"discard\"") && b.contains("\"id\":\"crm-team\"")),
+        "{sent:?}"
+    );
 
     // Each entry says where from, when, and on what.
     let (_, page) = call(&relay, OPERATOR, "GET", "/admin/journal?action=replay", None).await;

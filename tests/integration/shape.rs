@@ -352,7 +352,16 @@ async fn programs_that_never_end_and_bodies_nested_200_000_deep_cost_only_their_
         tokio::time::sleep(Duration::from_millis(200)).await;
         after = threads(relay.pid());
     }
-    assert!(after <= before + 4, "threads {before} before, {after} after");
+    // On failure, which threads they are (the runtime's `tokio-runtime-w`, actix's,
+    // the store's named ones).
+    let names = || -> Vec<String> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", relay.pid())).unwrap();
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|n| n.trim().to_owned())
+            .collect()
+    };
+    assert!(after <= before + 4, "threads {before} before, {after} after: {:?}", names());
     let children = std::process::Command::new("pgrep")
         .args(["-P", &relay.pid().to_string()])
         .output()

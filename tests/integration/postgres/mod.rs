@@ -456,7 +456,7 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     let (ok, text) = migrate(&["--dry-run"]);
     assert!(ok && text.contains("at version 0"), "the dry run changed something: {text}");
     let (ok, text) = migrate(&[]);
-    assert!(ok && text.contains("was at version 0, is at version 7"), "{text}");
+    assert!(ok && text.contains("was at version 0, is at version 8"), "{text}");
     let (ok, text) = migrate(&["--dry-run"]);
     assert!(ok && text.contains("nothing to apply"), "{text}");
     assert!(!text.contains(&url), "the URL is a secret: {text}");
@@ -467,7 +467,7 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
     client
         .batch_execute(
             "DROP TABLE hookrelay.relays, hookrelay.received, hookrelay.leases,
-                 hookrelay.audit, hookrelay.audit_start;
+                 hookrelay.audit, hookrelay.audit_start, hookrelay.journal;
              ALTER TABLE hookrelay.events DROP COLUMN record;
              UPDATE hookrelay.schema_version SET version = 1",
         )
@@ -475,16 +475,17 @@ async fn migrate_dry_run_applies_nothing_and_a_newer_schema_is_refused() {
         .unwrap();
     let (ok, text) = migrate(&["--dry-run"]);
     assert!(
-        ok && text.contains("at version 1; would apply migration(s) 2, 3, 4, 5, 6, 7 "),
+        ok && text.contains("at version 1; would apply migration(s) 2, 3, 4, 5, 6, 7, 8 "),
         "{text}"
     );
     let (ok, text) = migrate(&[]);
-    assert!(ok && text.contains("was at version 1, is at version 7"), "{text}");
+    assert!(ok && text.contains("was at version 1, is at version 8"), "{text}");
     // The ledger starts after the events already stored.
     client.query_one("SELECT start FROM hookrelay.audit_start", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.leases", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.relays", &[]).await.unwrap();
     client.query_one("SELECT count(*) FROM hookrelay.received", &[]).await.unwrap();
+    client.query_one("SELECT count(*) FROM hookrelay.journal", &[]).await.unwrap();
     client
         .query_one("SELECT count(*) FROM hookrelay.events WHERE record = 'a/1'", &[])
         .await
