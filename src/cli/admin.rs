@@ -13,9 +13,12 @@ use crate::config::{Config, DEFAULT_PATH};
 /// Where the relay's admin API is, and how to print.
 #[derive(Args, Debug)]
 pub(super) struct Target {
-    /// Configuration file of the relay (for admin.listen and admin.token).
-    #[arg(long, short, env = "HOOKRELAY_CONFIG", default_value = DEFAULT_PATH, global = true)]
-    config: PathBuf,
+    /// Configuration file of the relay (for admin.listen and admin.token; only the
+    /// [admin] section is needed). Default: config/hookrelay.toml, or
+    /// /etc/hookrelay/hookrelay.toml where that one is missing and this one is there (a
+    /// production host, as deploy/systemd installs it).
+    #[arg(long, short, env = "HOOKRELAY_CONFIG", global = true)]
+    config: Option<PathBuf>,
     /// Admin API base URL, e.g. http://127.0.0.1:8079 (default: from the config).
     #[arg(long, env = "HOOKRELAY_ADMIN_URL", global = true)]
     admin_url: Option<String>,
@@ -200,11 +203,29 @@ pub(super) enum Op {
     Audit(AuditArgs),
 }
 
+/// Where a production host keeps the relay's configuration (deploy/systemd installs it).
+const SYSTEM_PATH: &str = "/etc/hookrelay/hookrelay.toml";
+
+/// The configuration an admin command reads: the one given, else `config/hookrelay.toml`
+/// of this directory, else (when that one is missing) the system's, if it `exists`.
+fn config_path(given: Option<PathBuf>, exists: impl Fn(&std::path::Path) -> bool) -> PathBuf {
+    given.unwrap_or_else(|| {
+        let local = PathBuf::from(DEFAULT_PATH);
+        let system = PathBuf::from(SYSTEM_PATH);
+        if !exists(&local) && exists(&system) {
+            system
+        } else {
+            local
+        }
+    })
+}
+
 /// Runs an admin command; prints its result.
 pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
     let env = std::env::vars().collect();
     // The config is optional when --admin-url and a token are given.
-    let config = match Config::load(&target.config, &env) {
+    let path = config_path(target.config.clone(), |p| p.exists());
+    let config = match Config::load(&path, &env) {
         Ok(c) => Some(c),
         Err(e) if target.admin_url.is_some() => {
             tracing::debug!(error = %e, "config not used");
@@ -248,4 +269,21 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one given wins; else this directory's; else, on a host where only the
+    /// system's exists, the system's.
+    #[test]
+    fn the_config_is_found_where_a_production_host_keeps_it() {
+        let given = PathBuf::from("/srv/relay.toml");
+        assert_eq!(config_path(Some(given.clone()), |_| true), given);
+        assert_eq!(config_path(None, |_| true), PathBuf::from(DEFAULT_PATH));
+        let only_system = |p: &std::path::Path| p == std::path::Path::new(SYSTEM_PATH);
+        assert_eq!(config_path(None, only_system), PathBuf::from(SYSTEM_PATH));
+        assert_eq!(config_path(None, |_| false), PathBuf::from(DEFAULT_PATH), "named in the error");
+    }
 }

@@ -283,3 +283,31 @@ async fn the_relays_secrets_in_a_body_are_masked_before_it_is_stored() {
     assert_eq!(copy["status"], "duplicate", "{copy}");
     assert_eq!(sink.count(), 1);
 }
+
+/// On a production host the CLI needs only the `[admin]` section of a config, and takes
+/// the token from `HOOKRELAY__ADMIN__TOKEN` (as the service's environment file sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_only_config_and_the_token_from_the_environment_suffice() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = Relay::start(dir.path(), &common::config(&dir.path().join("data"), "")).await;
+    let admin_only = dir.path().join("admin-only.toml");
+    std::fs::write(&admin_only, "[admin]\nlisten = \"127.0.0.1:8079\"\n").unwrap();
+    let run = |token: Option<&str>| {
+        let mut cmd = Command::new(common::binary());
+        cmd.args(["events", "list", "--config"])
+            .arg(&admin_only)
+            .arg("--admin-url")
+            .arg(format!("http://{}", relay.admin))
+            .env_remove("HOOKRELAY_ADMIN_TOKEN")
+            .env_remove("HOOKRELAY__ADMIN__TOKEN");
+        if let Some(token) = token {
+            cmd.env("HOOKRELAY__ADMIN__TOKEN", token);
+        }
+        let out = cmd.output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = run(Some(common::ADMIN_TOKEN));
+    assert!(ok, "{err}");
+    let (ok, err) = run(None);
+    assert!(!ok && err.contains("401"), "without a token the API refuses, and says so: {err}");
+}
