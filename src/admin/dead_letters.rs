@@ -178,7 +178,7 @@ pub(super) async fn replay(
     let target = serde_json::json!({ "dead_letters": "matching", "query": req.query_string() });
     let destinations = match bulk(&state, &who, query, Bulk::Replay).await {
         Ok(d) => d,
-        Err(resp) => return failed(&who, Action::Replay, target, resp).await,
+        Err(resp) => return super::failed(&who, Action::Replay, target, resp).await,
     };
     who.record(Action::Replay, target, destinations.len() as u64, Ok(())).await;
     let woken: std::collections::BTreeSet<&str> = destinations.iter().map(String::as_str).collect();
@@ -192,20 +192,6 @@ pub(super) async fn replay(
 /// What a selection names, for the journal (the body as sent, if it is JSON).
 fn chosen(body: &[u8]) -> serde_json::Value {
     serde_json::from_slice(body).unwrap_or(serde_json::Value::Null)
-}
-
-/// A change that failed on the relay's side (5xx) is journalled with its status, as
-/// far as it went; a refused request (4xx) changed nothing and is not. Returns `resp`.
-pub(super) async fn failed(
-    who: &Who,
-    action: Action,
-    target: serde_json::Value,
-    resp: HttpResponse,
-) -> HttpResponse {
-    if resp.status().is_server_error() {
-        who.record(action, target, 0, Err(format!("failed: {}", resp.status()))).await;
-    }
-    resp
 }
 
 /// Most dead letters one selection may name.
@@ -276,7 +262,7 @@ pub(super) async fn replay_selected(
 ) -> HttpResponse {
     let target = chosen(&body);
     match selected(&state, &who, &body, Bulk::Replay).await {
-        Err(resp) => failed(&who, Action::Replay, target, resp).await,
+        Err(resp) => super::failed(&who, Action::Replay, target, resp).await,
         Ok(replayed) => {
             who.record(Action::Replay, target, replayed as u64, Ok(())).await;
             tracing::info!(by = %who.name, replayed, "chosen dead letters replayed");
@@ -294,7 +280,7 @@ pub(super) async fn discard_selected(
 ) -> HttpResponse {
     let target = chosen(&body);
     match selected(&state, &who, &body, Bulk::Delete).await {
-        Err(resp) => failed(&who, Action::Discard, target, resp).await,
+        Err(resp) => super::failed(&who, Action::Discard, target, resp).await,
         Ok(deleted) => {
             who.record(Action::Discard, target, deleted as u64, Ok(())).await;
             tracing::info!(by = %who.name, deleted, "chosen dead letters discarded");
@@ -313,7 +299,7 @@ pub(super) async fn delete(
 ) -> HttpResponse {
     let target = serde_json::json!({ "dead_letters": "matching", "query": req.query_string() });
     match bulk(&state, &who, query, Bulk::Delete).await {
-        Err(resp) => failed(&who, Action::Discard, target, resp).await,
+        Err(resp) => super::failed(&who, Action::Discard, target, resp).await,
         Ok(deleted) => {
             who.record(Action::Discard, target, deleted.len() as u64, Ok(())).await;
             tracing::info!(by = %who.name, deleted = deleted.len(), "dead letters deleted");

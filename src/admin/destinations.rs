@@ -69,7 +69,7 @@ async fn set_paused(
             HttpResponse::Ok().json(api::Paused { name, paused: pause })
         }
         Ok(false) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
-        Err(e) => super::dead_letters::failed(&who, action, target, store_error(&e)).await,
+        Err(e) => super::failed(&who, action, target, store_error(&e)).await,
     }
 }
 

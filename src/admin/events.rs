@@ -264,7 +264,7 @@ pub(super) async fn replay(
                 filtered,
             })
         }
-        Err(e) => super::dead_letters::failed(&who, Action::Replay, target, store_error(&e)).await,
+        Err(e) => super::failed(&who, Action::Replay, target, store_error(&e)).await,
     }
 }
 

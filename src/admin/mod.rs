@@ -45,6 +45,20 @@ pub(crate) struct AdminState {
 /// where to record its changes.
 pub(crate) type Who = web::ReqData<crate::access::journal::Caller>;
 
+/// A change that failed on the relay's side (5xx) is journalled with its status, as
+/// far as it went; a refused request (4xx) changed nothing and is not. Returns `resp`.
+pub(super) async fn failed(
+    who: &Who,
+    action: crate::access::journal::Action,
+    target: serde_json::Value,
+    resp: HttpResponse,
+) -> HttpResponse {
+    if resp.status().is_server_error() {
+        who.record(action, target, 0, Err(format!("failed: {}", resp.status()))).await;
+    }
+    resp
+}
+
 /// Routes of the admin listener. Each path answers its own methods; any other gets
 /// 405 with `Allow` (not 404: the path exists).
 pub(crate) fn routes(cfg: &mut web::ServiceConfig) {

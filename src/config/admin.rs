@@ -165,11 +165,12 @@ impl AdminConfig {
                 env: entry.token_env.as_deref(),
             };
             let token_key = format!("{key}.token");
-            entry.resolved = resolve(&spec, &token_key, env, problems);
-            match &entry.resolved {
-                None if !problems.iter().any(|p| p.starts_with(&token_key)) => problems.push(
-                    format!("{token_key}: missing (give `token`, `token_file` or `token_env`)"),
-                ),
+            let resolved = resolve(&spec, &token_key, env, problems);
+            let given = spec.inline.is_some() || spec.file.is_some() || spec.env.is_some();
+            match &resolved {
+                None if !given => problems.push(format!(
+                    "{token_key}: missing (give `token`, `token_file` or `token_env`)"
+                )),
                 None => {}
                 Some(token) => {
                     if let Some((other, _)) =
@@ -182,7 +183,16 @@ impl AdminConfig {
                     secrets.push((key.clone(), token.clone()));
                 }
             }
+            entry.resolved = resolved;
         }
+    }
+}
+
+impl AdminConfig {
+    /// Every resolved token: `admin.token`'s, then each of `admin.tokens` (after
+    /// validation).
+    pub(crate) fn resolved_tokens(&self) -> impl Iterator<Item = &Secret> {
+        self.resolved_token.iter().chain(self.tokens.iter().filter_map(|t| t.resolved.as_ref()))
     }
 }
 

@@ -360,13 +360,8 @@ fn start_listeners(
         Arc::new(crate::access::journal::Recorder::new(Some(store.clone()), base.metrics.clone()));
     let access = crate::access::Access::new(&config.admin, journal, base.metrics.clone());
     // Every admin token, kept out of what is stored should a caller send one.
-    let tokens: Vec<Vec<u8>> = config
-        .admin
-        .resolved_token
-        .iter()
-        .chain(config.admin.tokens.iter().filter_map(|t| t.resolved.as_ref()))
-        .map(|t| t.expose().as_bytes().to_vec())
-        .collect();
+    let tokens: Vec<Vec<u8>> =
+        config.admin.resolved_tokens().map(|t| t.expose().as_bytes().to_vec()).collect();
     let any_token = !tokens.is_empty();
     let (admin_server, admin_addrs) = listeners::private(config.admin.listen, grace, admin, access)
         .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
