@@ -1,5 +1,5 @@
 //! sd_notify: tells systemd (a `Type=notify` unit) when the relay is ready and when it
-//! is stopping, so `systemctl start` returns once callbacks are accepted.
+//! is stopping or reloading, so `systemctl start` returns once callbacks are accepted.
 
 use std::os::unix::net::UnixDatagram;
 
@@ -26,4 +26,16 @@ pub(crate) fn notify(state: &str) {
     if let Err(e) = sent {
         tracing::warn!(error = %e, "cannot notify the service manager");
     }
+}
+
+/// `CLOCK_MONOTONIC` in µs: what `RELOADING=1` carries as `MONOTONIC_USEC` (systemd
+/// tells a reload it asked from an earlier one by it).
+pub(crate) fn monotonic_us() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the struct it is given.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    if read != 0 {
+        return 0;
+    }
+    (now.tv_sec as u64).saturating_mul(1_000_000) + now.tv_nsec as u64 / 1000
 }

@@ -68,6 +68,14 @@ impl Raiser {
         }
     }
 
+    /// Raises only the `wanted` names from now on, listed under `source` (a reload).
+    pub(crate) fn want(&self, source: &str, wanted: Vec<&'static str>) {
+        if let Some(connected) = crate::lock::lock(&self.0).as_mut() {
+            connected.wanted = wanted;
+            connected.source = source.to_owned();
+        }
+    }
+
     /// Disconnects it: the appending task stores what is queued, then ends.
     pub(crate) fn close(&self) {
         crate::lock::lock(&self.0).take();

@@ -22,6 +22,12 @@ pub(crate) struct Supervisor {
 }
 
 impl Supervisor {
+    /// The same supervisor for a task stopped by `stop` (its own, not the relay's: a
+    /// part a reload replaces), so that its stop is not taken for a death.
+    pub(crate) fn stopped_by(&self, stop: Stop) -> Self {
+        Self { stop, ..self.clone() }
+    }
+
     /// Watches `handle`; the returned handle ends when the task does. `kind` is the
     /// metric label (bounded), `name` says which one in the log.
     pub(crate) fn watch(

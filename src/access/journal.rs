@@ -27,6 +27,7 @@ pub(crate) enum Action {
     SignIn,
     SignOut,
     SignInFailed,
+    Reload,
 }
 
 impl Action {
@@ -41,11 +42,12 @@ impl Action {
             Action::SignIn => "sign_in",
             Action::SignOut => "sign_out",
             Action::SignInFailed => "sign_in_failed",
+            Action::Reload => "reload",
         }
     }
 
     /// Every action (the API's filter takes these).
-    pub(crate) const ALL: [Action; 8] = [
+    pub(crate) const ALL: [Action; 9] = [
         Action::Replay,
         Action::Discard,
         Action::Pause,
@@ -54,6 +56,7 @@ impl Action {
         Action::SignIn,
         Action::SignOut,
         Action::SignInFailed,
+        Action::Reload,
     ];
 }
 

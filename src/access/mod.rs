@@ -21,7 +21,7 @@ use actix_web::{HttpRequest, HttpResponse};
 
 use crate::api::error;
 use crate::config::{AdminConfig, Role, Secret};
-use crate::lock::lock;
+use crate::lock::{lock, Current};
 use crate::metrics::Metrics;
 pub(crate) use principal::Principal;
 use session::{Session, Sessions, COOKIE};
@@ -29,8 +29,9 @@ use throttle::SignInThrottle;
 
 /// What the private listener's guard and the console's sign-in share.
 pub(crate) struct Access {
-    /// Every token's holder; none: the API and the console are off.
-    holders: Vec<Holder>,
+    /// Every token's holder; none: the API and the console are off. A reload replaces
+    /// them whole: a session outlives it when its holder's token did not change.
+    holders: Current<Vec<Holder>>,
     throttle: Mutex<SignInThrottle>,
     /// Where changes and sign-ins are recorded.
     pub(crate) journal: Arc<journal::Recorder>,
@@ -62,37 +63,20 @@ impl Access {
         journal: Arc<journal::Recorder>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let named = admin.resolved_token.iter().map(|token| {
-            let principal = Principal {
-                name: crate::config::ADMIN_NAME.into(),
-                role: Role::Admin,
-                destinations: None,
-            };
-            (token.clone(), principal)
-        });
-        let listed = admin.tokens.iter().filter_map(|t| {
-            let principal = Principal {
-                name: t.name.clone(),
-                role: t.role,
-                destinations: t.destinations.clone(),
-            };
-            Some((t.resolved.clone()?, principal))
-        });
-        let holders = named
-            .chain(listed)
-            .map(|(token, principal)| Holder {
-                sessions: Sessions::new(&token),
-                token,
-                principal: Arc::new(principal),
-            })
-            .collect();
         let throttle = Mutex::new(SignInThrottle::new(admin.wrong_tokens_per_minute));
-        Self { holders, throttle, journal, metrics }
+        Self { holders: Current::new(holders(admin)), throttle, journal, metrics }
+    }
+
+    /// Puts the tokens and roles of `admin` in force (a reload). Each request is
+    /// checked against the holders in force when it came; the throttle keeps its count.
+    pub(crate) fn reload(&self, admin: &AdminConfig) {
+        lock(&self.throttle).set_limit(admin.wrong_tokens_per_minute);
+        self.holders.replace(holders(admin));
     }
 
     /// Whether any admin token is set (else the API and the console refuse everything).
     pub(crate) fn enabled(&self) -> bool {
-        !self.holders.is_empty()
+        !self.holders.load().is_empty()
     }
 
     /// Checks `given` against every admin token for the client at `from`: the check
@@ -110,7 +94,7 @@ impl Access {
         throttle.check(from, now).map_err(Refused::Throttled)?;
         let given = given.trim().as_bytes();
         let mut found = None;
-        for holder in &self.holders {
+        for holder in self.holders.load().iter() {
             if holder.token.matches(given) && found.is_none() {
                 found = Some(holder.principal.clone());
             }
@@ -124,7 +108,8 @@ impl Access {
 
     /// A new console session for `principal`.
     pub(crate) fn sign_in(&self, principal: &Principal) -> Option<Session> {
-        let holder = self.holders.iter().find(|h| h.principal.name == principal.name)?;
+        let holders = self.holders.load();
+        let holder = holders.iter().find(|h| h.principal.name == principal.name)?;
         let now = crate::clock::unix_micros(std::time::SystemTime::now());
         Some(holder.sessions.issue(&principal.name, now))
     }
@@ -133,7 +118,8 @@ impl Access {
     pub(crate) fn session_of(&self, req: &HttpRequest) -> Option<(Session, Arc<Principal>)> {
         let cookie = cookie(req, COOKIE)?;
         let name = Sessions::claimed(cookie)?;
-        let holder = self.holders.iter().find(|h| h.principal.name == name)?;
+        let holders = self.holders.load();
+        let holder = holders.iter().find(|h| h.principal.name == name)?;
         let now = crate::clock::unix_micros(std::time::SystemTime::now());
         let session = holder.sessions.verify(name, cookie, now)?;
         Some((session, holder.principal.clone()))
@@ -143,6 +129,32 @@ impl Access {
     pub(crate) fn csrf_matches(&self, session: &Session, given: &str) -> bool {
         Sessions::csrf_matches(session, given)
     }
+}
+
+/// The holders of the tokens of `admin` (validated: `admin.token` as the admin named
+/// `admin`, then `admin.tokens`).
+fn holders(admin: &AdminConfig) -> Vec<Holder> {
+    let named = admin.resolved_token.iter().map(|token| {
+        let principal = Principal {
+            name: crate::config::ADMIN_NAME.into(),
+            role: Role::Admin,
+            destinations: None,
+        };
+        (token.clone(), principal)
+    });
+    let listed = admin.tokens.iter().filter_map(|t| {
+        let principal =
+            Principal { name: t.name.clone(), role: t.role, destinations: t.destinations.clone() };
+        Some((t.resolved.clone()?, principal))
+    });
+    named
+        .chain(listed)
+        .map(|(token, principal)| Holder {
+            sessions: Sessions::new(&token),
+            token,
+            principal: Arc::new(principal),
+        })
+        .collect()
 }
 
 /// The value of the cookie `name` of `req` (the `Cookie` headers, `a=1; b=2`).

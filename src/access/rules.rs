@@ -38,6 +38,7 @@ const RULES: &[(&str, &str, Role, bool)] = &[
     ("POST", "/destinations/{name}/preview", Role::Admin, true),
     ("GET", "/hooks", Role::Viewer, false),
     ("POST", "/hooks/sync", Role::Operator, false),
+    ("POST", "/reload", Role::Admin, false),
     ("GET", "/journal", Role::Viewer, false),
 ];
 

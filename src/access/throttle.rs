@@ -34,6 +34,12 @@ impl Default for SignInThrottle {
 }
 
 impl SignInThrottle {
+    /// Lets each client give `limit` wrong tokens a window from now on (a reload);
+    /// what each has given so far still counts.
+    pub(crate) fn set_limit(&mut self, limit: u32) {
+        self.limit = limit.max(1);
+    }
+
     /// A throttle letting each client give `limit` wrong tokens a window (at least 1).
     pub(crate) fn new(limit: u32) -> Self {
         Self { by_address: HashMap::new(), limit: limit.max(1) }

@@ -183,7 +183,7 @@ pub(super) async fn replay(
     who.record(Action::Replay, target, destinations.len() as u64, Ok(())).await;
     let woken: std::collections::BTreeSet<&str> = destinations.iter().map(String::as_str).collect();
     for d in woken {
-        state.destinations.wake(d);
+        state.destinations.load().wake(d);
     }
     tracing::info!(by = %who.name, replayed = destinations.len(), "dead letters replayed");
     HttpResponse::Ok().json(api::Replayed { replayed: destinations.len() })
@@ -218,7 +218,7 @@ async fn one(
     now: u64,
 ) -> Result<bool, crate::store::StoreError> {
     match op {
-        Bulk::Replay if state.destinations.get(dest).is_none() => Ok(false),
+        Bulk::Replay if state.destinations.load().get(dest).is_none() => Ok(false),
         Bulk::Replay => state.store.replay(event, vec![dest.to_owned()], now).await.map(|n| n > 0),
         Bulk::Delete => state.store.discard(event, dest).await,
     }
@@ -247,7 +247,7 @@ async fn selected(
         if one(state, op, d.event, &d.destination, now).await.map_err(|e| store_error(&e))? {
             done += 1;
             if matches!(op, Bulk::Replay) {
-                state.destinations.wake(&d.destination);
+                state.destinations.load().wake(&d.destination);
             }
         }
     }

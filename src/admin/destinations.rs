@@ -18,7 +18,7 @@ use crate::timefmt::format_admin;
 /// holder).
 pub(super) async fn list(state: web::Data<AdminState>, who: super::Who) -> HttpResponse {
     let mut list = Vec::new();
-    for d in state.destinations.iter().filter(|d| who.sees(&d.dest.name)) {
+    for d in state.destinations.load().iter().filter(|d| who.sees(&d.dest.name)) {
         let q = match state.store.queue_stats(&d.dest.name).await {
             Ok(q) => q,
             Err(e) => return store_error(&e),
@@ -63,7 +63,7 @@ async fn set_paused(
 ) -> HttpResponse {
     let action = if pause { Action::Pause } else { Action::Resume };
     let target = serde_json::json!({ "destination": name });
-    match state.destinations.set_paused(&name, pause, &who.name, &state.metrics).await {
+    match state.destinations.load().set_paused(&name, pause, &who.name, &state.metrics).await {
         Ok(true) => {
             who.record(action, target, 1, Ok(())).await;
             HttpResponse::Ok().json(api::Paused { name, paused: pause })
@@ -105,7 +105,8 @@ pub(super) async fn preview(
             )
         }
     };
-    let Some(dest) = state.destinations.get(&name) else {
+    let destinations = state.destinations.load();
+    let Some(dest) = destinations.get(&name) else {
         return error(StatusCode::NOT_FOUND, format!("no destination named {:?}", name.as_str()));
     };
     // A program given replaces the configured one; "" means none.

@@ -225,13 +225,14 @@ pub(super) async fn replay(
     }
     let mut targets = requested.unwrap_or_else(|| record.meta.destinations.clone());
     targets.retain(|d| who.sees(d));
+    let destinations = state.destinations.load();
     if targets.is_empty() {
         return error(
             StatusCode::CONFLICT,
             format!("event {id} was not routed anywhere: name the destinations to replay it to"),
         );
     }
-    if let Some(unknown) = targets.iter().find(|d| state.destinations.get(d).is_none()) {
+    if let Some(unknown) = targets.iter().find(|d| destinations.get(d).is_none()) {
         return error(StatusCode::BAD_REQUEST, format!("no destination named {unknown:?}"));
     }
     // A replay asks each destination's filter again, as configured now: a filter
@@ -253,7 +254,7 @@ pub(super) async fn replay(
     match state.store.replay(id, targets.clone(), now).await {
         Ok(n) => {
             for d in &targets {
-                state.destinations.wake(d);
+                destinations.wake(d);
             }
             who.record(Action::Replay, target, n as u64, Ok(())).await;
             tracing::info!(by = %who.name, %id, destinations = ?targets, "event replayed");
@@ -275,9 +276,10 @@ async fn refiltered(
     record: &crate::store::EventRecord,
     targets: Vec<String>,
 ) -> Result<(Vec<String>, Vec<api::FilteredReplay>), HttpResponse> {
+    let destinations = state.destinations.load();
     let filters: Vec<_> = targets
         .iter()
-        .filter_map(|d| Some((d.clone(), state.destinations.get(d)?.dest.filter.clone()?)))
+        .filter_map(|d| Some((d.clone(), destinations.get(d)?.dest.filter.clone()?)))
         .collect();
     if filters.is_empty() {
         return Ok((targets, Vec::new()));

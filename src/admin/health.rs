@@ -35,12 +35,9 @@ pub(super) async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
 
 /// The destinations the progress watchdog finds stalled, if any.
 fn stalled(state: &AdminState) -> Option<String> {
-    let names: Vec<&str> = state
-        .destinations
-        .iter()
-        .filter(|d| d.is_stalled())
-        .map(|d| d.dest.name.as_str())
-        .collect();
+    let destinations = state.destinations.load();
+    let names: Vec<&str> =
+        destinations.iter().filter(|d| d.is_stalled()).map(|d| d.dest.name.as_str()).collect();
     (!names.is_empty()).then(|| names.join(", "))
 }
 
@@ -96,7 +93,8 @@ pub(super) async fn metrics(state: web::Data<AdminState>) -> HttpResponse {
         m.delivery.queue_oldest_age.reset();
     }
     m.relay.ready.set(i64::from(not_ready(&state).is_none()));
-    for d in state.destinations.iter() {
+    let destinations = state.destinations.load();
+    for d in destinations.iter() {
         let name = d.dest.name.as_str();
         if reports_fleet {
             match store.queue_stats(name).await {

@@ -11,6 +11,7 @@ mod health;
 mod hooks;
 mod journal;
 mod overview;
+pub(crate) mod reload;
 mod views;
 pub(crate) mod waiting;
 
@@ -28,7 +29,8 @@ use crate::readiness::Readiness;
 
 /// What the admin handlers share.
 pub(crate) struct AdminState {
-    pub(crate) destinations: Arc<crate::delivery::Destinations>,
+    /// The destinations in force (a reload replaces them).
+    pub(crate) destinations: Arc<crate::lock::Current<crate::delivery::Destinations>>,
     pub(crate) store: SharedStore,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) readiness: Arc<Readiness>,
@@ -36,9 +38,12 @@ pub(crate) struct AdminState {
     pub(crate) space: Arc<crate::space::Space>,
     /// What holds the store, as the configuration names it (`storage.backend`).
     pub(crate) backend: crate::config::StorageBackend,
-    pub(crate) upstream: Arc<crate::upstream::Reconciler>,
+    /// The reconciler in force (a reload that changes the sources replaces it).
+    pub(crate) upstream: Arc<crate::lock::Current<crate::upstream::Reconciler>>,
     /// Where previews and a replay's filters run.
     pub(crate) shaper: Arc<crate::shape::Shaper>,
+    /// Where `POST /admin/reload` asks the daemon for a reload.
+    pub(crate) reloads: reload::Reloads,
 }
 
 /// Who is asking: the holder the guard (`access/guard.rs`) put in the request, with
@@ -114,6 +119,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .service(resource("/hooks", vec![(get(), web::to(hooks::list))]))
                 .service(resource("/journal", vec![(get(), web::to(journal::list))]))
                 .service(resource("/hooks/sync", vec![(Method::POST, web::to(hooks::sync))]))
+                .service(resource("/reload", vec![(Method::POST, web::to(reload::reload))]))
                 .default_service(web::to(|| async {
                     error(
                         actix_web::http::StatusCode::NOT_FOUND,

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Accounts, ApiError, AuditReport, DeadLetterPage, Deleted, DestinationList, EventDetail,
-    EventPage, EventReplayed, JournalPage, Overview, Paused, Preview, PreviewRequest,
+    EventPage, EventReplayed, JournalPage, Overview, Paused, Preview, PreviewRequest, Reloaded,
     ReplayRequest, Replayed, Selection,
 };
 use crate::store::{EventId, EventStatus};
@@ -41,6 +41,7 @@ pub(crate) fn document() -> Value {
     let status = subschema::<EventStatus>(&mut g);
     let error = subschema::<ApiError>(&mut g);
     let journal = subschema::<JournalPage>(&mut g);
+    let reloaded = subschema::<Reloaded>(&mut g);
     let schemas: Map<String, Value> = g.take_definitions(true).into_iter().collect();
 
     let json_body = |schema: &Value, description: &str| json!({ "description": description, "content": { "application/json": { "schema": schema } } });
@@ -148,7 +149,7 @@ pub(crate) fn document() -> Value {
         query("who", name("an admin token's name"), "only this token's changes"),
         query(
             "action",
-            json!({ "type": "string", "enum": ["replay", "discard", "pause", "resume", "hook_sync", "sign_in", "sign_out", "sign_in_failed"] }),
+            json!({ "type": "string", "enum": ["replay", "discard", "pause", "resume", "hook_sync", "sign_in", "sign_out", "sign_in_failed", "reload"] }),
             "only this kind of change",
         ),
         query(
@@ -249,8 +250,13 @@ pub(crate) fn document() -> Value {
                 json_body(&accounts, "the accounts"), Map::new()) },
             "/admin/hooks/sync": { "post": admin("Reconcile every account now", vec![],
                 json_body(&accounts, "the accounts after the pass"), Map::new()) },
+            "/admin/reload": { "post": admin(
+                "Read the configuration file again and put it in force without a restart, as SIGHUP does (admin role): destinations, routes, filters and transforms, retry, rate and circuit settings, sources, upstream accounts, retention, admin tokens and roles. Attempts in flight finish under the settings they started with; a removed destination's deliveries are held. Journalled",
+                vec![],
+                json_body(&reloaded, "in force (or unchanged)"),
+                with(&[("409", "nothing changed: the file does not load or validate (the problems named), or it changes a key only a restart changes (listeners, storage, log, telemetry: the key named); the running configuration stays")])) },
             "/admin/journal": { "get": admin(
-                "Every change made through the admin API or the console (replays, discards, pauses, resumes, hook syncs, sign-ins), by any relay sharing the store, newest first",
+                "Every change made through the admin API or the console (replays, discards, pauses, resumes, hook syncs, reloads, sign-ins), by any relay sharing the store, newest first",
                 journal_params,
                 json_body(&journal, "a page of the journal"),
                 bad_query.clone()) },

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::client::AdminClient;
-use super::commands::{audit, dead_letters, destinations, events, hooks, journal, typed};
+use super::commands::{audit, dead_letters, destinations, events, hooks, journal, reload, typed};
 use crate::api;
 use crate::config::{Config, DEFAULT_PATH};
 
@@ -184,8 +184,8 @@ pub(super) struct JournalArgs {
     /// Only this admin token's changes (its name; `admin` for admin.token).
     #[arg(long)]
     pub(super) who: Option<String>,
-    /// Only this kind: replay, discard, pause, resume, hook_sync, sign_in, sign_out,
-    /// sign_in_failed.
+    /// Only this kind: replay, discard, pause, resume, hook_sync, reload, sign_in,
+    /// sign_out, sign_in_failed.
     #[arg(long)]
     pub(super) action: Option<String>,
     /// How many, newest first (1 to 1000).
@@ -196,6 +196,7 @@ pub(super) struct JournalArgs {
 /// What to run against the admin API.
 pub(super) enum Op {
     Journal(JournalArgs),
+    Reload,
     Events(Events),
     DeadLetters(DeadLetters),
     Destinations(Destinations),
@@ -244,6 +245,7 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         Op::Hooks(cmd) => hooks(&client, cmd).await?,
         Op::Audit(args) => audit(&client, args).await?,
         Op::Journal(args) => journal(&client, args).await?,
+        Op::Reload => reload(&client).await?,
     };
     if target.json {
         println!("{}", serde_json::to_string_pretty(&value)?);

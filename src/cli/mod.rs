@@ -120,6 +120,19 @@ enum Command {
         #[command(flatten)]
         args: admin::JournalArgs,
     },
+    /// Read the configuration file again and put it in force without a restart (through
+    /// the admin API, as SIGHUP and `systemctl reload hookrelay` do; the admin role).
+    ///
+    /// Destinations, routes, filters and transforms, retry, rate and circuit settings,
+    /// sources, upstream accounts, retention, admin tokens and roles take at once;
+    /// attempts in flight finish under the settings they started with. A file that does
+    /// not load, or changes a listener, the storage, logging or telemetry, changes
+    /// nothing: the command says why and exits 1.
+    #[command(after_help = "Examples:\n  hookrelay reload\n  hookrelay reload --json")]
+    Reload {
+        #[command(flatten)]
+        target: admin::Target,
+    },
     /// A simulator of the upstream's REST hooks (and `sim fire` to raise events on it).
     ///
     /// Serves /api/rest/resthooks as the upstream does (bearer tokens per user, paging,
@@ -204,6 +217,7 @@ pub fn run() -> ExitCode {
         Command::Hooks { target, command } => run_admin(target, admin::Op::Hooks(command)),
         Command::Audit { target, window } => run_admin(target, admin::Op::Audit(window)),
         Command::Journal { target, args } => run_admin(target, admin::Op::Journal(args)),
+        Command::Reload { target } => run_admin(target, admin::Op::Reload),
         Command::Sim(args) => sim(args, cli.log_format),
         Command::ShapeWorker => crate::shape::worker::main(),
     }
@@ -239,7 +253,8 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
     if crate::allocator::returns_freed_memory_at_once(&config.storage) {
         crate::allocator::return_freed_memory_at_once();
     }
-    block_on(true, "hookrelay", crate::daemon::serve(config))
+    let source = crate::daemon::ConfigSource { path: path.to_owned(), env: env.clone() };
+    block_on(true, "hookrelay", crate::daemon::serve(config, source))
 }
 
 fn migrate(

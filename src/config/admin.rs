@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::{EnvLookup, Secret, SecretSpec};
 
 /// The private listener: metrics, health and the admin API.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct AdminConfig {
     /// Address of the private listener (`/metrics`, `/healthz`, `/readyz`, `/admin`,
@@ -80,7 +80,7 @@ impl Role {
 }
 
 /// One named token of the admin API and the console.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AdminTokenConfig {
     /// Who holds it: shown to them in the console, and the name the relay's log of

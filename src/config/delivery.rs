@@ -47,7 +47,7 @@ impl Default for RetryPolicy {
 }
 
 /// `[delivery]`: defaults for every destination (`[delivery.retry]` for retries).
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct DeliveryConfig {
     pub(crate) retry: RetryPolicy,
@@ -96,7 +96,7 @@ pub(crate) enum Ordering {
 config_enum!(Ordering { "none" => None, "per-resource" => PerResource, "latest" => Latest });
 
 /// One downstream consumer.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DestinationConfig {
     /// The destination's name: in metrics, logs, the admin API and `ordering` queues.
@@ -143,7 +143,7 @@ pub(crate) struct DestinationConfig {
 }
 
 /// Per-destination retry overrides (`[destinations.retry]`); unset keys inherit.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RetryOverride {
     /// Unset: `[delivery.retry]`'s.
@@ -188,7 +188,7 @@ impl DestinationConfig {
 }
 
 /// `[retention]`: how long finished work is kept.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct RetentionConfig {
     /// Events whose deliveries all succeeded (or that were duplicates, unrouted or

@@ -36,6 +36,7 @@ mod admin;
 mod delivery;
 pub(crate) mod duration;
 mod reference;
+pub(crate) mod reload;
 mod secret;
 mod storage;
 mod telemetry;
@@ -84,7 +85,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration, as read and validated.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct Config {
     pub(crate) ingress: IngressConfig,
@@ -101,7 +102,7 @@ pub(crate) struct Config {
 }
 
 /// The public listener the upstream calls.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct IngressConfig {
     /// Address of the public callback listener.
@@ -142,7 +143,7 @@ pub enum LogFormat {
 config_enum!(LogFormat { "text" => Text, "json" => Json });
 
 /// Logging.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct LogConfig {
     /// A tracing filter such as `info` or `hookrelay=debug,actix_server=warn`;
@@ -159,7 +160,7 @@ impl Default for LogConfig {
 }
 
 /// Graceful shutdown.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct ShutdownConfig {
     /// How long in-flight callbacks may take to finish after SIGTERM.
@@ -175,7 +176,7 @@ impl Default for ShutdownConfig {
 }
 
 /// One upstream organisation whose hooks call `/hooks/{name}/{token}[/{eventName}]`.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SourceConfig {
     /// The source's name: the `{source}` of its callback URL and a metric label.

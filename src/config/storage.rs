@@ -86,7 +86,7 @@ impl StorageBackend {
 }
 
 /// `[storage.postgres]`: the shared database of a fleet of relays.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct PostgresConfig {
     /// `postgres://user:password@host:port/database`: a secret (or `url_file`,
@@ -164,7 +164,7 @@ impl Default for PostgresConfig {
 }
 
 /// The store.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct StorageConfig {
     /// Which store holds the relay's state. Unset, the engine of the store

@@ -10,7 +10,7 @@ use super::duration;
 /// Traces: a span for each callback, its dispatch and each delivery attempt, exported
 /// over OTLP/HTTP (protobuf). Off until `otlp_endpoint` is set; every delivery carries a
 /// W3C `traceparent` either way.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct TelemetryConfig {
     /// An OTLP/HTTP receiver (an OpenTelemetry Collector, Jaeger, Tempo, a hosted

@@ -10,7 +10,7 @@ use super::{duration, Secret, SourceConfig};
 use crate::event_names;
 
 /// How the relay talks to the upstream's `/api/rest/resthooks`.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct UpstreamConfig {
     /// The relay's public base URL as the upstream reaches it (scheme, host, optional
@@ -55,7 +55,7 @@ impl Default for UpstreamConfig {
 }
 
 /// One upstream user whose hooks call this relay for a source.
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AccountConfig {
     /// Names the account in metrics, logs and the admin API.
@@ -90,7 +90,7 @@ fn default_page_size() -> u64 {
 }
 
 /// OAuth2 refresh-token grant (`upstream-notes.md`, "Tokens").
-#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OAuthConfig {
     /// The token endpoint, e.g. `https://auth.example.com/oauth/token`.
@@ -113,7 +113,7 @@ pub(crate) struct OAuthConfig {
 }
 
 /// An account's credentials, resolved at load time.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum AccountAuth {
     Static(Secret),
     /// Re-read at run time; the value read at load time proved the file readable.

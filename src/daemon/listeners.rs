@@ -14,9 +14,9 @@ pub(super) fn private(
     listen: SocketAddr,
     grace: Duration,
     state: AdminState,
-    access: Access,
+    access: web::Data<Access>,
 ) -> std::io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
-    let (state, access) = (web::Data::new(state), web::Data::new(access));
+    let state = web::Data::new(state);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())

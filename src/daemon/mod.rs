@@ -5,6 +5,7 @@
 //! closed last, all within `shutdown.grace`.
 
 mod base;
+mod flow;
 mod listeners;
 pub(crate) mod load;
 mod open;
@@ -15,16 +16,17 @@ use anyhow::Context;
 use crate::config::Config;
 use crate::shutdown::{Stop, StopTrigger};
 use base::Base;
+pub(crate) use flow::ConfigSource;
 use open::open_store;
 use relay::Relay;
 
 /// Runs the relay until SIGTERM or SIGINT, then drains: readiness goes false, the
 /// ingress finishes in-flight callbacks, the background tasks end, the store commits
 /// and flushes. Returns once everything is on disk.
-pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
+pub(crate) async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     let signals = crate::shutdown::signals().context("installing signal handlers")?;
     let (trigger, requested) = StopTrigger::new();
-    let run = run(config, requested);
+    let run = run(config, Some(source), requested);
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => return result,
@@ -34,8 +36,12 @@ pub(crate) async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 /// The relay until `requested` (a signal, in `serve`; a test's trigger), then stopped
-/// and every part of it joined.
-pub(crate) async fn run(config: Config, mut requested: Stop) -> anyhow::Result<()> {
+/// and every part of it joined. A reload reads `source` again (none: refused).
+pub(crate) async fn run(
+    config: Config,
+    source: Option<ConfigSource>,
+    mut requested: Stop,
+) -> anyhow::Result<()> {
     let base = Base::new(&config)?;
     let opened = open_store(
         &config,
@@ -48,7 +54,7 @@ pub(crate) async fn run(config: Config, mut requested: Stop) -> anyhow::Result<(
     .await?;
     let Some(store) = opened else { return Ok(()) };
     open::announce(&config, &store, &base).await;
-    let mut relay = Relay::start(&config, &base, store).await?;
+    let mut relay = Relay::start(&config, source, &base, store).await?;
     let ended = relay.wait(&mut requested).await;
     let durable = config.storage.durability == crate::config::Durability::Durable;
     relay.stop(ended, config.shutdown.grace, durable).await

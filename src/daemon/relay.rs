@@ -7,20 +7,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::web;
 use anyhow::Context;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::base::Base;
+use super::flow::{ConfigSource, Flow};
 use super::listeners;
 use super::open::trace_salt;
+use crate::access::journal::Recorder;
+use crate::access::Access;
 use crate::admin::AdminState;
 use crate::config::Config;
 use crate::delivery::Destinations;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{DispatchRules, Dispatcher};
 use crate::ingress::{self, IngressState};
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
-use crate::internal_events::{InternalEvent, RelayReady, ShuttingDown};
+use crate::internal_events::{ConfigInForce, InternalEvent, RelayReady, ShuttingDown};
+use crate::lock::Current;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::shape::Shaper;
@@ -58,12 +63,17 @@ pub(super) struct Relay {
     readiness: Arc<Readiness>,
     store: SharedStore,
     store_failed: watch::Receiver<Option<String>>,
-    /// Stops the background tasks (their [`Stop`]).
+    /// Stops the background tasks a reload leaves alone (their [`Stop`]).
     trigger: StopTrigger,
-    /// The background tasks, in the order they stop: the reconciler first (it talks to
-    /// the upstream), then dispatch and the services, the delivery workers last (they
-    /// finish their attempts).
+    /// Those tasks: dispatch, the services, the fleet's heartbeat and wake-ups.
     tasks: Vec<JoinHandle<()>>,
+    /// What a reload replaces, and the parts it restarts (the reconciler, retention,
+    /// the delivery workers).
+    flow: Flow,
+    /// Reloads asked through the admin API.
+    reloads: mpsc::Receiver<crate::admin::reload::Request>,
+    /// SIGHUP (`systemctl reload`), when the relay runs as a server.
+    hangup: Option<tokio::signal::unix::Signal>,
     /// Appends the operational events; ends once the queue is closed.
     operational: JoinHandle<()>,
     shaper: Arc<Shaper>,
@@ -75,9 +85,11 @@ pub(super) struct Relay {
 impl Relay {
     /// Builds each component on `store` and starts it: operational events, shaping,
     /// destinations and their workers, dispatch, the services, the listeners, and the
-    /// reconciler once the ingress listens (the hooks point at it).
+    /// reconciler once the ingress listens (the hooks point at it). `source` is where
+    /// a reload reads the configuration again.
     pub(super) async fn start(
         config: &Config,
+        source: Option<ConfigSource>,
         base: &Base,
         store: SharedStore,
     ) -> anyhow::Result<Self> {
@@ -95,18 +107,24 @@ impl Relay {
             crate::telemetry::export::start(&config.telemetry, salt, &owner, metrics.clone())
                 .context("setting up the trace export ([telemetry])")?;
         let client = crate::destinations::client().context("building the HTTP client")?;
+        let reconciler = Arc::new(
+            crate::upstream::reconciler(config, store.clone(), metrics.clone())
+                .context("setting up the upstream accounts")?,
+        );
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing the SIGHUP handler (reload)")?;
         let (trigger, stop) = StopTrigger::new();
         let sup = Supervisor {
             readiness: readiness.clone(),
             metrics: metrics.clone(),
             stop: stop.clone(),
         };
-        let mut deliveries = Vec::new();
+        let mut tasks = Vec::new();
         metrics.relay.fleet_relays.set(1);
         let (fleet, fleet_task) =
             crate::fleet::follow(store.clone(), owner.clone(), metrics.clone(), stop.clone()).await;
-        deliveries.extend(fleet_task.map(|t| sup.watch("fleet", "fleet heartbeat".into(), t)));
-        let relay = crate::delivery::RelayContext {
+        tasks.extend(fleet_task.map(|t| sup.watch("fleet", "fleet heartbeat".into(), t)));
+        let relay = Arc::new(crate::delivery::RelayContext {
             owner,
             fleet,
             space: space.clone(),
@@ -114,66 +132,87 @@ impl Relay {
             client,
             tracer: tracer.clone(),
             shaper: shaper.clone(),
-        };
-        for (name, task) in destinations.start(&relay, stop.clone()) {
-            deliveries.push(sup.watch("delivery", name, task));
-        }
+        });
+        let current = Arc::new(Current::new(destinations.clone()));
         // Deliveries another relay made due start here without waiting for a poll.
         if let Some(wakeups) = store.wakeups() {
-            let task = tokio::spawn(destinations.clone().follow_wakeups(wakeups, stop.clone()));
-            deliveries.push(sup.watch("wakeups", "fleet wake-ups".into(), task));
+            let follow = Destinations::follow_wakeups(current.clone(), wakeups, stop.clone());
+            tasks.push(sup.watch("wakeups", "fleet wake-ups".into(), tokio::spawn(follow)));
         }
+        let rules = Arc::new(DispatchRules::new(config, destinations));
         let dispatcher = Dispatcher::new(
-            config,
             store.clone(),
+            rules.clone(),
             metrics.clone(),
-            destinations.clone(),
             base.committed.clone(),
             space.clone(),
             tracer.clone(),
             shaper.clone(),
         );
-        let mut tasks = vec![sup.watch(
-            "dispatcher",
-            "dispatcher".into(),
-            tokio::spawn(dispatcher.run(stop.clone())),
-        )];
+        let dispatch = tokio::spawn(dispatcher.run(stop.clone()));
+        tasks.insert(0, sup.watch("dispatcher", "dispatcher".into(), dispatch));
         tasks.extend(services(config, &store, base, &sup, &stop));
-        let reconciler = Arc::new(
-            crate::upstream::reconciler(config, store.clone(), metrics.clone())
-                .context("setting up the upstream accounts")?,
-        );
+        let upstream = Arc::new(Current::new(reconciler));
+        let (reloads, requests) = crate::admin::reload::Reloads::channel();
         let admin = AdminState {
-            destinations,
+            destinations: current.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
             readiness: readiness.clone(),
             space: space.clone(),
             backend: config.storage.backend(),
-            upstream: reconciler.clone(),
+            upstream: upstream.clone(),
             shaper: shaper.clone(),
+            reloads,
         };
-        let (admin, ingress) = start_listeners(config, base, &store, admin, tracer)?;
+        let journal = Arc::new(Recorder::new(Some(store.clone()), metrics.clone()));
+        let access = web::Data::new(Access::new(&config.admin, journal.clone(), metrics.clone()));
+        let gate = ingress::Gate::of(config);
+        let ingress_state = web::Data::new(IngressState::new(
+            gate,
+            store.clone(),
+            metrics.clone(),
+            space.clone(),
+            tracer,
+        ));
+        let mut flow = Flow {
+            config: Arc::new(config.clone()),
+            source,
+            store: store.clone(),
+            metrics: metrics.clone(),
+            destinations: current,
+            rules,
+            upstream,
+            ingress: ingress_state.clone(),
+            access: access.clone(),
+            journal,
+            relay,
+            sup,
+            space: space.clone(),
+            workers: Default::default(),
+            reconciler: None,
+            retention: None,
+            retiring: Vec::new(),
+        };
+        flow.start_workers();
+        flow.start_retention();
+        let (admin, ingress) = start_listeners(config, admin, access, ingress_state)?;
         readiness.set(true);
         RelayReady { sources: config.sources.len() }.emit(metrics);
+        ConfigInForce { fingerprint: crate::config::reload::fingerprint(config) }.emit(metrics);
         crate::notify::notify("READY=1\nSTATUS=accepting callbacks");
-        // Hooks point at the ingress: register them only once it listens. It stops
-        // first, the delivery workers last.
-        let every = config.upstream.reconcile_interval;
-        let mut order = vec![sup.watch(
-            "reconciler",
-            "reconciler".into(),
-            tokio::spawn(reconciler.run(every, stop)),
-        )];
-        order.extend(tasks);
-        order.extend(deliveries);
+        // Hooks point at the ingress: register them only once it listens.
+        flow.start_reconciler();
         Ok(Self {
             metrics: metrics.clone(),
             readiness: readiness.clone(),
             store,
             store_failed: base.store_failed.clone(),
             trigger,
-            tasks: order,
+            tasks,
+            flow,
+            reloads: requests,
+            hangup: Some(hangup),
             operational,
             shaper,
             export,
@@ -183,20 +222,48 @@ impl Relay {
     }
 
     /// Waits for a reason to stop: the stop `requested` (a signal), a listener that
-    /// ended, or the store failing.
+    /// ended, or the store failing; meanwhile does the reloads asked (SIGHUP, or the
+    /// admin API), one at a time.
     pub(super) async fn wait(&mut self, requested: &mut Stop) -> Ended {
-        let mut failure = None;
-        let reason = tokio::select! {
-            _ = requested.wait() => requested.reason().unwrap_or("stop requested").to_owned(),
-            r = &mut self.ingress.task => format!("ingress listener ended: {r:?}"),
-            r = &mut self.admin.task => format!("admin listener ended: {r:?}"),
-            f = self.store_failed.wait_for(Option::is_some) => {
-                let why = f.ok().and_then(|f| f.clone()).unwrap_or_default();
-                failure = Some(why.clone());
-                format!("the store failed: {why}")
+        loop {
+            let mut failure = None;
+            let hangup = async {
+                match self.hangup.as_mut() {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let woke = tokio::select! {
+                _ = requested.wait() => Err(requested.reason().unwrap_or("stop requested").to_owned()),
+                r = &mut self.ingress.task => Err(format!("ingress listener ended: {r:?}")),
+                r = &mut self.admin.task => Err(format!("admin listener ended: {r:?}")),
+                f = self.store_failed.wait_for(Option::is_some) => {
+                    let why = f.ok().and_then(|f| f.clone()).unwrap_or_default();
+                    failure = Some(why.clone());
+                    Err(format!("the store failed: {why}"))
+                }
+                Some(request) = self.reloads.recv() => Ok(request),
+                Some(()) = hangup => {
+                    // Asked by the service manager: its answer is the log and the journal.
+                    let (answer, _) = tokio::sync::oneshot::channel();
+                    Ok(crate::admin::reload::Request { by: "SIGHUP".into(), from: None, answer })
+                }
+            };
+            match woke {
+                Ok(request) => self.reload(request).await,
+                Err(reason) => return Ended { reason, failure },
             }
-        };
-        Ended { reason, failure }
+        }
+    }
+
+    /// Does one reload, telling the service manager while it runs.
+    async fn reload(&mut self, request: crate::admin::reload::Request) {
+        let now = crate::notify::monotonic_us();
+        crate::notify::notify(&format!(
+            "RELOADING=1\nMONOTONIC_USEC={now}\nSTATUS=reloading the configuration"
+        ));
+        self.flow.serve(request).await;
+        crate::notify::notify("READY=1\nSTATUS=accepting callbacks");
     }
 
     /// Stops every part in order and waits for each, within `grace`: the ingress
@@ -210,7 +277,8 @@ impl Relay {
         grace: Duration,
         durable: bool,
     ) -> anyhow::Result<()> {
-        let Self { metrics, readiness, store, trigger, tasks, operational, shaper, .. } = self;
+        let Self { metrics, readiness, store, trigger, tasks, flow, operational, shaper, .. } =
+            self;
         let (export, ingress, admin) = (self.export, self.ingress, self.admin);
         ShuttingDown { reason: &ended.reason, grace }.emit(&metrics);
         crate::notify::notify("STOPPING=1\nSTATUS=draining");
@@ -220,7 +288,8 @@ impl Relay {
         let drain = async {
             ingress.stop(true).await;
             trigger.stop();
-            for task in tasks {
+            let (first, last) = flow.stop();
+            for task in first.into_iter().chain(tasks).chain(last) {
                 let _ = task.await;
             }
             // Nothing raises operational events any more: the queue drains and ends.
@@ -282,18 +351,25 @@ const CLOSE_SHARE: f64 = 0.25;
 /// Longest the last traces may take to be exported at shutdown (within the grace).
 const EXPORT_FINISH: Duration = Duration::from_secs(5);
 
-/// Connects the metrics' operational-event queue to a task appending to `store`.
-fn start_operational(
-    config: &Config,
-    store: &SharedStore,
-    metrics: &Arc<Metrics>,
-) -> JoinHandle<()> {
+/// The source operational events are listed under (the first configured one), and
+/// the names of those some destination of `config` takes (the others are not raised).
+pub(super) fn raised(config: &Config) -> (&str, Vec<&'static str>) {
     let source = config.sources.first().map_or("hookrelay", |s| s.name.as_str());
     let wanted = crate::operational::NAMES
         .iter()
         .copied()
         .filter(|name| crate::dispatch::wanted(config, name))
         .collect();
+    (source, wanted)
+}
+
+/// Connects the metrics' operational-event queue to a task appending to `store`.
+fn start_operational(
+    config: &Config,
+    store: &SharedStore,
+    metrics: &Arc<Metrics>,
+) -> JoinHandle<()> {
+    let (source, wanted) = raised(config);
     // Weak: the raiser lives in the metrics, and is closed at the stop.
     let counted = Arc::downgrade(metrics);
     let lost: crate::operational::Lost = Arc::new(move |name, why| {
@@ -305,8 +381,8 @@ fn start_operational(
     crate::operational::start(&metrics.operational, store.clone(), source, wanted, lost)
 }
 
-/// The services beside the flow: free space, the database probe, retention, the
-/// audit check.
+/// The services beside the flow: free space, the database probe, the audit check
+/// (retention is part of the flow: a reload changes what it keeps).
 fn services(
     config: &Config,
     store: &SharedStore,
@@ -331,16 +407,6 @@ fn services(
         ));
         tasks.push(sup.watch("reachability", "database probe".into(), task));
     }
-    let keep = config.destinations.iter().map(|d| d.name.clone()).collect();
-    let task = tokio::spawn(crate::retention::run(
-        store.clone(),
-        config.retention.clone(),
-        keep,
-        metrics.clone(),
-        space.clone(),
-        stop.clone(),
-    ));
-    tasks.push(sup.watch("retention", "retention".into(), task));
     let task = tokio::spawn(crate::audit::watch(store.clone(), metrics.clone(), stop.clone()));
     tasks.push(sup.watch("audit", "audit check".into(), task));
     tasks
@@ -350,31 +416,14 @@ fn services(
 /// both: (admin, ingress).
 fn start_listeners(
     config: &Config,
-    base: &Base,
-    store: &SharedStore,
     admin: AdminState,
-    tracer: Arc<crate::telemetry::export::Tracer>,
+    access: web::Data<Access>,
+    ingress_state: web::Data<IngressState>,
 ) -> anyhow::Result<(Listener, Listener)> {
     let grace = config.shutdown.grace;
-    let journal =
-        Arc::new(crate::access::journal::Recorder::new(Some(store.clone()), base.metrics.clone()));
-    let access = crate::access::Access::new(&config.admin, journal, base.metrics.clone());
-    // Every admin token, kept out of what is stored should a caller send one.
-    let tokens: Vec<Vec<u8>> =
-        config.admin.resolved_tokens().map(|t| t.expose().as_bytes().to_vec()).collect();
-    let any_token = !tokens.is_empty();
+    let any_token = access.enabled();
     let (admin_server, admin_addrs) = listeners::private(config.admin.listen, grace, admin, access)
         .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
-    let ingress_state = IngressState::new(
-        &config.sources,
-        store.clone(),
-        base.metrics.clone(),
-        config.ingress.max_body_bytes,
-        config.ingress.body_timeout,
-        base.space.clone(),
-        tracer,
-    )
-    .masking(tokens);
     let (ingress_server, ingress_addrs) =
         ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
             .map_err(|e| crate::bind::error(e, "ingress.listen", config.ingress.listen))?;

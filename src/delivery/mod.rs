@@ -22,6 +22,7 @@ use tokio::sync::{Notify, Semaphore};
 use crate::config::Config;
 use crate::destinations::Destination;
 use crate::internal_events::{DestinationPauseSet, InternalEvent};
+use crate::lock::Current;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::{Claim, SharedStore, StoreError};
@@ -73,6 +74,44 @@ pub(crate) struct Route {
 }
 
 impl DestinationState {
+    /// The state of the destination `dc` of `config`, as at start: circuit closed,
+    /// nothing claimed, `paused` as the store says.
+    fn new(
+        dc: &crate::config::DestinationConfig,
+        config: &Config,
+        paused: bool,
+    ) -> anyhow::Result<Self> {
+        let dest = Destination::new(dc, &config.delivery)?;
+        let (threshold, interval) =
+            (config.delivery.circuit_failure_threshold, config.delivery.circuit_probe_interval);
+        Ok(Self {
+            pacer: Mutex::new(new_pacer(&dest, threshold, interval)),
+            circuit_threshold: threshold,
+            circuit_interval: interval,
+            progress: Mutex::new(None),
+            stalled: AtomicBool::new(false),
+            permits: Arc::new(Semaphore::new(dest.max_concurrency)),
+            paused: AtomicBool::new(paused),
+            pause_writes: Mutex::new(0),
+            wake: Notify::new(),
+            in_flight: AtomicUsize::new(0),
+            in_flight_tokens: Mutex::new(std::collections::HashSet::new()),
+            unknown_claims: AtomicBool::new(false),
+            activity: Mutex::default(),
+            share: AtomicUsize::new(0),
+            route: Route {
+                sources: dc.sources.clone(),
+                events: dc.events.clone(),
+                ordering: match dc.ordering {
+                    crate::config::Ordering::None => "none",
+                    crate::config::Ordering::PerResource => "per-resource",
+                    crate::config::Ordering::Latest => "latest",
+                },
+            },
+            dest,
+        })
+    }
+
     pub(crate) fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
     }
@@ -177,74 +216,69 @@ pub(crate) struct Destinations {
 impl Destinations {
     /// Builds the destinations of `config`; pauses persisted in the store are kept.
     pub(crate) async fn new(config: &Config, store: SharedStore) -> anyhow::Result<Self> {
-        let paused = store.paused().await?;
-        let mut by_name = BTreeMap::new();
-        for dc in &config.destinations {
-            let dest = Destination::new(dc, &config.delivery)?;
-            let (threshold, interval) =
-                (config.delivery.circuit_failure_threshold, config.delivery.circuit_probe_interval);
-            let state = DestinationState {
-                pacer: Mutex::new(new_pacer(&dest, threshold, interval)),
-                circuit_threshold: threshold,
-                circuit_interval: interval,
-                progress: Mutex::new(None),
-                stalled: AtomicBool::new(false),
-                permits: Arc::new(Semaphore::new(dest.max_concurrency)),
-                paused: AtomicBool::new(paused.contains(&dc.name)),
-                pause_writes: Mutex::new(0),
-                wake: Notify::new(),
-                in_flight: AtomicUsize::new(0),
-                in_flight_tokens: Mutex::new(std::collections::HashSet::new()),
-                unknown_claims: AtomicBool::new(false),
-                activity: Mutex::default(),
-                share: AtomicUsize::new(0),
-                route: Route {
-                    sources: dc.sources.clone(),
-                    events: dc.events.clone(),
-                    ordering: match dc.ordering {
-                        crate::config::Ordering::None => "none",
-                        crate::config::Ordering::PerResource => "per-resource",
-                        crate::config::Ordering::Latest => "latest",
-                    },
-                },
-                dest,
-            };
-            by_name.insert(dc.name.clone(), Arc::new(state));
-        }
-        Ok(Self { by_name, store, delivered_bodies: config.retention.delivered_bodies })
+        Self::empty(config, store).next(config, &[]).await
     }
 
-    /// Starts one worker per destination, each with what this relay shares with them.
-    pub(crate) fn start(
+    /// None yet, on `store`: what [`Self::next`] builds on at start.
+    fn empty(config: &Config, store: SharedStore) -> Self {
+        Self {
+            by_name: BTreeMap::new(),
+            store,
+            delivered_bodies: config.retention.delivered_bodies,
+        }
+    }
+
+    /// The destinations of `config` after these: those named in `kept` (unchanged)
+    /// are these very ones, their workers running on; every other is built anew, its
+    /// pause read from the store. Nothing is started.
+    pub(crate) async fn next(&self, config: &Config, kept: &[String]) -> anyhow::Result<Self> {
+        let paused = self.store.paused().await?;
+        let mut by_name = BTreeMap::new();
+        for dc in &config.destinations {
+            let state = match self.by_name.get(&dc.name) {
+                Some(state) if kept.contains(&dc.name) => state.clone(),
+                _ => Arc::new(DestinationState::new(dc, config, paused.contains(&dc.name))?),
+            };
+            by_name.insert(dc.name.clone(), state);
+        }
+        let delivered_bodies = config.retention.delivered_bodies;
+        Ok(Self { by_name, store: self.store.clone(), delivered_bodies })
+    }
+
+    /// The worker of the destination `name`, with what this relay shares with every
+    /// worker, to run until `stop`; `None` if there is no such destination.
+    pub(crate) fn worker(
         &self,
+        name: &str,
         relay: &RelayContext,
         stop: Stop,
-    ) -> Vec<(String, tokio::task::JoinHandle<()>)> {
-        self.by_name
-            .values()
-            .map(|state| {
-                let worker = worker::Worker {
-                    recorder: recorder::Recorder::start(
-                        self.store.clone(),
-                        state.dest.retry.clone(),
-                        self.delivered_bodies,
-                        relay.metrics.clone(),
-                    ),
-                    owner: relay.owner.clone(),
-                    fleet: relay.fleet.clone(),
-                    space: relay.space.clone(),
-                    pause_read: std::sync::Mutex::new(None),
-                    state: state.clone(),
-                    store: self.store.clone(),
-                    metrics: relay.metrics.clone(),
-                    client: relay.client.clone(),
-                    shaper: relay.shaper.clone(),
-                    tracer: relay.tracer.clone(),
-                    shaped: std::sync::Mutex::default(),
-                };
-                (format!("delivery:{}", state.dest.name), tokio::spawn(worker.run(stop.clone())))
-            })
-            .collect()
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let state = self.by_name.get(name)?;
+        let worker = worker::Worker {
+            recorder: recorder::Recorder::start(
+                self.store.clone(),
+                state.dest.retry.clone(),
+                self.delivered_bodies,
+                relay.metrics.clone(),
+            ),
+            owner: relay.owner.clone(),
+            fleet: relay.fleet.clone(),
+            space: relay.space.clone(),
+            pause_read: std::sync::Mutex::new(None),
+            state: state.clone(),
+            store: self.store.clone(),
+            metrics: relay.metrics.clone(),
+            client: relay.client.clone(),
+            shaper: relay.shaper.clone(),
+            tracer: relay.tracer.clone(),
+            shaped: std::sync::Mutex::default(),
+        };
+        Some(worker.run(stop))
+    }
+
+    /// The names of the destinations, in order.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &String> {
+        self.by_name.keys()
     }
 
     /// Tells a destination's worker to look at its schedule now.
@@ -255,9 +289,9 @@ impl Destinations {
     }
 
     /// Wakes the workers named by the other relays' wake-ups (see
-    /// [`crate::store::Store::wakeups`]) until `stop`.
+    /// [`crate::store::Store::wakeups`]), among the destinations in force, until `stop`.
     pub(crate) async fn follow_wakeups(
-        self: Arc<Self>,
+        current: Arc<Current<Self>>,
         mut wakeups: tokio::sync::broadcast::Receiver<crate::store::Wake>,
         mut stop: Stop,
     ) {
@@ -268,9 +302,9 @@ impl Destinations {
                 _ = stop.wait() => return,
             };
             match wake {
-                Ok(crate::store::Wake::Due(name)) => self.wake(&name),
+                Ok(crate::store::Wake::Due(name)) => current.load().wake(&name),
                 Ok(crate::store::Wake::All) | Err(RecvError::Lagged(_)) => {
-                    for state in self.by_name.values() {
+                    for state in current.load().by_name.values() {
                         state.wake.notify_one();
                     }
                 }

@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::delivery::Destinations;
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::internal_events::{DispatchLead, EventDispatched, InternalEvent};
+use crate::lock::Current;
 use crate::metrics::Metrics;
 use crate::operational;
 use crate::shape::{self, program::Program};
@@ -152,12 +153,60 @@ pub(crate) fn wanted(config: &Config, event: &str) -> bool {
     !Router::new(&config.destinations).destinations_for("", event).is_empty()
 }
 
+/// What dispatch routes by, in force: the plan rules and the destinations they wake.
+/// A reload replaces both at once; a batch is planned and woken by the pair it began
+/// with.
+pub(crate) struct DispatchRules(Current<(PlanRules, Arc<Destinations>)>);
+
+impl DispatchRules {
+    pub(crate) fn new(config: &Config, destinations: Arc<Destinations>) -> Self {
+        Self(Current::new((PlanRules::of(config, &destinations), destinations)))
+    }
+
+    /// Puts the routes of `config` to `destinations` in force (a reload).
+    pub(crate) fn reload(&self, config: &Config, destinations: Arc<Destinations>) {
+        self.0.replace((PlanRules::of(config, &destinations), destinations));
+    }
+}
+
+impl PlanRules {
+    /// The rules of `config`, whose destinations are `destinations`.
+    fn of(config: &Config, destinations: &Destinations) -> Self {
+        let dedup = config
+            .sources
+            .iter()
+            .map(|s| {
+                let window_us = crate::clock::micros(s.dedup_window);
+                (s.name.clone(), DedupRule { window_us, pointers: s.dedup_pointers.clone() })
+            })
+            .collect();
+        let with = |ordering: &dyn Fn(crate::config::Ordering) -> bool| {
+            config
+                .destinations
+                .iter()
+                .filter(|d| ordering(d.ordering))
+                .map(|d| d.name.clone())
+                .collect()
+        };
+        PlanRules {
+            router: Router::new(&config.destinations),
+            ordered: with(&|o| o != crate::config::Ordering::None),
+            latest: with(&|o| o == crate::config::Ordering::Latest),
+            // The destinations' own programs: one strike count per program.
+            filters: destinations
+                .iter()
+                .filter_map(|d| Some((d.dest.name.clone(), d.dest.filter.clone()?)))
+                .collect(),
+            dedup,
+        }
+    }
+}
+
 /// The dispatcher task's state.
 pub(crate) struct Dispatcher {
     store: SharedStore,
-    rules: Arc<PlanRules>,
+    rules: Arc<DispatchRules>,
     metrics: Arc<Metrics>,
-    destinations: Arc<Destinations>,
     wake: Arc<Notify>,
     /// Below the free-space floor, dispatch (a write) waits for space.
     space: Arc<crate::space::Space>,
@@ -169,49 +218,17 @@ pub(crate) struct Dispatcher {
 
 impl Dispatcher {
     /// `wake` is notified by the committer after each group, so dispatch follows
-    /// ingest without polling delay. (Eight parts the daemon owns and lends: a
-    /// struct of them would only rename the list.)
-    #[allow(clippy::too_many_arguments)]
+    /// ingest without polling delay.
     pub(crate) fn new(
-        config: &Config,
         store: SharedStore,
+        rules: Arc<DispatchRules>,
         metrics: Arc<Metrics>,
-        destinations: Arc<Destinations>,
         wake: Arc<Notify>,
         space: Arc<crate::space::Space>,
         tracer: Arc<crate::telemetry::Tracer>,
         shaper: Arc<shape::Shaper>,
     ) -> Self {
-        let dedup = config
-            .sources
-            .iter()
-            .map(|s| {
-                let window_us = crate::clock::micros(s.dedup_window);
-                (s.name.clone(), DedupRule { window_us, pointers: s.dedup_pointers.clone() })
-            })
-            .collect();
-        let rules = PlanRules {
-            router: Router::new(&config.destinations),
-            ordered: config
-                .destinations
-                .iter()
-                .filter(|d| d.ordering != crate::config::Ordering::None)
-                .map(|d| d.name.clone())
-                .collect(),
-            latest: config
-                .destinations
-                .iter()
-                .filter(|d| d.ordering == crate::config::Ordering::Latest)
-                .map(|d| d.name.clone())
-                .collect(),
-            // The destinations' own programs: one strike count per program.
-            filters: destinations
-                .iter()
-                .filter_map(|d| Some((d.dest.name.clone(), d.dest.filter.clone()?)))
-                .collect(),
-            dedup,
-        };
-        Self { store, rules: Arc::new(rules), metrics, destinations, wake, space, tracer, shaper }
+        Self { store, rules, metrics, wake, space, tracer, shaper }
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
@@ -305,13 +322,15 @@ impl Dispatcher {
     /// (looking again at once would fetch the same bodies again and again).
     async fn dispatch_batch(&self) -> anyhow::Result<usize> {
         let now = crate::clock::now_us();
-        let (pending, plans, outcomes) = if self.rules.filters.is_empty() {
+        let in_force = self.rules.0.load();
+        let rules = &in_force.0;
+        let (pending, plans, outcomes) = if rules.filters.is_empty() {
             // Read, plan and dispatch in one store call (one hop for a blocking
             // backend); durable when it returns, as configured: the store's business.
-            let rules = self.rules.clone();
+            let rules = in_force.clone();
             let planner: crate::store::Planner = Arc::new(move |pending| {
-                let routes = rules.routes(pending);
-                rules.plans(pending, routes, Vec::new())
+                let routes = rules.0.routes(pending);
+                rules.0.plans(pending, routes, Vec::new())
             });
             self.store.dispatch_next(BATCH, planner, now).await?
         } else {
@@ -323,11 +342,11 @@ impl Dispatcher {
             if pending.is_empty() {
                 return Ok(0);
             }
-            let mut routes = self.rules.routes(&pending);
+            let mut routes = rules.routes(&pending);
             let asked = std::mem::take(&mut routes.to_filter);
             let verdicts =
                 if asked.is_empty() { Vec::new() } else { self.shaper.filtered_out(asked).await };
-            let plans = self.rules.plans(&pending, routes, verdicts);
+            let plans = rules.plans(&pending, routes, verdicts);
             let outcomes = self.store.dispatch(plans.clone(), now).await?;
             (pending, plans, outcomes)
         };
@@ -346,7 +365,7 @@ impl Dispatcher {
             if let DispatchVerdict::Dispatched { .. } = outcome {
                 for dest in &plan.destinations {
                     if woken.insert(dest.as_str()) {
-                        self.destinations.wake(dest);
+                        in_force.1.wake(dest);
                     }
                 }
             }

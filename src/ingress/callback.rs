@@ -10,7 +10,7 @@ use tracing::Instrument;
 use super::auth::{Auth, UNKNOWN_SOURCE};
 use super::body::{self, Body};
 use super::inspect::{inspect, Inspection};
-use super::{abort, IngressState};
+use super::{abort, Gate, IngressState};
 use crate::clock::unix_micros;
 use crate::event_names;
 use crate::internal_events::{
@@ -56,7 +56,10 @@ pub(super) async fn callback(
     let m = &state.metrics;
     let path = path.into_inner();
 
-    let source = match state.sources.authenticate(&path.source, &path.token) {
+    // The gate this callback is let in by, kept until it is answered (a reload may
+    // put another in force meanwhile).
+    let gate = state.gate.load();
+    let source = match gate.sources.authenticate(&path.source, &path.token) {
         Auth::Valid(name) => name,
         refused => {
             let label = match refused {
@@ -93,16 +96,20 @@ pub(super) async fn callback(
         event = tracing::field::Empty,
         id = tracing::field::Empty
     );
-    store(req, source, path.event, payload, &state, started, received_at).instrument(span).await
+    store(req, source, path.event, payload, &state, &gate, started, received_at)
+        .instrument(span)
+        .await
 }
 
-/// Reads, stores and answers a callback of `source` (authenticated).
+/// Reads, stores and answers a callback of `source` (authenticated by `gate`).
+#[allow(clippy::too_many_arguments)]
 async fn store(
     req: HttpRequest,
     source: &str,
     path_event: Option<String>,
     payload: web::Payload,
     state: &IngressState,
+    gate: &Gate,
     started: Instant,
     received_at: SystemTime,
 ) -> HttpResponse {
@@ -112,15 +119,15 @@ async fn store(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let read = body::read(payload, state.max_body_bytes, size_hint);
-    let body = match tokio::time::timeout(state.body_timeout, read).await {
+    let read = body::read(payload, gate.max_body_bytes, size_hint);
+    let body = match tokio::time::timeout(gate.body_timeout, read).await {
         // The relay's secrets never reach the store, and so no consumer (mask.rs).
-        Ok(Ok(Body::Complete(bytes))) => Body::Complete(state.masker.mask(bytes)),
+        Ok(Ok(Body::Complete(bytes))) => Body::Complete(gate.masker.mask(bytes)),
         Ok(Ok(body)) => body,
         Err(_) => {
             // A trickled body would hold the connection for ever; a status would
             // disable the hook: close, and the upstream retries.
-            let why = Closed::BodyTimeout(state.body_timeout);
+            let why = Closed::BodyTimeout(gate.body_timeout);
             CallbackClosed { source, why, took: started.elapsed() }.emit(m);
             return abort::no_answer(&req, m).await;
         }
@@ -143,7 +150,7 @@ async fn store(
         return abort::no_answer(&req, m).await;
     }
     let event =
-        new_event(&req, source, path_event.as_deref(), received_at, body, state.max_body_bytes);
+        new_event(&req, source, path_event.as_deref(), received_at, body, gate.max_body_bytes);
     let status = event.meta.status;
     let event_name = event.meta.event.clone();
     tracing::Span::current().record("event", event_name.as_str());

@@ -34,42 +34,31 @@ pub(crate) fn inspect_resource(body: &[u8]) -> Option<String> {
 
 /// What every ingress worker shares.
 pub(crate) struct IngressState {
-    pub(crate) sources: Sources,
+    /// Who may call and what they may send: replaced whole by a reload.
+    pub(crate) gate: crate::lock::Current<Gate>,
     /// Appends are grouped by the store (group commit).
     pub(crate) store: SharedStore,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) max_body_bytes: u64,
-    /// Longest wait for a body once the headers are in.
-    pub(crate) body_timeout: std::time::Duration,
     /// Free-space admission.
     pub(crate) space: Arc<crate::space::Space>,
     /// Throttles the log line of refused callbacks.
     refusals: throttle::Throttle,
     /// Each stored callback's span (the root of its event's trace).
     pub(crate) tracer: Arc<crate::telemetry::Tracer>,
-    /// The relay's secrets, masked out of every body before it is stored.
-    pub(crate) masker: mask::Masker,
 }
 
 impl IngressState {
     pub(crate) fn new(
-        sources: &[SourceConfig],
+        gate: Gate,
         store: SharedStore,
         metrics: Arc<Metrics>,
-        max_body_bytes: u64,
-        body_timeout: std::time::Duration,
         space: Arc<crate::space::Space>,
         tracer: Arc<crate::telemetry::Tracer>,
     ) -> Self {
-        let sources = Sources::from_config(sources);
-        let masker = mask::Masker::new(sources.secrets().map(|s| s.expose().as_bytes().to_vec()));
         Self {
-            masker,
-            sources,
+            gate: crate::lock::Current::new(gate),
             store,
             metrics,
-            max_body_bytes,
-            body_timeout,
             space,
             refusals: throttle::Throttle::default(),
             tracer,
@@ -77,12 +66,42 @@ impl IngressState {
     }
 }
 
-impl IngressState {
-    /// Masks `secrets` too (the admin token: whatever else the relay knows to be secret).
-    pub(crate) fn masking(mut self, secrets: impl IntoIterator<Item = Vec<u8>>) -> Self {
-        let sources = self.sources.secrets().map(|s| s.expose().as_bytes().to_vec());
-        self.masker = mask::Masker::new(sources.chain(secrets));
-        self
+/// What a reload replaces at the ingress: the sources and their tokens, the secrets
+/// masked out of bodies, and the limits on a body. A callback keeps the gate it was
+/// let in by until it is answered.
+pub(crate) struct Gate {
+    pub(crate) sources: Sources,
+    pub(crate) max_body_bytes: u64,
+    /// Longest wait for a body once the headers are in.
+    pub(crate) body_timeout: std::time::Duration,
+    /// The relay's secrets, masked out of every body before it is stored.
+    pub(crate) masker: mask::Masker,
+}
+
+impl Gate {
+    /// The gate of `config`: its sources, the limits of `[ingress]`, and every secret
+    /// the relay knows masked (the sources' tokens and the admin tokens).
+    pub(crate) fn of(config: &crate::config::Config) -> Self {
+        let admin = config.admin.resolved_tokens().map(|t| t.expose().as_bytes().to_vec());
+        Self::new(
+            &config.sources,
+            admin.collect(),
+            config.ingress.max_body_bytes,
+            config.ingress.body_timeout,
+        )
+    }
+
+    /// The gate of `sources`, masking their tokens and `secrets`.
+    pub(crate) fn new(
+        sources: &[SourceConfig],
+        secrets: Vec<Vec<u8>>,
+        max_body_bytes: u64,
+        body_timeout: std::time::Duration,
+    ) -> Self {
+        let sources = Sources::from_config(sources);
+        let own = sources.secrets().map(|s| s.expose().as_bytes().to_vec());
+        let masker = mask::Masker::new(own.chain(secrets));
+        Self { sources, max_body_bytes, body_timeout, masker }
     }
 }
 
@@ -99,9 +118,8 @@ pub(crate) fn server(
     listen: SocketAddr,
     workers: usize,
     grace: Duration,
-    state: IngressState,
+    state: web::Data<IngressState>,
 ) -> std::io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
-    let state = web::Data::new(state);
     let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
         .on_connect(abort::remember_socket)
         .disable_signals()

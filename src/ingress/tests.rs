@@ -27,12 +27,11 @@ async fn a_store_failure_closes_the_connection_without_any_status() {
         0.0,
         Arc::new(crate::metrics::Metrics::new().unwrap()),
     ));
+    let gate = super::Gate::new(&sources, Vec::new(), 1024, std::time::Duration::from_secs(30));
     let state = IngressState::new(
-        &sources,
+        gate,
         Arc::new(store.clone()),
         metrics.clone(),
-        1024,
-        std::time::Duration::from_secs(30),
         space,
         Arc::new(crate::telemetry::Tracer::silent(
             crate::telemetry::ids::Salt::random(),
@@ -40,7 +39,7 @@ async fn a_store_failure_closes_the_connection_without_any_status() {
         )),
     );
     let listen = "127.0.0.1:0".parse().unwrap();
-    let (server, addrs) = server(listen, 1, Duration::from_secs(1), state).unwrap();
+    let (server, addrs) = server(listen, 1, Duration::from_secs(1), web::Data::new(state)).unwrap();
     let handle = server.handle();
     tokio::spawn(server);
 

@@ -7,6 +7,7 @@
 //! hook counts, the inbox) are set by the task that reads that state; the test below
 //! lists them, and holds every event's families against the registry.
 
+mod config;
 mod console;
 mod delivery;
 mod dispatch;
@@ -18,6 +19,7 @@ pub(crate) mod taxonomy;
 mod telemetry;
 mod upstream;
 
+pub(crate) use config::{ConfigInForce, ConfigReloaded, Reload};
 pub(crate) use console::{AdminTokenRefused, ConsoleSignIn, SignIn};
 pub(crate) use delivery::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationPauseSet,

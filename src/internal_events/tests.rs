@@ -137,6 +137,21 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         ],
         s,
     );
+    let changes =
+        crate::config::reload::Changes { added: vec!["crm".into()], ..Default::default() };
+    check(vec![ConfigInForce { fingerprint: 0xabc }], s);
+    check(
+        vec![
+            ConfigReloaded {
+                by: "SIGHUP",
+                result: Reload::Reloaded { changes: &changes, fingerprint: 1 },
+            },
+            ConfigReloaded { by: "admin", result: Reload::Unchanged },
+            ConfigReloaded { by: "admin", result: Reload::Refused("storage.data_dir changed") },
+            ConfigReloaded { by: "SIGHUP", result: Reload::Invalid("no such file") },
+        ],
+        s,
+    );
     check(vec![CallbackRefused { source: "unknown", peer: None, logged: Some(0), took }], s);
     check(
         vec![

@@ -23,6 +23,14 @@ pub(crate) struct DeliveryMetrics {
 }
 
 impl DeliveryMetrics {
+    /// Forgets that `destination`'s programs were disabled: a reload gave it new ones
+    /// (or took it away), which start with no strikes.
+    pub(crate) fn forget_programs(&self, destination: &str) {
+        for program in ["filter", "transform"] {
+            let _ = self.programs_disabled.remove_label_values(&[destination, program]);
+        }
+    }
+
     pub(super) fn register(r: &Registrar) -> Result<Self, MetricsError> {
         Ok(Self {
             shape_runs_stopped: r.counter_vec(

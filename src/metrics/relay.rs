@@ -16,6 +16,8 @@ pub(crate) struct RelayMetrics {
     pub(crate) admin_token_refusals: IntCounterVec,
     pub(crate) trace_spans: IntCounterVec,
     pub(crate) clock_skew: Gauge,
+    pub(crate) config_reloads: IntCounterVec,
+    pub(crate) config_fingerprint: Gauge,
 }
 
 impl RelayMetrics {
@@ -61,6 +63,20 @@ impl RelayMetrics {
                 "This machine's wall clock minus the database's, at the last fleet heartbeat \
                  (PostgreSQL; 0 on an embedded store). Beyond 2 s either way the relay is not \
                  ready until time synchronisation brings it back.",
+            )?,
+            config_reloads: r.counter_vec(
+                "hookrelay_config_reloads_total",
+                "Reloads of the configuration (SIGHUP, systemctl reload, POST /admin/reload), \
+                 by result: reloaded, unchanged (the file says what runs), refused (a key only \
+                 a restart changes), invalid (the file does not load or validate). Refused \
+                 and invalid ones change nothing.",
+                &["result"],
+            )?,
+            config_fingerprint: r.float_gauge(
+                "hookrelay_config_fingerprint",
+                "A fingerprint of the configuration in force (48 bits of the SHA-256 of its \
+                 printed form, secrets masked): relays running the same configuration show \
+                 the same number; it moves when a reload takes.",
             )?,
             trace_spans: r.counter_vec(
                 "hookrelay_trace_spans_total",

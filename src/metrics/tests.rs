@@ -64,6 +64,8 @@ fn touch_all(m: &Metrics) {
     m.relay.console_sign_ins.with_label_values(&["ok"]).inc();
     m.relay.trace_spans.with_label_values(&["exported"]).inc();
     m.relay.clock_skew.set(0.5);
+    m.relay.config_reloads.with_label_values(&["reloaded"]).inc();
+    m.relay.config_fingerprint.set(1.0);
     m.store.bodies_pruned.inc();
     for v in [
         &m.dispatch.events_dispatched,

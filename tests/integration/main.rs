@@ -35,6 +35,7 @@ mod operational;
 mod postgres;
 mod power_loss;
 mod prometheus;
+mod reload;
 mod roles;
 mod shape;
 mod shutdown;

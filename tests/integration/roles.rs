@@ -38,6 +38,7 @@ const NEEDS: &[(&str, &str, &str)] = &[
     ("POST", "/admin/destinations/{name}/preview", "admin"),
     ("GET", "/admin/hooks", "viewer"),
     ("POST", "/admin/hooks/sync", "operator"),
+    ("POST", "/admin/reload", "admin"),
     ("GET", "/admin/journal", "viewer"),
 ];
 

@@ -8,11 +8,13 @@ mod audit;
 mod destinations;
 mod events;
 mod journal;
+mod reload;
 
 pub(in crate::cli) use audit::audit;
 pub(in crate::cli) use destinations::{destinations, hooks};
 pub(in crate::cli) use events::{dead_letters, events};
 pub(in crate::cli) use journal::journal;
+pub(in crate::cli) use reload::reload;
 
 use super::client::{query, AdminClient};
 use super::table;
