@@ -8,6 +8,7 @@
 
 mod access;
 mod account;
+mod activation;
 mod admin;
 mod allocator;
 mod api;

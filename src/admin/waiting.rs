@@ -47,10 +47,11 @@ async fn unavailable(state: web::Data<Waiting>) -> HttpResponse {
     )
 }
 
-/// Binds the waiting listener on `listen`; stop it (its handle) before binding the
-/// real one.
+/// Binds the waiting listener on `listen`, or serves on `handed` (the socket the
+/// service manager holds); stop it (its handle) before the real one starts.
 pub(crate) fn server(
     listen: SocketAddr,
+    handed: Option<std::net::TcpListener>,
     state: Arc<Waiting>,
 ) -> std::io::Result<actix_web::dev::Server> {
     let state = web::Data::from(state);
@@ -64,7 +65,10 @@ pub(crate) fn server(
     })
     .workers(1)
     .disable_signals()
-    .shutdown_timeout(1)
-    .bind(listen)?;
+    .shutdown_timeout(1);
+    let server = match handed {
+        Some(listener) => server.listen(listener)?,
+        None => server.bind(listen)?,
+    };
     Ok(server.run())
 }

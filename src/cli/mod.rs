@@ -253,8 +253,18 @@ fn serve(path: &Path, log_format: Option<LogFormat>, env: &HashMap<String, Strin
     if crate::allocator::returns_freed_memory_at_once(&config.storage) {
         crate::allocator::return_freed_memory_at_once();
     }
+    // The listeners systemd holds across restarts, if it started the relay that way.
+    let sockets = match crate::activation::take(env) {
+        Ok(sockets) => sockets,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot take the sockets handed over");
+            eprintln!("hookrelay: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let source = crate::daemon::ConfigSource { path: path.to_owned(), env: env.clone() };
-    block_on(true, "hookrelay", crate::daemon::serve(config, source))
+    let launch = crate::daemon::Launch { source: Some(source), sockets };
+    block_on(true, "hookrelay", crate::daemon::serve(config, launch))
 }
 
 fn migrate(

@@ -12,6 +12,7 @@ use crate::admin::AdminState;
 /// Binds the private listener (one worker: it serves people and scrapers).
 pub(super) fn private(
     listen: SocketAddr,
+    handed: Option<std::net::TcpListener>,
     grace: Duration,
     state: AdminState,
     access: web::Data<Access>,
@@ -26,8 +27,11 @@ pub(super) fn private(
     })
     .workers(1)
     .disable_signals()
-    .shutdown_timeout(grace.as_secs().max(1))
-    .bind(listen)?;
+    .shutdown_timeout(grace.as_secs().max(1));
+    let server = match handed {
+        Some(listener) => server.listen(listener)?,
+        None => server.bind(listen)?,
+    };
     let addrs = server.addrs();
     Ok((server.run(), addrs))
 }

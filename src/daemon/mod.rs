@@ -23,10 +23,10 @@ use relay::Relay;
 /// Runs the relay until SIGTERM or SIGINT, then drains: readiness goes false, the
 /// ingress finishes in-flight callbacks, the background tasks end, the store commits
 /// and flushes. Returns once everything is on disk.
-pub(crate) async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
+pub(crate) async fn serve(config: Config, launch: Launch) -> anyhow::Result<()> {
     let signals = crate::shutdown::signals().context("installing signal handlers")?;
     let (trigger, requested) = StopTrigger::new();
-    let run = run(config, Some(source), requested);
+    let run = run(config, launch, requested);
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => return result,
@@ -36,12 +36,8 @@ pub(crate) async fn serve(config: Config, source: ConfigSource) -> anyhow::Resul
 }
 
 /// The relay until `requested` (a signal, in `serve`; a test's trigger), then stopped
-/// and every part of it joined. A reload reads `source` again (none: refused).
-pub(crate) async fn run(
-    config: Config,
-    source: Option<ConfigSource>,
-    mut requested: Stop,
-) -> anyhow::Result<()> {
+/// and every part of it joined.
+pub(crate) async fn run(config: Config, launch: Launch, mut requested: Stop) -> anyhow::Result<()> {
     let base = Base::new(&config)?;
     let opened = open_store(
         &config,
@@ -49,15 +45,25 @@ pub(crate) async fn run(
         &base.metrics,
         &base.location,
         &base.space,
+        launch.sockets.admin.as_ref(),
         &mut requested,
     )
     .await?;
     let Some(store) = opened else { return Ok(()) };
     open::announce(&config, &store, &base).await;
-    let mut relay = Relay::start(&config, source, &base, store).await?;
+    let mut relay = Relay::start(&config, launch, &base, store).await?;
     let ended = relay.wait(&mut requested).await;
     let durable = config.storage.durability == crate::config::Durability::Durable;
     relay.stop(ended, config.shutdown.grace, durable).await
+}
+
+/// How the relay was started, beyond its configuration: where a reload reads it again
+/// (none: a reload is refused), and the listeners the service manager handed over
+/// (none: it binds its own).
+#[derive(Default)]
+pub(crate) struct Launch {
+    pub(crate) source: Option<ConfigSource>,
+    pub(crate) sockets: crate::activation::Sockets,
 }
 
 #[cfg(test)]

@@ -56,6 +56,7 @@ pub(super) async fn open_store(
     metrics: &Arc<Metrics>,
     location: &str,
     space: &crate::space::Space,
+    admin_socket: Option<&std::net::TcpListener>,
     requested: &mut Stop,
 ) -> anyhow::Result<Option<SharedStore>> {
     let storage = &config.storage;
@@ -99,7 +100,7 @@ pub(super) async fn open_store(
         };
         match &waiting {
             Some(w) => *crate::lock::lock(&w.state.why) = why,
-            None => waiting = Some(Waiting::start(config, metrics, why)?),
+            None => waiting = Some(Waiting::start(config, admin_socket, metrics, why)?),
         }
         tokio::select! {
             _ = requested.wait() => {
@@ -129,13 +130,20 @@ struct Waiting {
 }
 
 impl Waiting {
-    fn start(config: &Config, metrics: &Arc<Metrics>, why: String) -> anyhow::Result<Self> {
+    fn start(
+        config: &Config,
+        handed: Option<&std::net::TcpListener>,
+        metrics: &Arc<Metrics>,
+        why: String,
+    ) -> anyhow::Result<Self> {
         metrics.store.store_reachable.set(0);
         let state = Arc::new(admin::waiting::Waiting {
             why: std::sync::Mutex::new(why),
             metrics: metrics.clone(),
         });
-        let server = admin::waiting::server(config.admin.listen, state.clone())
+        // A handed-over socket is lent (a duplicate): the real listener serves on it next.
+        let handed = handed.map(std::net::TcpListener::try_clone).transpose()?;
+        let server = admin::waiting::server(config.admin.listen, handed, state.clone())
             .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
         let handle = server.handle();
         let task = tokio::spawn(server);

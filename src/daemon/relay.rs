@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::base::Base;
-use super::flow::{ConfigSource, Flow};
+use super::flow::Flow;
 use super::listeners;
 use super::open::trace_salt;
 use crate::access::journal::Recorder;
@@ -45,8 +45,16 @@ impl Listener {
         Self { handle: server.handle(), task: tokio::spawn(server) }
     }
 
-    /// Stops it: in-flight requests finish (`graceful`) or are cut.
+    /// Stops it: in-flight requests finish (`graceful`) or are cut. Gracefully, it
+    /// first stops accepting and gives the connections already accepted a moment to
+    /// reach a worker: actix drops those still queued for one when it stops, and
+    /// under socket activation they would be reset instead of waiting in the kernel's
+    /// queue for the next start.
     async fn stop(&self, graceful: bool) {
+        if graceful {
+            self.handle.pause().await;
+            tokio::time::sleep(HANDOVER).await;
+        }
         self.handle.stop(graceful).await;
     }
 }
@@ -89,10 +97,11 @@ impl Relay {
     /// a reload reads the configuration again.
     pub(super) async fn start(
         config: &Config,
-        source: Option<ConfigSource>,
+        launch: super::Launch,
         base: &Base,
         store: SharedStore,
     ) -> anyhow::Result<Self> {
+        let super::Launch { source, sockets } = launch;
         let (metrics, readiness, space) = (&base.metrics, &base.readiness, &base.space);
         let operational = start_operational(config, &store, metrics);
         let shaper = Arc::new(Shaper::new(metrics.clone()));
@@ -196,7 +205,7 @@ impl Relay {
         };
         flow.start_workers();
         flow.start_retention();
-        let (admin, ingress) = start_listeners(config, admin, access, ingress_state)?;
+        let (admin, ingress) = start_listeners(config, sockets, admin, access, ingress_state)?;
         readiness.set(true);
         RelayReady { sources: config.sources.len() }.emit(metrics);
         ConfigInForce { fingerprint: crate::config::reload::fingerprint(config) }.emit(metrics);
@@ -345,6 +354,10 @@ impl Relay {
     }
 }
 
+/// How long a listener that stopped accepting waits for the connections it accepted to
+/// reach its workers (a thread hop: microseconds; this is ample).
+const HANDOVER: Duration = Duration::from_millis(100);
+
 /// The share of `shutdown.grace` kept for closing the store (its final flush).
 const CLOSE_SHARE: f64 = 0.25;
 
@@ -412,26 +425,36 @@ fn services(
     tasks
 }
 
-/// Binds the private listener (admin API and console) and the ingress, and starts
-/// both: (admin, ingress).
+/// Binds the private listener (admin API and console) and the ingress, or serves on
+/// the sockets handed over (socket activation), and starts both: (admin, ingress).
 fn start_listeners(
     config: &Config,
+    sockets: crate::activation::Sockets,
     admin: AdminState,
     access: web::Data<Access>,
     ingress_state: web::Data<IngressState>,
 ) -> anyhow::Result<(Listener, Listener)> {
     let grace = config.shutdown.grace;
     let any_token = access.enabled();
-    let (admin_server, admin_addrs) = listeners::private(config.admin.listen, grace, admin, access)
-        .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
-    let (ingress_server, ingress_addrs) =
-        ingress::server(config.ingress.listen, config.ingress.workers, grace, ingress_state)
-            .map_err(|e| crate::bind::error(e, "ingress.listen", config.ingress.listen))?;
+    let handed = (sockets.ingress.is_some(), sockets.admin.is_some());
+    let (admin_server, admin_addrs) =
+        listeners::private(config.admin.listen, sockets.admin, grace, admin, access)
+            .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
+    let (ingress_server, ingress_addrs) = ingress::server(
+        config.ingress.listen,
+        sockets.ingress,
+        config.ingress.workers,
+        grace,
+        ingress_state,
+    )
+    .map_err(|e| crate::bind::error(e, "ingress.listen", config.ingress.listen))?;
+    // `handed`: the socket came from the service manager (ingress.listen or
+    // admin.listen is then not read), and stays open while the relay restarts.
     for addr in &ingress_addrs {
-        tracing::info!(listener = "ingress", %addr, "listening");
+        tracing::info!(listener = "ingress", %addr, handed = handed.0, "listening");
     }
     for addr in &admin_addrs {
-        tracing::info!(listener = "admin", %addr, "listening");
+        tracing::info!(listener = "admin", %addr, handed = handed.1, "listening");
     }
     if !any_token {
         tracing::warn!(

@@ -130,7 +130,7 @@ fn twenty_starts_and_stops_leave_no_thread_and_no_store_held() {
     let mut once = || {
         rt.block_on(async {
             let (trigger, requested) = StopTrigger::new();
-            let running = tokio::spawn(run(config.clone(), None, requested));
+            let running = tokio::spawn(run(config.clone(), Default::default(), requested));
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             while !ready(admin).await {
                 assert!(!running.is_finished(), "the relay ended by itself");

@@ -116,6 +116,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
 /// server gracefully, giving in-flight callbacks up to `grace` to finish.
 pub(crate) fn server(
     listen: SocketAddr,
+    handed: Option<std::net::TcpListener>,
     workers: usize,
     grace: Duration,
     state: web::Data<IngressState>,
@@ -127,7 +128,10 @@ pub(crate) fn server(
     if workers > 0 {
         server = server.workers(workers);
     }
-    let server = server.bind(listen)?;
+    let server = match handed {
+        Some(listener) => server.listen(listener)?,
+        None => server.bind(listen)?,
+    };
     let addrs = server.addrs();
     Ok((server.run(), addrs))
 }

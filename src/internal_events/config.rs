@@ -4,15 +4,23 @@ use super::InternalEvent;
 use crate::config::reload::Changes;
 use crate::metrics::Metrics;
 
-/// The configuration the relay starts with: its fingerprint shown.
+/// The configuration the relay starts with: its fingerprint shown, and every result of
+/// a reload counted from 0 (so that `increase()` sees the first).
 pub(crate) struct ConfigInForce {
     pub(crate) fingerprint: u64,
 }
 
+/// Every `result` of `hookrelay_config_reloads_total`.
+const RESULTS: [&str; 4] = ["reloaded", "unchanged", "refused", "invalid"];
+
 impl InternalEvent for ConfigInForce {
-    const FAMILIES: &'static [&'static str] = &["hookrelay_config_fingerprint"];
+    const FAMILIES: &'static [&'static str] =
+        &["hookrelay_config_fingerprint", "hookrelay_config_reloads_total"];
     fn emit(self, m: &Metrics) {
         m.relay.config_fingerprint.set(self.fingerprint as f64);
+        for result in RESULTS {
+            m.relay.config_reloads.with_label_values(&[result]).inc_by(0);
+        }
     }
 }
 

@@ -16,6 +16,8 @@ pub struct Load {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     pub acked: Acked,
+    /// Callbacks that got no answer (refused, reset or closed connections).
+    pub unanswered: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Load {
@@ -28,13 +30,27 @@ impl Load {
         acked: Acked,
         body: impl Fn(usize, u64) -> String + Send + Sync + 'static,
     ) -> Load {
+        Self::start_with(super::client(), clients, urls, pace, acked, body)
+    }
+
+    /// Like [`Load::start`], with `client` (one that opens a connection per callback,
+    /// as the upstream does, say).
+    pub fn start_with(
+        client: reqwest::Client,
+        clients: usize,
+        urls: Vec<String>,
+        pace: Duration,
+        acked: Acked,
+        body: impl Fn(usize, u64) -> String + Send + Sync + 'static,
+    ) -> Load {
         let (stop, stopped) = watch::channel(false);
-        let client = super::client();
+        let unanswered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (urls, body) = (Arc::new(urls), Arc::new(body));
         let tasks = (0..clients)
             .map(|k| {
                 let (client, urls, body, acked, stopped) =
                     (client.clone(), urls.clone(), body.clone(), acked.clone(), stopped.clone());
+                let unanswered = unanswered.clone();
                 tokio::spawn(async move {
                     for n in 0u64.. {
                         if *stopped.borrow() {
@@ -57,14 +73,17 @@ impl Load {
                                 acked.lock().unwrap().push((id, text));
                             }
                             // Refused: the connection was closed, the upstream would retry.
-                            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                            Err(_) => {
+                                unanswered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(10)).await
+                            }
                         }
                         tokio::time::sleep(pace).await;
                     }
                 })
             })
             .collect();
-        Load { stop, tasks, acked }
+        Load { stop, tasks, acked, unanswered }
     }
 
     /// How many callbacks were acknowledged so far.
@@ -107,4 +126,85 @@ pub async fn check_acked(relay: &super::Relay, acked: &[(String, String)]) {
         acked.len(),
         &bad[..bad.len().min(5)]
     );
+}
+
+/// Callbacks at a steady rate, whatever the answers take: the upstream's events do not
+/// wait for the relay (while it restarts they pile up), so neither does this. One
+/// request a tick, each on a connection of its own, as the upstream's hook calls.
+pub struct Steady {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    pub acked: Acked,
+    /// What went wrong with each callback not answered 200: a refused or reset
+    /// connection, a timeout, another status.
+    pub failed: Arc<Mutex<Vec<String>>>,
+}
+
+impl Steady {
+    /// `per_second` callbacks a second to `url`, the `n`th with `body(n)`.
+    pub fn start(
+        url: String,
+        per_second: u32,
+        body: impl Fn(u64) -> String + Send + Sync + 'static,
+    ) -> Steady {
+        let (stop, mut stopped) = watch::channel(false);
+        let (acked, failed): (Acked, Arc<Mutex<Vec<String>>>) = Default::default();
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        let (a, f) = (acked.clone(), failed.clone());
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut sent = tokio::task::JoinSet::new();
+            for n in 0u64.. {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopped.changed() => break,
+                }
+                let (client, url, text, acked, failed) =
+                    (client.clone(), url.clone(), body(n), a.clone(), f.clone());
+                sent.spawn(async move {
+                    let answer = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(text.clone())
+                        .send()
+                        .await;
+                    let id = match answer {
+                        Ok(r) if r.status() == 200 => r
+                            .json::<serde_json::Value>()
+                            .await
+                            .map_err(|e| format!("ack body: {e}"))
+                            .and_then(|v| {
+                                v["id"]
+                                    .as_str()
+                                    .map(str::to_owned)
+                                    .ok_or_else(|| format!("ack {v}"))
+                            }),
+                        Ok(r) => Err(format!("HTTP {}", r.status())),
+                        Err(e) => Err(format!("{e:?}")),
+                    };
+                    match id {
+                        Ok(id) => acked.lock().unwrap().push((id, text)),
+                        Err(why) => failed.lock().unwrap().push(why),
+                    }
+                });
+                // Reap what is done, so the set stays the size of what is in flight.
+                while sent.try_join_next().is_some() {}
+            }
+            while sent.join_next().await.is_some() {}
+        });
+        Steady { stop, task, acked, failed }
+    }
+
+    /// Stops sending, waits for every callback sent to be answered (or to fail), and
+    /// returns those acknowledged.
+    pub async fn stop(self) -> Vec<(String, String)> {
+        self.stop.send_replace(true);
+        self.task.await.expect("the load's task");
+        self.acked.lock().unwrap().clone()
+    }
 }

@@ -227,10 +227,16 @@ impl Relay {
     ) -> Relay {
         let config_path: PathBuf = dir.join("hookrelay.toml");
         std::fs::write(&config_path, config_text).unwrap();
-        let mut child = Command::new(bin)
-            .envs(env.iter().copied())
-            .args(["serve", "--log-format", "json", "--config"])
-            .arg(&config_path)
+        let mut command = Command::new(bin);
+        command.envs(env.iter().copied()).args(["serve", "--log-format", "json", "--config"]);
+        command.arg(&config_path);
+        Self::spawn(command, within)
+    }
+
+    /// Runs `command` (a relay's `serve`, however it is started: under
+    /// systemd-socket-activate, say) and returns once both listeners are up.
+    pub fn spawn(mut command: Command, within: Duration) -> Relay {
+        let mut child = command
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -87,6 +87,26 @@ fn the_systemd_unit_verifies_and_scores_ok_on_security() {
 }
 
 #[test]
+fn the_socket_unit_verifies_and_holds_both_listeners_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    unit_for_test(dir.path());
+    let socket = read("deploy/systemd/hookrelay.socket");
+    let path = dir.path().join("hookrelay.socket");
+    std::fs::write(&path, &socket).unwrap();
+    let out = run("systemd-analyze", &["verify", path.to_str().unwrap()]);
+    assert!(
+        out.status.success() && text(&out).trim().is_empty(),
+        "systemd-analyze verify: {}",
+        text(&out)
+    );
+    // The ingress first, the admin listener second: the order the relay reads them in.
+    let listens: Vec<&str> =
+        socket.lines().filter_map(|l| l.strip_prefix("ListenStream=")).collect();
+    assert_eq!(listens, ["0.0.0.0:8080", "127.0.0.1:8079"]);
+    assert!(socket.lines().any(|l| l == "Backlog=4096"));
+}
+
+#[test]
 fn the_systemd_unit_runs_the_binary_as_documented() {
     let unit = read("deploy/systemd/hookrelay.service");
     let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("ExecStart");
@@ -95,6 +115,7 @@ fn the_systemd_unit_runs_the_binary_as_documented() {
     assert!(exec.contains("--config /etc/hookrelay/hookrelay.toml"), "{exec}");
     for line in [
         "Type=notify",
+        "ExecReload=/bin/kill -HUP $MAINPID",
         "DynamicUser=yes",
         "StateDirectory=hookrelay",
         "Restart=on-failure",

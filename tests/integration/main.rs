@@ -41,5 +41,6 @@ mod shape;
 mod shutdown;
 mod signatures;
 mod sim;
+mod socket_activation;
 mod traces;
 mod upstream;

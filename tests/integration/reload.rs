@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::load::Load;
+use crate::common::load::Steady;
 use crate::common::sink::{Mode, Sink};
 use crate::common::{self, metric, Relay, ADMIN_TOKEN, TOKEN};
 
@@ -54,8 +54,11 @@ fn assert_once(name: &str, mut seen: Vec<u64>) -> Vec<u64> {
 }
 
 /// Callbacks either side of a reload whose routing may be either configuration's (acked
-/// before the swap but dispatched after it): a few hundred milliseconds of load.
-const EITHER: u64 = 150;
+/// before the swap but dispatched after it): a second of load (300 a second).
+const EITHER: u64 = 300;
+
+/// How long the load runs between two reloads: well beyond [`EITHER`].
+const PHASE: Duration = Duration::from_secs(2);
 
 /// The sequence numbers (`"n"` of the load's bodies) the sink answered 200 to.
 fn delivered(sink: &Sink) -> Vec<u64> {
@@ -103,15 +106,14 @@ async fn reloads_under_load_add_change_and_remove_destinations_and_lose_nothing(
     let relay = Relay::start(dir.path(), &text).await;
     let seq = std::sync::Arc::new(AtomicU64::new(0));
     let next = seq.clone();
-    // 6 clients, each a callback every 15 ms at most: a few hundred a second.
+    // 300 callbacks a second, steadily (each on a connection of its own).
     let url = relay.hook_url(Some("ActionCreated"));
-    let load =
-        Load::start(6, vec![url], Duration::from_millis(15), Default::default(), move |_, _| {
-            let n = next.fetch_add(1, SeqCst);
-            format!(r#"{{"data":{{"type":"actions","id":"{n}"}},"n":{n}}}"#)
-        });
+    let load = Steady::start(url, 300, move |n| {
+        next.store(n, SeqCst);
+        format!(r#"{{"data":{{"type":"actions","id":"{n}"}},"n":{n}}}"#)
+    });
     let at = || seq.load(SeqCst);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(PHASE).await;
 
     // 1. SIGHUP: billing added, erp's filter turned around.
     let crm_v2 = format!("{wide}\nheaders = {{ \"X-Generation\" = \"2\" }}");
@@ -122,7 +124,7 @@ async fn reloads_under_load_add_change_and_remove_destinations_and_lose_nothing(
     relay.signal(libc::SIGHUP);
     reloads_reach(&relay, "reloaded", 1.0).await;
     let hup_done = at();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(PHASE).await;
 
     // 2. POST /admin/reload: crm's settings change (a header) with its attempts in
     // flight; its new worker starts once the old one has recorded them.
@@ -138,7 +140,7 @@ async fn reloads_under_load_add_change_and_remove_destinations_and_lose_nothing(
     assert_eq!(answer["result"], "reloaded");
     assert_eq!(answer["changed"], serde_json::json!(["crm"]), "{answer}");
     let v2_done = at();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(PHASE).await;
 
     // 3. erp fails, then is removed: what it owes is held, not lost, and nothing new
     // is routed to it; 4. it comes back, healthy, and gets all it was owed.
@@ -150,7 +152,8 @@ async fn reloads_under_load_add_change_and_remove_destinations_and_lose_nothing(
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["removed"], serde_json::json!(["erp"]), "{answer}");
     let removed = at();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Long enough that callbacks well clear of both reloads are routed without erp.
+    tokio::time::sleep(PHASE * 2).await;
     erp.set_mode(Mode::Ok);
     rewrite(dir.path(), &with_erp);
     let back_asked = at();
@@ -158,8 +161,11 @@ async fn reloads_under_load_add_change_and_remove_destinations_and_lose_nothing(
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["added"], serde_json::json!(["erp"]), "{answer}");
     let back = at();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(PHASE).await;
+    let failed = load.failed.clone();
     let acked = load.stop().await;
+    let failed = failed.lock().unwrap().clone();
+    assert!(failed.is_empty(), "callbacks not answered 200: {failed:?}");
     assert!(acked.len() > 1000, "only {} callbacks acknowledged", acked.len());
     let mut all: Vec<u64> = acked
         .iter()
@@ -213,6 +219,7 @@ async fn reloads_under_load_add_change_and_remove_destinations_and_lose_nothing(
         let gone = n >= removed + EITHER && n + EITHER < back_asked;
         assert!(!gone, "erp got {n}, acknowledged while it was not configured");
     }
+    assert!(back_asked > removed + 2 * EITHER + 300, "the removal's phase was too short to tell");
     let text = relay.metrics().await;
     let reloaded = metric(&text, "hookrelay_config_reloads_total", &[("result", "reloaded")]);
     assert_eq!(reloaded, Some(4.0));
