@@ -28,6 +28,7 @@ pub(crate) enum Action {
     SignOut,
     SignInFailed,
     Reload,
+    Backup,
 }
 
 impl Action {
@@ -43,11 +44,12 @@ impl Action {
             Action::SignOut => "sign_out",
             Action::SignInFailed => "sign_in_failed",
             Action::Reload => "reload",
+            Action::Backup => "backup",
         }
     }
 
     /// Every action (the API's filter takes these).
-    pub(crate) const ALL: [Action; 9] = [
+    pub(crate) const ALL: [Action; 10] = [
         Action::Replay,
         Action::Discard,
         Action::Pause,
@@ -57,6 +59,7 @@ impl Action {
         Action::SignOut,
         Action::SignInFailed,
         Action::Reload,
+        Action::Backup,
     ];
 }
 

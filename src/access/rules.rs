@@ -39,6 +39,7 @@ const RULES: &[(&str, &str, Role, bool)] = &[
     ("GET", "/hooks", Role::Viewer, false),
     ("POST", "/hooks/sync", Role::Operator, false),
     ("POST", "/reload", Role::Admin, false),
+    ("GET", "/backup", Role::Admin, false),
     ("GET", "/journal", Role::Viewer, false),
 ];
 

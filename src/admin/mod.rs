@@ -4,6 +4,7 @@
 //! `/admin` needs the bearer token of `admin.token`, and is refused when none is set.
 
 mod audit;
+mod backup;
 mod dead_letters;
 mod destinations;
 mod events;
@@ -120,6 +121,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .service(resource("/journal", vec![(get(), web::to(journal::list))]))
                 .service(resource("/hooks/sync", vec![(Method::POST, web::to(hooks::sync))]))
                 .service(resource("/reload", vec![(Method::POST, web::to(reload::reload))]))
+                .service(resource("/backup", vec![(get(), web::to(backup::download))]))
                 .default_service(web::to(|| async {
                     error(
                         actix_web::http::StatusCode::NOT_FOUND,

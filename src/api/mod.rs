@@ -255,8 +255,8 @@ pub(crate) struct JournalEntry {
     pub(crate) who: String,
     /// The client's address.
     pub(crate) from: Option<String>,
-    /// `replay`, `discard`, `pause`, `resume`, `hook_sync`, `reload`, `sign_in`,
-    /// `sign_out` or `sign_in_failed`.
+    /// `replay`, `discard`, `pause`, `resume`, `hook_sync`, `reload`, `backup`,
+    /// `sign_in`, `sign_out` or `sign_in_failed`.
     pub(crate) action: String,
     /// On what: event ids and destinations, a dead-letter query, a selection, accounts.
     pub(crate) target: serde_json::Value,

@@ -149,7 +149,7 @@ pub(crate) fn document() -> Value {
         query("who", name("an admin token's name"), "only this token's changes"),
         query(
             "action",
-            json!({ "type": "string", "enum": ["replay", "discard", "pause", "resume", "hook_sync", "sign_in", "sign_out", "sign_in_failed", "reload"] }),
+            json!({ "type": "string", "enum": ["replay", "discard", "pause", "resume", "hook_sync", "sign_in", "sign_out", "sign_in_failed", "reload", "backup"] }),
             "only this kind of change",
         ),
         query(
@@ -255,6 +255,11 @@ pub(crate) fn document() -> Value {
                 vec![],
                 json_body(&reloaded, "in force (or unchanged)"),
                 with(&[("409", "nothing changed: the file does not load or validate (the problems named), or it changes a key only a restart changes (listeners, storage, log, telemetry: the key named); the running configuration stays")])) },
+            "/admin/backup": { "get": admin(
+                "A backup of the running embedded store (the admin role): one consistent snapshot of every tree, streamed as it is read, ending in its SHA-256 (`hookrelay backup --to FILE` saves and checks it; `hookrelay restore` puts it back). On sled, writes wait while it is read. Journalled",
+                vec![],
+                json!({ "description": "the backup (docs/deploy.md, \"Backups\")", "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } }),
+                with(&[("409", "the store is PostgreSQL: use pg_dump")])) },
             "/admin/journal": { "get": admin(
                 "Every change made through the admin API or the console (replays, discards, pauses, resumes, hook syncs, reloads, sign-ins), by any relay sharing the store, newest first",
                 journal_params,

@@ -6,7 +6,9 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::client::AdminClient;
-use super::commands::{audit, dead_letters, destinations, events, hooks, journal, reload, typed};
+use super::commands::{
+    audit, backup_to, dead_letters, destinations, events, hooks, journal, reload, typed, verify,
+};
 use crate::api;
 use crate::config::{Config, DEFAULT_PATH};
 
@@ -197,6 +199,11 @@ pub(super) struct JournalArgs {
 pub(super) enum Op {
     Journal(JournalArgs),
     Reload,
+    /// A backup saved to this file (`--to`), or a file checked (`--verify`, offline).
+    Backup {
+        to: Option<PathBuf>,
+        verify: Option<PathBuf>,
+    },
     Events(Events),
     DeadLetters(DeadLetters),
     Destinations(Destinations),
@@ -223,6 +230,11 @@ fn config_path(given: Option<PathBuf>, exists: impl Fn(&std::path::Path) -> bool
 
 /// Runs an admin command; prints its result.
 pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
+    // A file checked needs no relay.
+    if let Op::Backup { verify: Some(path), .. } = &op {
+        let (value, text) = verify(path)?;
+        return print(&target, &value, &text);
+    }
     let env = std::env::vars().collect();
     // The config is optional when --admin-url and a token are given.
     let path = config_path(target.config.clone(), |p| p.exists());
@@ -246,12 +258,12 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
         Op::Audit(args) => audit(&client, args).await?,
         Op::Journal(args) => journal(&client, args).await?,
         Op::Reload => reload(&client).await?,
+        Op::Backup { to, .. } => {
+            let to = to.context("give --to FILE (or --verify FILE)")?;
+            backup_to(&client, &to).await?
+        }
     };
-    if target.json {
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
-        print!("{text}");
-    }
+    print(&target, &value, &text)?;
     // A sync that left an account failing is a failed command (scripts check it).
     if sync {
         let accounts: api::Accounts = typed(&value)?;
@@ -269,6 +281,16 @@ pub(super) async fn run(target: Target, op: Op) -> anyhow::Result<()> {
                 report.imbalances.len()
             );
         }
+    }
+    Ok(())
+}
+
+/// Prints a command's result: the API's JSON with `--json`, else its text.
+fn print(target: &Target, value: &serde_json::Value, text: &str) -> anyhow::Result<()> {
+    if target.json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{text}");
     }
     Ok(())
 }

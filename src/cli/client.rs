@@ -64,6 +64,44 @@ impl AdminClient {
         self.send(req).await
     }
 
+    /// GETs `path` and writes the body to `out` as it comes (a backup: no total
+    /// timeout, only one between two reads); returns the bytes written.
+    pub(super) async fn download(
+        &self,
+        path: &str,
+        out: &mut (impl std::io::Write + ?Sized),
+    ) -> anyhow::Result<u64> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .read_timeout(std::time::Duration::from_secs(120))
+            .build()
+            .context("building the HTTP client")?;
+        let mut req = http.get(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let mut resp = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the admin API at {}", self.base))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            bail!(
+                "the admin API answered {status}: {}",
+                body["error"].as_str().unwrap_or("no details")
+            );
+        }
+        let mut written = 0u64;
+        while let Some(chunk) =
+            resp.chunk().await.context("the backup's stream broke off: take it again")?
+        {
+            out.write_all(&chunk).context("writing the backup")?;
+            written += chunk.len() as u64;
+        }
+        Ok(written)
+    }
+
     pub(super) async fn delete(&self, path_and_query: &str) -> anyhow::Result<Value> {
         self.send(self.http.delete(format!("{}{path_and_query}", self.base))).await
     }

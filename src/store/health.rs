@@ -50,6 +50,10 @@ pub(crate) struct Health {
     timeout: Duration,
     writers: Writers,
     observer: Arc<dyn StoreObserver>,
+    /// Shared by every write, taken whole by [`Self::exclusive`] (a backup of an engine
+    /// that takes no snapshot across trees). Taken before a write is in flight: a write
+    /// waiting on it is not a stalled one.
+    gate: std::sync::RwLock<()>,
 }
 
 /// Start of each write in flight, by ticket, and when a write last returned.
@@ -118,6 +122,7 @@ impl Health {
             timeout,
             writers,
             observer,
+            gate: std::sync::RwLock::new(()),
         })
     }
 
@@ -205,6 +210,7 @@ impl Health {
         fatal: impl Fn(&StoreError) -> bool,
         f: impl FnOnce() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let _open = self.gate.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.check()?;
         let ticket = self.begin();
         let result = f();
@@ -218,6 +224,14 @@ impl Health {
         // does not count: its callers were already told it failed.
         self.check()?;
         result
+    }
+
+    /// Runs `f` with every write kept out (they wait, not in flight, until it returns):
+    /// a read of every tree that no write changes meanwhile, on an engine that takes no
+    /// snapshot of its own.
+    pub(crate) fn exclusive<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _closed = self.gate.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f()
     }
 
     /// Waits for `work`, or returns [`StoreError::Failed`] as soon as the store fails:

@@ -11,6 +11,7 @@
 //! ([`Committer`] for a backend with blocking writes). `conformance/` checks every
 //! trait on every backend.
 
+pub(crate) mod backup;
 mod claims;
 mod commit;
 #[cfg(test)]
@@ -33,6 +34,7 @@ mod settle;
 mod tasks;
 mod ticker;
 
+use std::path::Path;
 use std::sync::Arc;
 
 pub(crate) use self::embedded::{EmbeddedOptions, EmbeddedStore};
@@ -180,6 +182,39 @@ pub(super) fn names(paths: &[std::path::PathBuf]) -> String {
 }
 
 /// The engine of an embedded backend (sled for PostgreSQL, which has none: never asked).
+/// `hookrelay restore --from FILE`: the backup checked whole, then restored into
+/// `storage.data_dir` (which must hold no store) on `storage.backend`'s engine (redb for
+/// a new data directory). The relay must be stopped.
+pub(crate) async fn restore(config: &StorageConfig, from: &Path) -> Result<String, StoreError> {
+    if !config.backend().is_embedded() {
+        return Err(StoreError::Config(
+            "a backup restores an embedded store (storage.backend redb or sled): on PostgreSQL \
+             use pg_restore (docs/deploy.md)"
+                .into(),
+        ));
+    }
+    let (engine, dir, from) =
+        (engine_of(config.backend()), config.data_dir.clone(), from.to_owned());
+    let (cache, compression) = (config.engine_cache_bytes(), config.compression);
+    let done = tokio::task::spawn_blocking(move || {
+        embedded::backup::restore(&from, &dir, engine, cache, compression)
+    })
+    .await
+    .map_err(|e| StoreError::Task(e.to_string()))??;
+    let s = &done.summary;
+    Ok(format!(
+        "restored {} entries ({} bytes, sha256 {}) of a {} store taken at {} into a {} store \
+         in {}: start the relay on it",
+        s.entries,
+        s.bytes,
+        s.sha256,
+        s.header.engine,
+        crate::timefmt::format_admin_us(s.header.created_at_us),
+        done.engine.name(),
+        done.dir.display()
+    ))
+}
+
 fn engine_of(backend: StorageBackend) -> embedded::engine::Engine {
     match backend {
         StorageBackend::Redb => embedded::engine::Engine::Redb,

@@ -12,6 +12,7 @@
 mod common;
 
 mod audit;
+mod backup;
 mod cli;
 mod cli_admin;
 mod console;

@@ -39,6 +39,7 @@ const NEEDS: &[(&str, &str, &str)] = &[
     ("GET", "/admin/hooks", "viewer"),
     ("POST", "/admin/hooks/sync", "operator"),
     ("POST", "/admin/reload", "admin"),
+    ("GET", "/admin/backup", "admin"),
     ("GET", "/admin/journal", "viewer"),
 ];
 

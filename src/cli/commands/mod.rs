@@ -5,12 +5,14 @@ use anyhow::Context;
 use serde_json::Value;
 
 mod audit;
+mod backup;
 mod destinations;
 mod events;
 mod journal;
 mod reload;
 
 pub(in crate::cli) use audit::audit;
+pub(in crate::cli) use backup::{backup_to, verify};
 pub(in crate::cli) use destinations::{destinations, hooks};
 pub(in crate::cli) use events::{dead_letters, events};
 pub(in crate::cli) use journal::journal;

@@ -461,7 +461,7 @@ async function hooks() {
     sections.length ? sections : h('p', { class: 'muted' }, 'No upstream accounts configured.'));
 }
 
-const ACTIONS = ['', 'replay', 'discard', 'pause', 'resume', 'hook_sync', 'sign_in', 'sign_out', 'sign_in_failed', 'reload'];
+const ACTIONS = ['', 'replay', 'discard', 'pause', 'resume', 'hook_sync', 'sign_in', 'sign_out', 'sign_in_failed', 'reload', 'backup'];
 
 /** The journal: every change made through the API or this console, newest first. */
 async function journal() {

@@ -18,4 +18,18 @@ pub(crate) trait Upkeep: Send + Sync {
 
     /// Makes everything durable, whatever the durability setting (at shutdown).
     async fn close(&self) -> Result<(), StoreError>;
+
+    /// Writes a backup of the whole store to `out`: one consistent snapshot, in the
+    /// format of `store/backup.rs`; returns (entries, bytes, SHA-256 hex). The embedded
+    /// store only: a database has its own tools.
+    async fn backup(
+        &self,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> Result<(u64, u64, String), StoreError> {
+        drop(out);
+        Err(StoreError::Config(
+            "a backup is taken of the embedded store: on PostgreSQL use pg_dump (docs/deploy.md)"
+                .into(),
+        ))
+    }
 }

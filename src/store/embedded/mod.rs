@@ -28,6 +28,7 @@
 //! (every id up to it is settled) that have no outcome yet.
 
 mod apply;
+pub(crate) mod backup;
 mod bin;
 pub(super) mod codec;
 pub(crate) mod copy;

@@ -249,6 +249,13 @@ impl Upkeep for EmbeddedStore {
         self.run(EmbeddedState::size_on_disk).await
     }
 
+    async fn backup(
+        &self,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> Result<(u64, u64, String), StoreError> {
+        self.run(move |s| s.backup(out)).await
+    }
+
     async fn close(&self) -> Result<(), StoreError> {
         // A failed store is left as it is: a write may be stuck inside sled, and what
         // was acknowledged is durable already. What is queued is committed first;

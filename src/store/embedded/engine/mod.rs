@@ -139,6 +139,10 @@ pub(crate) enum TxTree<'t> {
     Redb(std::cell::RefCell<redb_kv::TxTable<'t>>),
 }
 
+/// What a snapshot hands each entry to: the tree's index among those asked, the key,
+/// the value.
+pub(crate) type Visit<'a> = dyn FnMut(usize, &[u8], &[u8]) -> Result<(), StoreError> + 'a;
+
 impl Db {
     /// Opens (or creates) the engine's database at `opts.path`.
     /// Refuses a directory that holds the other engine's store and none of this one's:
@@ -182,6 +186,26 @@ impl Db {
             Db::Sled(db) => Ok(Tree::Sled(db.open_tree(name)?)),
             Db::Redb(db) => Ok(Tree::Redb(db.open_tree(name)?)),
         }
+    }
+
+    /// Every entry of the trees `names` that exist (`visit` gets the tree's index in
+    /// `names`): one snapshot on redb (a read transaction); tree by tree on sled, whose
+    /// caller keeps writes out meanwhile (`Health::exclusive`). Blocking.
+    pub(crate) fn snapshot(
+        &self,
+        names: &[&'static str],
+        visit: &mut Visit<'_>,
+    ) -> Result<(), StoreError> {
+        match self {
+            Db::Sled(db) => db.snapshot(names, visit),
+            Db::Redb(db) => db.snapshot(names, visit),
+        }
+    }
+
+    /// Whether a snapshot of it ([`Self::snapshot`]) is one whatever is written
+    /// meanwhile (redb), or needs writes kept out (sled).
+    pub(crate) fn snapshots_alone(&self) -> bool {
+        matches!(self, Db::Redb(_))
     }
 
     /// The names of the trees that exist.

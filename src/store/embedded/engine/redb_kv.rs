@@ -21,6 +21,7 @@ use redb::{
     TableHandle,
 };
 
+use super::Visit;
 use super::{Bytes, EngineOptions, Iter, Tree, TxError, TxResult, TxTree};
 use crate::store::StoreError;
 
@@ -100,6 +101,28 @@ impl RedbDb {
             tree.write(|_| Ok(()))?;
         }
         Ok(tree)
+    }
+
+    /// Every entry of the tables `names` that exist, from one read transaction: one
+    /// snapshot, whatever is written meanwhile.
+    pub(super) fn snapshot(
+        &self,
+        names: &[&'static str],
+        visit: &mut Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_read().map_err(err)?;
+        for (i, name) in names.iter().enumerate() {
+            let table = match txn.open_table(Def::new(name)) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => continue,
+                Err(e) => return Err(err(e)),
+            };
+            for item in table.iter().map_err(err)? {
+                let (k, v) = item.map_err(err)?;
+                visit(i, k.value(), v.value())?;
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn tree_names(&self) -> Result<Vec<String>, StoreError> {
