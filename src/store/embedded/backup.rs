@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::engine::current::{self, commit, finish_switch, staging, sync_dir};
+use super::engine::current::{self, finish_switch, staging, switch_to};
 use super::engine::{files_of, Batch, Db, Engine, EngineOptions};
 use super::{EmbeddedState, SCHEMA_VERSION, TREES};
 use crate::store::backup::{self, BackupError, Header, Summary, Writer};
@@ -157,14 +157,7 @@ pub(crate) fn restore(
         }
         target.flush()?;
     }
-    for file in files_of(engine, &staging) {
-        if file.is_dir() {
-            sync_dir(&file)?;
-        }
-    }
-    sync_dir(&staging)?;
-    commit(dir, engine)?;
-    finish_switch(dir)?;
+    switch_to(dir, engine)?;
     Ok(Restored { summary, engine, dir: dir.to_owned() })
 }
 

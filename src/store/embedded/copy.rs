@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::engine::current::{self, commit, finish_switch, staging, sync_dir};
+use super::engine::current::{self, finish_switch, staging, switch_to};
 use super::engine::{files_of, Batch, Db, Engine, EngineOptions, Tree};
 use super::{SCHEMA_KEY, SCHEMA_VERSION, TREES};
 use crate::store::StoreError;
@@ -135,17 +135,7 @@ pub(crate) fn copy(
         }
     }
     drop(source);
-    // The copy's files and their names durable, then the switch: one rename of
-    // CURRENT, then the files moved into place (what a crash leaves of that move, the
-    // next open finishes).
-    for file in files_of(to, &staging) {
-        if file.is_dir() {
-            sync_dir(&file)?;
-        }
-    }
-    sync_dir(&staging)?;
-    commit(dir, to)?;
-    finish_switch(dir)?;
+    switch_to(dir, to)?;
     Ok(CopyReport { entries, bytes, from, to, leftovers: files_of(from, dir) })
 }
 

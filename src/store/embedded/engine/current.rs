@@ -57,6 +57,23 @@ pub(crate) fn current(dir: &Path) -> Result<Option<Engine>, StoreError> {
     }
 }
 
+/// Switches `dir` to the `engine` store built in its staging directory (a migration's
+/// copy, a restore): the store's files and their names made durable, then one rename of
+/// `CURRENT` (the commit), then the files moved into place (what a crash leaves of that
+/// move, the next open finishes).
+pub(crate) fn switch_to(dir: &Path, engine: Engine) -> Result<(), StoreError> {
+    let staging = staging(dir, engine);
+    for file in super::files_of(engine, &staging) {
+        if file.is_dir() {
+            sync_dir(&file)?;
+        }
+    }
+    sync_dir(&staging)?;
+    commit(dir, engine)?;
+    finish_switch(dir)?;
+    Ok(())
+}
+
 /// Makes `engine` the current store of `dir`: the commit of a switch, one rename.
 pub(crate) fn commit(dir: &Path, engine: Engine) -> Result<(), StoreError> {
     let (path, beside) = (dir.join(CURRENT), dir.join(format!(".{CURRENT}.new")));
