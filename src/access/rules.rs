@@ -40,6 +40,7 @@ const RULES: &[(&str, &str, Role, bool)] = &[
     ("POST", "/hooks/sync", Role::Operator, false),
     ("POST", "/reload", Role::Admin, false),
     ("GET", "/backup", Role::Admin, false),
+    ("GET", "/destinations/history", Role::Viewer, false),
     ("GET", "/journal", Role::Viewer, false),
 ];
 

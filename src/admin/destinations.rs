@@ -42,6 +42,7 @@ pub(super) async fn list(state: web::Data<AdminState>, who: super::Who) -> HttpR
             deliveries_per_minute: recent.per_minute,
             last_error_at: recent.last_error.as_ref().map(|(_, at)| format_admin(*at)),
             last_error: recent.last_error.map(|(e, _)| e),
+            recovered_at: recent.recovered.map(format_admin),
             circuit_since: recent.circuit_since.map(format_admin),
             max_concurrency: d.dest.max_concurrency as u64,
             fleet_share: d.share() as u64,

@@ -9,6 +9,7 @@ mod dead_letters;
 mod destinations;
 mod events;
 mod health;
+pub(crate) mod history;
 mod hooks;
 mod journal;
 mod overview;
@@ -45,6 +46,8 @@ pub(crate) struct AdminState {
     pub(crate) shaper: Arc<crate::shape::Shaper>,
     /// Where `POST /admin/reload` asks the daemon for a reload.
     pub(crate) reloads: reload::Reloads,
+    /// The destinations' last hour (the console's charts).
+    pub(crate) history: Arc<history::History>,
 }
 
 /// Who is asking: the holder the guard (`access/guard.rs`) put in the request, with
@@ -105,6 +108,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .service(resource("/audit", vec![(get(), web::to(audit::show))]))
                 .service(resource("/overview", vec![(get(), web::to(overview::show))]))
                 .service(resource("/destinations", vec![(get(), web::to(destinations::list))]))
+                .service(resource("/destinations/history", vec![(get(), web::to(history::show))]))
                 .service(resource(
                     "/destinations/{name}/pause",
                     vec![(Method::POST, web::to(destinations::pause))],

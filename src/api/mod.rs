@@ -352,6 +352,11 @@ pub(crate) struct DestinationStatus {
     #[serde(default)]
     #[schemars(with = "Option<Timestamp>")]
     pub(crate) last_error_at: Option<String>,
+    /// When a delivery first succeeded after that error (absent while the destination
+    /// still fails): the error is history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Timestamp>")]
+    pub(crate) recovered_at: Option<String>,
     /// When the circuit last opened or closed on this relay; none: closed since the
     /// relay started.
     #[serde(default)]
@@ -378,6 +383,35 @@ pub(crate) struct DestinationStatus {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct DestinationList {
     pub(crate) destinations: Vec<DestinationStatus>,
+}
+
+/// `GET /admin/destinations/history`: what each destination did over the last hour,
+/// sampled by this relay (the console's charts).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct DestinationHistory {
+    /// Seconds between two samples.
+    pub(crate) interval_seconds: u64,
+    pub(crate) destinations: Vec<DestinationSeries>,
+}
+
+/// One destination's samples, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct DestinationSeries {
+    pub(crate) name: String,
+    pub(crate) points: Vec<HistoryPoint>,
+}
+
+/// One sample of a destination.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub(crate) struct HistoryPoint {
+    #[schemars(with = "Timestamp")]
+    pub(crate) at: String,
+    /// Deliveries not settled yet: pending, held and retrying (every relay's).
+    pub(crate) backlog: u64,
+    /// How long the oldest of them has waited, in seconds (none: nothing waits).
+    pub(crate) oldest_pending_seconds: Option<u64>,
+    /// Deliveries this relay made in the minute before the sample.
+    pub(crate) per_minute: u64,
 }
 
 /// The answer to pausing or resuming a destination.

@@ -9,9 +9,9 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 
 use super::{
-    Accounts, ApiError, AuditReport, DeadLetterPage, Deleted, DestinationList, EventDetail,
-    EventPage, EventReplayed, JournalPage, Overview, Paused, Preview, PreviewRequest, Reloaded,
-    ReplayRequest, Replayed, Selection,
+    Accounts, ApiError, AuditReport, DeadLetterPage, Deleted, DestinationHistory, DestinationList,
+    EventDetail, EventPage, EventReplayed, JournalPage, Overview, Paused, Preview, PreviewRequest,
+    Reloaded, ReplayRequest, Replayed, Selection,
 };
 use crate::store::{EventId, EventStatus};
 
@@ -42,6 +42,7 @@ pub(crate) fn document() -> Value {
     let error = subschema::<ApiError>(&mut g);
     let journal = subschema::<JournalPage>(&mut g);
     let reloaded = subschema::<Reloaded>(&mut g);
+    let history = subschema::<DestinationHistory>(&mut g);
     let schemas: Map<String, Value> = g.take_definitions(true).into_iter().collect();
 
     let json_body = |schema: &Value, description: &str| json!({ "description": description, "content": { "application/json": { "schema": schema } } });
@@ -241,6 +242,8 @@ pub(crate) fn document() -> Value {
                 json_body(&overview, "the overview"), Map::new()) },
             "/admin/destinations": { "get": admin("Every destination: paused, circuit, queue, its last minute", vec![],
                 json_body(&destinations, "the destinations"), Map::new()) },
+            "/admin/destinations/history": { "get": admin("Each destination's last hour as this relay sampled it every 10 s (the console's charts): its backlog, how long the oldest of it has waited, its deliveries per minute",
+                vec![], json_body(&history, "the samples, oldest first"), Map::new()) },
             "/admin/destinations/{name}/pause": { "post": admin("Hold a destination's deliveries (on every relay sharing the store)",
                 vec![dest_name.clone()], json_body(&paused, "paused"), with(&[("404", "no such destination")])) },
             "/admin/destinations/{name}/resume": { "post": admin("Release a paused destination",

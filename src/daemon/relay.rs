@@ -163,6 +163,14 @@ impl Relay {
         tasks.extend(services(config, &store, base, &sup, &stop));
         let upstream = Arc::new(Current::new(reconciler));
         let (reloads, requests) = crate::admin::reload::Reloads::channel();
+        let history = Arc::new(crate::admin::history::History::default());
+        let sampling = crate::admin::history::sample(
+            history.clone(),
+            current.clone(),
+            store.clone(),
+            stop.clone(),
+        );
+        tasks.push(sup.watch("history", "destination history".into(), tokio::spawn(sampling)));
         let admin = AdminState {
             destinations: current.clone(),
             store: store.clone(),
@@ -173,6 +181,7 @@ impl Relay {
             upstream: upstream.clone(),
             shaper: shaper.clone(),
             reloads,
+            history,
         };
         let journal = Arc::new(Recorder::new(Some(store.clone()), metrics.clone()));
         let access = web::Data::new(Access::new(&config.admin, journal.clone(), metrics.clone()));

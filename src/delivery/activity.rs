@@ -21,6 +21,8 @@ pub(crate) struct Activity {
     delivered: VecDeque<SystemTime>,
     /// The last failed attempt's error (or status), and when.
     last_error: Option<(String, SystemTime)>,
+    /// When the first delivery after the last error succeeded: the error is old news.
+    recovered: Option<SystemTime>,
     /// When the circuit last moved (open or closed); `None`: closed since start.
     circuit_since: Option<SystemTime>,
 }
@@ -39,9 +41,13 @@ impl Activity {
                 if self.delivered.len() > MAX_REMEMBERED {
                     self.delivered.pop_front();
                 }
+                if self.last_error.is_some() && self.recovered.is_none() {
+                    self.recovered = Some(now);
+                }
             }
             AttemptVerdict::Retry | AttemptVerdict::Failed | AttemptVerdict::Dead => {
                 self.last_error = Some((error.unwrap_or_else(|| "failed".into()), now));
+                self.recovered = None;
             }
         }
         self.forget(now);
@@ -60,6 +66,11 @@ impl Activity {
 
     pub(crate) fn last_error(&self) -> Option<(String, SystemTime)> {
         self.last_error.clone()
+    }
+
+    /// When a delivery first succeeded after the last error, if one has.
+    pub(crate) fn recovered(&self) -> Option<SystemTime> {
+        self.recovered
     }
 
     pub(crate) fn circuit_since(&self) -> Option<SystemTime> {
@@ -103,6 +114,11 @@ mod tests {
         a.recorded(AttemptVerdict::Dead, Some("connection refused".into()), t0 + MINUTE);
         a.recorded(AttemptVerdict::Success, None, t0 + MINUTE * 2);
         assert_eq!(a.last_error(), Some(("connection refused".into(), t0 + MINUTE)));
+        assert_eq!(a.recovered(), Some(t0 + MINUTE * 2), "recovered by the first success");
+        a.recorded(AttemptVerdict::Success, None, t0 + MINUTE * 3);
+        assert_eq!(a.recovered(), Some(t0 + MINUTE * 2), "the first one after it");
+        a.recorded(AttemptVerdict::Retry, Some("HTTP 500".into()), t0 + MINUTE * 4);
+        assert_eq!(a.recovered(), None, "failing again");
         a.circuit_moved(t0 + MINUTE * 3);
         assert_eq!(a.circuit_since(), Some(t0 + MINUTE * 3));
     }

@@ -167,6 +167,7 @@ impl DestinationState {
         Recent {
             per_minute: a.per_minute(now),
             last_error: a.last_error(),
+            recovered: a.recovered(),
             circuit_since: a.circuit_since(),
         }
     }
@@ -186,6 +187,8 @@ fn new_pacer(dest: &Destination, threshold: u32, interval: Duration) -> pacer::P
 pub(crate) struct Recent {
     pub(crate) per_minute: u64,
     pub(crate) last_error: Option<(String, std::time::SystemTime)>,
+    /// When a delivery first succeeded after that error.
+    pub(crate) recovered: Option<std::time::SystemTime>,
     pub(crate) circuit_since: Option<std::time::SystemTime>,
 }
 

@@ -119,6 +119,30 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
     assert_eq!(by_name("crm")["deliveries_per_minute"], 3, "{dests}");
     assert_eq!(by_name("erp")["last_error"], "HTTP 400", "{dests}");
     assert!(by_name("erp")["last_error_at"].is_string());
+    // The last hour: three lines per destination (backlog, oldest pending, deliveries
+    // per minute), drawn from the relay's own samples and said in words.
+    let (_, hist) = relay.admin_get("/admin/destinations/history").await;
+    assert_eq!(hist["interval_seconds"], 10, "{hist}");
+    let crm = hist["destinations"].as_array().unwrap().iter().find(|d| d["name"] == "crm").cloned();
+    assert!(crm.is_some_and(|c| !c["points"].as_array().unwrap().is_empty()), "{hist}");
+    let charts = b
+        .run(
+            "return [...document.querySelectorAll('svg.spark')].map((s) => [s.getAttribute('aria-label'), s.querySelectorAll('polyline').length])",
+            json!([]),
+        )
+        .await;
+    let charts = charts.as_array().unwrap();
+    assert_eq!(charts.len(), 6, "two destinations, three charts each: {charts:?}");
+    for chart in charts {
+        assert_eq!(chart[1], 1, "a line: {chart}");
+        assert!(chart[0].as_str().unwrap().contains("over the last hour"), "{chart}");
+    }
+    // Its latest value is a sample taken now: the table's.
+    let said = |c: &Value| c[0].as_str().unwrap().to_owned();
+    assert!(
+        charts.iter().any(|c| said(c).starts_with("crm deliveries per minute: now 3,")),
+        "{charts:?}"
+    );
     b.screenshot(&shots().join("overview.png")).await;
     accessible(&b, "overview").await;
 

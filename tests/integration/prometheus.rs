@@ -148,7 +148,10 @@ fn every_metric_family_has_a_panel_and_no_job_is_hard_coded() {
     assert!(without.is_empty(), "families without a dashboard panel: {without:?}");
     // The reading is exact: a family is not counted for one that only begins with it.
     assert!(!reads("rate(hookrelay_store_failed_total[1m])", "hookrelay_store_failed"));
-    assert!(reads("rate(hookrelay_delivery_lag_seconds_bucket[1m])", "hookrelay_delivery_lag_seconds"));
+    assert!(reads(
+        "rate(hookrelay_delivery_lag_seconds_bucket[1m])",
+        "hookrelay_delivery_lag_seconds"
+    ));
 }
 
 /// Every `expr` of every panel (rows' nested panels included).

@@ -40,6 +40,7 @@ const NEEDS: &[(&str, &str, &str)] = &[
     ("POST", "/admin/hooks/sync", "operator"),
     ("POST", "/admin/reload", "admin"),
     ("GET", "/admin/backup", "admin"),
+    ("GET", "/admin/destinations/history", "viewer"),
     ("GET", "/admin/journal", "viewer"),
 ];
 

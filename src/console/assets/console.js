@@ -175,9 +175,42 @@ function bytes(n) {
   return (i ? n.toFixed(1) : String(n)) + ' ' + units[i];
 }
 
+const SVG = 'http://www.w3.org/2000/svg';
+
+/** A line of `values` over the last hour, with its latest value; described for screen readers. */
+function sparkline(values, label, format) {
+  const w = 160, ht = 32;
+  const nums = values.map((v) => (v === null || v === undefined ? 0 : v));
+  const max = Math.max(1, ...nums);
+  const last = values.length ? values[values.length - 1] : null;
+  const shown = (v) => (v === null || v === undefined ? '—' : format(v));
+  const said = label + ': now ' + shown(last) + ', at most ' + shown(Math.max(0, ...nums)) + ' over the last hour';
+  const svg = document.createElementNS(SVG, 'svg');
+  for (const [k, v] of [['viewBox', '0 0 ' + w + ' ' + ht], ['width', w], ['height', ht], ['class', 'spark'], ['role', 'img'], ['aria-label', said]]) svg.setAttribute(k, v);
+  const title = document.createElementNS(SVG, 'title');
+  title.textContent = said;
+  svg.append(title);
+  const series = nums.length === 1 ? [nums[0], nums[0]] : nums;
+  if (series.length > 1) {
+    const points = series.map((v, i) => ((i * (w - 2)) / (series.length - 1) + 1).toFixed(1) + ',' + (ht - 1 - (v * (ht - 2)) / max).toFixed(1));
+    const line = document.createElementNS(SVG, 'polyline');
+    for (const [k, v] of [['points', points.join(' ')], ['fill', 'none'], ['stroke', 'currentColor'], ['stroke-width', '1.5']]) line.setAttribute(k, v);
+    svg.append(line);
+  }
+  return h('span', { class: 'chart' }, svg, ' ', h('span', { class: 'num' }, shown(last)));
+}
+
+/** The last error, or that the destination has recovered from it. */
+function lastError(d) {
+  if (!d.last_error) return '—';
+  if (d.recovered_at) return [state('ok', 'recovered'), ' ', time(d.recovered_at), h('span', { class: 'muted' }, ' from: ' + d.last_error)];
+  return [h('span', { class: 'error' }, d.last_error), ' ', time(d.last_error_at)];
+}
+
 async function overview() {
-  const [dests, hooks, ov] = await Promise.all([
-    api('GET', '/admin/destinations'), api('GET', '/admin/hooks'), api('GET', '/admin/overview')]);
+  const [dests, hooks, ov, hist] = await Promise.all([
+    api('GET', '/admin/destinations'), api('GET', '/admin/hooks'), api('GET', '/admin/overview'),
+    api('GET', '/admin/destinations/history')]);
   const destRows = dests.destinations.map((d) => h('tr', {},
     h('th', { scope: 'row' }, d.name),
     h('td', {}, d.paused ? state('paused') : state('active'), ' ', circuit(d.circuit),
@@ -188,7 +221,12 @@ async function overview() {
     h('td', { class: 'num' }, d.queue.dead ? link('/console/dead-letters' + query({ destination: d.name }), atLeast(d.queue, d.queue.dead)) : atLeast(d.queue, 0)),
     h('td', { class: 'num' }, d.in_flight), h('td', {}, age(d.oldest_age_seconds)),
     h('td', { class: 'num' }, d.deliveries_per_minute),
-    h('td', {}, d.last_error ? [h('span', { class: 'error' }, d.last_error), ' ', time(d.last_error_at)] : '—')));
+    h('td', {}, lastError(d))));
+  const chartRows = hist.destinations.map((s) => h('tr', { 'data-destination': s.name },
+    h('th', { scope: 'row' }, s.name),
+    h('td', {}, sparkline(s.points.map((p) => p.backlog), s.name + ' backlog', String)),
+    h('td', {}, sparkline(s.points.map((p) => p.oldest_pending_seconds), s.name + ' oldest pending', age)),
+    h('td', {}, sparkline(s.points.map((p) => p.per_minute), s.name + ' deliveries per minute', String))));
   const sourceRows = ov.sources.map((x) => h('tr', {},
     h('th', { scope: 'row' }, x.source), h('td', { class: 'num' }, x.received),
     h('td', { class: 'num' }, x.duplicates), h('td', { class: 'num' }, x.rejected),
@@ -210,6 +248,9 @@ async function overview() {
     h('p', { class: 'muted' }, 'Refreshes every 5 seconds. Counts are this relay\'s since it started.'),
     h('h2', {}, 'Destinations'),
     table('Destinations', ['Destination', 'State', 'Pending', 'Held', 'Retrying', 'Dead', 'In flight', 'Oldest pending', 'Per minute', 'Last error'], destRows),
+    h('h2', {}, 'The last hour'),
+    h('p', { class: 'muted' }, 'Sampled by this relay every ' + hist.interval_seconds + ' seconds since it started.'),
+    table('The last hour', ['Destination', 'Backlog', 'Oldest pending', 'Deliveries per minute'], chartRows),
     h('h2', {}, 'Sources'),
     table('Sources', ['Source', 'Stored', 'Duplicates', 'Rejected', 'Unauthorized', 'Closed'], sourceRows),
     h('h2', {}, 'Upstream accounts'),
