@@ -30,8 +30,14 @@ pub(super) struct ListQuery {
     since: Option<String>,
     /// Only events received before this time (RFC 3339).
     until: Option<String>,
+    /// Only events whose most urgent delivery state is this one (`dead`, `retrying`...).
+    delivery: Option<crate::store::DeliveryState>,
     limit: Option<usize>,
 }
+
+/// Events read at most for one page filtered by delivery state (a page may then hold
+/// fewer than `limit`: follow `next_after`).
+const DELIVERY_SCAN: usize = 10_000;
 
 /// Lists events, newest first, with `next_after` to fetch the following page.
 pub(super) async fn list(
@@ -65,7 +71,7 @@ pub(super) async fn list(
         }
     }
     let by_resource = query.resource.is_some();
-    let filter = EventFilter {
+    let mut filter = EventFilter {
         source: query.source,
         event: query.event,
         status: query.status,
@@ -75,32 +81,47 @@ pub(super) async fn list(
         limit,
     };
     let store = &state.store;
-    let records = match store.list_events(filter).await {
-        Ok(records) => records,
-        Err(e) => return store_error(&e),
-    };
-    // By resource, the question is "did it reach them": each event's deliveries too.
-    let mut deliveries = Vec::new();
-    if by_resource {
+    let (mut events, mut scanned) = (Vec::new(), 0);
+    let next_after = 'pages: loop {
+        let records = match store.list_events(filter.clone()).await {
+            Ok(records) => records,
+            Err(e) => return store_error(&e),
+        };
+        scanned += records.len();
+        let last = (records.len() == limit).then(|| records.last().map(|r| r.id)).flatten();
         for r in &records {
-            match store.deliveries_of(r.id).await {
-                Ok(mut d) => {
-                    d.retain(|d| who.sees(&d.destination));
-                    deliveries.push(d)
-                }
+            // Each event's deliveries: its badge, and by resource their states ("did
+            // it reach them").
+            let mut deliveries = match store.deliveries_of(r.id).await {
+                Ok(d) => d,
                 Err(e) => return store_error(&e),
+            };
+            deliveries.retain(|d| who.sees(&d.destination));
+            let worst = views::worst(&deliveries);
+            if query.delivery.is_some_and(|wanted| worst != Some(wanted)) {
+                continue;
+            }
+            events.push(api::EventSummary {
+                deliveries: by_resource.then(|| views::delivery_states(&deliveries)),
+                worst_delivery: worst,
+                ..views::event_summary(r)
+            });
+            // A page filtered by delivery state is full: the next one starts after it.
+            if query.delivery.is_some() && events.len() == limit {
+                break 'pages Some(r.id);
             }
         }
-    }
-    let next_after = (records.len() == limit).then(|| records.last().map(|r| r.id)).flatten();
-    let events = records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| api::EventSummary {
-            deliveries: deliveries.get(i).map(|d: &Vec<_>| views::delivery_states(d)),
-            ..views::event_summary(r)
-        })
-        .collect();
+        // Unfiltered, one page; by delivery state, pages until this one is full (or
+        // enough was read for one answer).
+        match last {
+            Some(id)
+                if query.delivery.is_some() && events.len() < limit && scanned < DELIVERY_SCAN =>
+            {
+                filter.after = Some(id);
+            }
+            _ => break last,
+        }
+    };
     HttpResponse::Ok().json(api::EventPage { events, next_after })
 }
 

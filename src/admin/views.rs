@@ -57,7 +57,25 @@ pub(super) fn event_summary(r: &EventRecord) -> api::EventSummary {
         resource: m.resource.clone(),
         record: m.resource.clone(),
         deliveries: None,
+        worst_delivery: None,
     }
+}
+
+/// The most urgent state among `deliveries` (the badge of an event in a listing):
+/// what needs a hand first, then what is under way, then what is settled.
+pub(super) fn worst(deliveries: &[DeliveryRecord]) -> Option<crate::store::DeliveryState> {
+    use crate::store::DeliveryState as S;
+    let rank = |s: S| match s {
+        S::Dead => 0,
+        S::Retrying => 1,
+        S::Held => 2,
+        S::Pending => 3,
+        S::Delivered => 4,
+        S::Discarded => 5,
+        S::Superseded => 6,
+        S::Filtered => 7,
+    };
+    deliveries.iter().map(|d| d.state).min_by_key(|s| rank(*s))
 }
 
 /// Where each of `deliveries` stands (a listing by resource).

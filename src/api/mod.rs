@@ -67,6 +67,11 @@ pub(crate) struct EventSummary {
     /// Where each delivery stands: in a listing by resource only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) deliveries: Option<Vec<DeliveryStatus>>,
+    /// The most urgent state among its deliveries (those the caller sees): `dead`, then
+    /// `retrying`, `held`, `pending`, `delivered`, `discarded`, `superseded`,
+    /// `filtered`; absent when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) worst_delivery: Option<crate::store::DeliveryState>,
 }
 
 /// Where one delivery of an event stands.

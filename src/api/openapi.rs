@@ -211,6 +211,8 @@ pub(crate) fn document() -> Value {
                         "only events received at or after this time (RFC 3339)"),
                      query("until", json!({ "type": "string", "format": "date-time" }),
                         "only events received before this time (RFC 3339)"),
+                     query("delivery", json!({ "type": "string", "enum": ["pending", "retrying", "delivered", "dead", "discarded", "held", "filtered", "superseded"] }),
+                        "only events whose most urgent delivery state (`worst_delivery`) is this one; such a page may hold fewer than `limit` events: follow `next_after`"),
                      after.clone(), limit.clone()],
                 json_body(&event_page, "one page of events"), bad_query.clone()) },
             "/admin/events/{id}": { "get": admin("One event: headers, body, dedup outcome, deliveries and attempts",

@@ -180,6 +180,20 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
     assert_eq!(listed(&after), [ids[2].clone(), ids[1].clone()]);
     let (_, before) = relay.admin_get(&format!("/admin/events?until={from}")).await;
     assert_eq!(listed(&before), [ids[0].clone()]);
+    // Each event's badge is its most urgent delivery (crm delivered, erp dead: dead),
+    // and the listing filters by it, page by page.
+    let (_, dead) = relay.admin_get("/admin/events?delivery=dead&limit=2").await;
+    assert_eq!(listed(&dead), [ids[2].clone(), ids[1].clone()], "{dead}");
+    assert!(dead["events"].as_array().unwrap().iter().all(|e| e["worst_delivery"] == "dead"));
+    let next = dead["next_after"].as_str().unwrap();
+    let (_, rest) =
+        relay.admin_get(&format!("/admin/events?delivery=dead&limit=2&after={next}")).await;
+    assert_eq!(listed(&rest), [ids[0].clone()], "{rest}");
+    let (_, none) = relay.admin_get("/admin/events?delivery=retrying").await;
+    assert_eq!(listed(&none), Vec::<String>::new(), "{none}");
+    b.goto(&format!("http://{}/console/events?delivery=dead", relay.admin)).await;
+    let shown = b.wait_for_text("dead (dispatched)", Duration::from_secs(10)).await;
+    assert!(shown.contains(&ids[0]), "{shown}");
     let (status, bad) = relay.admin_get("/admin/events?since=yesterday").await;
     assert_eq!(status, 400, "{bad}");
     assert!(bad["error"].as_str().unwrap().contains("since"), "{bad}");

@@ -260,6 +260,7 @@ async function overview() {
 }
 
 const STATUSES = ['', 'received', 'dispatched', 'duplicate', 'unrouted', 'rejected'];
+const DELIVERY_STATES = ['', 'dead', 'retrying', 'held', 'pending', 'delivered', 'discarded', 'superseded', 'filtered'];
 
 async function events() {
   const params = new URLSearchParams(location.search);
@@ -278,14 +279,18 @@ async function events() {
   field('source', 'Source'), when('since', 'Received from'), when('until', 'Received before'),
   h('label', {}, 'Status', h('select', { name: 'status' },
     STATUSES.map((s) => h('option', { value: s, selected: params.get('status') === s }, s || 'any')))),
+  h('label', {}, 'Deliveries', h('select', { name: 'delivery' },
+    DELIVERY_STATES.map((s) => h('option', { value: s, selected: params.get('delivery') === s }, s ? 'worst: ' + s : 'any')))),
   h('button', { type: 'submit', class: 'primary' }, 'Search'));
   const filters = {};
-  for (const k of ['resource', 'event', 'source', 'status', 'since', 'until', 'after']) if (params.get(k)) filters[k] = params.get(k);
+  for (const k of ['resource', 'event', 'source', 'status', 'delivery', 'since', 'until', 'after']) if (params.get(k)) filters[k] = params.get(k);
   const data = await api('GET', '/admin/events' + query(filters));
   const byResource = Boolean(filters.resource);
   const rows = data.events.map((e) => h('tr', {},
     h('td', {}, link('/console/events/' + e.id, e.id)), h('td', {}, time(e.received_at)),
-    h('td', {}, e.source), h('td', {}, e.event), h('td', {}, state(e.status)),
+    h('td', {}, e.source), h('td', {}, e.event),
+    // The badge: the most urgent delivery state once dispatched, else the event's.
+    h('td', {}, e.worst_delivery ? state(e.worst_delivery, e.worst_delivery + ' (' + e.status + ')') : state(e.status)),
     h('td', {}, e.resource || '—'),
     byResource ? h('td', {}, (e.deliveries || []).map((d) => h('span', {}, d.destination + ' ', state(d.state), ' '))) : null));
   const headers = ['Id', 'Received', 'Source', 'Event', 'Status', 'Resource'];
