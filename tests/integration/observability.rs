@@ -187,7 +187,29 @@ fn dashboards_are_ready_for_file_provisioning() {
                 .filter(|p| p["type"] == "row")
                 .map(|p| p["title"].as_str().unwrap())
                 .collect();
-            assert_eq!(rows, ["Ingress", "Pipeline", "Delivery", "Hook lifecycle", "Storage"]);
+            // The rows docs/operations.md describes, in its order.
+            let described = [
+                "Ingress",
+                "Pipeline",
+                "Delivery",
+                "Hook lifecycle",
+                "Storage",
+                "Routing and shaping",
+                "Relay health",
+                "Fleet, access and configuration",
+            ];
+            assert_eq!(rows, described);
+            let doc = std::fs::read_to_string(format!(
+                "{}/docs/operations.md",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            for row in described {
+                assert!(
+                    doc.contains(&format!("- **{row}**")),
+                    "docs/operations.md does not describe {row}"
+                );
+            }
         }
     }
     for provisioning in ["dashboards/hookrelay.yaml", "datasources/prometheus.yaml"] {
