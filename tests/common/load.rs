@@ -155,6 +155,7 @@ impl Steady {
             .build()
             .unwrap();
         let (a, f) = (acked.clone(), failed.clone());
+        let started = std::time::Instant::now();
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -166,6 +167,7 @@ impl Steady {
                 }
                 let (client, url, text, acked, failed) =
                     (client.clone(), url.clone(), body(n), a.clone(), f.clone());
+                let sent_at = started.elapsed();
                 sent.spawn(async move {
                     let answer = client
                         .post(&url)
@@ -189,7 +191,11 @@ impl Steady {
                     };
                     match id {
                         Ok(id) => acked.lock().unwrap().push((id, text)),
-                        Err(why) => failed.lock().unwrap().push(why),
+                        // When it was sent, from the start of the load.
+                        Err(why) => failed
+                            .lock()
+                            .unwrap()
+                            .push(format!("{:.2}s: {why}", sent_at.as_secs_f64())),
                     }
                 });
                 // Reap what is done, so the set stays the size of what is in flight.

@@ -273,6 +273,10 @@ async fn programs_that_never_end_and_bodies_nested_200_000_deep_cost_only_their_
     );
     let config = common::config_with(&dir.path().join("data"), "", &tail);
     let mut relay = Relay::start(dir.path(), &config).await;
+    // Once both listeners have answered (each server's accept thread is up by then).
+    let _ = relay.metrics().await;
+    let alive = relay.client.get(format!("http://{}/healthz", relay.ingress)).send().await;
+    assert_eq!(alive.unwrap().status(), 200);
     let before = thread_names(relay.pid());
     let mut ids = Vec::new();
     for n in 0..5 {

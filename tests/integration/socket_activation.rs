@@ -141,6 +141,8 @@ async fn five_hundred_callbacks_a_second_through_five_reloads_and_five_restarts_
         Steady::start(url, 500, |n| format!(r#"{{"data":{{"type":"actions","id":"{n}"}}}}"#));
     let started = Instant::now();
     let mut restarts = Vec::new();
+    // Every run's log lines above INFO, and when each restart began (s from the start).
+    let (mut earlier, mut stopped_at) = (Vec::new(), Vec::new());
     for round in 0..5 {
         tokio::time::sleep(Duration::from_millis(700)).await;
         // A reload: crm's settings change with attempts in flight.
@@ -159,8 +161,12 @@ async fn five_hundred_callbacks_a_second_through_five_reloads_and_five_restarts_
         tokio::time::sleep(Duration::from_millis(500)).await;
         // A restart: stopped, and started again on the same sockets.
         let stopping = Instant::now();
+        stopped_at.push(format!("{:.2}s", started.elapsed().as_secs_f64()));
         relay.signal(libc::SIGTERM);
         assert!(relay.wait_exit(Duration::from_secs(30)).success(), "{}", relay.logs());
+        earlier.extend(
+            relay.logs().lines().filter(|l| !l.contains("\"level\":\"INFO\"")).map(str::to_owned),
+        );
         relay = held.start(&path);
         relay.wait_ready().await;
         restarts.push(stopping.elapsed());
