@@ -38,11 +38,16 @@ use crate::telemetry::export::Export;
 struct Listener {
     handle: actix_web::dev::ServerHandle,
     task: JoinHandle<std::io::Result<()>>,
+    /// How long a graceful stop waits between accepting no more and stopping.
+    handover: Duration,
 }
 
 impl Listener {
-    fn spawn(server: actix_web::dev::Server) -> Self {
-        Self { handle: server.handle(), task: tokio::spawn(server) }
+    /// Serves `server`; `handed`: on a socket the service manager holds (what it does
+    /// not accept waits for the next start, so the stop waits longer to accept none).
+    fn spawn(server: actix_web::dev::Server, handed: bool) -> Self {
+        let handover = if handed { HANDED_OVER } else { HANDOVER };
+        Self { handle: server.handle(), task: tokio::spawn(server), handover }
     }
 
     /// Stops it: in-flight requests finish (`graceful`) or are cut. Gracefully, it
@@ -53,7 +58,7 @@ impl Listener {
     async fn stop(&self, graceful: bool) {
         if graceful {
             self.handle.pause().await;
-            tokio::time::sleep(HANDOVER).await;
+            tokio::time::sleep(self.handover).await;
         }
         self.handle.stop(graceful).await;
     }
@@ -367,6 +372,13 @@ impl Relay {
 /// reach its workers (a thread hop: microseconds; this is ample).
 const HANDOVER: Duration = Duration::from_millis(100);
 
+/// The same on a socket the service manager holds: actix's accept thread takes the
+/// pause when it next runs, and until then may still accept (a burst of what queued);
+/// on a starved 2-core machine CI saw connections accepted after the workers stopped,
+/// and dropped. A connection not accepted waits for the next start; one accepted late
+/// is lost: the stop waits longer.
+const HANDED_OVER: Duration = Duration::from_millis(500);
+
 /// The share of `shutdown.grace` kept for closing the store (its final flush).
 const CLOSE_SHARE: f64 = 0.25;
 
@@ -471,5 +483,5 @@ fn start_listeners(
              request"
         );
     }
-    Ok((Listener::spawn(admin_server), Listener::spawn(ingress_server)))
+    Ok((Listener::spawn(admin_server, handed.1), Listener::spawn(ingress_server, handed.0)))
 }
