@@ -25,6 +25,12 @@ use relay::Relay;
 /// and flushes. Returns once everything is on disk.
 pub(crate) async fn serve(config: Config, launch: Launch) -> anyhow::Result<()> {
     let signals = crate::shutdown::signals().context("installing signal handlers")?;
+    // SIGHUP's default is to end the process: taken over first, so that a reload asked
+    // while the relay starts (it may wait minutes for its database) is not its end. The
+    // relay reads SIGHUP once it runs (`Relay::wait`); one before is ignored.
+    let early = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("installing the SIGHUP handler (reload)")?;
+    drop(early);
     let (trigger, requested) = StopTrigger::new();
     let run = run(config, launch, requested);
     tokio::pin!(run);
