@@ -287,7 +287,10 @@ impl Flow {
             self.upstream.replace(reconciler);
             self.start_reconciler();
         }
-        self.start_retention();
+        // What retention keeps: its settings and the destinations' names (`other`).
+        if changes.other {
+            self.start_retention();
+        }
         self.retiring.retain(|task| !task.is_finished());
     }
 

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::base::Base;
 use super::flow::Flow;
-use super::listeners;
+use super::listeners::{self, Listener};
 use super::open::trace_salt;
 use crate::access::journal::Recorder;
 use crate::access::Access;
@@ -33,36 +33,6 @@ use crate::shutdown::{Stop, StopTrigger};
 use crate::store::SharedStore;
 use crate::supervise::Supervisor;
 use crate::telemetry::export::Export;
-
-/// A listener and the task serving it.
-struct Listener {
-    handle: actix_web::dev::ServerHandle,
-    task: JoinHandle<std::io::Result<()>>,
-    /// How long a graceful stop waits between accepting no more and stopping.
-    handover: Duration,
-}
-
-impl Listener {
-    /// Serves `server`; `handed`: on a socket the service manager holds (what it does
-    /// not accept waits for the next start, so the stop waits longer to accept none).
-    fn spawn(server: actix_web::dev::Server, handed: bool) -> Self {
-        let handover = if handed { HANDED_OVER } else { HANDOVER };
-        Self { handle: server.handle(), task: tokio::spawn(server), handover }
-    }
-
-    /// Stops it: in-flight requests finish (`graceful`) or are cut. Gracefully, it
-    /// first stops accepting and gives the connections already accepted a moment to
-    /// reach a worker: actix drops those still queued for one when it stops, and
-    /// under socket activation they would be reset instead of waiting in the kernel's
-    /// queue for the next start.
-    async fn stop(&self, graceful: bool) {
-        if graceful {
-            self.handle.pause().await;
-            tokio::time::sleep(self.handover).await;
-        }
-        self.handle.stop(graceful).await;
-    }
-}
 
 /// Why the relay stops, and whether the store failed (then it exits non-zero).
 pub(super) struct Ended {
@@ -219,7 +189,7 @@ impl Relay {
         };
         flow.start_workers();
         flow.start_retention();
-        let (admin, ingress) = start_listeners(config, sockets, admin, access, ingress_state)?;
+        let (admin, ingress) = listeners::start(config, sockets, admin, access, ingress_state)?;
         readiness.set(true);
         RelayReady { sources: config.sources.len() }.emit(metrics);
         ConfigInForce { fingerprint: crate::config::reload::fingerprint(config) }.emit(metrics);
@@ -368,17 +338,6 @@ impl Relay {
     }
 }
 
-/// How long a listener that stopped accepting waits for the connections it accepted to
-/// reach its workers (a thread hop: microseconds; this is ample).
-const HANDOVER: Duration = Duration::from_millis(100);
-
-/// The same on a socket the service manager holds: actix's accept thread takes the
-/// pause when it next runs, and until then may still accept (a burst of what queued);
-/// on a starved 2-core machine CI saw connections accepted after the workers stopped,
-/// and dropped. A connection not accepted waits for the next start; one accepted late
-/// is lost: the stop waits longer.
-const HANDED_OVER: Duration = Duration::from_millis(500);
-
 /// The share of `shutdown.grace` kept for closing the store (its final flush).
 const CLOSE_SHARE: f64 = 0.25;
 
@@ -444,44 +403,4 @@ fn services(
     let task = tokio::spawn(crate::audit::watch(store.clone(), metrics.clone(), stop.clone()));
     tasks.push(sup.watch("audit", "audit check".into(), task));
     tasks
-}
-
-/// Binds the private listener (admin API and console) and the ingress, or serves on
-/// the sockets handed over (socket activation), and starts both: (admin, ingress).
-fn start_listeners(
-    config: &Config,
-    sockets: crate::activation::Sockets,
-    admin: AdminState,
-    access: web::Data<Access>,
-    ingress_state: web::Data<IngressState>,
-) -> anyhow::Result<(Listener, Listener)> {
-    let grace = config.shutdown.grace;
-    let any_token = access.enabled();
-    let handed = (sockets.ingress.is_some(), sockets.admin.is_some());
-    let (admin_server, admin_addrs) =
-        listeners::private(config.admin.listen, sockets.admin, grace, admin, access)
-            .map_err(|e| crate::bind::error(e, "admin.listen", config.admin.listen))?;
-    let (ingress_server, ingress_addrs) = ingress::server(
-        config.ingress.listen,
-        sockets.ingress,
-        config.ingress.workers,
-        grace,
-        ingress_state,
-    )
-    .map_err(|e| crate::bind::error(e, "ingress.listen", config.ingress.listen))?;
-    // `handed`: the socket came from the service manager (ingress.listen or
-    // admin.listen is then not read), and stays open while the relay restarts.
-    for addr in &ingress_addrs {
-        tracing::info!(listener = "ingress", %addr, handed = handed.0, "listening");
-    }
-    for addr in &admin_addrs {
-        tracing::info!(listener = "admin", %addr, handed = handed.1, "listening");
-    }
-    if !any_token {
-        tracing::warn!(
-            "no admin token is set (admin.token or admin.tokens): the admin API refuses every \
-             request"
-        );
-    }
-    Ok((Listener::spawn(admin_server, handed.1), Listener::spawn(ingress_server, handed.0)))
 }
