@@ -14,7 +14,7 @@ use super::Principal;
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
 use crate::metrics::Metrics;
 use crate::operational::OperationalEvent;
-use crate::store::{JournalEntry, SharedStore};
+use crate::store::{JournalEntry, QueueChange, SharedStore, StoreError};
 
 /// What a change is, in the journal's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,21 +63,57 @@ impl Action {
     ];
 }
 
-/// Writes entries to the store's journal; without a store (unit tests), nowhere.
+/// Writes entries to the store's journal.
 pub(crate) struct Recorder {
-    store: Option<SharedStore>,
+    store: SharedStore,
     metrics: Arc<Metrics>,
 }
 
+/// An entry of `who`'s (from `from`) `action` on `target`, changing `count` things,
+/// with `result`, placed now.
+fn entry(
+    who: &str,
+    from: Option<IpAddr>,
+    action: Action,
+    target: &Value,
+    count: u64,
+    result: Result<(), String>,
+) -> JournalEntry {
+    JournalEntry {
+        at_us: crate::clock::now_us(),
+        // Below 2⁶³: a PostgreSQL bigint holds it.
+        tie: fastrand::u64(..1 << 63),
+        who: who.to_owned(),
+        from: from.map(|a| a.to_string()),
+        action: action.name().to_owned(),
+        target: target.to_string(),
+        count,
+        result: result.err().unwrap_or_else(|| "ok".into()),
+    }
+}
+
 impl Recorder {
-    pub(crate) fn new(store: Option<SharedStore>, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(store: SharedStore, metrics: Arc<Metrics>) -> Self {
         Self { store, metrics }
     }
 
+    /// Exports `entry` as the operational event `hookrelay.AdminAction`.
+    fn raise(&self, entry: &JournalEntry, action: Action) {
+        self.metrics.operational.raise(&OperationalEvent::AdminAction {
+            who: &entry.who,
+            from: entry.from.as_deref(),
+            action: action.name(),
+            target: &entry.target,
+            count: entry.count,
+            result: &entry.result,
+        });
+    }
+
     /// Records that `who` (from `from`) did `action` on `target`, changing `count`
-    /// things, with `result` (`Ok`, or why it failed). The change is made already: a
-    /// journal the store cannot write to is counted as an admin error and logged,
-    /// and the change stands.
+    /// things, with `result` (`Ok`, or why it failed): a change outside the store (a
+    /// reload, a hook sync, a sign-in) or one that failed. A journal the store cannot
+    /// write to is counted as an admin error and logged, and the change stands; the
+    /// operational event is raised even then (it is the only trace).
     pub(crate) async fn record(
         &self,
         who: &str,
@@ -87,32 +123,29 @@ impl Recorder {
         count: u64,
         result: Result<(), String>,
     ) {
-        let Some(store) = &self.store else { return };
-        let entry = JournalEntry {
-            at_us: crate::clock::now_us(),
-            // Below 2⁶³: a PostgreSQL bigint holds it.
-            tie: fastrand::u64(..1 << 63),
-            who: who.to_owned(),
-            from: from.map(|a| a.to_string()),
-            action: action.name().to_owned(),
-            target: target.to_string(),
-            count,
-            result: result.err().unwrap_or_else(|| "ok".into()),
-        };
-        let raised = OperationalEvent::AdminAction {
-            who,
-            from: entry.from.as_deref(),
-            action: action.name(),
-            target: &entry.target,
-            count,
-            result: &entry.result,
-        };
-        // Raised even when the journal cannot be written: it is then the only trace.
-        self.metrics.operational.raise(&raised);
-        if let Err(e) = store.journal_append(entry).await {
+        let entry = entry(who, from, action, &target, count, result);
+        self.raise(&entry, action);
+        if let Err(e) = self.store.journal_append(entry).await {
             let what = format!("cannot write {who}'s {} to the journal", action.name());
             taxonomy::failed(&self.metrics, Stage::Admin, ErrorType::Storage, &what, &e);
         }
+    }
+
+    /// Makes `change` in the store and journals it in the same transaction
+    /// ([`crate::store::DeliveryQueue::change`]); how many things it changed. On an
+    /// error nothing was changed nor journalled: the caller records the failure.
+    pub(crate) async fn change(
+        &self,
+        who: &str,
+        from: Option<IpAddr>,
+        action: Action,
+        target: &Value,
+        change: QueueChange,
+    ) -> Result<u64, StoreError> {
+        let mut entry = entry(who, from, action, target, 0, Ok(()));
+        entry.count = self.store.change(change, Some(entry.clone())).await?;
+        self.raise(&entry, action);
+        Ok(entry.count)
     }
 }
 
@@ -136,6 +169,17 @@ impl Caller {
     ) {
         let name = &self.principal.name;
         self.journal.record(name, self.from, action, target, count, result).await;
+    }
+
+    /// Makes this caller's `action` on `target`, `change`, journalled with it (see
+    /// [`Recorder::change`]).
+    pub(crate) async fn change(
+        &self,
+        action: Action,
+        target: &Value,
+        change: QueueChange,
+    ) -> Result<u64, StoreError> {
+        self.journal.change(&self.principal.name, self.from, action, target, change).await
     }
 }
 

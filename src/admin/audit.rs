@@ -20,9 +20,11 @@ pub(super) struct AuditQuery {
     source: Option<String>,
 }
 
-/// The audit of the window, widened to whole hours.
+/// The audit of the window, widened to whole hours; a scoped holder's, of its
+/// destinations only.
 pub(super) async fn show(
     state: web::Data<AdminState>,
+    who: super::Who,
     query: Result<web::Query<AuditQuery>, actix_web::Error>,
 ) -> HttpResponse {
     let query = match query {
@@ -41,7 +43,10 @@ pub(super) async fn show(
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match crate::audit::read(&state.store, from, to, query.source.as_deref()).await {
-        Ok(report) => HttpResponse::Ok().json(report),
+        Ok(mut report) => {
+            crate::audit::report::scoped(&mut report, |d| who.sees(d));
+            HttpResponse::Ok().json(report)
+        }
         Err(e) => store_error(&e),
     }
 }

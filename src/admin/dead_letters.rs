@@ -8,7 +8,10 @@ use super::events::store_error;
 use super::{error, views, AdminState, Who};
 use crate::access::journal::Action;
 use crate::api;
-use crate::store::{DeadLetterFilter, DeliveryState, EventId};
+use std::collections::BTreeSet;
+
+use crate::store::lifecycle::Managed;
+use crate::store::{DeadLetterFilter, DeliveryState, EventId, QueueChange};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 1000;
@@ -89,83 +92,127 @@ pub(super) async fn list(
     }
 }
 
-/// What a bulk operation does to one dead letter.
+/// What a bulk operation does to the dead letters it names.
 #[derive(Clone, Copy)]
 enum Bulk {
     Replay,
     Delete,
 }
 
-/// Applies `op` to the dead letters matching the query, newest first: those older
-/// than `after` if it is given, and at most `limit` (1 to 1,000) of them if it is given,
-/// else all.
-/// A cursor walks the dead letters from newest to oldest and only moves older, so a
-/// dead letter is met once even if it dies again at once (a consumer answering 4xx
-/// immediately): the request ends. Returns the destinations of those handled.
-async fn bulk(
-    state: &web::Data<AdminState>,
+impl Bulk {
+    /// The journal's word for it.
+    fn action(self) -> Action {
+        match self {
+            Bulk::Replay => Action::Replay,
+            Bulk::Delete => Action::Discard,
+        }
+    }
+
+    /// The lifecycle's rule for each dead letter: one replayed or discarded since it
+    /// was listed is left alone.
+    fn how(self) -> Managed {
+        match self {
+            Bulk::Replay => Managed::ReplayDead,
+            Bulk::Delete => Managed::Discard,
+        }
+    }
+}
+
+/// Whether `op` takes the dead letter of `dest`: one outside a scoped holder's
+/// destinations is left alone, and one of a destination no longer configured is not
+/// replayed (its dead letters stay until it is back).
+fn takes(state: &AdminState, who: &Who, op: Bulk, dest: &str) -> bool {
+    who.sees(dest) && (matches!(op, Bulk::Delete) || state.destinations.load().get(dest).is_some())
+}
+
+/// The dead letters matching the query that `op` takes, newest first: those older
+/// than `after` if it is given, and at most `limit` (1 to 1,000) of them if it is
+/// given, else all. A cursor walks the dead letters from newest to oldest and only
+/// moves older, so each is met once.
+async fn matching(
+    state: &AdminState,
     who: &Who,
     query: Result<web::Query<Query>, actix_web::Error>,
     op: Bulk,
-) -> Result<Vec<String>, HttpResponse> {
+) -> Result<Vec<(EventId, String)>, HttpResponse> {
     // `limit` (1 to 1,000, as the API document says) caps the whole operation;
     // without it, every match is handled.
     let cap = query.as_ref().ok().and_then(|q| q.limit);
     let mut filter =
         filter(query, who, MAX_LIMIT, MAX_LIMIT).map_err(|(status, m)| error(status, m))?;
     let store = &state.store;
-    let mut handled = Vec::new();
-    let now = crate::clock::now_us();
-    // One dead letter: `(done, destination)`. A destination no longer configured is
-    // not replayed: its dead letters stay until it is back. Those outside a scoped
-    // holder's destinations are left alone.
-    let handle = |event: EventId, dest: String| async move {
-        if !who.sees(&dest) {
-            return Ok((false, dest));
-        }
-        one(state, op, event, &dest, now)
-            .await
-            .map(|done| (done, dest))
-            .map_err(|e| store_error(&e))
-    };
+    let mut chosen = Vec::new();
     loop {
-        let left = cap.map_or(usize::MAX, |c| c.saturating_sub(handled.len()));
+        let left = cap.map_or(usize::MAX, |c| c.saturating_sub(chosen.len()));
         if left == 0 {
-            return Ok(handled);
+            return Ok(chosen);
         }
         filter.limit = left.min(MAX_LIMIT);
         let page = store.dead_letters(filter.clone()).await.map_err(|e| store_error(&e))?;
-        let Some(last) = page.last().map(|r| r.event) else { return Ok(handled) };
+        let Some(last) = page.last().map(|r| r.event) else { return Ok(chosen) };
         let full = page.len() == filter.limit;
         let mut seen_last = Vec::new();
         for record in page {
             if record.event == last {
                 seen_last.push(record.destination.clone());
             }
-            if let (true, dest) = handle(record.event, record.destination).await? {
-                handled.push(dest);
+            if takes(state, who, op, &record.destination) {
+                chosen.push((record.event, record.destination));
             }
         }
         if full {
             // The page may have cut the last event's dead letters short; the cursor
-            // moves past the event, so the rest of it is handled here.
+            // moves past the event, so the rest of it is taken here.
             let rest = store.deliveries_of(last).await.map_err(|e| store_error(&e))?;
             for d in rest {
                 let wanted = filter.destination.as_ref().is_none_or(|f| *f == d.destination);
-                let fits = cap.is_none_or(|c| handled.len() < c);
+                let fits = cap.is_none_or(|c| chosen.len() < c);
                 if d.state == DeliveryState::Dead
                     && wanted
                     && fits
                     && !seen_last.contains(&d.destination)
+                    && takes(state, who, op, &d.destination)
                 {
-                    if let (true, dest) = handle(last, d.destination).await? {
-                        handled.push(dest);
-                    }
+                    chosen.push((last, d.destination));
                 }
             }
         }
         filter.after = Some(last);
     }
+}
+
+/// Applies `op` to `chosen` in one transaction with its journal entry (on `target`);
+/// how many it changed. A replay wakes the destinations concerned.
+async fn apply(
+    state: &AdminState,
+    who: &Who,
+    op: Bulk,
+    target: &serde_json::Value,
+    chosen: Vec<(EventId, String)>,
+) -> Result<usize, HttpResponse> {
+    let woken: BTreeSet<String> = chosen.iter().map(|(_, d)| d.clone()).collect();
+    let now_us = crate::clock::now_us();
+    let change = QueueChange::Deliveries { each: chosen, how: op.how(), now_us };
+    let changed = who.change(op.action(), target, change).await.map_err(|e| store_error(&e))?;
+    if matches!(op, Bulk::Replay) {
+        let destinations = state.destinations.load();
+        for d in &woken {
+            destinations.wake(d);
+        }
+    }
+    Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+}
+
+/// `op` on the dead letters matching the query; how many it changed.
+async fn bulk(
+    state: &AdminState,
+    who: &Who,
+    query: Result<web::Query<Query>, actix_web::Error>,
+    op: Bulk,
+    target: &serde_json::Value,
+) -> Result<usize, HttpResponse> {
+    let chosen = matching(state, who, query, op).await?;
+    apply(state, who, op, target, chosen).await
 }
 
 /// Replays every dead letter matching the filters.
@@ -176,17 +223,13 @@ pub(super) async fn replay(
     query: Result<web::Query<Query>, actix_web::Error>,
 ) -> HttpResponse {
     let target = serde_json::json!({ "dead_letters": "matching", "query": req.query_string() });
-    let destinations = match bulk(&state, &who, query, Bulk::Replay).await {
-        Ok(d) => d,
-        Err(resp) => return super::failed(&who, Action::Replay, target, resp).await,
-    };
-    who.record(Action::Replay, target, destinations.len() as u64, Ok(())).await;
-    let woken: std::collections::BTreeSet<&str> = destinations.iter().map(String::as_str).collect();
-    for d in woken {
-        state.destinations.load().wake(d);
+    match bulk(&state, &who, query, Bulk::Replay, &target).await {
+        Err(resp) => super::failed(&who, Action::Replay, target, resp).await,
+        Ok(replayed) => {
+            tracing::info!(by = %who.name, replayed, "dead letters replayed");
+            HttpResponse::Ok().json(api::Replayed { replayed })
+        }
     }
-    tracing::info!(by = %who.name, replayed = destinations.len(), "dead letters replayed");
-    HttpResponse::Ok().json(api::Replayed { replayed: destinations.len() })
 }
 
 /// What a selection names, for the journal (the body as sent, if it is JSON).
@@ -208,50 +251,26 @@ fn selection(body: &[u8]) -> Result<Vec<api::DeliveryRef>, String> {
     Ok(s.dead_letters)
 }
 
-/// Applies `op` to one dead letter; whether it was done. A destination no longer
-/// configured is not replayed: its dead letters stay until it is back.
-async fn one(
-    state: &AdminState,
-    op: Bulk,
-    event: EventId,
-    dest: &str,
-    now: u64,
-) -> Result<bool, crate::store::StoreError> {
-    match op {
-        Bulk::Replay if state.destinations.load().get(dest).is_none() => Ok(false),
-        Bulk::Replay => state.store.replay(event, vec![dest.to_owned()], now).await.map(|n| n > 0),
-        Bulk::Delete => state.store.discard(event, dest).await,
-    }
-}
-
 /// Applies `op` to the chosen dead letters that are still dead (one replayed or
-/// discarded meanwhile is left alone); how many it handled. A choice outside a scoped
+/// discarded meanwhile is left alone); how many it changed. A choice outside a scoped
 /// holder's destinations refuses the whole request (403), before anything is done.
 async fn selected(
     state: &AdminState,
     who: &Who,
     body: &[u8],
     op: Bulk,
+    target: &serde_json::Value,
 ) -> Result<usize, HttpResponse> {
     let chosen = selection(body).map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
     if let Some(why) = chosen.iter().find_map(|d| who.refuse_destination(&d.destination)) {
         return Err(error(StatusCode::FORBIDDEN, why));
     }
-    let now = crate::clock::now_us();
-    let mut done = 0;
-    for d in chosen {
-        let all = state.store.deliveries_of(d.event).await.map_err(|e| store_error(&e))?;
-        if !all.iter().any(|r| r.destination == d.destination && r.state == DeliveryState::Dead) {
-            continue;
-        }
-        if one(state, op, d.event, &d.destination, now).await.map_err(|e| store_error(&e))? {
-            done += 1;
-            if matches!(op, Bulk::Replay) {
-                state.destinations.load().wake(&d.destination);
-            }
-        }
-    }
-    Ok(done)
+    let chosen = chosen
+        .into_iter()
+        .filter(|d| takes(state, who, op, &d.destination))
+        .map(|d| (d.event, d.destination))
+        .collect();
+    apply(state, who, op, target, chosen).await
 }
 
 /// `POST /admin/dead-letters/selection/replay`: replays the chosen dead letters.
@@ -261,10 +280,9 @@ pub(super) async fn replay_selected(
     body: web::Bytes,
 ) -> HttpResponse {
     let target = chosen(&body);
-    match selected(&state, &who, &body, Bulk::Replay).await {
+    match selected(&state, &who, &body, Bulk::Replay, &target).await {
         Err(resp) => super::failed(&who, Action::Replay, target, resp).await,
         Ok(replayed) => {
-            who.record(Action::Replay, target, replayed as u64, Ok(())).await;
             tracing::info!(by = %who.name, replayed, "chosen dead letters replayed");
             HttpResponse::Ok().json(api::Replayed { replayed })
         }
@@ -279,10 +297,9 @@ pub(super) async fn discard_selected(
     body: web::Bytes,
 ) -> HttpResponse {
     let target = chosen(&body);
-    match selected(&state, &who, &body, Bulk::Delete).await {
+    match selected(&state, &who, &body, Bulk::Delete, &target).await {
         Err(resp) => super::failed(&who, Action::Discard, target, resp).await,
         Ok(deleted) => {
-            who.record(Action::Discard, target, deleted as u64, Ok(())).await;
             tracing::info!(by = %who.name, deleted, "chosen dead letters discarded");
             HttpResponse::Ok().json(api::Deleted { deleted })
         }
@@ -298,12 +315,11 @@ pub(super) async fn delete(
     query: Result<web::Query<Query>, actix_web::Error>,
 ) -> HttpResponse {
     let target = serde_json::json!({ "dead_letters": "matching", "query": req.query_string() });
-    match bulk(&state, &who, query, Bulk::Delete).await {
+    match bulk(&state, &who, query, Bulk::Delete, &target).await {
         Err(resp) => super::failed(&who, Action::Discard, target, resp).await,
         Ok(deleted) => {
-            who.record(Action::Discard, target, deleted.len() as u64, Ok(())).await;
-            tracing::info!(by = %who.name, deleted = deleted.len(), "dead letters deleted");
-            HttpResponse::Ok().json(api::Deleted { deleted: deleted.len() })
+            tracing::info!(by = %who.name, deleted, "dead letters deleted");
+            HttpResponse::Ok().json(api::Deleted { deleted })
         }
     }
 }

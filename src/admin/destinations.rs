@@ -12,6 +12,7 @@ use crate::access::journal::Action;
 use crate::api;
 use crate::shape::program::{CompileError, Program};
 use crate::shape::FilterVerdict;
+use crate::store::QueueChange;
 use crate::timefmt::format_admin;
 
 /// Every destination with its state and queue (those of its scope, for a scoped
@@ -64,12 +65,16 @@ async fn set_paused(
 ) -> HttpResponse {
     let action = if pause { Action::Pause } else { Action::Resume };
     let target = serde_json::json!({ "destination": name });
-    match state.destinations.load().set_paused(&name, pause, &who.name, &state.metrics).await {
-        Ok(true) => {
-            who.record(action, target, 1, Ok(())).await;
+    let destinations = state.destinations.load();
+    if destinations.get(&name).is_none() {
+        return error(StatusCode::NOT_FOUND, format!("no destination named {name:?}"));
+    }
+    let change = QueueChange::Pause { destination: name.clone(), paused: pause };
+    match who.change(action, &target, change).await {
+        Ok(_) => {
+            destinations.paused_by(&name, pause, &who.name, &state.metrics);
             HttpResponse::Ok().json(api::Paused { name, paused: pause })
         }
-        Ok(false) => error(StatusCode::NOT_FOUND, format!("no destination named {name:?}")),
         Err(e) => super::failed(&who, action, target, store_error(&e)).await,
     }
 }

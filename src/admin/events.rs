@@ -8,7 +8,8 @@ use serde::Deserialize;
 use super::{error, views, AdminState, Who};
 use crate::access::journal::Action;
 use crate::api;
-use crate::store::{EventFilter, EventId, EventStatus, StoreError};
+use crate::store::lifecycle::Managed;
+use crate::store::{EventFilter, EventId, EventStatus, QueueChange, StoreError};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 1000;
@@ -272,12 +273,14 @@ pub(super) async fn replay(
     }
     let now = crate::clock::now_us();
     let target = serde_json::json!({ "event": id, "destinations": targets });
-    match state.store.replay(id, targets.clone(), now).await {
+    let each = targets.iter().map(|d| (id, d.clone())).collect();
+    let change = QueueChange::Deliveries { each, how: Managed::Replay, now_us: now };
+    match who.change(Action::Replay, &target, change).await {
         Ok(n) => {
             for d in &targets {
                 destinations.wake(d);
             }
-            who.record(Action::Replay, target, n as u64, Ok(())).await;
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
             tracing::info!(by = %who.name, %id, destinations = ?targets, "event replayed");
             HttpResponse::Ok().json(api::EventReplayed {
                 event: id,

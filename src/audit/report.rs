@@ -2,10 +2,27 @@
 //! `store/lifecycle/balance.rs`) in the API's words, with the window's times.
 
 use crate::api::{AuditReport, DestinationAudit, EventAudit};
-use crate::store::lifecycle::balance::balance;
+use crate::store::lifecycle::balance::{balance, destination_imbalance};
 use crate::store::lifecycle::ledger::HOUR_US;
 use crate::store::LedgerReading;
 use crate::timefmt::format_admin_us;
+
+/// `report` as a holder who `sees` only some destinations reads it: the others'
+/// rows and imbalances left out (their events' rows stay: a viewer sees every
+/// event).
+pub(crate) fn scoped(report: &mut AuditReport, sees: impl Fn(&str) -> bool) {
+    report.destinations.retain(|d| sees(&d.destination));
+    report.imbalances.retain(|line| !about_another(line, &sees));
+    report.balanced = report.imbalances.is_empty();
+}
+
+/// Whether the imbalance `line` is about a destination `sees` leaves out.
+fn about_another(line: &str, sees: &impl Fn(&str) -> bool) -> bool {
+    let prefix = destination_imbalance("");
+    line.strip_prefix(&prefix)
+        .and_then(|rest| rest.split_once(": routed "))
+        .is_some_and(|(name, _)| !sees(name))
+}
 
 /// The window `from_hour..to_hour` of `reading` as the report says it; only the events
 /// of `source` when one is given (destinations are counted over every source).
@@ -113,6 +130,15 @@ mod tests {
         let r = report(&reading(&counts), 10, 12, Some("other"));
         assert!(r.events.is_empty());
         assert_eq!(r.destinations.len(), 1);
+        // A holder scoped to crm reads it whole; one scoped to erp reads neither crm's
+        // row nor its imbalance (the events' rows stay), and a balance of what it sees.
+        let mut crm = report(&reading(&counts), 10, 12, None);
+        scoped(&mut crm, |d| d == "crm");
+        assert_eq!((crm.destinations.len(), crm.imbalances.len(), crm.balanced), (1, 1, false));
+        let mut erp = report(&reading(&counts), 10, 12, None);
+        scoped(&mut erp, |d| d == "erp");
+        assert!(erp.destinations.is_empty() && erp.imbalances.is_empty() && erp.balanced);
+        assert_eq!(erp.events.len(), 1);
     }
 
     #[test]

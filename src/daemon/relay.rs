@@ -158,7 +158,7 @@ impl Relay {
             reloads,
             history,
         };
-        let journal = Arc::new(Recorder::new(Some(store.clone()), metrics.clone()));
+        let journal = Arc::new(Recorder::new(store.clone(), metrics.clone()));
         let access = web::Data::new(Access::new(&config.admin, journal.clone(), metrics.clone()));
         let gate = ingress::Gate::of(config);
         let ingress_state = web::Data::new(IngressState::new(

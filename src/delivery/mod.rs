@@ -25,7 +25,7 @@ use crate::internal_events::{DestinationPauseSet, InternalEvent};
 use crate::lock::Current;
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
-use crate::store::{Claim, SharedStore, StoreError};
+use crate::store::{Claim, SharedStore};
 
 /// A destination and its worker's live state, shared with dispatch and the admin API.
 pub(crate) struct DestinationState {
@@ -324,20 +324,15 @@ impl Destinations {
         self.by_name.values()
     }
 
-    /// Pauses or resumes a destination in the store (so on every relay sharing it),
-    /// at the request of the admin token named `by`; `false` if there is no such one.
-    pub(crate) async fn set_paused(
-        &self,
-        name: &str,
-        paused: bool,
-        by: &str,
-        metrics: &Metrics,
-    ) -> Result<bool, StoreError> {
-        let Some(state) = self.by_name.get(name) else { return Ok(false) };
-        self.store.set_paused(name, paused).await?;
+    /// Takes in that the admin token named `by` paused or resumed the destination
+    /// `name` in the store (so on every relay sharing it; the admin API journals it
+    /// in the same transaction): its worker sees it at once, not at the next read of
+    /// the store's pauses. `false` if there is no such destination.
+    pub(crate) fn paused_by(&self, name: &str, paused: bool, by: &str, metrics: &Metrics) -> bool {
+        let Some(state) = self.by_name.get(name) else { return false };
         state.note_paused(paused);
         state.wake.notify_one();
         DestinationPauseSet { destination: name, paused, by }.emit(metrics);
-        Ok(true)
+        true
     }
 }

@@ -42,8 +42,8 @@ pub(crate) use claims::ClaimTable;
 pub(crate) use commit::Committer;
 pub(crate) use contract::{
     owner_silence, Audit, Coordination, DeliveryQueue, Dispatch, EventFilter, EventLog, Exclusive,
-    Fleet, Journal, JournalEntry, JournalFilter, LedgerReading, Planner, SharedState, Store,
-    Upkeep, Wake, CLAIM_MARGIN, DISPATCH_LEAD,
+    Fleet, Journal, JournalEntry, JournalFilter, LedgerReading, Planner, QueueChange, SharedState,
+    Store, Upkeep, Wake, CLAIM_MARGIN, DISPATCH_LEAD,
 };
 pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{

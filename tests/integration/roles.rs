@@ -195,6 +195,17 @@ async fn a_viewer_sees_no_body_and_a_scoped_operator_acts_on_its_own_destination
     assert!(dead.len() == 3 && dead.iter().all(|d| d["destination"] == "crm"), "{dead:?}");
     let (_, listed) = call(&relay, OPERATOR, "GET", "/admin/destinations", None).await;
     assert_eq!(listed["destinations"].as_array().unwrap().len(), 1, "{listed}");
+    // The audit too: crm's row only, beside every event's (a viewer sees every event).
+    let mut audits = Vec::new();
+    for token in [VIEWER, OPERATOR] {
+        let (status, audit) = call(&relay, token, "GET", "/admin/audit", None).await;
+        assert_eq!(status, 200, "{audit}");
+        let rows = audit["destinations"].as_array().unwrap().iter();
+        let names: Vec<String> = rows.map(|d| d["destination"].as_str().unwrap().into()).collect();
+        audits.push((names, audit["events"].as_array().unwrap().len()));
+    }
+    assert_eq!(audits[0].0, ["crm", "erp"]);
+    assert_eq!(audits[1], (vec!["crm".to_owned()], audits[0].1));
 
     // Acting on erp is refused, each way it can be asked, and nothing changes.
     for (method, path, body) in [

@@ -3,7 +3,8 @@
 //! every relay on the store, and pruned by age.
 
 use super::*;
-use crate::store::{JournalEntry, JournalFilter};
+use crate::store::lifecycle::Managed;
+use crate::store::{JournalEntry, JournalFilter, QueueChange};
 
 /// An entry at `at_us` by `who` doing `action`.
 fn entry(at_us: u64, tie: u64, who: &str, action: &str) -> JournalEntry {
@@ -76,5 +77,58 @@ pub(super) async fn the_journal_keeps_every_change_newest_first(h: &mut dyn Harn
         assert_eq!(read(&other, all.clone()).await.len(), 5);
         assert_eq!(read(&store, all.clone()).await.first(), Some(&(50 * S, 3)));
     }
+    store.close().await.unwrap();
+}
+
+/// Makes `store`'s deliveries to `dest` dead (one permanent answer each).
+async fn kill(store: &SharedStore, dest: &str) {
+    for claim in store.claim_due(dest, "r1", S, LEASE, 10).await.unwrap() {
+        record(store, &claim, report(AnswerClass::Permanent, S)).await;
+        assert_eq!(states(store, claim.event).await[dest], DeliveryState::Dead);
+    }
+}
+
+pub(super) async fn an_admins_change_is_journalled_with_it(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let ids =
+        append_all(&store, vec![received("demo", "A", S, "{}"), received("demo", "B", S, "{}")])
+            .await;
+    for (hash, id) in (1..).zip(&ids) {
+        store.dispatch(vec![plan(*id, hash, &["a", "b"])], S).await.unwrap();
+    }
+    kill(&store, "a").await;
+    let draft = |action: &str| JournalEntry { count: 0, ..entry(50 * S, 1, "ops", action) };
+    // A dead letter's replay takes only those still dead: `(ids[1], b)` is pending,
+    // and the entry counts what was changed, not what was named.
+    let named = vec![(ids[0], "a".to_owned()), (ids[1], "b".to_owned())];
+    let replay = QueueChange::Deliveries { each: named, how: Managed::ReplayDead, now_us: 2 * S };
+    assert_eq!(store.change(replay, Some(draft("replay"))).await.unwrap(), 1);
+    assert_eq!(states(&store, ids[0]).await["a"], DeliveryState::Pending);
+    assert_eq!(states(&store, ids[1]).await["b"], DeliveryState::Pending);
+    // A discard and a pause, each with its entry; one more change unjournalled.
+    let discard = QueueChange::Deliveries {
+        each: vec![(ids[1], "a".to_owned()), (ids[0], "b".to_owned())],
+        how: Managed::Discard,
+        now_us: 3 * S,
+    };
+    let at = |e: JournalEntry, at_us| JournalEntry { at_us, ..e };
+    assert_eq!(store.change(discard, Some(at(draft("discard"), 51 * S))).await.unwrap(), 1);
+    let pause = QueueChange::Pause { destination: "b".into(), paused: true };
+    assert_eq!(store.change(pause, Some(at(draft("pause"), 52 * S))).await.unwrap(), 1);
+    store.set_paused("a", true).await.unwrap();
+    // All durable when they return: even a crash that loses unflushed writes keeps
+    // each change with its entry.
+    drop(store);
+    let store = h.crash().await;
+    assert_eq!(states(&store, ids[1]).await["a"], DeliveryState::Discarded);
+    assert_eq!(store.paused().await.unwrap(), ["a".to_owned(), "b".to_owned()].into());
+    let all = JournalFilter { limit: 10, ..Default::default() };
+    let kept: Vec<(String, u64)> =
+        store.journal_list(all).await.unwrap().into_iter().map(|e| (e.action, e.count)).collect();
+    assert_eq!(
+        kept,
+        [("pause".to_owned(), 1), ("discard".to_owned(), 1), ("replay".to_owned(), 1)],
+        "one entry per journalled change, with what it changed; none for the unjournalled one"
+    );
     store.close().await.unwrap();
 }

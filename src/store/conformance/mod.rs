@@ -319,6 +319,10 @@ macro_rules! conformance {
                 super::journal::the_journal_keeps_every_change_newest_first(&mut $make).await;
             }
             #[tokio::test]
+            async fn an_admins_change_is_journalled_with_it() {
+                super::journal::an_admins_change_is_journalled_with_it(&mut $make).await;
+            }
+            #[tokio::test]
             async fn a_sole_relay_leads_and_is_the_whole_fleet() {
                 super::coordination::a_sole_relay_leads_and_is_the_whole_fleet(&mut $make).await;
             }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::JournalEntry;
 use crate::config::RetryPolicy;
-use crate::store::lifecycle::AttemptReport;
+use crate::store::lifecycle::{AttemptReport, Managed};
 use crate::store::{
     Claim, DeadLetterFilter, DeliveryRecord, EventId, QueueStats, Recorded, StoreError,
 };
@@ -81,19 +82,42 @@ pub(crate) trait DeliveryQueue: Send + Sync {
     ) -> Result<Recorded, StoreError>;
     /// Every delivery of one event, one per destination.
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError>;
-    /// [`lifecycle::replay`] for each of `destinations`; returns how many were scheduled.
+    /// Makes an admin's `change` and, when given, appends `journal` with its `count`
+    /// set to how many things the change changed, in one transaction: no change is
+    /// made without its journal entry, and no entry names a change that was not made.
+    /// Returns that count. Durable when it returns (with a journal entry, whatever
+    /// the durability setting, as [`super::Journal::journal_append`]).
+    async fn change(
+        &self,
+        change: QueueChange,
+        journal: Option<JournalEntry>,
+    ) -> Result<u64, StoreError>;
+    /// [`lifecycle::replay`] for each of `destinations`, unjournalled (the conformance
+    /// tests' shorthand: the relay's replays are an admin's, journalled); returns how
+    /// many were scheduled.
     ///
-    /// [`lifecycle::replay`]: crate::store::lifecycle::replay
+    /// [`lifecycle::replay`]: crate::store::lifecycle::Managed::Replay
+    #[cfg(test)]
     async fn replay(
         &self,
         event: EventId,
         destinations: Vec<String>,
         now_us: u64,
-    ) -> Result<usize, StoreError>;
-    /// [`lifecycle::discard`]: false if the delivery was not dead.
+    ) -> Result<usize, StoreError> {
+        let each = destinations.into_iter().map(|d| (event, d)).collect();
+        let change = QueueChange::Deliveries { each, how: Managed::Replay, now_us };
+        Ok(usize::try_from(self.change(change, None).await?).unwrap_or(usize::MAX))
+    }
+    /// [`lifecycle::discard`], unjournalled (the tests' shorthand): false if the
+    /// delivery was not dead.
     ///
-    /// [`lifecycle::discard`]: crate::store::lifecycle::discard
-    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError>;
+    /// [`lifecycle::discard`]: crate::store::lifecycle::Managed::Discard
+    #[cfg(test)]
+    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
+        let each = vec![(event, destination.to_owned())];
+        let change = QueueChange::Deliveries { each, how: Managed::Discard, now_us: 0 };
+        Ok(self.change(change, None).await? > 0)
+    }
     /// Dead deliveries, newest event first.
     async fn dead_letters(
         &self,
@@ -107,6 +131,21 @@ pub(crate) trait DeliveryQueue: Send + Sync {
     async fn open_destinations(&self) -> Result<Vec<String>, StoreError>;
     /// Paused destinations, shared by every relay on the store.
     async fn paused(&self) -> Result<HashSet<String>, StoreError>;
-    /// Pauses or resumes a destination for every relay on the store.
-    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError>;
+    /// Pauses or resumes a destination for every relay on the store, unjournalled (the
+    /// circuit's own pause).
+    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
+        let change = QueueChange::Pause { destination: destination.to_owned(), paused };
+        self.change(change, None).await.map(drop)
+    }
+}
+
+/// What an admin request changes in the delivery queue, made by
+/// [`DeliveryQueue::change`] in one transaction with its journal entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum QueueChange {
+    /// Each `(event, destination)` delivery changed as `how` says (at `now_us`):
+    /// counts those changed.
+    Deliveries { each: Vec<(EventId, String)>, how: Managed, now_us: u64 },
+    /// A destination paused (`true`) or resumed, for every relay: counts 1.
+    Pause { destination: String, paused: bool },
 }

@@ -123,7 +123,7 @@ impl EmbeddedState {
     /// Writes `changes` atomically, then updates the in-memory counts. The caller
     /// holds the lifecycle lock; durability is the caller's next step.
     pub(super) fn apply(&self, changes: &Changes) -> Result<(), StoreError> {
-        self.apply_dispatch(changes, None)
+        self.apply_with(changes, None, None)
     }
 
     /// [`EmbeddedState::apply`], moving the dispatch cursor to `cursor` in the same
@@ -133,11 +133,31 @@ impl EmbeddedState {
         changes: &Changes,
         cursor: Option<u64>,
     ) -> Result<(), StoreError> {
-        if changes.is_empty() && cursor.is_none() {
+        self.apply_with(changes, cursor, None)
+    }
+
+    /// [`EmbeddedState::apply`], adding `journal` (a key and value of the `journal`
+    /// tree) in the same transaction: an admin's change and its journal entry.
+    pub(super) fn apply_journalled(
+        &self,
+        changes: &Changes,
+        journal: Option<([u8; 16], Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        self.apply_with(changes, None, journal)
+    }
+
+    fn apply_with(
+        &self,
+        changes: &Changes,
+        cursor: Option<u64>,
+        journal: Option<([u8; 16], Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() && cursor.is_none() && journal.is_none() {
             return Ok(());
         }
         // A sled transaction costs more for every tree it spans: `dead_letters` joins
-        // only when a delivery enters or leaves `dead` (never at dispatch).
+        // only when a delivery enters or leaves `dead` (never at dispatch), `journal`
+        // only for an admin's change.
         let edits = ledger::edits(changes, self.ledger_start());
         let dead_letters = changes.deliveries.values().any(|c| c.index_edits().dead.is_some());
         let mut trees = vec![
@@ -151,11 +171,18 @@ impl EmbeddedState {
         if dead_letters {
             trees.push(&self.dead_letters);
         }
+        if journal.is_some() {
+            trees.push(&self.journal);
+        }
         let new_keys = self.db.transaction(&trees, |t| {
-            let (six, dead) = t.split_at(6);
+            let (six, rest) = t.split_at(6);
             let six: Trees<'_, '_> = six.try_into().map_err(|_| {
                 TxError::Abort(StoreError::Task("a transaction without its six trees".into()))
             })?;
+            let (dead, rest) = rest.split_at(usize::from(dead_letters));
+            if let (Some((key, value)), Some(tree)) = (&journal, rest.first()) {
+                tree.insert(key, value.as_slice())?;
+            }
             write(changes, &edits, cursor, six, dead.first())
         })?;
         if let Some(cursor) = cursor {

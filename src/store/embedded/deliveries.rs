@@ -14,7 +14,8 @@ use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, AttemptReport, Staged, View};
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, QueueStats, Recorded, StoreError,
+    Claim, DeadLetterFilter, DeliveryRecord, EventId, EventMeta, JournalEntry, QueueChange,
+    QueueStats, Recorded, StoreError,
 };
 
 /// Decodes a `deliveries` value (`record.rs`) under its key.
@@ -154,32 +155,57 @@ impl EmbeddedState {
             .collect()
     }
 
-    pub(super) fn replay(
+    /// [`crate::store::DeliveryQueue::change`]: the change and its journal entry in
+    /// one transaction, flushed whatever the durability setting when journalled.
+    pub(super) fn change(
         &self,
-        event: EventId,
-        destinations: &[String],
-        now_us: u64,
-    ) -> Result<usize, StoreError> {
-        let guard = lock(&self.lifecycle);
-        let mut st = Staged::new(self);
-        let mut replayed = 0;
-        for dest in destinations {
-            replayed += usize::from(lifecycle::replay(&mut st, event, dest, now_us)?);
+        change: &QueueChange,
+        journal: Option<&JournalEntry>,
+    ) -> Result<u64, StoreError> {
+        let entry = |count| {
+            journal
+                .map(|e| super::journal::encoded(&JournalEntry { count, ..e.clone() }))
+                .transpose()
+        };
+        match change {
+            QueueChange::Deliveries { each, how, now_us } => {
+                let guard = lock(&self.lifecycle);
+                let mut st = Staged::new(self);
+                let count = lifecycle::manage(&mut st, each, *how, *now_us)?;
+                self.apply_journalled(&st.into_changes(), entry(count)?)?;
+                drop(guard);
+                self.made_durable(journal.is_some())?;
+                Ok(count)
+            }
+            QueueChange::Pause { destination, paused } => {
+                let mut key = PAUSED_PREFIX.to_vec();
+                key.extend_from_slice(destination.as_bytes());
+                let journalled = entry(1)?;
+                self.db.transaction(&[&self.meta, &self.journal], |t| {
+                    if *paused {
+                        t[0].insert(&key, [])?;
+                    } else {
+                        t[0].remove(&key)?;
+                    }
+                    if let Some((key, value)) = &journalled {
+                        t[1].insert(key, value.as_slice())?;
+                    }
+                    Ok(())
+                })?;
+                self.made_durable(journal.is_some())?;
+                Ok(1)
+            }
         }
-        self.apply(&st.into_changes())?;
-        drop(guard);
-        self.durable()?;
-        Ok(replayed)
     }
 
-    pub(super) fn discard(&self, event: EventId, dest: &str) -> Result<bool, StoreError> {
-        let guard = lock(&self.lifecycle);
-        let mut st = Staged::new(self);
-        let discarded = lifecycle::discard(&mut st, event, dest)?;
-        self.apply(&st.into_changes())?;
-        drop(guard);
-        self.durable()?;
-        Ok(discarded)
+    /// Flushed now when `always` (a journal entry is durable when written), else as
+    /// the durability setting says.
+    fn made_durable(&self, always: bool) -> Result<(), StoreError> {
+        if always {
+            self.flush_now()
+        } else {
+            self.durable()
+        }
     }
 
     pub(super) fn dead_letters(
@@ -320,17 +346,6 @@ impl EmbeddedState {
                 Ok(String::from_utf8_lossy(&key[PAUSED_PREFIX.len()..]).into_owned())
             })
             .collect()
-    }
-
-    pub(super) fn set_paused(&self, dest: &str, paused: bool) -> Result<(), StoreError> {
-        let mut key = PAUSED_PREFIX.to_vec();
-        key.extend_from_slice(dest.as_bytes());
-        if paused {
-            self.meta.insert(key, [])?;
-        } else {
-            self.meta.remove(key)?;
-        }
-        self.durable()
     }
 
     pub(super) fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {

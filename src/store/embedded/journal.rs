@@ -17,10 +17,15 @@ fn key(at_us: u64, tie: u64) -> [u8; 16] {
     k
 }
 
+/// `entry` as the `journal` tree keeps it: its key and value.
+pub(super) fn encoded(entry: &JournalEntry) -> Result<([u8; 16], Vec<u8>), StoreError> {
+    Ok((key(entry.at_us, entry.tie), serde_json::to_vec(entry)?))
+}
+
 impl EmbeddedState {
     fn journal_append(&self, entry: &JournalEntry) -> Result<(), StoreError> {
-        let value = serde_json::to_vec(entry)?;
-        self.journal.insert(key(entry.at_us, entry.tie), value)?;
+        let (key, value) = encoded(entry)?;
+        self.journal.insert(key, value)?;
         self.flush_now()
     }
 

@@ -13,7 +13,8 @@ use crate::store::lifecycle::AttemptReport;
 use crate::store::{
     Audit, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
     DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord, InboxStats,
-    LedgerReading, NewEvent, PendingEvent, QueueStats, Recorded, SharedState, StoreError, Upkeep,
+    JournalEntry, LedgerReading, NewEvent, PendingEvent, QueueChange, QueueStats, Recorded,
+    SharedState, StoreError, Upkeep,
 };
 
 impl EmbeddedStore {
@@ -182,18 +183,12 @@ impl DeliveryQueue for EmbeddedStore {
         self.run(move |s| s.deliveries_of(event)).await
     }
 
-    async fn replay(
+    async fn change(
         &self,
-        event: EventId,
-        destinations: Vec<String>,
-        now_us: u64,
-    ) -> Result<usize, StoreError> {
-        self.write(move |s| s.replay(event, &destinations, now_us)).await
-    }
-
-    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
-        let dest = destination.to_owned();
-        self.write(move |s| s.discard(event, &dest)).await
+        change: QueueChange,
+        journal: Option<JournalEntry>,
+    ) -> Result<u64, StoreError> {
+        self.write(move |s| s.change(&change, journal.as_ref())).await
     }
 
     async fn dead_letters(
@@ -214,11 +209,6 @@ impl DeliveryQueue for EmbeddedStore {
 
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
         self.run(EmbeddedState::paused).await
-    }
-
-    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
-        let dest = destination.to_owned();
-        self.write(move |s| s.set_paused(&dest, paused)).await
     }
 }
 

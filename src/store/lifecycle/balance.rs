@@ -82,6 +82,12 @@ pub(crate) struct Balance {
     pub(crate) imbalances: Vec<String>,
 }
 
+/// How an imbalance of the destination `name` begins (a scoped holder's report
+/// leaves out those of other destinations by it).
+pub(crate) fn destination_imbalance(name: &str) -> String {
+    format!("destination {name}")
+}
+
 /// The hours `from_hour..to_hour` of `reading`, summed; only the events of `source`
 /// when one is given (destinations are counted over every source).
 pub(crate) fn balance(
@@ -142,8 +148,9 @@ pub(crate) fn balance(
             let states = d.states();
             let accounted: i64 = states.iter().sum();
             b.imbalances.push(format!(
-                "destination {name}: routed {} but delivered + filtered + superseded + dead + \
+                "{}: routed {} but delivered + filtered + superseded + dead + \
                  discarded + pending + retrying + held = {accounted} {states:?}",
+                destination_imbalance(name),
                 d.routed
             ));
         }

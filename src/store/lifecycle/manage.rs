@@ -50,6 +50,42 @@ pub(crate) fn discard<V: View + ?Sized>(
     }
 }
 
+/// How an admin request changes each delivery it names (one rule for every
+/// backend: [`manage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Managed {
+    /// [`replay`], whatever the delivery's state (an event's replay).
+    Replay,
+    /// [`replay`] only a delivery still `dead` (a dead letter's replay: one replayed or
+    /// discarded meanwhile is left alone).
+    ReplayDead,
+    /// [`discard`] (only a dead one is discarded).
+    Discard,
+}
+
+/// Applies `how` to each of `deliveries`; how many it changed.
+pub(crate) fn manage<V: View + ?Sized>(
+    st: &mut Staged<'_, V>,
+    deliveries: &[(EventId, String)],
+    how: Managed,
+    now_us: u64,
+) -> Result<u64, StoreError> {
+    let mut changed = 0;
+    for (event, dest) in deliveries {
+        let done = match how {
+            Managed::Replay => replay(st, *event, dest, now_us)?,
+            Managed::ReplayDead => {
+                let dead =
+                    st.delivery(*event, dest)?.is_some_and(|r| r.state == DeliveryState::Dead);
+                dead && replay(st, *event, dest, now_us)?
+            }
+            Managed::Discard => discard(st, *event, dest)?,
+        };
+        changed += u64::from(done);
+    }
+    Ok(changed)
+}
+
 /// Whether retention may delete an event received before `before_us`: it left the
 /// inbox, and every delivery of it succeeded, was filtered out or was discarded (or it
 /// had none). Dead

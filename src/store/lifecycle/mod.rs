@@ -29,7 +29,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(crate) use attempt::record_attempt;
 pub(crate) use attempt::{record_attempts, AnswerClass, AttemptReport, AttemptVerdict};
 pub(crate) use dispatch::dispatch;
-pub(crate) use manage::{discard, drop_body_if_settled, prunable, prune, replay};
+#[cfg(test)]
+pub(crate) use manage::{discard, replay};
+pub(crate) use manage::{drop_body_if_settled, manage, prunable, prune, Managed};
 
 use super::{DeliveryRecord, EventId, EventMeta, StoreError};
 

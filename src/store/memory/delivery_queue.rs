@@ -10,8 +10,8 @@ use crate::config::RetryPolicy;
 use crate::lock::lock;
 use crate::store::lifecycle::{self, AttemptReport, Staged};
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats, Recorded,
-    StoreError,
+    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, JournalEntry, QueueChange,
+    QueueStats, Recorded, StoreError,
 };
 
 use super::{Locked, MemoryStore};
@@ -109,34 +109,35 @@ impl DeliveryQueue for MemoryStore {
             .collect())
     }
 
-    async fn replay(
+    async fn change(
         &self,
-        event: EventId,
-        destinations: Vec<String>,
-        now_us: u64,
-    ) -> Result<usize, StoreError> {
+        change: QueueChange,
+        journal: Option<JournalEntry>,
+    ) -> Result<u64, StoreError> {
         let mut d = lock(&self.data);
-        let view = Locked { data: &d, claims: &self.claims };
-        let mut st = Staged::new(&view);
-        let mut n = 0;
-        for dest in &destinations {
-            n += usize::from(lifecycle::replay(&mut st, event, dest, now_us)?);
+        let count = match change {
+            QueueChange::Deliveries { each, how, now_us } => {
+                let view = Locked { data: &d, claims: &self.claims };
+                let mut st = Staged::new(&view);
+                let n = lifecycle::manage(&mut st, &each, how, now_us)?;
+                let changes = st.into_changes();
+                d.apply(changes);
+                n
+            }
+            QueueChange::Pause { destination, paused } => {
+                if paused {
+                    d.paused.insert(destination);
+                } else {
+                    d.paused.remove(&destination);
+                }
+                1
+            }
+        };
+        if let Some(entry) = journal {
+            d.journal.insert((entry.at_us, entry.tie), JournalEntry { count, ..entry });
         }
-        let changes = st.into_changes();
-        d.apply(changes);
         self.durable_point(&d);
-        Ok(n)
-    }
-
-    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
-        let mut d = lock(&self.data);
-        let view = Locked { data: &d, claims: &self.claims };
-        let mut st = Staged::new(&view);
-        let done = lifecycle::discard(&mut st, event, destination)?;
-        let changes = st.into_changes();
-        d.apply(changes);
-        self.durable_point(&d);
-        Ok(done)
+        Ok(count)
     }
 
     async fn dead_letters(
@@ -170,16 +171,5 @@ impl DeliveryQueue for MemoryStore {
 
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
         Ok(lock(&self.data).paused.iter().cloned().collect())
-    }
-
-    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
-        let mut d = lock(&self.data);
-        if paused {
-            d.paused.insert(destination.to_owned());
-        } else {
-            d.paused.remove(destination);
-        }
-        self.durable_point(&d);
-        Ok(())
     }
 }

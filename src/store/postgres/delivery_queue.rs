@@ -13,8 +13,8 @@ use super::{sql_id, sql_us, PostgresStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::{self, AttemptReport};
 use crate::store::{
-    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, QueueStats, Recorded,
-    StoreError,
+    Claim, DeadLetterFilter, DeliveryQueue, DeliveryRecord, EventId, JournalEntry, QueueChange,
+    QueueStats, Recorded, StoreError,
 };
 
 #[async_trait]
@@ -195,24 +195,35 @@ impl DeliveryQueue for PostgresStore {
         rows.iter().map(|r| decode_record(r.get(0))).collect()
     }
 
-    async fn replay(
+    async fn change(
         &self,
-        event: EventId,
-        destinations: Vec<String>,
-        now_us: u64,
-    ) -> Result<usize, StoreError> {
-        self.manage(|st| {
-            let mut n = 0;
-            for dest in &destinations {
-                n += usize::from(lifecycle::replay(st, event, dest, now_us)?);
+        change: QueueChange,
+        journal: Option<JournalEntry>,
+    ) -> Result<u64, StoreError> {
+        let with_count = |count: &u64| journal.clone().map(|e| JournalEntry { count: *count, ..e });
+        match change {
+            QueueChange::Deliveries { each, how, now_us } => {
+                self.manage(|st| lifecycle::manage(st, &each, how, now_us), with_count).await
             }
-            Ok(n)
-        })
-        .await
-    }
-
-    async fn discard(&self, event: EventId, destination: &str) -> Result<bool, StoreError> {
-        self.manage(|st| lifecycle::discard(st, event, destination)).await
+            QueueChange::Pause { destination, paused } => {
+                self.write(async {
+                    let mut client = self.client().await?;
+                    let tx = client.transaction().await?;
+                    let sql = if paused {
+                        "INSERT INTO paused (destination) VALUES ($1) ON CONFLICT DO NOTHING"
+                    } else {
+                        "DELETE FROM paused WHERE destination = $1"
+                    };
+                    tx.execute(sql, &[&destination]).await?;
+                    if let Some(entry) = with_count(&1) {
+                        super::journal::insert(&tx, &entry).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(1)
+                })
+                .await
+            }
+        }
     }
 
     async fn dead_letters(
@@ -281,19 +292,5 @@ impl DeliveryQueue for PostgresStore {
         let client = self.client().await?;
         let rows = client.query("SELECT destination FROM paused", &[]).await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    async fn set_paused(&self, destination: &str, paused: bool) -> Result<(), StoreError> {
-        self.write(async {
-            let client = self.client().await?;
-            let sql = if paused {
-                "INSERT INTO paused (destination) VALUES ($1) ON CONFLICT DO NOTHING"
-            } else {
-                "DELETE FROM paused WHERE destination = $1"
-            };
-            client.execute(sql, &[&destination]).await?;
-            Ok(())
-        })
-        .await
     }
 }

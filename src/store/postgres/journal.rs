@@ -12,22 +12,27 @@ fn column(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// Adds `entry` on `client`: alone, or inside the transaction of the change it
+/// records ([`crate::store::DeliveryQueue::change`]).
+pub(super) async fn insert(
+    client: &impl deadpool_postgres::GenericClient,
+    entry: &JournalEntry,
+) -> Result<(), StoreError> {
+    let bytes = serde_json::to_vec(entry)?;
+    client
+        .execute(
+            "INSERT INTO journal (at_us, tie, who, action, entry) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (at_us, tie) DO NOTHING",
+            &[&column(entry.at_us), &column(entry.tie), &entry.who, &entry.action, &bytes],
+        )
+        .await?;
+    Ok(())
+}
+
 #[async_trait]
 impl Journal for PostgresStore {
     async fn journal_append(&self, entry: JournalEntry) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(&entry)?;
-        self.write(async {
-            let client = self.client().await?;
-            client
-                .execute(
-                    "INSERT INTO journal (at_us, tie, who, action, entry) VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (at_us, tie) DO NOTHING",
-                    &[&column(entry.at_us), &column(entry.tie), &entry.who, &entry.action, &bytes],
-                )
-                .await?;
-            Ok(())
-        })
-        .await
+        self.write(async { insert(&self.client().await?, &entry).await }).await
     }
 
     async fn journal_list(&self, filter: JournalFilter) -> Result<Vec<JournalEntry>, StoreError> {

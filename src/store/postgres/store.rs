@@ -8,7 +8,7 @@ use super::apply::apply;
 use super::view::Prefetch;
 use super::PostgresStore;
 use crate::store::lifecycle::{self};
-use crate::store::{EventId, StoreError};
+use crate::store::{EventId, JournalEntry, StoreError};
 
 /// Times a conflicting transaction is redone before the error goes to the caller.
 const MAX_RETRIES: u64 = 8;
@@ -63,10 +63,12 @@ impl PostgresStore {
         self.inner.pool.get().await
     }
 
-    /// Runs a rule over `event`'s deliveries to `destinations` in one transaction.
+    /// Runs a lifecycle rule in one transaction, adding in it the journal entry that
+    /// `entry` makes of the rule's result, if any (an admin's change).
     pub(super) async fn manage<T: Send>(
         &self,
         rule: impl FnMut(&mut lifecycle::Staged<'_, Prefetch>) -> Result<T, StoreError> + Send,
+        entry: impl Fn(&T) -> Option<JournalEntry> + Send + Sync,
     ) -> Result<T, StoreError> {
         let rule = std::sync::Mutex::new(rule);
         self.write(self.retrying(|| async {
@@ -75,6 +77,9 @@ impl PostgresStore {
             let mut seen = Prefetch::default();
             let (result, changes) = seen.decide(&tx, |st| (crate::lock::lock(&rule))(st)).await?;
             apply(&tx, &seen, &changes, &self.inner).await?;
+            if let Some(entry) = entry(&result) {
+                super::journal::insert(&tx, &entry).await?;
+            }
             tx.commit().await?;
             Ok(result)
         }))
