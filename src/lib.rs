@@ -40,6 +40,7 @@ mod space;
 mod store;
 mod supervise;
 mod telemetry;
+mod template;
 mod timefmt;
 mod upstream;
 

@@ -27,6 +27,7 @@ pub(super) async fn list(state: web::Data<AdminState>, who: super::Who) -> HttpR
         let recent = d.activity();
         list.push(api::DestinationStatus {
             name: d.dest.name.clone(),
+            kind: d.dest.kind.name().to_owned(),
             url: d.dest.display_url(),
             paused: d.is_paused(),
             circuit: d.phase(),

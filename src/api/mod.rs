@@ -335,6 +335,9 @@ pub(crate) struct Queue {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct DestinationStatus {
     pub(crate) name: String,
+    /// How deliveries reach it: `http`, `nats` or `redis-stream`.
+    #[serde(default)]
+    pub(crate) kind: String,
     /// Without any password.
     pub(crate) url: String,
     pub(crate) paused: bool,

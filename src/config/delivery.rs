@@ -95,15 +95,85 @@ pub(crate) enum Ordering {
 
 config_enum!(Ordering { "none" => None, "per-resource" => PerResource, "latest" => Latest });
 
+/// How a destination's deliveries reach it: pushed over HTTP or to a broker, or held
+/// for a consumer that fetches them. Every kind has the same lifecycle (retries,
+/// circuit, order, filters, dead letters); only the sending differs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub(crate) enum DestinationKind {
+    /// A POST to `url` (http or https), answered 2xx.
+    #[default]
+    Http,
+    /// A publish to a NATS JetStream `subject`, acknowledged by the stream.
+    Nats,
+    /// A publish to a RabbitMQ (AMQP 0-9-1) `exchange`, confirmed by the broker.
+    Amqp,
+    /// An `XADD` to a Redis `stream`.
+    RedisStream,
+    /// Held for a consumer that leases and acknowledges them (`/pull/{name}/...`).
+    Pull,
+}
+
+config_enum!(DestinationKind {
+    "http" => Http,
+    "nats" => Nats,
+    "amqp" => Amqp,
+    "redis-stream" => RedisStream,
+    "pull" => Pull,
+});
+
+impl DestinationKind {
+    /// As the configuration writes it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DestinationKind::Http => "http",
+            DestinationKind::Nats => "nats",
+            DestinationKind::Amqp => "amqp",
+            DestinationKind::RedisStream => "redis-stream",
+            DestinationKind::Pull => "pull",
+        }
+    }
+}
+
 /// One downstream consumer.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DestinationConfig {
     /// The destination's name: in metrics, logs, the admin API and `ordering` queues.
     pub(crate) name: String,
-    /// Shown with its password and query values masked.
-    #[serde(serialize_with = "super::secret::serialize_url")]
+    /// `http` (the default), `nats`, `amqp`, `redis-stream` or `pull`
+    /// (docs/destinations.md).
+    #[serde(default)]
+    pub(crate) kind: DestinationKind,
+    /// Where deliveries go: `https://...` for http, `nats://host:4222` (`tls://` for
+    /// TLS), `amqp://user@host:5672/vhost` (`amqps://`), `redis://host:6379`
+    /// (`rediss://`); none for pull. Shown with its password and query values masked.
+    #[serde(default, serialize_with = "super::secret::serialize_url")]
     pub(crate) url: String,
+    /// nats: the subject published to, a template over `{event}`, `{source}` and
+    /// `{resource_type}` (`hookrelay.{source}.{event}`). The stream capturing it is
+    /// the operator's.
+    pub(crate) subject: Option<String>,
+    /// amqp: the exchange published to (`""`: the default exchange). The relay does
+    /// not declare it.
+    pub(crate) exchange: Option<String>,
+    /// amqp: the routing key, a template as `subject`; default `{event}`.
+    pub(crate) routing_key: Option<String>,
+    /// redis-stream: the stream key, a template as `subject`.
+    pub(crate) stream: Option<String>,
+    /// redis-stream: trims the stream to about this many entries (`MAXLEN ~`) at each
+    /// add; unset: never trimmed by the relay.
+    pub(crate) max_len: Option<u64>,
+    /// amqp, redis-stream, nats: the password of the URL's user (never in the URL).
+    pub(crate) password: Option<Secret>,
+    /// A file holding the password (instead of `password`).
+    pub(crate) password_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the password (instead of `password`).
+    pub(crate) password_env: Option<String>,
+    #[serde(skip)]
+    pub(crate) resolved_password: Option<Secret>,
+    /// nats: a credentials file (`.creds`: a user JWT and its NKey seed).
+    pub(crate) credentials_file: Option<std::path::PathBuf>,
     /// Extra request headers (their values are shown masked: API keys go here).
     #[serde(default, serialize_with = "super::secret::serialize_headers")]
     pub(crate) headers: BTreeMap<String, String>,

@@ -35,6 +35,7 @@ macro_rules! config_enum {
 mod admin;
 mod delivery;
 pub(crate) mod duration;
+mod kinds;
 mod reference;
 pub(crate) mod reload;
 mod secret;
@@ -52,7 +53,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use admin::{AdminConfig, Role, ADMIN_NAME, WRONG_TOKENS_PER_MINUTE};
 pub(crate) use delivery::{
-    DeliveryConfig, DestinationConfig, Ordering, RetentionConfig, RetryPolicy,
+    DeliveryConfig, DestinationConfig, DestinationKind, Ordering, RetentionConfig, RetryPolicy,
 };
 pub(crate) use reference::reference;
 pub(crate) use secret::{mask_url, EnvLookup, Secret, SecretSpec, MASK};

@@ -144,6 +144,15 @@ impl Config {
                 }
                 Err(e) => problems.push(e),
             }
+            let password = SecretSpec {
+                inline: dest.password.as_ref(),
+                file: dest.password_file.as_deref(),
+                env: dest.password_env.as_deref(),
+            };
+            match password.resolve(&format!("{key}.password"), env) {
+                Ok(p) => dest.resolved_password = p,
+                Err(e) => problems.push(e),
+            }
         }
         super::upstream::validate(&self.upstream, &mut self.sources, env, &mut problems);
         if self.retention.delivered.is_zero() || self.retention.interval.is_zero() {
@@ -254,13 +263,7 @@ fn check_destination(
     sources: &HashSet<String>,
     problems: &mut Vec<String>,
 ) {
-    match reqwest::Url::parse(&dest.url) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
-        _ => problems.push(format!(
-            "{key}.url: {:?} is not an absolute http(s) URL",
-            super::mask_url(&dest.url)
-        )),
-    }
+    super::kinds::check(key, dest, problems);
     for (name, value) in &dest.headers {
         let lower = name.to_ascii_lowercase();
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err()

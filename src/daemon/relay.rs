@@ -80,8 +80,11 @@ impl Relay {
         let (metrics, readiness, space) = (&base.metrics, &base.readiness, &base.space);
         let operational = start_operational(config, &store, metrics);
         let shaper = Arc::new(Shaper::new(metrics.clone()));
+        let client = crate::destinations::client().context("building the HTTP client")?;
         let destinations = Arc::new(
-            Destinations::new(config, store.clone()).await.context("setting up destinations")?,
+            Destinations::new(config, store.clone(), client)
+                .await
+                .context("setting up destinations")?,
         );
         // This relay's name on its delivery claims.
         let owner = format!("relay-{}-{:08x}", std::process::id(), fastrand::u32(..));
@@ -90,7 +93,6 @@ impl Relay {
         let (tracer, export) =
             crate::telemetry::export::start(&config.telemetry, salt, &owner, metrics.clone())
                 .context("setting up the trace export ([telemetry])")?;
-        let client = crate::destinations::client().context("building the HTTP client")?;
         let reconciler = Arc::new(
             crate::upstream::reconciler(config, store.clone(), metrics.clone())
                 .context("setting up the upstream accounts")?,
@@ -113,7 +115,6 @@ impl Relay {
             fleet,
             space: space.clone(),
             metrics: metrics.clone(),
-            client,
             tracer: tracer.clone(),
             shaper: shaper.clone(),
         });

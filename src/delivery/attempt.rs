@@ -81,18 +81,16 @@ impl Worker {
                 let webhook_id = format!("evt_{}_{}", claim.event, dest.name);
                 let traceparent = self.tracer.traceparent(claim.event, span_id).header();
                 let answer = dest
-                    .send(
-                        &self.client,
-                        Request {
-                            webhook_id: &webhook_id,
-                            source: &meta.source,
-                            event: &meta.event,
-                            content_type: content_type.as_deref(),
-                            body,
-                            attempt: claim.record.total_attempts + 1,
-                            traceparent: &traceparent,
-                        },
-                    )
+                    .send(Request {
+                        webhook_id: &webhook_id,
+                        source: &meta.source,
+                        event: &meta.event,
+                        resource: meta.resource.as_deref(),
+                        content_type: content_type.as_deref(),
+                        body,
+                        attempt: claim.record.total_attempts + 1,
+                        traceparent: &traceparent,
+                    })
                     .await;
                 drop(permit);
                 let healthy = !matches!(answer.class, AnswerClass::Retry { .. });

@@ -79,9 +79,10 @@ impl DestinationState {
     fn new(
         dc: &crate::config::DestinationConfig,
         config: &Config,
+        client: &reqwest::Client,
         paused: bool,
     ) -> anyhow::Result<Self> {
-        let dest = Destination::new(dc, &config.delivery)?;
+        let dest = Destination::new(dc, &config.delivery, client)?;
         let (threshold, interval) =
             (config.delivery.circuit_failure_threshold, config.delivery.circuit_probe_interval);
         Ok(Self {
@@ -201,7 +202,6 @@ pub(crate) struct RelayContext {
     /// The free-space floor: below it no attempt starts.
     pub(crate) space: Arc<crate::space::Space>,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) client: reqwest::Client,
     /// Each attempt's span, and the `traceparent` it sends.
     pub(crate) tracer: Arc<crate::telemetry::Tracer>,
     /// Where transforms run.
@@ -214,20 +214,27 @@ pub(crate) struct Destinations {
     store: SharedStore,
     /// `retention.delivered_bodies`: an attempt settling an older event drops its body.
     delivered_bodies: Option<std::time::Duration>,
+    /// The HTTP client every http destination shares (one pool per host).
+    client: reqwest::Client,
 }
 
 impl Destinations {
     /// Builds the destinations of `config`; pauses persisted in the store are kept.
-    pub(crate) async fn new(config: &Config, store: SharedStore) -> anyhow::Result<Self> {
-        Self::empty(config, store).next(config, &[]).await
+    pub(crate) async fn new(
+        config: &Config,
+        store: SharedStore,
+        client: reqwest::Client,
+    ) -> anyhow::Result<Self> {
+        Self::empty(config, store, client).next(config, &[]).await
     }
 
     /// None yet, on `store`: what [`Self::next`] builds on at start.
-    fn empty(config: &Config, store: SharedStore) -> Self {
+    fn empty(config: &Config, store: SharedStore, client: reqwest::Client) -> Self {
         Self {
             by_name: BTreeMap::new(),
             store,
             delivered_bodies: config.retention.delivered_bodies,
+            client,
         }
     }
 
@@ -240,12 +247,18 @@ impl Destinations {
         for dc in &config.destinations {
             let state = match self.by_name.get(&dc.name) {
                 Some(state) if kept.contains(&dc.name) => state.clone(),
-                _ => Arc::new(DestinationState::new(dc, config, paused.contains(&dc.name))?),
+                _ => Arc::new(DestinationState::new(
+                    dc,
+                    config,
+                    &self.client,
+                    paused.contains(&dc.name),
+                )?),
             };
             by_name.insert(dc.name.clone(), state);
         }
         let delivered_bodies = config.retention.delivered_bodies;
-        Ok(Self { by_name, store: self.store.clone(), delivered_bodies })
+        let client = self.client.clone();
+        Ok(Self { by_name, store: self.store.clone(), delivered_bodies, client })
     }
 
     /// The worker of the destination `name`, with what this relay shares with every
@@ -271,7 +284,6 @@ impl Destinations {
             state: state.clone(),
             store: self.store.clone(),
             metrics: relay.metrics.clone(),
-            client: relay.client.clone(),
             shaper: relay.shaper.clone(),
             tracer: relay.tracer.clone(),
             shaped: std::sync::Mutex::default(),

@@ -46,7 +46,6 @@ pub(super) struct Worker {
     pub(super) pause_read: std::sync::Mutex<Option<Instant>>,
     pub(super) store: SharedStore,
     pub(super) metrics: Arc<Metrics>,
-    pub(super) client: reqwest::Client,
     pub(super) tracer: Arc<crate::telemetry::Tracer>,
     /// Where the destination's transform runs.
     pub(super) shaper: Arc<shape::Shaper>,

@@ -2,66 +2,36 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use async_trait::async_trait;
+use reqwest::header::RETRY_AFTER;
 
-use super::Destination;
+use super::transport::{display_url, error_chain, Answer, Message, Transport};
 use crate::config::RetryPolicy;
 
 /// How much of an answer's body is kept for diagnosis.
 const EXCERPT_BYTES: usize = 512;
 
-/// What is sent.
-pub(crate) struct Request<'a> {
-    pub(crate) webhook_id: &'a str,
-    pub(crate) source: &'a str,
-    pub(crate) event: &'a str,
-    pub(crate) content_type: Option<&'a str>,
-    pub(crate) body: bytes::Bytes,
-    /// 1 for the first attempt.
-    pub(crate) attempt: u32,
-    /// The attempt's W3C trace context: the consumer's spans join the event's trace.
-    pub(crate) traceparent: &'a str,
-}
-
 /// What an answer (or its absence) means for the delivery: the lifecycle's own type.
 pub(crate) use crate::store::lifecycle::AnswerClass;
 
-/// The result of one attempt.
-#[derive(Debug, Clone)]
-pub(crate) struct Answer {
-    pub(crate) class: AnswerClass,
-    pub(crate) status: Option<u16>,
-    pub(crate) error: Option<String>,
-    pub(crate) excerpt: Option<String>,
-    pub(crate) duration: Duration,
+/// A POST to the destination's URL, answered 2xx.
+pub(crate) struct Http {
+    pub(super) client: reqwest::Client,
+    pub(super) url: reqwest::Url,
+    pub(super) timeout: Duration,
 }
 
-impl Destination {
-    /// Sends one attempt and classifies the answer. Never fails: every failure is an
-    /// [`Answer`] too.
-    pub(crate) async fn send(&self, client: &reqwest::Client, req: Request<'_>) -> Answer {
+#[async_trait]
+impl Transport for Http {
+    async fn send(&self, message: Message<'_>, policy: &RetryPolicy) -> Answer {
         let started = Instant::now();
-        let timestamp = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let mut builder = client
+        let builder = self
+            .client
             .post(self.url.clone())
             .timeout(self.timeout)
-            .headers(self.headers.clone())
-            .header("webhook-id", req.webhook_id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("hookrelay-event", req.event)
-            .header("hookrelay-source", req.source)
-            .header("hookrelay-attempt", req.attempt.to_string())
-            .header("traceparent", req.traceparent);
-        if let Some(ct) = req.content_type.and_then(|c| HeaderValue::from_str(c).ok()) {
-            builder = builder.header(CONTENT_TYPE, ct);
-        }
-        if let Some(signer) = &self.signer {
-            builder = builder
-                .header("webhook-signature", signer.sign(req.webhook_id, timestamp, &req.body));
-        }
-        match builder.body(req.body).send().await {
+            .headers(message.headers)
+            .body(message.body);
+        match builder.send().await {
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 let retry_after = resp
@@ -70,7 +40,7 @@ impl Destination {
                     .and_then(|v| v.to_str().ok())
                     .and_then(parse_retry_after);
                 let excerpt = excerpt(resp).await;
-                let class = classify(status, retry_after, &self.retry);
+                let class = classify(status, retry_after, policy);
                 let error = (class != AnswerClass::Success).then(|| format!("HTTP {status}"));
                 Answer { class, status: Some(status), error, excerpt, duration: started.elapsed() }
             }
@@ -84,15 +54,17 @@ impl Destination {
                     "request failed"
                 };
                 let detail = e.without_url();
-                Answer {
-                    class: AnswerClass::Retry { retry_after: None },
-                    status: None,
-                    error: Some(format!("{kind}: {}", error_chain(&detail))),
-                    excerpt: None,
-                    duration: started.elapsed(),
-                }
+                Answer::retry(format!("{kind}: {}", error_chain(&detail)), started.elapsed())
             }
         }
+    }
+
+    fn display(&self) -> String {
+        display_url(&self.url)
+    }
+
+    fn host(&self) -> Option<&str> {
+        self.url.host_str()
     }
 }
 
@@ -131,17 +103,6 @@ async fn excerpt(mut resp: reqwest::Response) -> Option<String> {
     }
     buf.truncate(EXCERPT_BYTES);
     (!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned())
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -2,21 +2,41 @@
 //! and judged. Scheduling and retries live in `delivery/`.
 
 mod http;
+mod nats;
+mod redis_stream;
 mod signature;
+pub(crate) mod transport;
 
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 
-use crate::config::{DeliveryConfig, DestinationConfig, RetryPolicy};
+use crate::config::{DeliveryConfig, DestinationConfig, DestinationKind, RetryPolicy};
 
-pub(crate) use http::{parse_retry_after, AnswerClass, Request};
+pub(crate) use http::{parse_retry_after, AnswerClass};
 use signature::Signer;
+pub(crate) use transport::{Answer, Message, Transport};
+
+/// What the worker asks to send.
+pub(crate) struct Request<'a> {
+    pub(crate) webhook_id: &'a str,
+    pub(crate) source: &'a str,
+    pub(crate) event: &'a str,
+    /// The resource the event is about (`actions/5`), if its body names one.
+    pub(crate) resource: Option<&'a str>,
+    pub(crate) content_type: Option<&'a str>,
+    pub(crate) body: bytes::Bytes,
+    /// 1 for the first attempt.
+    pub(crate) attempt: u32,
+    /// The attempt's W3C trace context: the consumer's spans join the event's trace.
+    pub(crate) traceparent: &'a str,
+}
 
 /// A destination as the delivery workers use it.
 pub(crate) struct Destination {
     pub(crate) name: String,
-    url: reqwest::Url,
+    pub(crate) kind: DestinationKind,
+    transport: Box<dyn Transport>,
     headers: HeaderMap,
     signer: Option<Signer>,
     pub(crate) timeout: Duration,
@@ -31,19 +51,19 @@ pub(crate) struct Destination {
 }
 
 impl Destination {
-    /// The host requests go to (a span's `server.address`): never the whole URL, which
-    /// may hold a password or a token.
+    /// The host messages go to (a span's `server.address`): never the whole URL,
+    /// which may hold a password or a token.
     pub(crate) fn host(&self) -> Option<&str> {
-        self.url.host_str()
+        self.transport.host()
     }
 
-    /// Builds a destination from its validated config.
+    /// Builds a destination from its validated config; `client` is the HTTP client
+    /// every http destination shares.
     pub(crate) fn new(
         config: &DestinationConfig,
         defaults: &DeliveryConfig,
+        client: &reqwest::Client,
     ) -> anyhow::Result<Self> {
-        let url = reqwest::Url::parse(&config.url)
-            .map_err(|e| anyhow::anyhow!("destination {}: url: {e}", config.name))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &config.headers {
             headers.insert(HeaderName::from_bytes(name.as_bytes())?, HeaderValue::from_str(value)?);
@@ -55,29 +75,104 @@ impl Destination {
                     let (which, e) = &errors[0];
                     anyhow::anyhow!("destination {}: {which}: {e}", config.name)
                 })?;
+        let timeout = config.timeout.unwrap_or(defaults.timeout);
+        let url = || {
+            reqwest::Url::parse(&config.url)
+                .map_err(|e| anyhow::anyhow!("destination {}: url: {e}", config.name))
+        };
+        let transport: Box<dyn Transport> = match config.kind {
+            DestinationKind::Http => {
+                Box::new(http::Http { client: client.clone(), url: url()?, timeout })
+            }
+            DestinationKind::Nats => Box::new(
+                nats::Nats::new(
+                    url()?,
+                    config.resolved_password.as_ref(),
+                    config.credentials_file.clone(),
+                    config.subject.as_deref().unwrap_or_default(),
+                    timeout,
+                )
+                .map_err(|e| anyhow::anyhow!("destination {}: {e}", config.name))?,
+            ),
+            DestinationKind::RedisStream => Box::new(
+                redis_stream::RedisStream::new(
+                    url()?,
+                    config.resolved_password.as_ref(),
+                    config.stream.as_deref().unwrap_or_default(),
+                    config.max_len,
+                    timeout,
+                )
+                .map_err(|e| anyhow::anyhow!("destination {}: {e}", config.name))?,
+            ),
+            other => anyhow::bail!(
+                "destination {}: kind = {:?} is not built yet; use \"http\", \"nats\" or \"redis-stream\"",
+                config.name,
+                other.name()
+            ),
+        };
         Ok(Self {
             name: config.name.clone(),
-            url,
+            kind: config.kind,
+            transport,
             headers,
             signer: config.resolved_secret.as_ref().and_then(Signer::from_secret),
             filter: shape.filter,
             transform: shape.transform,
-            timeout: config.timeout.unwrap_or(defaults.timeout),
+            timeout,
             max_concurrency: config.max_concurrency.unwrap_or(defaults.max_concurrency),
             retry: config.retry_policy(&defaults.retry),
             rate_limit: config.rate_limit,
         })
     }
-}
 
-impl Destination {
-    /// The URL without credentials or query (which may hold secrets), for display.
+    /// Where messages go, for display: no password, no query.
     pub(crate) fn display_url(&self) -> String {
-        let mut u = self.url.clone();
-        let _ = u.set_username("");
-        let _ = u.set_password(None);
-        u.set_query(None);
-        u.to_string()
+        self.transport.display()
+    }
+
+    /// Sends one attempt and classifies the answer, within the destination's
+    /// `timeout`. Never fails: every failure is an [`Answer`] too.
+    pub(crate) async fn send(&self, req: Request<'_>) -> Answer {
+        let started = Instant::now();
+        let timestamp = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let mut headers = self.headers.clone();
+        let mut put = |name: &'static str, value: &str| {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                headers.insert(HeaderName::from_static(name), v);
+            }
+        };
+        put("webhook-id", req.webhook_id);
+        put("webhook-timestamp", &timestamp.to_string());
+        put("hookrelay-event", req.event);
+        put("hookrelay-source", req.source);
+        put("hookrelay-attempt", &req.attempt.to_string());
+        put("traceparent", req.traceparent);
+        if let Some(signer) = &self.signer {
+            put("webhook-signature", &signer.sign(req.webhook_id, timestamp, &req.body));
+        }
+        if let Some(ct) = req.content_type.and_then(|c| HeaderValue::from_str(c).ok()) {
+            headers.insert(CONTENT_TYPE, ct);
+        }
+        let message = Message {
+            headers,
+            body: req.body,
+            id: req.webhook_id,
+            names: crate::template::Values {
+                event: req.event,
+                source: req.source,
+                resource_type: crate::template::resource_type(req.resource),
+            },
+        };
+        let sent = self.transport.send(message, &self.retry);
+        match tokio::time::timeout(self.timeout, sent).await {
+            Ok(answer) => answer,
+            Err(_) => Answer::retry(
+                format!("timeout: no answer within {}", humantime::format_duration(self.timeout)),
+                started.elapsed(),
+            ),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod brokers;
 pub mod browser;
 pub mod load;
 #[path = "../../src/store/postgres/test_server.rs"]

@@ -13,6 +13,7 @@ mod common;
 
 mod audit;
 mod backup;
+mod brokers;
 mod cli;
 mod cli_admin;
 mod console;
