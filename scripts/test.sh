@@ -86,16 +86,18 @@ pg_bins=(/usr/lib/postgresql/*/bin)
 echo "postgresql ${pg_bins[0]}, mkfs.ext4, openssl, pgbouncer, libfaketime: ok"
 
 # The broker destinations' tests start their own servers, from Debian: nats-server
-# (JetStream) and redis-server (tests/common/brokers.rs). Installed only: the packages'
-# own services are not used (a test starts each on a free port, in a temp directory).
-if ! command -v nats-server >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
+# (JetStream), rabbitmq-server and redis-server (tests/common/brokers.rs). Installed
+# only: the packages' own services are not used (a test starts each on a free port,
+# in a temp directory, a RabbitMQ node under a name of its own).
+if ! command -v nats-server >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1 \
+  || ! [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
   sudo=""; if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   install_brokers() {
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server redis-server >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server redis-server rabbitmq-server >/dev/null
   }
   install_brokers || { $sudo apt-get update -qq && install_brokers; }
 fi
-echo "$(nats-server --version), $(redis-server --version | cut -d' ' -f1-3): ok"
+echo "$(nats-server --version), $(redis-server --version | cut -d' ' -f1-3), rabbitmq-server: ok"
 
 # The console's browser tests drive Debian's headless Chromium through its
 # chromedriver (tests/common/browser.rs); fonts so that screenshots have text.

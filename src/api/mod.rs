@@ -335,7 +335,7 @@ pub(crate) struct Queue {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct DestinationStatus {
     pub(crate) name: String,
-    /// How deliveries reach it: `http`, `nats` or `redis-stream`.
+    /// How deliveries reach it: `http`, `nats`, `amqp` or `redis-stream`.
     #[serde(default)]
     pub(crate) kind: String,
     /// Without any password.

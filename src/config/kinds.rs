@@ -33,9 +33,9 @@ fn belongs(field: &str, kind: DestinationKind) -> bool {
 pub(super) fn check(key: &str, dest: &DestinationConfig, problems: &mut Vec<String>) {
     let kind = dest.kind;
     let kind_name = kind.name();
-    if matches!(kind, DestinationKind::Amqp | DestinationKind::Pull) {
+    if kind == DestinationKind::Pull {
         problems.push(format!(
-            "{key}.kind: {kind_name:?} is not built yet; use \"http\", \"nats\" or \"redis-stream\""
+            "{key}.kind: {kind_name:?} is not built yet; use \"http\", \"nats\", \"amqp\" or \"redis-stream\""
         ));
     }
     let given = [
@@ -192,6 +192,18 @@ mod tests {
         assert!(problems(missing)[0].contains("stream: kind = \"redis-stream\" needs"));
         let zero = DestinationConfig { max_len: Some(0), ..redis };
         assert!(problems(zero)[0].contains("max_len: must be at least 1"));
+        let amqp = DestinationConfig {
+            kind: DestinationKind::Amqp,
+            url: "amqp://hookrelay@rabbit.internal:5672/%2f".into(),
+            exchange: Some(String::new()),
+            routing_key: Some("{source}.{event}".into()),
+            ..Default::default()
+        };
+        assert!(problems(amqp.clone()).is_empty(), "the default exchange is \"\"");
+        let no_exchange = DestinationConfig { exchange: None, ..amqp.clone() };
+        assert!(problems(no_exchange)[0].contains("exchange: kind = \"amqp\" needs"));
+        let bad_key = DestinationConfig { routing_key: Some("{source".into()), ..amqp };
+        assert!(problems(bad_key)[0].contains("routing_key: "));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Destinations: the downstream consumers, and how a request to one is built, signed
 //! and judged. Scheduling and retries live in `delivery/`.
 
+mod amqp;
 mod http;
 mod nats;
 mod redis_stream;
@@ -104,8 +105,17 @@ impl Destination {
                 )
                 .map_err(|e| anyhow::anyhow!("destination {}: {e}", config.name))?,
             ),
+            DestinationKind::Amqp => Box::new(
+                amqp::Amqp::new(
+                    url()?,
+                    config.resolved_password.as_ref(),
+                    config.exchange.as_deref().unwrap_or_default(),
+                    config.routing_key.as_deref(),
+                )
+                .map_err(|e| anyhow::anyhow!("destination {}: {e}", config.name))?,
+            ),
             other => anyhow::bail!(
-                "destination {}: kind = {:?} is not built yet; use \"http\", \"nats\" or \"redis-stream\"",
+                "destination {}: kind = {:?} is not built yet; use \"http\", \"nats\", \"amqp\" or \"redis-stream\"",
                 config.name,
                 other.name()
             ),

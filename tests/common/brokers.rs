@@ -17,12 +17,13 @@ fn free_port() -> u16 {
 
 /// Waits until `port` accepts connections, for `what`.
 fn wait_listening(port: u16, what: &str, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // RabbitMQ takes 5 to 20 s on a busy machine.
+    let deadline = Instant::now() + Duration::from_secs(90);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("{what} exited at start ({status}); see its log");
         }
-        assert!(Instant::now() < deadline, "{what} did not listen on {port} within 30 s");
+        assert!(Instant::now() < deadline, "{what} did not listen on {port} within 90 s");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -224,5 +225,83 @@ impl std::ops::Deref for Redis {
 impl std::ops::DerefMut for Redis {
     fn deref_mut(&mut self) -> &mut Server {
         &mut self.0
+    }
+}
+
+/// A RabbitMQ node of its own (its name, ports, database and Erlang cookie in a temp
+/// directory), run as root from Debian's package without the package's service.
+pub struct Rabbit {
+    server: Server,
+    node: String,
+}
+
+impl Rabbit {
+    pub fn start() -> Self {
+        let bin = program("rabbitmq-server", "rabbitmq-server");
+        assert!(bin.exists());
+        let server_bin = PathBuf::from("/usr/lib/rabbitmq/bin/rabbitmq-server");
+        let dist_port = free_port();
+        let node = format!("hookrelay-{dist_port}@localhost");
+        let name = node.clone();
+        let server = Server::start("rabbitmq-server", move |port, dir| {
+            std::fs::write(dir.join("enabled_plugins"), "[].").expect("the plugins file");
+            let mut c = Command::new(&server_bin);
+            c.env("HOME", dir)
+                .env("RABBITMQ_NODENAME", &name)
+                .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+                .env("RABBITMQ_NODE_PORT", port.to_string())
+                .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+                .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+                .env("RABBITMQ_LOG_BASE", dir.join("log"))
+                .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+                .env("RABBITMQ_PID_FILE", dir.join("pid"))
+                .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq"));
+            c
+        });
+        Self { server, node }
+    }
+
+    /// The URL of its `guest` user (whose password is `guest`; loopback only).
+    pub fn url(&self) -> String {
+        format!("amqp://guest@127.0.0.1:{}/%2f", self.server.port())
+    }
+
+    /// Runs `rabbitmqctl` on this node; its output, or a failure with it.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let out = Command::new("/usr/lib/rabbitmq/bin/rabbitmqctl")
+            .env("HOME", self.server.dir())
+            .arg("-n")
+            .arg(&self.node)
+            .args(args)
+            .output()
+            .expect("running rabbitmqctl");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "rabbitmqctl {args:?}: {text}");
+        text
+    }
+
+    /// A connection of the test's own, as `guest`.
+    pub async fn connection(&self) -> lapin::Connection {
+        let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.server.port());
+        lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+            .await
+            .expect("connecting to the test's RabbitMQ")
+    }
+}
+
+impl std::ops::Deref for Rabbit {
+    type Target = Server;
+    fn deref(&self) -> &Server {
+        &self.server
+    }
+}
+
+impl std::ops::DerefMut for Rabbit {
+    fn deref_mut(&mut self) -> &mut Server {
+        &mut self.server
     }
 }

@@ -1,0 +1,177 @@
+//! A RabbitMQ (AMQP 0-9-1) destination: each delivery published to an exchange with
+//! a routing key, persistent and `mandatory`, on a channel in confirm mode. Delivered
+//! once the broker confirms it: a nack, a message returned as unroutable, a publish
+//! not confirmed within the timeout (a disk or memory alarm blocks publishers) is a
+//! failed attempt, retried, with the reason.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+
+use super::transport::{display_url, Answer, Message, Transport};
+use crate::config::{RetryPolicy, Secret};
+use crate::template::Template;
+
+/// A confirmed publish per delivery to `exchange` on the broker at `url`.
+pub(crate) struct Amqp {
+    url: reqwest::Url,
+    password: Option<Secret>,
+    exchange: String,
+    routing_key: Template,
+    /// Opened at the first delivery, not at start (a relay starts while RabbitMQ is
+    /// down); opened again after a failure closed it.
+    link: tokio::sync::Mutex<Option<(Connection, Channel)>>,
+}
+
+impl Amqp {
+    /// From the validated `url`, its password, the `exchange` and the `routing_key`
+    /// template (default `{event}`).
+    pub(crate) fn new(
+        url: reqwest::Url,
+        password: Option<&Secret>,
+        exchange: &str,
+        routing_key: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let routing_key = Template::parse(routing_key.unwrap_or("{event}"))
+            .map_err(|e| anyhow::anyhow!("routing_key: {e}"))?;
+        Ok(Self {
+            url,
+            password: password.cloned(),
+            exchange: exchange.to_owned(),
+            routing_key,
+            link: Default::default(),
+        })
+    }
+
+    /// The channel in confirm mode, opened now if there is none that is open.
+    async fn channel(&self) -> Result<Channel, String> {
+        let mut slot = self.link.lock().await;
+        if let Some((conn, channel)) = &*slot {
+            if conn.status().connected() && channel.status().connected() {
+                return Ok(channel.clone());
+            }
+        }
+        *slot = None;
+        let mut uri: lapin::uri::AMQPUri = self
+            .url
+            .as_str()
+            .parse()
+            .map_err(|e| format!("{} is not an AMQP URL: {e}", self.display()))?;
+        if let Some(password) = &self.password {
+            uri.authority.userinfo.password = password.expose().to_owned();
+        }
+        let props = ConnectionProperties::default().with_connection_name("hookrelay".into());
+        let conn = Connection::connect_uri(uri, props)
+            .await
+            .map_err(|e| format!("cannot connect to RabbitMQ at {}: {e}", self.display()))?;
+        let channel = conn
+            .create_channel()
+            .await
+            .map_err(|e| format!("cannot open a channel on {}: {e}", self.display()))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| format!("cannot turn publisher confirms on at {}: {e}", self.display()))?;
+        *slot = Some((conn, channel.clone()));
+        Ok(channel)
+    }
+
+    /// Forgets the channel after a failure: the next attempt opens another (a
+    /// publish to a missing exchange closes the channel; an outage, the connection).
+    async fn forget(&self) {
+        let mut slot = self.link.lock().await;
+        if let Some((conn, _)) = slot.take() {
+            if conn.status().connected() {
+                let _ = conn.close(200, "reopening".into()).await;
+            }
+        }
+    }
+}
+
+/// `message`'s headers as AMQP headers (long strings).
+fn headers(message: &Message<'_>) -> FieldTable {
+    let mut table = FieldTable::default();
+    for (name, value) in &message.headers {
+        table.insert(
+            ShortString::from(name.as_str().to_owned()),
+            AMQPValue::LongString(LongString::from(value.as_bytes().to_vec())),
+        );
+    }
+    table
+}
+
+#[async_trait]
+impl Transport for Amqp {
+    async fn send(&self, message: Message<'_>, _policy: &RetryPolicy) -> Answer {
+        let started = Instant::now();
+        let channel = match self.channel().await {
+            Ok(c) => c,
+            Err(e) => {
+                self.forget().await;
+                return Answer::retry(e, started.elapsed());
+            }
+        };
+        let key = self.routing_key.render(&message.names);
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(ShortString::from(message.id.to_owned()))
+            .with_timestamp(timestamp)
+            .with_app_id("hookrelay".into())
+            .with_headers(headers(&message));
+        if let Some(ct) = message.headers.get(reqwest::header::CONTENT_TYPE) {
+            if let Ok(ct) = ct.to_str() {
+                props = props.with_content_type(ShortString::from(ct.to_owned()));
+            }
+        }
+        let options = BasicPublishOptions { mandatory: true, ..Default::default() };
+        let exchange = ShortString::from(self.exchange.clone());
+        let published = channel
+            .basic_publish(exchange, ShortString::from(key.clone()), options, &message.body, props)
+            .await;
+        let confirmed = match published {
+            Ok(confirm) => confirm.await,
+            Err(e) => Err(e),
+        };
+        let on = |what: &str| {
+            let exchange = if self.exchange.is_empty() { "(default)" } else { &self.exchange };
+            format!("{what} (exchange {exchange}, routing key {key})")
+        };
+        match confirmed {
+            Ok(Confirmation::Ack(None)) => Answer::taken(Some(on("confirmed")), started.elapsed()),
+            Ok(Confirmation::Ack(Some(returned))) => Answer::retry(
+                on(&format!(
+                    "returned unroutable: {} {}: bind a queue that takes this routing key",
+                    returned.reply_code,
+                    returned.reply_text.as_str()
+                )),
+                started.elapsed(),
+            ),
+            Ok(Confirmation::Nack(_)) => {
+                Answer::retry(on("refused by the broker (nack)"), started.elapsed())
+            }
+            Ok(Confirmation::NotRequested) => {
+                self.forget().await;
+                Answer::retry(on("not confirmed (confirm mode was off)"), started.elapsed())
+            }
+            Err(e) => {
+                self.forget().await;
+                Answer::retry(on(&format!("publish failed: {e}")), started.elapsed())
+            }
+        }
+    }
+
+    fn display(&self) -> String {
+        display_url(&self.url)
+    }
+
+    fn host(&self) -> Option<&str> {
+        self.url.host_str()
+    }
+}
