@@ -19,18 +19,45 @@ pub(super) async fn healthz() -> HttpResponse {
 /// callbacks fail (and disable hooks) without delivering anything sooner.
 pub(super) async fn readyz(state: web::Data<AdminState>) -> HttpResponse {
     match not_ready(&state) {
-        None => HttpResponse::Ok().content_type(TEXT).body(match stalled(&state) {
-            None => "ready\n".to_owned(),
-            Some(names) => format!(
-                "ready, degraded: destination {names} stalled (deliveries due, no attempt \
-                 started; the worker is restarted at most 3 times an hour; see \
-                 hookrelay_destination_stalled and docs/runbook.md). Callbacks are still taken\n"
-            ),
-        }),
+        None => {
+            let mut said = match stalled(&state) {
+                None => "ready\n".to_owned(),
+                Some(names) => format!(
+                    "ready, degraded: destination {names} stalled (deliveries due, no attempt \
+                     started; the worker is restarted at most 3 times an hour; see \
+                     hookrelay_destination_stalled and docs/runbook.md). Callbacks are still \
+                     taken\n"
+                ),
+            };
+            for line in unreachable_brokers(&state) {
+                said.push_str(&line);
+            }
+            HttpResponse::Ok().content_type(TEXT).body(said)
+        }
         Some(reason) => HttpResponse::ServiceUnavailable()
             .content_type(TEXT)
             .body(format!("not ready: {reason}\n")),
     }
+}
+
+/// A line for each broker destination whose circuit is open, with its last error
+/// (an unreachable broker, refused credentials, a missing stream or exchange): said,
+/// not a reason to refuse callbacks, which wait in the store for it.
+fn unreachable_brokers(state: &AdminState) -> Vec<String> {
+    let destinations = state.destinations.load();
+    destinations
+        .iter()
+        .filter(|d| d.dest.kind != crate::config::DestinationKind::Http)
+        .filter(|d| d.phase() != crate::delivery::Phase::Closed)
+        .map(|d| {
+            let why = d.activity().last_error.map_or_else(|| "failing".into(), |(e, _)| e);
+            format!(
+                "destination {} ({}) failing, its deliveries wait: {why}\n",
+                d.dest.name,
+                d.dest.kind.name()
+            )
+        })
+        .collect()
 }
 
 /// The destinations the progress watchdog finds stalled, if any.

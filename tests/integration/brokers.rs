@@ -364,6 +364,13 @@ async fn a_broker_outage_loses_nothing(kind: &str) -> usize {
     broker.start_again();
     tokio::time::sleep_until(at(15).into()).await;
     broker.stop();
+    // While the broker is down, /readyz names it and still answers 200: callbacks are
+    // taken and wait in the store.
+    tokio::time::sleep_until(at(40).into()).await;
+    let ready = relay.client.get(format!("http://{}/readyz", relay.admin)).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let said = ready.text().await.unwrap();
+    assert!(said.starts_with("ready") && said.contains("destination bus ("), "{kind}: {said}");
     tokio::time::sleep_until(at(45).into()).await;
     broker.start_again();
     let back = Instant::now();
