@@ -176,15 +176,25 @@ while read -r kind name path <&3; do
       # The fleet's tests (PostgreSQL servers, failovers, two to three minutes each,
       # mostly waiting) in a process of their own beside the rest, so that they start
       # at once rather than last (a test binary starts its tests in name order).
+      # Then, in the same process, the broker destinations' tests (their own NATS,
+      # RabbitMQ and Redis servers, each stopped for 30 s), two at a time.
       fleet_log=target/integration-postgres.log
-      "$path" postgres:: --test-threads 3 >"$fleet_log" 2>&1 &
+      (
+        pg=0; "$path" postgres:: --test-threads 3 || pg=$?
+        brokers=0; "$path" brokers:: --test-threads 2 || brokers=$?
+        [ "$pg" -eq 0 ] && [ "$brokers" -eq 0 ]
+      ) >"$fleet_log" 2>&1 &
       fleet_pid=$!
-      run_tests "integration (all but postgres::)" "$path" --skip postgres::
+      run_tests "integration (all but postgres::, brokers::, socket_activation::)" "$path" \
+        --skip postgres:: --skip brokers:: --skip socket_activation::
       fleet_status=0
       wait "$fleet_pid" || fleet_status=$?
-      echo "== integration postgres:: (beside the rest): exit $fleet_status"
+      echo "== integration postgres::, then brokers:: (beside the rest): exit $fleet_status"
       cat "$fleet_log"
       if [ "$fleet_status" -ne 0 ]; then tests_status=1; fi
+      # Restarts handed over under 500 callbacks a second: timed against the relay's
+      # own handover waits, alone, as a service manager would run them.
+      run_tests "integration socket_activation:: (alone)" "$path" socket_activation:: --test-threads 1
       ;;
     *) run_tests "$kind $name" "$path" ;;
   esac

@@ -30,6 +30,7 @@ mod lock;
 mod metrics;
 mod notify;
 mod operational;
+mod pull;
 mod reachability;
 mod readiness;
 mod retention;

@@ -6,8 +6,10 @@
 
 mod audit;
 pub(crate) mod openapi;
+mod pull;
 
 pub(crate) use audit::{AuditReport, DestinationAudit, EventAudit};
+pub(crate) use pull::{Leased, LeasedDelivery, Refused, Settle, Settled};
 
 use std::collections::BTreeMap;
 
@@ -335,7 +337,7 @@ pub(crate) struct Queue {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct DestinationStatus {
     pub(crate) name: String,
-    /// How deliveries reach it: `http`, `nats`, `amqp` or `redis-stream`.
+    /// How deliveries reach it: `http`, `nats`, `amqp`, `redis-stream` or `pull`.
     #[serde(default)]
     pub(crate) kind: String,
     /// Without any password.

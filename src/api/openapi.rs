@@ -10,8 +10,8 @@ use serde_json::{json, Map, Value};
 
 use super::{
     Accounts, ApiError, AuditReport, DeadLetterPage, Deleted, DestinationHistory, DestinationList,
-    EventDetail, EventPage, EventReplayed, JournalPage, Overview, Paused, Preview, PreviewRequest,
-    Reloaded, ReplayRequest, Replayed, Selection,
+    EventDetail, EventPage, EventReplayed, JournalPage, Leased, Overview, Paused, Preview,
+    PreviewRequest, Reloaded, ReplayRequest, Replayed, Selection, Settle, Settled,
 };
 use crate::store::{EventId, EventStatus};
 
@@ -43,6 +43,9 @@ pub(crate) fn document() -> Value {
     let journal = subschema::<JournalPage>(&mut g);
     let reloaded = subschema::<Reloaded>(&mut g);
     let history = subschema::<DestinationHistory>(&mut g);
+    let leased = subschema::<Leased>(&mut g);
+    let settle_body = subschema::<Settle>(&mut g);
+    let settled = subschema::<Settled>(&mut g);
     let schemas: Map<String, Value> = g.take_definitions(true).into_iter().collect();
 
     let json_body = |schema: &Value, description: &str| json!({ "description": description, "content": { "application/json": { "schema": schema } } });
@@ -72,6 +75,34 @@ pub(crate) fn document() -> Value {
         })
     };
     let query = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": description });
+    // The pull API, on the public listener (`ingress.listen`), with a pull
+    // destination's own token.
+    let public = json!([{ "url": "http://{ingress}", "description": "the public listener (ingress.listen)", "variables": { "ingress": { "default": "127.0.0.1:8080" } } }]);
+    let pull_name = json!({ "name": "destination", "in": "path", "required": true, "schema": { "type": "string" }, "description": "a destination with kind = \"pull\"" });
+    let pull = |summary: &str,
+                params: Vec<Value>,
+                body: Option<&Value>,
+                ok: Value,
+                more: &[(&str, &str)]| {
+        let mut responses = Map::new();
+        responses.insert("200".into(), ok);
+        responses.insert("400".into(), err("a bad query or body, said how"));
+        responses.insert(
+            "401".into(),
+            err("no or wrong `Authorization: Bearer` token of this pull destination"),
+        );
+        responses.insert("404".into(), err("no pull destination of this name"));
+        responses.insert("503".into(), err("the store cannot answer now: try again shortly"));
+        for (code, why) in more {
+            responses.insert((*code).into(), json_body(&settled, why));
+        }
+        let mut op = json!({ "summary": summary, "security": [{ "pull_token": [] }], "parameters": params, "responses": responses });
+        if let Some(body) = body {
+            op["requestBody"] =
+                json!({ "required": true, "content": { "application/json": { "schema": body } } });
+        }
+        json!({ "servers": public.clone(), "post": op })
+    };
     let path_param = |name: &str, schema: Value, description: &str| json!({ "name": name, "in": "path", "required": true, "schema": schema, "description": description });
     let with = |codes: &[(&str, &str)]| {
         let mut m = Map::new();
@@ -188,7 +219,7 @@ pub(crate) fn document() -> Value {
         },
         "components": {
             "schemas": schemas,
-            "securitySchemes": { "admin_token": { "type": "http", "scheme": "bearer", "description": "admin.token (the admin named `admin`) or one of admin.tokens, each with a role: viewer (reads all but events' bodies and headers), operator (a viewer who may also replay, discard, pause, resume and sync hooks), admin (everything); a viewer or operator may be scoped to some destinations" } },
+            "securitySchemes": { "pull_token": { "type": "http", "scheme": "bearer", "description": "the token of the pull destination named in the path (its token, token_file or token_env)" }, "admin_token": { "type": "http", "scheme": "bearer", "description": "admin.token (the admin named `admin`) or one of admin.tokens, each with a role: viewer (reads all but events' bodies and headers), operator (a viewer who may also replay, discard, pause, resume and sync hooks), admin (everything); a viewer or operator may be scoped to some destinations" } },
         },
         "paths": {
             "/healthz": { "get": { "summary": "Liveness: the process serves HTTP", "responses": { "200": text("ok") } } },
@@ -265,6 +296,26 @@ pub(crate) fn document() -> Value {
                 vec![],
                 json!({ "description": "the backup (docs/deploy.md, \"Backups\")", "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } }),
                 with(&[("409", "the store is PostgreSQL: use pg_dump")])) },
+            "/pull/{destination}/lease": pull(
+                "Lease up to `max` due deliveries of a pull destination for `lease` (on the public listener): each resource's next only once its previous one is acknowledged; one not acknowledged by the lease's end is due again and leased anew",
+                vec![pull_name.clone(),
+                     query("max", json!({ "type": "integer", "minimum": 1, "maximum": 1000, "default": 100 }), "most deliveries to lease"),
+                     query("lease", json!({ "type": "string", "default": "30s" }), "how long the lease holds (1s to 1h; `30s`, `5m`)")],
+                None,
+                json_body(&leased, "the deliveries leased (maybe none)"),
+                &[]),
+            "/pull/{destination}/ack": pull(
+                "Acknowledge leased deliveries: each is delivered. An id whose lease expired is refused (the delivery is due again), the others are still taken",
+                vec![pull_name.clone()],
+                Some(&settle_body),
+                json_body(&settled, "every id recorded"),
+                &[("409", "some ids refused, each with why (a lease expired or no longer held, an id no lease gave); the others recorded")]),
+            "/pull/{destination}/nack": pull(
+                "Give leased deliveries back as failed attempts: each is due again after `delay` (or the destination's backoff), and dead once its retry policy gives up",
+                vec![pull_name],
+                Some(&settle_body),
+                json_body(&settled, "every id recorded"),
+                &[("409", "some ids refused, each with why; the others recorded")]),
             "/admin/journal": { "get": admin(
                 "Every change made through the admin API or the console (replays, discards, pauses, resumes, hook syncs, reloads, sign-ins), by any relay sharing the store, newest first",
                 journal_params,

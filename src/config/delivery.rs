@@ -174,6 +174,15 @@ pub(crate) struct DestinationConfig {
     pub(crate) resolved_password: Option<Secret>,
     /// nats: a credentials file (`.creds`: a user JWT and its NKey seed).
     pub(crate) credentials_file: Option<std::path::PathBuf>,
+    /// pull: the token its consumer sends (`Authorization: Bearer`), at least 16
+    /// characters.
+    pub(crate) token: Option<Secret>,
+    /// A file holding the pull token (instead of `token`).
+    pub(crate) token_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the pull token (instead of `token`).
+    pub(crate) token_env: Option<String>,
+    #[serde(skip)]
+    pub(crate) resolved_token: Option<Secret>,
     /// Extra request headers (their values are shown masked: API keys go here).
     #[serde(default, serialize_with = "super::secret::serialize_headers")]
     pub(crate) headers: BTreeMap<String, String>,

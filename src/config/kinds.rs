@@ -24,7 +24,7 @@ fn belongs(field: &str, kind: DestinationKind) -> bool {
         "exchange" | "routing_key" => kind == Amqp,
         "stream" | "max_len" => kind == RedisStream,
         "password" => matches!(kind, Nats | Amqp | RedisStream),
-        "headers" => kind != Pull,
+        "token" => kind == Pull,
         _ => true,
     }
 }
@@ -33,11 +33,6 @@ fn belongs(field: &str, kind: DestinationKind) -> bool {
 pub(super) fn check(key: &str, dest: &DestinationConfig, problems: &mut Vec<String>) {
     let kind = dest.kind;
     let kind_name = kind.name();
-    if kind == DestinationKind::Pull {
-        problems.push(format!(
-            "{key}.kind: {kind_name:?} is not built yet; use \"http\", \"nats\", \"amqp\" or \"redis-stream\""
-        ));
-    }
     let given = [
         ("subject", dest.subject.is_some()),
         ("exchange", dest.exchange.is_some()),
@@ -49,7 +44,7 @@ pub(super) fn check(key: &str, dest: &DestinationConfig, problems: &mut Vec<Stri
             dest.password.is_some() || dest.password_file.is_some() || dest.password_env.is_some(),
         ),
         ("credentials_file", dest.credentials_file.is_some()),
-        ("headers", !dest.headers.is_empty()),
+        ("token", dest.token.is_some() || dest.token_file.is_some() || dest.token_env.is_some()),
     ];
     for (field, _) in given.iter().filter(|(f, set)| *set && !belongs(f, kind)) {
         problems.push(format!("{key}.{field}: not used by kind = {kind_name:?}; remove it"));
@@ -107,7 +102,17 @@ pub(super) fn check(key: &str, dest: &DestinationConfig, problems: &mut Vec<Stri
                 problems.push(format!("{key}.max_len: must be at least 1 (omit it to keep all)"));
             }
         }
-        DestinationKind::Http | DestinationKind::Pull => {}
+        DestinationKind::Pull => {
+            let given =
+                dest.token.is_some() || dest.token_file.is_some() || dest.token_env.is_some();
+            if !given {
+                problems.push(format!(
+                    "{key}.token: kind = \"pull\" needs the token its consumer sends \
+                     (token, token_file or token_env; at least 16 characters)"
+                ));
+            }
+        }
+        DestinationKind::Http => {}
     }
 }
 
@@ -216,12 +221,12 @@ mod tests {
     }
 
     #[test]
-    fn a_password_stays_out_of_the_url_and_kinds_not_built_say_so() {
+    fn a_password_stays_out_of_the_url_and_a_pull_destination_needs_its_token() {
         let in_url = DestinationConfig { url: "nats://app:hunter2@127.0.0.1".into(), ..nats("a") };
         let said = problems(in_url);
         assert!(said[0].contains("holds a password; give it by password_file"), "{said:?}");
         assert!(said.iter().all(|p| !p.contains("hunter2")), "{said:?}");
         let pull = DestinationConfig { kind: DestinationKind::Pull, ..Default::default() };
-        assert!(problems(pull)[0].contains("\"pull\" is not built yet"));
+        assert!(problems(pull)[0].contains("token: kind = \"pull\" needs the token"));
     }
 }

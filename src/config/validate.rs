@@ -153,6 +153,19 @@ impl Config {
                 Ok(p) => dest.resolved_password = p,
                 Err(e) => problems.push(e),
             }
+            let token = SecretSpec {
+                inline: dest.token.as_ref(),
+                file: dest.token_file.as_deref(),
+                env: dest.token_env.as_deref(),
+            };
+            match token.resolve(&format!("{key}.token"), env) {
+                Ok(Some(t)) if t.expose().len() < MIN_TOKEN_LEN => problems.push(format!(
+                    "{key}.token: at least {MIN_TOKEN_LEN} characters (it is all that guards \
+                     the deliveries it leases)"
+                )),
+                Ok(t) => dest.resolved_token = t,
+                Err(e) => problems.push(e),
+            }
         }
         super::upstream::validate(&self.upstream, &mut self.sources, env, &mut problems);
         if self.retention.delivered.is_zero() || self.retention.interval.is_zero() {

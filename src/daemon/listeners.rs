@@ -90,6 +90,7 @@ pub(super) fn start(
     admin: AdminState,
     access: web::Data<Access>,
     ingress_state: web::Data<IngressState>,
+    pull: web::Data<crate::pull::PullState>,
 ) -> anyhow::Result<(Listener, Listener)> {
     let grace = config.shutdown.grace;
     let any_token = access.enabled();
@@ -103,6 +104,11 @@ pub(super) fn start(
         config.ingress.workers,
         grace,
         ingress_state,
+        // The pull destinations' consumers fetch on the public listener too.
+        move |cfg: &mut web::ServiceConfig| {
+            cfg.app_data(pull.clone());
+            crate::pull::routes(cfg);
+        },
     )
     .map_err(|e| crate::bind::error(e, "ingress.listen", config.ingress.listen))?;
     // `handed`: the socket came from the service manager (ingress.listen or

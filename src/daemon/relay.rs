@@ -169,6 +169,14 @@ impl Relay {
             space.clone(),
             tracer,
         ));
+        let pull = web::Data::new(crate::pull::PullState {
+            destinations: current.clone(),
+            store: store.clone(),
+            shaper: shaper.clone(),
+            metrics: metrics.clone(),
+            tracer: relay.tracer.clone(),
+            owner: relay.owner.clone(),
+        });
         let mut flow = Flow {
             config: Arc::new(config.clone()),
             source,
@@ -190,7 +198,8 @@ impl Relay {
         };
         flow.start_workers();
         flow.start_retention();
-        let (admin, ingress) = listeners::start(config, sockets, admin, access, ingress_state)?;
+        let (admin, ingress) =
+            listeners::start(config, sockets, admin, access, ingress_state, pull)?;
         readiness.set(true);
         RelayReady { sources: config.sources.len() }.emit(metrics);
         ConfigInForce { fingerprint: crate::config::reload::fingerprint(config) }.emit(metrics);

@@ -270,6 +270,12 @@ impl Destinations {
         stop: Stop,
     ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         let state = self.by_name.get(name)?;
+        if state.dest.kind == crate::config::DestinationKind::Pull {
+            // Its consumer leases its deliveries (`pull/`): nothing to send, nothing to
+            // watch; the part only waits for its stop.
+            let mut stop = stop;
+            return Some(futures_util::future::Either::Left(async move { stop.wait().await }));
+        }
         let worker = worker::Worker {
             recorder: recorder::Recorder::start(
                 self.store.clone(),
@@ -288,7 +294,7 @@ impl Destinations {
             tracer: relay.tracer.clone(),
             shaped: std::sync::Mutex::default(),
         };
-        Some(worker.run(stop))
+        Some(futures_util::future::Either::Right(worker.run(stop)))
     }
 
     /// The names of the destinations, in order.

@@ -83,11 +83,13 @@ impl Amqp {
     /// Forgets the channel after a failure: the next attempt opens another (a
     /// publish to a missing exchange closes the channel; an outage, the connection).
     async fn forget(&self) {
-        let mut slot = self.link.lock().await;
-        if let Some((conn, _)) = slot.take() {
-            if conn.status().connected() {
-                let _ = conn.close(200, "reopening".into()).await;
-            }
+        let taken = self.link.lock().await.take();
+        if let Some((conn, _)) = taken {
+            // Closed aside, for at most 5 s: a dead connection never answers the close.
+            tokio::spawn(async move {
+                let close = conn.close(200, "reopening".into());
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), close).await;
+            });
         }
     }
 }
@@ -165,6 +167,13 @@ impl Transport for Amqp {
                 Answer::retry(on(&format!("publish failed: {e}")), started.elapsed())
             }
         }
+    }
+
+    /// A publish or its confirm that never came: the connection is closed and
+    /// opened again next time (one dead behind a restarted broker would otherwise
+    /// hold every attempt until its heartbeat noticed, a minute or more).
+    async fn no_answer(&self) {
+        self.forget().await;
     }
 
     fn display(&self) -> String {

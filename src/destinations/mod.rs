@@ -49,6 +49,8 @@ pub(crate) struct Destination {
     pub(crate) filter: Option<std::sync::Arc<crate::shape::program::Program>>,
     /// The `transform` giving the body sent, if any.
     pub(crate) transform: Option<std::sync::Arc<crate::shape::program::Program>>,
+    /// pull: the token its consumer sends.
+    pub(crate) pull_token: Option<crate::config::Secret>,
 }
 
 impl Destination {
@@ -114,11 +116,7 @@ impl Destination {
                 )
                 .map_err(|e| anyhow::anyhow!("destination {}: {e}", config.name))?,
             ),
-            other => anyhow::bail!(
-                "destination {}: kind = {:?} is not built yet; use \"http\", \"nats\", \"amqp\" or \"redis-stream\"",
-                config.name,
-                other.name()
-            ),
+            DestinationKind::Pull => Box::new(transport::Held),
         };
         Ok(Self {
             name: config.name.clone(),
@@ -132,6 +130,7 @@ impl Destination {
             max_concurrency: config.max_concurrency.unwrap_or(defaults.max_concurrency),
             retry: config.retry_policy(&defaults.retry),
             rate_limit: config.rate_limit,
+            pull_token: config.resolved_token.clone(),
         })
     }
 
@@ -140,10 +139,9 @@ impl Destination {
         self.transport.display()
     }
 
-    /// Sends one attempt and classifies the answer, within the destination's
-    /// `timeout`. Never fails: every failure is an [`Answer`] too.
-    pub(crate) async fn send(&self, req: Request<'_>) -> Answer {
-        let started = Instant::now();
+    /// The message of one attempt: the relay's headers (signed now), the configured
+    /// ones and the body; what every kind sends, and what a pull consumer leases.
+    pub(crate) fn message<'a>(&self, req: Request<'a>) -> Message<'a> {
         let timestamp = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -165,7 +163,7 @@ impl Destination {
         if let Some(ct) = req.content_type.and_then(|c| HeaderValue::from_str(c).ok()) {
             headers.insert(CONTENT_TYPE, ct);
         }
-        let message = Message {
+        Message {
             headers,
             body: req.body,
             id: req.webhook_id,
@@ -174,14 +172,27 @@ impl Destination {
                 source: req.source,
                 resource_type: crate::template::resource_type(req.resource),
             },
-        };
+        }
+    }
+
+    /// Sends one attempt and classifies the answer, within the destination's
+    /// `timeout`. Never fails: every failure is an [`Answer`] too.
+    pub(crate) async fn send(&self, req: Request<'_>) -> Answer {
+        let started = Instant::now();
+        let message = self.message(req);
         let sent = self.transport.send(message, &self.retry);
         match tokio::time::timeout(self.timeout, sent).await {
             Ok(answer) => answer,
-            Err(_) => Answer::retry(
-                format!("timeout: no answer within {}", humantime::format_duration(self.timeout)),
-                started.elapsed(),
-            ),
+            Err(_) => {
+                self.transport.no_answer().await;
+                Answer::retry(
+                    format!(
+                        "timeout: no answer within {}",
+                        humantime::format_duration(self.timeout)
+                    ),
+                    started.elapsed(),
+                )
+            }
         }
     }
 }

@@ -110,6 +110,11 @@ impl Transport for RedisStream {
         }
     }
 
+    /// No answer in time: connect afresh next time.
+    async fn no_answer(&self) {
+        *self.connection.lock().await = None;
+    }
+
     fn display(&self) -> String {
         display_url(&self.url)
     }

@@ -61,10 +61,36 @@ impl Answer {
 pub(crate) trait Transport: Send + Sync {
     /// Sends `message` once; `policy` for the kinds whose answers it classifies.
     async fn send(&self, message: Message<'_>, policy: &RetryPolicy) -> Answer;
+    /// An attempt got no answer within the destination's timeout: a connection kept
+    /// for the next attempts may be dead without knowing it yet (a broker restarted
+    /// behind it), so a kind that keeps one opens another next time.
+    async fn no_answer(&self) {}
     /// Where messages go, for the console and the API: no password, no query.
     fn display(&self) -> String;
     /// The host messages go to (a span's `server.address`).
     fn host(&self) -> Option<&str>;
+}
+
+/// A pull destination's: nothing is sent, its consumer leases (`pull/`). Its worker
+/// never runs, so this answers only if something asks it by mistake.
+pub(crate) struct Held;
+
+#[async_trait]
+impl Transport for Held {
+    async fn send(&self, _message: Message<'_>, _policy: &RetryPolicy) -> Answer {
+        Answer::retry(
+            "a pull destination is not sent to: its consumer leases".into(),
+            Duration::ZERO,
+        )
+    }
+
+    fn display(&self) -> String {
+        "(pulled by its consumer)".into()
+    }
+
+    fn host(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The chain of `e`'s causes in one line.

@@ -112,7 +112,8 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .route("/healthz", web::get().to(|| async { HttpResponse::Ok().body("ok\n") }));
 }
 
-/// Binds the public listener. Signals are handled by the daemon, which stops the
+/// Binds the public listener, with `more` routes beside the callbacks' (the pull
+/// API). Signals are handled by the daemon, which stops the
 /// server gracefully, giving in-flight callbacks up to `grace` to finish.
 pub(crate) fn server(
     listen: SocketAddr,
@@ -120,11 +121,14 @@ pub(crate) fn server(
     workers: usize,
     grace: Duration,
     state: web::Data<IngressState>,
+    more: impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
 ) -> std::io::Result<(actix_web::dev::Server, Vec<SocketAddr>)> {
-    let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
-        .on_connect(abort::remember_socket)
-        .disable_signals()
-        .shutdown_timeout(grace.as_secs().max(1));
+    let mut server = HttpServer::new(move || {
+        App::new().app_data(state.clone()).configure(routes).configure(more.clone())
+    })
+    .on_connect(abort::remember_socket)
+    .disable_signals()
+    .shutdown_timeout(grace.as_secs().max(1));
     if workers > 0 {
         server = server.workers(workers);
     }

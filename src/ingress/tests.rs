@@ -39,8 +39,15 @@ async fn a_store_failure_closes_the_connection_without_any_status() {
         )),
     );
     let listen = "127.0.0.1:0".parse().unwrap();
-    let (server, addrs) =
-        server(listen, None, 1, Duration::from_secs(1), web::Data::new(state)).unwrap();
+    let (server, addrs) = server(
+        listen,
+        None,
+        1,
+        Duration::from_secs(1),
+        web::Data::new(state),
+        |_: &mut web::ServiceConfig| {},
+    )
+    .unwrap();
     let handle = server.handle();
     tokio::spawn(server);
 

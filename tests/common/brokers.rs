@@ -211,7 +211,14 @@ impl Redis {
             None => self.url(),
         };
         let client = redis::Client::open(url).expect("redis url");
-        client.get_multiplexed_async_connection().await.expect("connecting to the test's Redis")
+        // A loaded machine answers a long XRANGE slowly: no short response timeout.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(Duration::from_secs(60)))
+            .set_connection_timeout(Some(Duration::from_secs(30)));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("connecting to the test's Redis")
     }
 }
 

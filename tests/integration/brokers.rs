@@ -183,15 +183,24 @@ impl Broker {
             Broker::Redis(r) => {
                 let mut conn = r.connection(None).await;
                 let key = format!("hookrelay.{SOURCE}");
-                let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-                    .arg(&key)
-                    .arg("-")
-                    .arg("+")
-                    .query_async(&mut conn)
-                    .await
-                    .expect("XRANGE");
-                reply
-                    .ids
+                // In pages of 500, each after the last entry read.
+                let mut entries = Vec::new();
+                let mut from = "-".to_owned();
+                loop {
+                    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+                        .arg(&key)
+                        .arg(&from)
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(500)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("XRANGE");
+                    let Some(last) = reply.ids.last().map(|e| e.id.clone()) else { break };
+                    from = format!("({last}");
+                    entries.extend(reply.ids);
+                }
+                entries
                     .into_iter()
                     .map(|entry| {
                         let mut fields: HashMap<String, Vec<u8>> = entry

@@ -37,6 +37,7 @@ mod operational;
 mod postgres;
 mod power_loss;
 mod prometheus;
+mod pull;
 mod reload;
 mod roles;
 mod shape;

@@ -13,6 +13,7 @@ use common::Relay;
 use serde_json::Value;
 
 /// scripts/test.sh installs schemathesis (pinned) in a virtualenv of its own.
+const PULL_TOKEN: &str = "pull-token-0123456789abcdef";
 const SCHEMATHESIS: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/target/schemathesis/bin/schemathesis");
 
@@ -20,7 +21,10 @@ const SCHEMATHESIS: &str =
 /// dead letter (the destination answers 422).
 async fn relay_with_data(dir: &std::path::Path, sink: &Sink) -> Relay {
     sink.set_mode(Mode::Status(422));
-    let tail = format!("\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n", sink.url());
+    let tail = format!(
+        "\n[[destinations]]\nname = \"crm\"\nurl = \"{}\"\n\n[[destinations]]\nname = \"feed\"\nkind = \"pull\"\ntoken = \"{PULL_TOKEN}\"\n",
+        sink.url()
+    );
     // schemathesis tries wrong and missing tokens on purpose, from the address it
     // then uses the right one from: the throttle raised for it (429 is documented).
     let text = common::config_with(&dir.join("data"), "max_body_bytes = 2048", &tail)
@@ -89,38 +93,74 @@ async fn schemathesis_finds_nothing() {
     let workdir = dir.path().to_owned(); // schemathesis keeps its cache in the working directory
     let (_, served) = relay.admin_get("/admin/openapi.json").await;
     std::fs::write(&schema, served.to_string()).unwrap();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(SCHEMATHESIS)
-            .current_dir(&workdir)
-            .arg("run")
-            .arg(&schema)
-            .args(["--url", &url])
-            .args(["-H", &format!("Authorization: Bearer {}", common::ADMIN_TOKEN)])
-            // Every check but "valid-looking data is accepted": a well-formed name of a
-            // destination that does not exist is rightly refused.
-            .args(["--checks", "all", "--exclude-checks", "positive_data_acceptance"])
-            .args(["--max-examples", "60", "--seed", "1", "--workers", "1"])
-            .env("NO_COLOR", "1")
-            .output()
-            .expect("run schemathesis")
-    })
-    .await
+    // The admin listener's operations with the admin token; then the pull API's, on
+    // the public listener, with the pull destination's token.
+    // The pull run names the one pull destination (schemathesis.toml's parameters in
+    // its own working directory), so that its requests reach more than a 404.
+    let pull_dir = workdir.join("pull");
+    std::fs::create_dir_all(&pull_dir).unwrap();
+    std::fs::write(
+        pull_dir.join("schemathesis.toml"),
+        "[parameters]\n\"path.destination\" = \"feed\"\n",
+    )
     .unwrap();
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "schemathesis found problems:\n{text}");
-    assert!(text.contains("No issues found"), "{text}");
+    let runs = [
+        (url, common::ADMIN_TOKEN.to_owned(), "--exclude-path-regex", workdir.clone()),
+        (
+            format!("http://{}", relay.ingress),
+            PULL_TOKEN.to_owned(),
+            "--include-path-regex",
+            pull_dir,
+        ),
+    ];
+    let mut text = String::new();
+    for (url, token, filter, workdir) in runs {
+        let schema = schema.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(SCHEMATHESIS)
+                .current_dir(&workdir)
+                .arg("run")
+                .arg(&schema)
+                .args(["--url", &url])
+                .args(["-H", &format!("Authorization: Bearer {token}")])
+                .args([filter, "^/pull/"])
+                // Every check but "valid-looking data is accepted": a well-formed name of a
+                // destination that does not exist is rightly refused.
+                .args(["--checks", "all", "--exclude-checks", "positive_data_acceptance"])
+                .args(["--max-examples", "60", "--seed", "1", "--workers", "1"])
+                .env("NO_COLOR", "1")
+                .output()
+                .expect("run schemathesis")
+        })
+        .await
+        .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "schemathesis found problems ({filter}):\n{said}");
+        assert!(said.contains("No issues found"), "{said}");
+        text.push_str(&said);
+    }
     let document: Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json"))
             .unwrap(),
     )
     .unwrap();
-    let operations: usize =
-        document["paths"].as_object().unwrap().values().map(|p| p.as_object().unwrap().len()).sum();
-    assert!(
-        text.contains(&format!("Tested: {operations}")),
-        "every operation ({operations}) was tested: {text}"
-    );
+    // Each run's operations (a path item's `servers` is not an operation).
+    let count = |pull: bool| -> usize {
+        let paths = document["paths"].as_object().unwrap();
+        let ops = paths.iter().filter(|(p, _)| p.starts_with("/pull/") == pull);
+        ops.map(|(_, item)| item.as_object().unwrap().keys().filter(|k| *k != "servers").count())
+            .sum()
+    };
+    for operations in [count(false), count(true)] {
+        assert!(
+            text.contains(&format!("Tested: {operations}")),
+            "every operation ({operations}) was tested: {text}"
+        );
+    }
     // The relay took all of it without a failed task.
     let (status, _) = relay.admin_get("/admin/destinations").await;
     assert_eq!(status, 200);

@@ -1,0 +1,207 @@
+//! Pull destinations end to end: a consumer leases its deliveries on the public
+//! listener, acknowledges or nacks them; each resource's next delivery is leased only
+//! once the previous one is acknowledged; a consumer killed while holding a lease gets
+//! its deliveries back when the lease expires, and its late ack is refused.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{self, Relay};
+
+const PULL_TOKEN: &str = "pull-token-0123456789abcdef";
+
+async fn start() -> (tempfile::TempDir, Relay) {
+    let dir = tempfile::tempdir().unwrap();
+    let tail = format!(
+        r#"
+[[destinations]]
+name = "feed"
+kind = "pull"
+token = "{PULL_TOKEN}"
+ordering = "per-resource"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwRv5D8XT7Qm8="
+transform = '{{resource: .body.data.id, seq: .body.data.attributes.seq}}'
+"#
+    );
+    let text = common::config_with(&dir.path().join("data"), "", &tail);
+    let relay = Relay::start(dir.path(), &text).await;
+    (dir, relay)
+}
+
+fn body(resource: u64, seq: u64) -> String {
+    json!({"data": {"type": "actions", "id": resource.to_string(), "attributes": {"seq": seq}}})
+        .to_string()
+}
+
+/// `POST /pull/feed/{what}` with the token (or `token`); status and JSON.
+async fn pull(relay: &Relay, what: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req =
+        relay.client.post(format!("http://{}/pull/feed/{what}", relay.ingress)).bearer_auth(token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await.expect("pull request");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn lease(relay: &Relay, query: &str) -> Vec<Value> {
+    let (status, v) = pull(relay, &format!("lease?{query}"), PULL_TOKEN, None).await;
+    assert_eq!(status, 200, "{v}");
+    v["deliveries"].as_array().unwrap().clone()
+}
+
+fn ids(leased: &[Value]) -> Value {
+    json!({ "ids": leased.iter().map(|d| d["id"].clone()).collect::<Vec<_>>() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_leases_and_acks_each_resource_in_order() {
+    let (_dir, relay) = start().await;
+    for seq in 0..10u64 {
+        for resource in [1u64, 2] {
+            let r = relay
+                .callback(Some("ActionUpdated"), "application/json", body(resource, seq))
+                .await;
+            assert_eq!(r.status(), 200);
+        }
+    }
+    let mut got: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got.values().map(Vec::len).sum::<usize>() < 20 {
+        if Instant::now() > deadline {
+            let (_, dead) = relay.admin_get("/admin/dead-letters").await;
+            panic!("not all leased: {got:?}; dead letters: {dead}");
+        }
+        let leased = lease(&relay, "max=100&lease=30s").await;
+        // Only each resource's head: the next waits for this one's ack.
+        assert!(leased.len() <= 2, "{leased:?}");
+        for d in &leased {
+            let h = &d["headers"];
+            assert_eq!(h["webhook-id"], d["delivery_id"]);
+            assert!(h["webhook-signature"].as_str().unwrap().starts_with("v1,"), "{d}");
+            assert_eq!(h["hookrelay-event"], "ActionUpdated");
+            let shaped: Value = serde_json::from_str(d["body"].as_str().unwrap()).unwrap();
+            let resource = shaped["resource"].as_str().unwrap().to_owned();
+            got.entry(resource).or_default().push(shaped["seq"].as_u64().unwrap());
+        }
+        if leased.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        let (status, v) = pull(&relay, "ack", PULL_TOKEN, Some(ids(&leased))).await;
+        assert_eq!((status, v["settled"].as_u64()), (200, Some(leased.len() as u64)), "{v}");
+    }
+    let expected: Vec<u64> = (0..10).collect();
+    assert_eq!(got.len(), 2);
+    for (resource, seqs) in &got {
+        assert_eq!(seqs, &expected, "resource {resource}");
+    }
+    assert!(lease(&relay, "max=10").await.is_empty(), "each delivered once");
+    let (_, dests) = relay.admin_get("/admin/destinations").await;
+    assert_eq!(dests["destinations"][0]["kind"], "pull");
+    assert_eq!(dests["destinations"][0]["queue"]["pending"], 0, "{dests}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_comes_back_and_its_late_ack_is_refused() {
+    let (_dir, relay) = start().await;
+    let r = relay.callback(Some("ActionUpdated"), "application/json", body(7, 1)).await;
+    let event = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    // A consumer leases for a second and dies holding it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let leased = lease(&relay, "max=5&lease=1s").await;
+        if !leased.is_empty() {
+            break leased;
+        }
+        assert!(Instant::now() < deadline, "never leased");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(first.len(), 1);
+    assert!(lease(&relay, "max=5").await.is_empty(), "leased twice at once");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Its late ack is refused, saying why; the delivery comes back to the next lease.
+    let (status, v) = pull(&relay, "ack", PULL_TOKEN, Some(ids(&first))).await;
+    assert_eq!(status, 409, "{v}");
+    assert!(v["refused"][0]["why"].as_str().unwrap().contains("the lease expired"), "{v}");
+    let again = lease(&relay, "max=5&lease=30s").await;
+    assert_eq!(again.len(), 1, "the delivery is due again after its lease");
+    assert_eq!(again[0]["delivery_id"], first[0]["delivery_id"]);
+    assert_ne!(again[0]["id"], first[0]["id"], "a lease of its own");
+    // A nack with a delay: not leased before it, leased after.
+    let (status, v) =
+        pull(&relay, "nack", PULL_TOKEN, Some(json!({"ids": [again[0]["id"]], "delay": "2s"})))
+            .await;
+    assert_eq!((status, v["settled"].as_u64()), (200, Some(1)), "{v}");
+    assert!(lease(&relay, "max=5").await.is_empty(), "due again only after the delay");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let third = lease(&relay, "max=5").await;
+    assert_eq!(third.len(), 1);
+    let (status, _) = pull(&relay, "ack", PULL_TOKEN, Some(ids(&third))).await;
+    assert_eq!(status, 200);
+    let (_, e) = relay.admin_get(&format!("/admin/events/{event}")).await;
+    assert_eq!(e["deliveries"][0]["state"], "delivered", "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pull_api_refuses_wrong_tokens_names_and_bodies_clearly() {
+    let (_dir, relay) = start().await;
+    let (status, v) = pull(&relay, "lease", "wrong-token-0123456789", None).await;
+    assert_eq!(status, 401);
+    assert!(v["error"].as_str().unwrap().contains("wrong `Authorization: Bearer` token"), "{v}");
+    let r = relay
+        .client
+        .post(format!("http://{}/pull/nosuch/lease", relay.ingress))
+        .bearer_auth(PULL_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    for (what, body, needle) in [
+        ("lease?max=0", None, "max: must be between 1 and 1000"),
+        ("lease?lease=forever", None, "lease: "),
+        ("ack", Some(json!({"nope": 1})), "send {\"ids\""),
+        ("ack", Some(json!({"ids": [], "delay": "1s"})), "only a nack"),
+    ] {
+        let (status, v) = pull(&relay, what, PULL_TOKEN, body).await;
+        assert_eq!(status, 400, "{what}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(needle), "{what}: {v}");
+    }
+    let (status, v) = pull(&relay, "ack", PULL_TOKEN, Some(json!({"ids": ["forged"]}))).await;
+    assert_eq!(status, 409);
+    assert_eq!(v["refused"][0]["why"], "not an id a lease gave");
+    assert!(!relay.logs().contains(PULL_TOKEN), "the token was logged");
+}
+
+/// The example consumer of docs/ (Python's standard library only) leases, handles and
+/// acknowledges: every delivery ends delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_example_consumer_delivers_everything() {
+    let (_dir, relay) = start().await;
+    let mut events = Vec::new();
+    for seq in 0..5u64 {
+        let r = relay.callback(Some("ActionUpdated"), "application/json", body(3, seq)).await;
+        events.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/pull_consumer.py");
+    let mut consumer = std::process::Command::new("python3")
+        .arg(script)
+        .arg("feed")
+        .env("HOOKRELAY_URL", format!("http://{}", relay.ingress))
+        .env("HOOKRELAY_PULL_TOKEN", PULL_TOKEN)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 runs the example consumer");
+    for id in &events {
+        relay
+            .admin_until(&format!("/admin/events/{id}"), Duration::from_secs(30), |e| {
+                e["deliveries"][0]["state"] == "delivered"
+            })
+            .await;
+    }
+    let _ = consumer.kill();
+    let _ = consumer.wait();
+}
