@@ -77,8 +77,7 @@ impl Worker {
                 let span = tracing::Span::current();
                 span.record("source", meta.source.as_str());
                 span.record("event", meta.event.as_str());
-                // The same id on every attempt, by any relay: consumers dedup on it.
-                let webhook_id = format!("evt_{}_{}", claim.event, dest.name);
+                let webhook_id = dest.delivery_id(claim.event);
                 let traceparent = self.tracer.traceparent(claim.event, span_id).header();
                 let answer = dest
                     .send(Request {

@@ -134,6 +134,13 @@ impl Destination {
         })
     }
 
+    /// The id of `event`'s delivery here (`webhook-id`, a broker's message id, a pull
+    /// lease's `delivery_id`): the same on every attempt, by any relay, so that
+    /// consumers and brokers drop a resend by it.
+    pub(crate) fn delivery_id(&self, event: crate::store::EventId) -> String {
+        format!("evt_{event}_{}", self.name)
+    }
+
     /// Where messages go, for display: no password, no query.
     pub(crate) fn display_url(&self) -> String {
         self.transport.display()

@@ -237,7 +237,7 @@ async fn leased(
             return Ok(None);
         }
     };
-    let webhook_id = format!("evt_{}_{}", claim.event, d.name);
+    let webhook_id = d.delivery_id(claim.event);
     let span = crate::telemetry::ids::random_span();
     let traceparent = state.tracer.traceparent(claim.event, span).header();
     let message = d.message(Request {
