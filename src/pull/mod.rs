@@ -20,6 +20,8 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 
+mod receipt;
+
 use crate::api;
 use crate::delivery::{DestinationState, Destinations};
 use crate::destinations::{AnswerClass, Request};
@@ -28,6 +30,7 @@ use crate::lock::Current;
 use crate::metrics::Metrics;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{Attempt, AttemptWrite, Claim, DeliveryRecord, EventId, SharedStore};
+use receipt::Receipt;
 
 /// Most deliveries one lease takes, and its default.
 const MAX_LEASE: usize = 1_000;
@@ -120,34 +123,6 @@ struct LeaseQuery {
     lease: Option<String>,
 }
 
-/// A lease's id: its claim, so that any relay on the store takes the ack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Receipt {
-    event: EventId,
-    due_us: u64,
-    token: u64,
-    expires_us: u64,
-    attempt: u32,
-}
-
-impl Receipt {
-    fn encode(&self) -> String {
-        format!(
-            "{}-{:x}-{:x}-{:x}-{:x}",
-            self.event, self.due_us, self.token, self.expires_us, self.attempt
-        )
-    }
-
-    fn decode(text: &str) -> Option<Self> {
-        let mut parts = text.split('-');
-        let event = parts.next()?.parse::<EventId>().ok()?;
-        let mut hex = || u64::from_str_radix(parts.next()?, 16).ok();
-        let (due_us, token, expires_us) = (hex()?, hex()?, hex()?);
-        let attempt = u32::try_from(hex()?).ok()?;
-        parts.next().is_none().then_some(Self { event, due_us, token, expires_us, attempt })
-    }
-}
-
 /// `POST /pull/{destination}/lease`.
 async fn lease(
     state: web::Data<PullState>,
@@ -217,14 +192,8 @@ async fn leased(
     let attempt = claim.record.total_attempts + 1;
     let (Some(meta), Some(body)) = (&claim.meta, &claim.body) else {
         let why = "the event (or its body) is no longer stored";
-        record(
-            state,
-            dest,
-            claim,
-            attempt,
-            AttemptReport::not_sent(crate::clock::now_us(), why.into()),
-        )
-        .await?;
+        let report = AttemptReport::not_sent(crate::clock::now_us(), why.into());
+        record(state, dest, vec![(claim.clone(), attempt, report)]).await?;
         return Ok(None);
     };
     let shaped =
@@ -233,7 +202,7 @@ async fn leased(
         Ok(made) => made,
         Err(reason) => {
             let report = AttemptReport::not_sent(crate::clock::now_us(), reason);
-            record(state, dest, claim, attempt, report).await?;
+            record(state, dest, vec![(claim.clone(), attempt, report)]).await?;
             return Ok(None);
         }
     };
@@ -274,31 +243,36 @@ async fn leased(
     }))
 }
 
-/// Records `report` for `claim`; what became of it.
+/// Records each `(claim, attempt number, report)` in one store call; what became of
+/// each, in order.
 async fn record(
     state: &PullState,
     dest: &DestinationState,
-    claim: &Claim,
-    attempt: u32,
-    report: AttemptReport,
-) -> Result<AttemptWrite, crate::store::StoreError> {
-    let error = report.attempt.error.clone();
-    let mut recorded =
-        state.store.record_attempts(vec![(claim.clone(), report)], &dest.dest.retry, None).await?;
-    let write = recorded.writes.pop().unwrap_or(AttemptWrite::Stale);
-    if let AttemptWrite::Done(verdict) = write {
-        AttemptRecorded {
-            event: claim.event,
-            meta: claim.meta.as_ref(),
-            destination: &dest.dest.name,
-            attempt,
-            status: None,
-            error: error.as_deref(),
-            verdict,
+    attempts: Vec<(Claim, u32, AttemptReport)>,
+) -> Result<Vec<AttemptWrite>, crate::store::StoreError> {
+    let numbers: Vec<u32> = attempts.iter().map(|(_, n, _)| *n).collect();
+    let errors: Vec<Option<String>> =
+        attempts.iter().map(|(_, _, r)| r.attempt.error.clone()).collect();
+    let claims: Vec<(Claim, AttemptReport)> =
+        attempts.into_iter().map(|(c, _, r)| (c, r)).collect();
+    let events: Vec<(EventId, Option<crate::store::EventMeta>)> =
+        claims.iter().map(|(c, _)| (c.event, c.meta.clone())).collect();
+    let recorded = state.store.record_attempts(claims, &dest.dest.retry, None).await?;
+    for (i, write) in recorded.writes.iter().enumerate() {
+        if let AttemptWrite::Done(verdict) = write {
+            AttemptRecorded {
+                event: events[i].0,
+                meta: events[i].1.as_ref(),
+                destination: &dest.dest.name,
+                attempt: numbers[i],
+                status: None,
+                error: errors[i].as_deref(),
+                verdict: *verdict,
+            }
+            .emit(&state.metrics);
         }
-        .emit(&state.metrics);
     }
-    Ok(write)
+    Ok(recorded.writes)
 }
 
 /// What an ack or a nack records for each id.
@@ -335,10 +309,10 @@ async fn settle(
         },
         _ => None,
     };
-    let mut settled = 0;
     let mut refused = Vec::new();
+    let mut taken = Vec::new();
+    let now_us = crate::clock::now_us();
     for id in settle.ids {
-        let now_us = crate::clock::now_us();
         let Some(receipt) = Receipt::decode(&id) else {
             refused.push(api::Refused { id, why: "not an id a lease gave".into() });
             continue;
@@ -379,23 +353,29 @@ async fn settle(
             class,
             jitter: fastrand::f64(),
         };
-        match record(&state, &dest, &claim, receipt.attempt, report).await {
-            Ok(AttemptWrite::Done(_)) => settled += 1,
-            Ok(AttemptWrite::ClaimLost | AttemptWrite::Stale) => refused.push(api::Refused {
+        taken.push((id, (claim, receipt.attempt, report)));
+    }
+    // Every id taken in one store call (one transaction), not one each.
+    let (ids, attempts): (Vec<String>, Vec<_>) = taken.into_iter().unzip();
+    let writes = match record(&state, &dest, attempts).await {
+        Ok(w) => w,
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the store cannot record now ({e}); nothing recorded, send them again"),
+            )
+        }
+    };
+    let mut settled = 0;
+    for (id, write) in ids.into_iter().zip(writes) {
+        match write {
+            AttemptWrite::Done(_) => settled += 1,
+            AttemptWrite::ClaimLost | AttemptWrite::Stale => refused.push(api::Refused {
                 id,
                 why: "the lease is no longer held (it expired and the delivery was leased \
                       again, or it was replayed meanwhile): nothing recorded"
                     .into(),
             }),
-            Err(e) => {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "the store cannot record now ({e}); {settled} recorded, send the \
-                         rest again"
-                    ),
-                )
-            }
         }
     }
     let status = if refused.is_empty() { StatusCode::OK } else { StatusCode::CONFLICT };
@@ -420,24 +400,4 @@ async fn nack(
     body: web::Bytes,
 ) -> HttpResponse {
     settle(state, req, name, body, false).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_receipt_round_trips_and_nothing_else_is_one() {
-        let r = Receipt {
-            event: EventId::new(0x1234),
-            due_us: 99,
-            token: u64::MAX,
-            expires_us: 1 << 50,
-            attempt: 3,
-        };
-        assert_eq!(Receipt::decode(&r.encode()), Some(r));
-        for bad in ["", "x", "0000000000001234-63-ff", &format!("{}-1", r.encode()), "a-b-c-d-e"] {
-            assert_eq!(Receipt::decode(bad), None, "{bad}");
-        }
-    }
 }
