@@ -10,9 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free loopback port (bound, read, released).
+/// A free loopback port below the kernel's ephemeral range (32768 and up), so that
+/// no relay, sink or client of another test (they bind port 0) takes it while the
+/// broker boots (RabbitMQ takes up to 20 s) or while it is stopped for an outage:
+/// a random port from 20000 to 32767 that binds now.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+    for _ in 0..1000 {
+        let port = fastrand::u16(20_000..32_768);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port from 20000 to 32767")
 }
 
 /// Waits until `port` accepts connections, for `what`.
