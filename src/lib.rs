@@ -44,5 +44,6 @@ mod telemetry;
 mod template;
 mod timefmt;
 mod upstream;
+mod wrong_tokens;
 
 pub use cli::run;

@@ -2,7 +2,7 @@
 //! session cookie with its CSRF token on every change), then whether their role and
 //! scope allow the route (`rules.rs`). The holder goes into the request for the
 //! handlers (what they show, what they act on). Wrong bearer tokens count against
-//! their client in the same throttle as wrong sign-ins (`throttle.rs`).
+//! their client in the same throttle as wrong sign-ins (`wrong_tokens.rs`).
 
 use std::sync::Arc;
 

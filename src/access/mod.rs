@@ -1,7 +1,8 @@
 //! Who may use the private listener: the admin tokens, each named and with a role
 //! (`principal.rs`), given as a bearer token to the API or exchanged at the console's
 //! sign-in for a session cookie (`session.rs`); the role each route needs
-//! (`rules.rs`); and the throttle of wrong tokens (`throttle.rs`). A room of its own,
+//! (`rules.rs`); and the throttle of wrong tokens (`wrong_tokens.rs`, shared with the
+//! pull routes). A room of its own,
 //! below both the admin API and the console, so that neither has to reach into the
 //! other: the daemon builds one [`Access`] and hands it to both.
 
@@ -10,29 +11,30 @@ pub(crate) mod journal;
 pub(crate) mod principal;
 pub(crate) mod rules;
 pub(crate) mod session;
-pub(crate) mod throttle;
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use actix_web::http::{header, StatusCode};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::http::header;
+use actix_web::HttpRequest;
 
-use crate::api::error;
+pub(crate) use crate::api::throttled;
 use crate::config::{AdminConfig, Role, Secret};
 use crate::lock::{lock, Current};
 use crate::metrics::Metrics;
+pub(crate) use crate::wrong_tokens::Refused;
+use crate::wrong_tokens::WrongTokens;
 pub(crate) use principal::Principal;
 use session::{Session, Sessions, COOKIE};
-use throttle::SignInThrottle;
 
 /// What the private listener's guard and the console's sign-in share.
 pub(crate) struct Access {
     /// Every token's holder; none: the API and the console are off. A reload replaces
     /// them whole: a session outlives it when its holder's token did not change.
     holders: Current<Vec<Holder>>,
-    throttle: Mutex<SignInThrottle>,
+    /// Wrong tokens per client: shared with the pull routes (one count per client,
+    /// whichever token it tried), its limit set by `admin.wrong_tokens_per_minute`.
+    throttle: Arc<Mutex<WrongTokens>>,
     /// Where changes and sign-ins are recorded.
     pub(crate) journal: Arc<journal::Recorder>,
     pub(crate) metrics: Arc<Metrics>,
@@ -45,15 +47,6 @@ struct Holder {
     sessions: Sessions,
 }
 
-/// Why a presented token was not taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
-    /// Its client gave too many wrong tokens lately: refused unread, for this long.
-    Throttled(Duration),
-    /// The token is wrong (counted against its client).
-    Wrong,
-}
-
 impl Access {
     /// The access of the tokens of `admin` (validated: `admin.token` as the admin
     /// named `admin`, then `admin.tokens`), `admin.wrong_tokens_per_minute` a minute
@@ -63,7 +56,7 @@ impl Access {
         journal: Arc<journal::Recorder>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let throttle = Mutex::new(SignInThrottle::new(admin.wrong_tokens_per_minute));
+        let throttle = Arc::new(Mutex::new(WrongTokens::new(admin.wrong_tokens_per_minute)));
         Self { holders: Current::new(holders(admin)), throttle, journal, metrics }
     }
 
@@ -72,6 +65,11 @@ impl Access {
     pub(crate) fn reload(&self, admin: &AdminConfig) {
         lock(&self.throttle).set_limit(admin.wrong_tokens_per_minute);
         self.holders.replace(holders(admin));
+    }
+
+    /// The count of wrong tokens per client, for the pull routes to share.
+    pub(crate) fn wrong_tokens(&self) -> Arc<Mutex<WrongTokens>> {
+        self.throttle.clone()
     }
 
     /// Whether any admin token is set (else the API and the console refuse everything).
@@ -90,20 +88,16 @@ impl Access {
         given: &str,
     ) -> Result<Arc<Principal>, Refused> {
         let now = crate::clock::unix_micros(std::time::SystemTime::now());
-        let mut throttle = lock(&self.throttle);
-        throttle.check(from, now).map_err(Refused::Throttled)?;
         let given = given.trim().as_bytes();
-        let mut found = None;
-        for holder in self.holders.load().iter() {
-            if holder.token.matches(given) && found.is_none() {
-                found = Some(holder.principal.clone());
+        lock(&self.throttle).present(from, now, || {
+            let mut found = None;
+            for holder in self.holders.load().iter() {
+                if holder.token.matches(given) && found.is_none() {
+                    found = Some(holder.principal.clone());
+                }
             }
-        }
-        if let Some(principal) = found {
-            return Ok(principal);
-        }
-        throttle.failed(from, now);
-        Err(Refused::Wrong)
+            found
+        })
     }
 
     /// A new console session for `principal`.
@@ -164,17 +158,4 @@ fn cookie<'r>(req: &'r HttpRequest, name: &str) -> Option<&'r str> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
-}
-
-/// 429 for a client with too many wrong tokens lately, with when to try again.
-pub(crate) fn throttled(wait: Duration) -> HttpResponse {
-    let secs = wait.as_secs().max(1);
-    let mut resp = error(
-        StatusCode::TOO_MANY_REQUESTS,
-        format!("too many wrong admin tokens from this address: try again in {secs} s"),
-    );
-    if let Ok(v) = header::HeaderValue::from_str(&secs.to_string()) {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    resp
 }

@@ -36,6 +36,19 @@ pub(crate) fn error(
     actix_web::HttpResponse::build(status).json(ApiError { error: message.into() })
 }
 
+/// 429 for a client with too many wrong tokens lately (`wrong_tokens.rs`), with when
+/// to try again: one answer for the admin API, the console and the pull API.
+pub(crate) fn throttled(wait: std::time::Duration) -> actix_web::HttpResponse {
+    use actix_web::http::header;
+    let secs = wait.as_secs().max(1);
+    let mut resp = error(
+        actix_web::http::StatusCode::TOO_MANY_REQUESTS,
+        format!("too many wrong tokens from this address: try again in {secs} s"),
+    );
+    resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    resp
+}
+
 /// An event as listings show it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub(crate) struct EventSummary {

@@ -62,8 +62,8 @@ pub(crate) fn document() -> Value {
         );
         more.insert(
             "429".into(),
-            err("this client gave too many wrong admin tokens within a minute \
-                 (admin.wrong_tokens_per_minute): refused unread until the minute ends; \
+            err("this client gave too many wrong tokens within a minute (admin or pull \
+                 tokens; admin.wrong_tokens_per_minute): refused unread until the minute ends; \
                  `Retry-After` says when"),
         );
         more.insert("500".into(), err("the store could not be read or written"));
@@ -92,6 +92,12 @@ pub(crate) fn document() -> Value {
             err("no or wrong `Authorization: Bearer` token of this pull destination"),
         );
         responses.insert("404".into(), err("no pull destination of this name"));
+        responses.insert(
+            "429".into(),
+            err("this client gave too many wrong tokens within a minute (pull or admin \
+                 tokens, or names of no pull destination; admin.wrong_tokens_per_minute): \
+                 refused unread until the minute ends; `Retry-After` says when"),
+        );
         responses.insert("503".into(), err("the store cannot answer now: try again shortly"));
         for (code, why) in more {
             responses.insert((*code).into(), json_body(&settled, why));

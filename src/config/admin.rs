@@ -24,8 +24,9 @@ pub(crate) struct AdminConfig {
     pub(crate) token_file: Option<PathBuf>,
     /// An environment variable holding the admin token (instead of `token`).
     pub(crate) token_env: Option<String>,
-    /// Wrong admin tokens one client (an IPv4 address, an IPv6 /64) may give in a
-    /// minute, on the API and the console together; past them it is refused unread
+    /// Wrong tokens one client (an IPv4 address, an IPv6 /64) may give in a minute,
+    /// on the admin API, the console and the pull API together (a pull token, or a
+    /// name of no pull destination, counts too); past them it is refused unread
     /// (429) until the minute ends. Raise it for a test tool that probes
     /// authentication on purpose, never for the world.
     pub(crate) wrong_tokens_per_minute: u32,
@@ -37,7 +38,7 @@ pub(crate) struct AdminConfig {
 }
 
 /// The default of `admin.wrong_tokens_per_minute`.
-pub(crate) const WRONG_TOKENS_PER_MINUTE: u32 = 5;
+pub(crate) const WRONG_TOKENS_PER_MINUTE: u32 = crate::wrong_tokens::PER_ADDRESS;
 
 impl Default for AdminConfig {
     fn default() -> Self {

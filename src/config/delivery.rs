@@ -174,6 +174,10 @@ pub(crate) struct DestinationConfig {
     pub(crate) resolved_password: Option<Secret>,
     /// nats: a credentials file (`.creds`: a user JWT and its NKey seed).
     pub(crate) credentials_file: Option<std::path::PathBuf>,
+    /// nats, amqp, redis-stream over TLS (`tls://`, `amqps://`, `rediss://`): a PEM
+    /// file of the CA certificates that sign the server's certificate (a firm's own
+    /// CA); without it, the public CAs. Read at start and at each reload.
+    pub(crate) ca_file: Option<std::path::PathBuf>,
     /// pull: the token its consumer sends (`Authorization: Bearer`), at least 16
     /// characters.
     pub(crate) token: Option<Secret>,

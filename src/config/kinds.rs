@@ -23,7 +23,7 @@ fn belongs(field: &str, kind: DestinationKind) -> bool {
         "subject" | "credentials_file" => kind == Nats,
         "exchange" | "routing_key" => kind == Amqp,
         "stream" | "max_len" => kind == RedisStream,
-        "password" => matches!(kind, Nats | Amqp | RedisStream),
+        "password" | "ca_file" => matches!(kind, Nats | Amqp | RedisStream),
         "token" => kind == Pull,
         _ => true,
     }
@@ -44,12 +44,18 @@ pub(super) fn check(key: &str, dest: &DestinationConfig, problems: &mut Vec<Stri
             dest.password.is_some() || dest.password_file.is_some() || dest.password_env.is_some(),
         ),
         ("credentials_file", dest.credentials_file.is_some()),
+        ("ca_file", dest.ca_file.is_some()),
         ("token", dest.token.is_some() || dest.token_file.is_some() || dest.token_env.is_some()),
     ];
     for (field, _) in given.iter().filter(|(f, set)| *set && !belongs(f, kind)) {
         problems.push(format!("{key}.{field}: not used by kind = {kind_name:?}; remove it"));
     }
     check_url(key, dest, problems);
+    if belongs("ca_file", kind) {
+        if let Some(ca) = &dest.ca_file {
+            check_ca_file(key, dest, ca, problems);
+        }
+    }
     let template = |field: &str, text: Option<&str>, problems: &mut Vec<String>| match text {
         None => None,
         Some(text) => match Template::parse(text) {
@@ -113,6 +119,40 @@ pub(super) fn check(key: &str, dest: &DestinationConfig, problems: &mut Vec<Stri
             }
         }
         DestinationKind::Http => {}
+    }
+}
+
+/// The TLS URL scheme of each broker kind.
+fn tls_scheme(kind: DestinationKind) -> Option<&'static str> {
+    match kind {
+        DestinationKind::Nats => Some("tls"),
+        DestinationKind::Amqp => Some("amqps"),
+        DestinationKind::RedisStream => Some("rediss"),
+        DestinationKind::Http | DestinationKind::Pull => None,
+    }
+}
+
+/// A `ca_file` is for a TLS URL, and is a readable PEM file with a certificate.
+fn check_ca_file(
+    key: &str,
+    dest: &DestinationConfig,
+    ca: &std::path::Path,
+    problems: &mut Vec<String>,
+) {
+    let scheme = dest.url.split_once("://").map(|(s, _)| s).unwrap_or_default();
+    if let Some(tls) = tls_scheme(dest.kind).filter(|tls| *tls != scheme) {
+        problems.push(format!(
+            "{key}.ca_file: set, but the URL does not use TLS: begin it with {tls}:// \
+             (or remove ca_file)"
+        ));
+    }
+    match std::fs::read_to_string(ca) {
+        Err(e) => problems.push(format!("{key}.ca_file: cannot read {}: {e}", ca.display())),
+        Ok(pem) if !pem.contains("-----BEGIN CERTIFICATE-----") => problems.push(format!(
+            "{key}.ca_file: {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            ca.display()
+        )),
+        Ok(_) => {}
     }
 }
 
@@ -209,6 +249,36 @@ mod tests {
         assert!(problems(no_exchange)[0].contains("exchange: kind = \"amqp\" needs"));
         let bad_key = DestinationConfig { routing_key: Some("{source".into()), ..amqp };
         assert!(problems(bad_key)[0].contains("routing_key: "));
+    }
+
+    #[test]
+    fn a_ca_file_is_for_a_tls_url_of_a_broker_and_holds_a_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("ca.pem");
+        std::fs::write(&good, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+            .unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let tls = |ca: &std::path::Path| DestinationConfig {
+            url: "tls://nats.internal:4222".into(),
+            ca_file: Some(ca.to_owned()),
+            ..nats("a.b")
+        };
+        assert!(problems(tls(&good)).is_empty());
+        let plain = DestinationConfig { url: "nats://nats.internal:4222".into(), ..tls(&good) };
+        assert!(problems(plain)[0].contains("begin it with tls://"));
+        assert!(problems(tls(&junk))[0].contains("holds no PEM certificate"));
+        let missing = dir.path().join("nope.pem");
+        assert!(problems(tls(&missing))[0].contains("ca_file: cannot read"));
+        let http = DestinationConfig {
+            url: "https://crm.example.com/h".into(),
+            ca_file: Some(good),
+            ..Default::default()
+        };
+        assert_eq!(
+            problems(http),
+            ["destinations[0].ca_file: not used by kind = \"http\"; remove it"]
+        );
     }
 
     #[test]

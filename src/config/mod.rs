@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use admin::{AdminConfig, Role, ADMIN_NAME, WRONG_TOKENS_PER_MINUTE};
+pub(crate) use admin::{AdminConfig, Role, ADMIN_NAME};
 pub(crate) use delivery::{
     DeliveryConfig, DestinationConfig, DestinationKind, Ordering, RetentionConfig, RetryPolicy,
 };

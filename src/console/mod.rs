@@ -6,7 +6,7 @@
 //! session cookie (`access/session.rs`: signed, `HttpOnly`, `SameSite=Strict`, gone
 //! with the browser); the admin API accepts that cookie besides the bearer token, and
 //! every change made with it carries the session's CSRF token (`access/guard.rs`).
-//! Wrong tokens are throttled (`access/throttle.rs`). A room beside the admin API: it
+//! Wrong tokens are throttled (`wrong_tokens.rs`). A room beside the admin API: it
 //! shares only [`Access`] with it, and the daemon mounts both on the private listener. Every answer under `/console/` carries a
 //! strict Content-Security-Policy (no inline script or style), refuses framing and
 //! sends no referrer.

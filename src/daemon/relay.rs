@@ -176,6 +176,7 @@ impl Relay {
             metrics: metrics.clone(),
             tracer: relay.tracer.clone(),
             owner: relay.owner.clone(),
+            wrong_tokens: access.wrong_tokens(),
         });
         let mut flow = Flow {
             config: Arc::new(config.clone()),

@@ -12,7 +12,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 
-use super::transport::{display_url, Answer, Message, Transport};
+use super::transport::{connect_error, display_url, Answer, Message, Transport};
 use crate::config::{RetryPolicy, Secret};
 use crate::template::Template;
 
@@ -20,6 +20,9 @@ use crate::template::Template;
 pub(crate) struct Amqp {
     url: reqwest::Url,
     password: Option<Secret>,
+    /// A private CA's certificates (PEM), trusted for `amqps://` (besides the public
+    /// CAs, as lapin does).
+    ca_pem: Option<String>,
     exchange: String,
     routing_key: Template,
     /// Opened at the first delivery, not at start (a relay starts while RabbitMQ is
@@ -28,11 +31,12 @@ pub(crate) struct Amqp {
 }
 
 impl Amqp {
-    /// From the validated `url`, its password, the `exchange` and the `routing_key`
-    /// template (default `{event}`).
+    /// From the validated `url`, its password, the CA to trust, the `exchange` and the
+    /// `routing_key` template (default `{event}`).
     pub(crate) fn new(
         url: reqwest::Url,
         password: Option<&Secret>,
+        ca_pem: Option<String>,
         exchange: &str,
         routing_key: Option<&str>,
     ) -> anyhow::Result<Self> {
@@ -41,6 +45,7 @@ impl Amqp {
         Ok(Self {
             url,
             password: password.cloned(),
+            ca_pem,
             exchange: exchange.to_owned(),
             routing_key,
             link: Default::default(),
@@ -65,9 +70,13 @@ impl Amqp {
             uri.authority.userinfo.password = password.expose().to_owned();
         }
         let props = ConnectionProperties::default().with_connection_name("hookrelay".into());
-        let conn = Connection::connect_uri(uri, props)
-            .await
+        let tls = lapin::tcp::OwnedTLSConfig { identity: None, cert_chain: self.ca_pem.clone() };
+        let runtime = lapin::runtime::default_runtime()
             .map_err(|e| format!("cannot connect to RabbitMQ at {}: {e}", self.display()))?;
+        let conn =
+            Connection::connect_uri_with_config(uri, props, tls, runtime).await.map_err(|e| {
+                connect_error(format!("cannot connect to RabbitMQ at {}: {e}", self.display()))
+            })?;
         let channel = conn
             .create_channel()
             .await

@@ -83,6 +83,16 @@ impl Destination {
             reqwest::Url::parse(&config.url)
                 .map_err(|e| anyhow::anyhow!("destination {}: url: {e}", config.name))
         };
+        // A private CA's certificates, read now: at start and at each reload.
+        let ca_pem = config
+            .ca_file
+            .as_ref()
+            .map(|path| {
+                std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("destination {}: ca_file {}: {e}", config.name, path.display())
+                })
+            })
+            .transpose()?;
         let transport: Box<dyn Transport> = match config.kind {
             DestinationKind::Http => {
                 Box::new(http::Http { client: client.clone(), url: url()?, timeout })
@@ -92,6 +102,7 @@ impl Destination {
                     url()?,
                     config.resolved_password.as_ref(),
                     config.credentials_file.clone(),
+                    config.ca_file.clone(),
                     config.subject.as_deref().unwrap_or_default(),
                     timeout,
                 )
@@ -101,6 +112,7 @@ impl Destination {
                 redis_stream::RedisStream::new(
                     url()?,
                     config.resolved_password.as_ref(),
+                    ca_pem,
                     config.stream.as_deref().unwrap_or_default(),
                     config.max_len,
                     timeout,
@@ -111,6 +123,7 @@ impl Destination {
                 amqp::Amqp::new(
                     url()?,
                     config.resolved_password.as_ref(),
+                    ca_pem,
                     config.exchange.as_deref().unwrap_or_default(),
                     config.routing_key.as_deref(),
                 )

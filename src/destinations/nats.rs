@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::transport::{display_url, Answer, Message, Transport};
+use super::transport::{connect_error, display_url, Answer, Message, Transport};
 use crate::config::{RetryPolicy, Secret};
 use crate::template::Template;
 
@@ -17,6 +17,8 @@ pub(crate) struct Nats {
     url: reqwest::Url,
     password: Option<Secret>,
     credentials_file: Option<PathBuf>,
+    /// A private CA's PEM file, trusted for `tls://` (else the system's CAs).
+    ca_file: Option<PathBuf>,
     subject: Template,
     timeout: Duration,
     /// Connected at the first delivery, not at start (a relay starts while NATS is
@@ -25,12 +27,13 @@ pub(crate) struct Nats {
 }
 
 impl Nats {
-    /// From the validated `url`, its password or credentials file, and the `subject`
-    /// template.
+    /// From the validated `url`, its password or credentials file, the CA to trust,
+    /// and the `subject` template.
     pub(crate) fn new(
         url: reqwest::Url,
         password: Option<&Secret>,
         credentials_file: Option<PathBuf>,
+        ca_file: Option<PathBuf>,
         subject: &str,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
@@ -39,6 +42,7 @@ impl Nats {
             url,
             password: password.cloned(),
             credentials_file,
+            ca_file,
             subject,
             timeout,
             context: Default::default(),
@@ -55,6 +59,9 @@ impl Nats {
             .name("hookrelay")
             .connection_timeout(self.timeout)
             .require_tls(self.url.scheme() == "tls");
+        if let Some(ca) = &self.ca_file {
+            options = options.add_root_certificates(ca.clone());
+        }
         if let Some(path) = &self.credentials_file {
             options = options.credentials_file(path).await.map_err(|e| {
                 format!("cannot read the NATS credentials file {}: {e}", path.display())
@@ -69,10 +76,9 @@ impl Nats {
         let host = self.url.host_str().unwrap_or_default();
         let port = self.url.port().unwrap_or(4222);
         let address = format!("{}://{host}:{port}", self.url.scheme());
-        let client = options
-            .connect(address.as_str())
-            .await
-            .map_err(|e| format!("cannot connect to NATS at {}: {e}", self.display()))?;
+        let client = options.connect(address.as_str()).await.map_err(|e| {
+            connect_error(format!("cannot connect to NATS at {}: {e}", self.display()))
+        })?;
         let mut context = async_nats::jetstream::new(client);
         context.set_timeout(self.timeout);
         *slot = Some(context.clone());

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::transport::{display_url, Answer, Message, Transport};
+use super::transport::{connect_error, display_url, Answer, Message, Transport};
 use crate::config::{RetryPolicy, Secret};
 use crate::template::Template;
 
@@ -24,10 +24,12 @@ pub(crate) struct RedisStream {
 }
 
 impl RedisStream {
-    /// From the validated `url`, its `password` and the `stream` template.
+    /// From the validated `url`, its `password`, the CA to trust (PEM, for
+    /// `rediss://`; else the public CAs) and the `stream` template.
     pub(crate) fn new(
         url: reqwest::Url,
         password: Option<&Secret>,
+        ca_pem: Option<String>,
         stream: &str,
         max_len: Option<u64>,
         timeout: Duration,
@@ -41,8 +43,14 @@ impl RedisStream {
             let redis = info.redis_settings().clone().set_password(password.expose());
             info = info.set_redis_settings(redis);
         }
-        let client = redis::Client::open(info)
-            .map_err(|e| anyhow::anyhow!("url: not a Redis URL ({:?})", e.kind()))?;
+        let client = match ca_pem {
+            None => redis::Client::open(info),
+            Some(pem) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates { client_tls: None, root_cert: Some(pem.into_bytes()) },
+            ),
+        }
+        .map_err(|e| anyhow::anyhow!("url: not a Redis URL ({:?})", e.kind()))?;
         let stream = Template::parse(stream).map_err(|e| anyhow::anyhow!("stream: {e}"))?;
         Ok(Self { url, client, stream, max_len, timeout, connection: Default::default() })
     }
@@ -70,6 +78,8 @@ impl RedisStream {
 fn said(e: &redis::RedisError) -> String {
     if e.is_timeout() {
         format!("{e} (timed out)")
+    } else if e.to_string().contains("invalid peer certificate") {
+        connect_error(e.to_string())
     } else if e.is_io_error() || e.is_connection_refusal() {
         format!("{e} (unreachable)")
     } else {

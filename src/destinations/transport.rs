@@ -105,6 +105,19 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// A broker's connection error, with what to do when it is the certificate check
+/// (rustls says `invalid peer certificate: UnknownIssuer` and the like).
+pub(crate) fn connect_error(said: String) -> String {
+    if said.contains("invalid peer certificate") {
+        format!(
+            "{said}: the server's TLS certificate is not trusted; give the CA that signed \
+             it by ca_file (and check that it names the URL's host)"
+        )
+    } else {
+        said
+    }
+}
+
 /// `url` without its user's password and its query (which may hold secrets).
 pub(crate) fn display_url(url: &reqwest::Url) -> String {
     let mut u = url.clone();
@@ -114,4 +127,14 @@ pub(crate) fn display_url(url: &reqwest::Url) -> String {
     }
     u.set_query(None);
     u.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_certificate_refused_says_to_give_the_ca() {
+        let said = super::connect_error("io error: invalid peer certificate: UnknownIssuer".into());
+        assert!(said.contains("give the CA that signed it by ca_file"), "{said}");
+        assert_eq!(super::connect_error("connection refused".into()), "connection refused");
+    }
 }

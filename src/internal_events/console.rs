@@ -1,4 +1,5 @@
-//! Admin authentication: the console's sign-ins, and wrong bearer tokens on `/admin`.
+//! Tokens refused: the console's sign-ins, wrong bearer tokens on `/admin`, and wrong
+//! tokens on the pull API.
 
 use std::net::IpAddr;
 
@@ -61,6 +62,37 @@ impl InternalEvent for AdminTokenRefused {
             tracing::debug!(%from, "admin API: refused unread, too many wrong tokens within a minute");
         } else {
             tracing::warn!(%from, "admin API: a wrong bearer token refused");
+        }
+    }
+}
+
+/// A request to the pull API refused before it was read: its token wrong, its
+/// destination no pull destination (both counted against its client), or its client
+/// throttled.
+pub(crate) struct PullTokenRefused {
+    pub(crate) result: crate::wrong_tokens::Refused,
+    pub(crate) unknown_destination: bool,
+    pub(crate) from: Option<IpAddr>,
+}
+
+impl InternalEvent for PullTokenRefused {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_pull_token_refusals_total"];
+    fn emit(self, m: &Metrics) {
+        use crate::wrong_tokens::Refused;
+        let label = match (self.result, self.unknown_destination) {
+            (Refused::Throttled(_), _) => "throttled",
+            (Refused::Wrong, true) => "unknown_destination",
+            (Refused::Wrong, false) => "wrong_token",
+        };
+        m.relay.pull_token_refusals.with_label_values(&[label]).inc();
+        let from = self.from.map(|a| a.to_string()).unwrap_or_else(|| "unknown".into());
+        match label {
+            // A flood would be a flood of lines: counted, and logged at debug.
+            "throttled" => tracing::debug!(%from,
+                "pull API: refused unread, too many wrong tokens within a minute"),
+            "unknown_destination" => tracing::warn!(%from,
+                "pull API: a request for a destination that is not a pull destination refused"),
+            _ => tracing::warn!(%from, "pull API: a wrong token refused"),
         }
     }
 }

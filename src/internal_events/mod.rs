@@ -20,7 +20,7 @@ mod telemetry;
 mod upstream;
 
 pub(crate) use config::{ConfigInForce, ConfigReloaded, Reload};
-pub(crate) use console::{AdminTokenRefused, ConsoleSignIn, SignIn};
+pub(crate) use console::{AdminTokenRefused, ConsoleSignIn, PullTokenRefused, SignIn};
 pub(crate) use delivery::{
     AttemptFinished, AttemptRecorded, CircuitChanged, DestinationGone, DestinationPauseSet,
     DestinationRecovered, DestinationStalled, RemovedDestinationFound, RemovedDestinationRetired,

@@ -206,6 +206,22 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         ],
         s,
     );
+    {
+        use crate::wrong_tokens::Refused;
+        let wait = std::time::Duration::from_secs(3);
+        check(
+            vec![
+                PullTokenRefused { result: Refused::Wrong, unknown_destination: false, from },
+                PullTokenRefused { result: Refused::Wrong, unknown_destination: true, from },
+                PullTokenRefused {
+                    result: Refused::Throttled(wait),
+                    unknown_destination: false,
+                    from: None,
+                },
+            ],
+            s,
+        );
+    }
     check(
         vec![
             PostgresTls { sslmode: "prefer", verified: false },

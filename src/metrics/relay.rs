@@ -14,6 +14,7 @@ pub(crate) struct RelayMetrics {
     pub(crate) errors: IntCounterVec,
     pub(crate) console_sign_ins: IntCounterVec,
     pub(crate) admin_token_refusals: IntCounterVec,
+    pub(crate) pull_token_refusals: IntCounterVec,
     pub(crate) trace_spans: IntCounterVec,
     pub(crate) clock_skew: Gauge,
     pub(crate) config_reloads: IntCounterVec,
@@ -50,6 +51,14 @@ impl RelayMetrics {
                 "hookrelay_admin_token_refusals_total",
                 "Bearer tokens refused on /admin, by result: wrong_token, or throttled (refused \
                  unread: its client gave 5 wrong tokens within a minute).",
+                &["result"],
+            )?,
+            pull_token_refusals: r.counter_vec(
+                "hookrelay_pull_token_refusals_total",
+                "Requests to the pull API (/pull/...) refused before they were read, by \
+                 result: wrong_token, unknown_destination (no pull destination of that \
+                 name), or throttled (refused unread: its client gave too many wrong tokens \
+                 within a minute, admin tokens included).",
                 &["result"],
             )?,
             console_sign_ins: r.counter_vec(

@@ -47,6 +47,7 @@ fn touch_all(m: &Metrics) {
     m.store.storage_free.set(1);
     m.store.storage_floor.set(1);
     m.relay.admin_token_refusals.with_label_values(&["wrong_token"]).inc();
+    m.relay.pull_token_refusals.with_label_values(&["wrong_token"]).inc();
     m.store.postgres_tls_verified.with_label_values(&["verify-full"]).set(1);
     m.delivery.destination_stalled.with_label_values(&["crm"]).set(0);
     m.delivery.worker_restarts.with_label_values(&["crm"]).inc();

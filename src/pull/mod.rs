@@ -14,7 +14,7 @@
 //! after the lease expired is refused: the delivery may be leased to another
 //! consumer by then.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -25,11 +25,12 @@ mod receipt;
 use crate::api;
 use crate::delivery::{DestinationState, Destinations};
 use crate::destinations::{AnswerClass, Request};
-use crate::internal_events::{AttemptRecorded, InternalEvent};
-use crate::lock::Current;
+use crate::internal_events::{AttemptRecorded, InternalEvent, PullTokenRefused};
+use crate::lock::{lock, Current};
 use crate::metrics::Metrics;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{Attempt, AttemptWrite, Claim, DeliveryRecord, EventId, SharedStore};
+use crate::wrong_tokens::{Refused, WrongTokens};
 use receipt::Receipt;
 
 /// Most deliveries one lease takes, and its default.
@@ -49,6 +50,8 @@ pub(crate) struct PullState {
     pub(crate) tracer: Arc<crate::telemetry::Tracer>,
     /// This relay's name on its claims.
     pub(crate) owner: String,
+    /// The relay's one count of wrong tokens per client (`Access` shares it).
+    pub(crate) wrong_tokens: Arc<Mutex<WrongTokens>>,
 }
 
 /// The pull routes, mounted on the public listener; any other method is 405 with
@@ -79,40 +82,64 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 fn error(status: StatusCode, message: String) -> HttpResponse {
-    HttpResponse::build(status).json(api::ApiError { error: message })
+    api::error(status, message)
 }
 
-/// The pull destination `name` if the request carries its token; else the refusal.
+/// The pull destination `name` if the request carries its token; else the refusal
+/// (its answer). A wrong token and a name that is no pull destination both count
+/// against the client in the relay's one count of wrong tokens (`wrong_tokens.rs`);
+/// a client past its limit is refused unread, 429 with `Retry-After`.
 fn authorized(
     state: &PullState,
     req: &HttpRequest,
     name: &str,
-) -> Result<Arc<DestinationState>, (StatusCode, String)> {
+) -> Result<Arc<DestinationState>, Box<HttpResponse>> {
     let destinations = state.destinations.load();
     let found = destinations
         .get(name)
         .filter(|d| d.dest.kind == crate::config::DestinationKind::Pull)
-        .cloned()
-        .ok_or_else(|| (StatusCode::NOT_FOUND, format!("no pull destination named {name:?}")))?;
+        .cloned();
     let given = req
         .headers()
         .get(actix_web::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let right = match (&found.dest.pull_token, given) {
-        (Some(token), Some(given)) => token.matches(given.as_bytes()),
-        _ => false,
-    };
-    if !right {
-        return Err((
+    let from = req.peer_addr().map(|a| a.ip());
+    let now = crate::clock::unix_micros(std::time::SystemTime::now());
+    let unknown = found.is_none();
+    let taken = lock(&state.wrong_tokens).present(from, now, || {
+        let found = found?;
+        let right = match (&found.dest.pull_token, given) {
+            (Some(token), Some(given)) => token.matches(given.trim().as_bytes()),
+            _ => false,
+        };
+        right.then_some(found)
+    });
+    taken.map_err(|result| Box::new(refusal(state, name, result, unknown, from)))
+}
+
+/// The answer to a token or name refused, counted and logged.
+fn refusal(
+    state: &PullState,
+    name: &str,
+    result: Refused,
+    unknown: bool,
+    from: Option<std::net::IpAddr>,
+) -> HttpResponse {
+    PullTokenRefused { result, unknown_destination: unknown, from }.emit(&state.metrics);
+    match result {
+        Refused::Throttled(wait) => api::throttled(wait),
+        Refused::Wrong if unknown => {
+            error(StatusCode::NOT_FOUND, format!("no pull destination named {name:?}"))
+        }
+        Refused::Wrong => error(
             StatusCode::UNAUTHORIZED,
             format!(
                 "no or wrong `Authorization: Bearer` token for pull destination {name:?} \
-                 (its token, token_file or token_env)"
+                     (its token, token_file or token_env)"
             ),
-        ));
+        ),
     }
-    Ok(found)
 }
 
 /// The query of a lease.
@@ -132,7 +159,7 @@ async fn lease(
 ) -> HttpResponse {
     let dest = match authorized(&state, &req, &name) {
         Ok(d) => d,
-        Err((status, why)) => return error(status, why),
+        Err(refused) => return *refused,
     };
     let query = match query {
         Ok(q) => q.into_inner(),
@@ -285,7 +312,7 @@ async fn settle(
 ) -> HttpResponse {
     let dest = match authorized(&state, &req, &name) {
         Ok(d) => d,
-        Err((status, why)) => return error(status, why),
+        Err(refused) => return *refused,
     };
     let settle: api::Settle = match serde_json::from_slice(&body) {
         Ok(s) => s,

@@ -48,6 +48,32 @@ fn program(program: &str, package: &str) -> PathBuf {
     panic!("{program} not found: install Debian's {package} (.ci/run does)");
 }
 
+/// A broker's TLS: the CA that signed its certificate (for `127.0.0.1`), and the
+/// user and password it requires.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub ca: PathBuf,
+    pub user: String,
+    pub password: String,
+}
+
+/// The certificate files of a broker in `dir` (`dir/tls/`: `server.pem`,
+/// `server.key`, the CA's `ca.pem`), made at its first start.
+fn certificates(dir: &Path) -> PathBuf {
+    let tls = dir.join("tls");
+    if !tls.join("server.pem").exists() {
+        let ca = super::pg::server_certificate(&tls, "IP:127.0.0.1,DNS:localhost");
+        // A name without spaces, for rabbitmq.conf.
+        std::fs::copy(ca, tls.join("ca.pem")).expect("the CA's copy");
+    }
+    tls
+}
+
+/// `name` in the certificate directory `tls`, as a string for a command line.
+fn file(tls: &Path, name: &str) -> String {
+    tls.join(name).to_str().expect("utf-8 path").to_owned()
+}
+
 /// One broker process: how it is started, so that it can be started again.
 struct Process {
     name: &'static str,
@@ -65,7 +91,12 @@ impl Process {
             .append(true)
             .open(&self.log)
             .expect("the broker's log file");
-        let mut child = (self.command)()
+        // A process group of its own: RabbitMQ's script starts the Erlang VM as a
+        // child, which a signal to the script alone would leave running (and writing
+        // its crash dumps into the working directory once its data is gone).
+        let mut command = (self.command)();
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log))
             .spawn()
@@ -74,19 +105,25 @@ impl Process {
         self.child = Some(child);
     }
 
-    /// Stops it (SIGTERM, then SIGKILL after 10 s) and waits for it.
+    /// Stops it, its children included (SIGTERM to its group, then SIGKILL after
+    /// 10 s), and waits until none of the group is left: the script may exit before
+    /// the VM it started.
     fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let group = -(child.id() as i32);
+        unsafe { libc::kill(group, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait().ok().flatten().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
+        loop {
+            let _ = child.try_wait(); // reaps the script once it exits
+            if unsafe { libc::kill(group, 0) } != 0 {
                 break;
+            }
+            if Instant::now() > deadline {
+                unsafe { libc::kill(group, libc::SIGKILL) };
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = child.wait();
     }
 
     fn log_text(&self) -> String {
@@ -97,7 +134,8 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
+            // The whole group: the VM RabbitMQ's script started goes with it.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
         }
     }
@@ -117,7 +155,11 @@ impl Server {
         let at = dir.path().to_owned();
         let mut process = Process {
             name,
-            command: Box::new(move || command(port, &at)),
+            command: Box::new(move || {
+                let mut c = command(port, &at);
+                c.current_dir(&at);
+                c
+            }),
             port,
             child: None,
             log: dir.path().join(format!("{name}.log")),
@@ -149,45 +191,95 @@ impl Server {
     }
 }
 
-/// A NATS server with JetStream, its store in a temp directory.
-pub struct Nats(Server);
+/// A NATS server with JetStream, its store in a temp directory; with TLS and a user
+/// when started by [`Nats::start_tls`].
+pub struct Nats {
+    server: Server,
+    tls: Option<Tls>,
+}
 
 impl Nats {
     pub fn start() -> Self {
-        let bin = program("nats-server", "nats-server");
-        Self(Server::start("nats-server", move |port, dir| {
-            let mut c = Command::new(&bin);
-            c.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"]).arg(dir.join("js"));
-            c
-        }))
+        Self::start_with(None)
     }
 
+    /// Requiring TLS (a certificate of a CA of the test's) and `user`:`password`.
+    pub fn start_tls(user: &str, password: &str) -> Self {
+        Self::start_with(Some((user.to_owned(), password.to_owned())))
+    }
+
+    fn start_with(login: Option<(String, String)>) -> Self {
+        let bin = program("nats-server", "nats-server");
+        let secured = login.clone();
+        let server = Server::start("nats-server", move |port, dir| {
+            let mut c = Command::new(&bin);
+            c.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"]).arg(dir.join("js"));
+            if let Some((user, password)) = &secured {
+                let tls = certificates(dir);
+                c.args(["--tls", "--tlscert", &file(&tls, "server.pem")])
+                    .args(["--tlskey", &file(&tls, "server.key")])
+                    .args(["--user", user, "--pass", password]);
+            }
+            c
+        });
+        let tls = login.map(|(user, password)| Tls {
+            ca: server.dir().join("tls").join("ca.pem"),
+            user,
+            password,
+        });
+        Self { server, tls }
+    }
+
+    /// The relay's URL: `tls://user@...` (its password given apart) when TLS is on.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.0.port())
+        match &self.tls {
+            Some(tls) => format!("tls://{}@127.0.0.1:{}", tls.user, self.server.port()),
+            None => format!("nats://127.0.0.1:{}", self.server.port()),
+        }
+    }
+
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     /// A client of this server, for the test's own reading and setup.
     pub async fn client(&self) -> async_nats::Client {
-        async_nats::connect(self.url()).await.expect("connecting to the test's NATS")
+        let mut options = async_nats::ConnectOptions::new();
+        if let Some(tls) = &self.tls {
+            options = options
+                .require_tls(true)
+                .add_root_certificates(tls.ca.clone())
+                .user_and_password(tls.user.clone(), tls.password.clone());
+        }
+        let scheme = if self.tls.is_some() { "tls" } else { "nats" };
+        options
+            .connect(format!("{scheme}://127.0.0.1:{}", self.server.port()))
+            .await
+            .expect("connecting to the test's NATS")
     }
 }
 
 impl std::ops::Deref for Nats {
     type Target = Server;
     fn deref(&self) -> &Server {
-        &self.0
+        &self.server
     }
 }
 
 impl std::ops::DerefMut for Nats {
     fn deref_mut(&mut self) -> &mut Server {
-        &mut self.0
+        &mut self.server
     }
 }
 
 /// A Redis server, persisting with an append-only file fsynced on every write
-/// (`appendfsync always`): what it acknowledged survives its restart.
-pub struct Redis(Server);
+/// (`appendfsync always`): what it acknowledged survives its restart. Started by
+/// [`Redis::start_tls`], it also takes TLS on a port of its own, and a password.
+pub struct Redis {
+    server: Server,
+    /// The TLS port, and the password every connection needs.
+    tls: Option<(u16, Tls)>,
+}
 
 impl Redis {
     pub fn start() -> Self {
@@ -196,28 +288,68 @@ impl Redis {
 
     /// With `args` added to its command line (`--requirepass`, say).
     pub fn start_with(args: &[&str]) -> Self {
-        let bin = program("redis-server", "redis-server");
         let extra: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        Self(Server::start("redis-server", move |port, dir| {
+        Self { server: Self::server(extra, None), tls: None }
+    }
+
+    /// Requiring `password`, and taking TLS (a certificate of a CA of the test's) on
+    /// a second port beside the plain one (which the test's own reading uses).
+    pub fn start_tls(password: &str) -> Self {
+        let tls_port = free_port();
+        let extra = vec!["--requirepass".to_owned(), password.to_owned()];
+        let server = Self::server(extra, Some(tls_port));
+        let ca = server.dir().join("tls").join("ca.pem");
+        let tls = Tls { ca, user: String::new(), password: password.to_owned() };
+        let redis = Self { server, tls: Some((tls_port, tls)) };
+        // The TLS listener opens with the plain one; wait for it all the same.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server's TLS port did not open");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        redis
+    }
+
+    fn server(extra: Vec<String>, tls_port: Option<u16>) -> Server {
+        let bin = program("redis-server", "redis-server");
+        Server::start("redis-server", move |port, dir| {
             let mut c = Command::new(&bin);
             c.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
                 .arg(dir)
                 .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
                 .args(["--daemonize", "no", "--protected-mode", "no"])
                 .args(&extra);
+            if let Some(tls_port) = tls_port {
+                let tls = certificates(dir);
+                c.args(["--tls-port", &tls_port.to_string()])
+                    .args(["--tls-cert-file", &file(&tls, "server.pem")])
+                    .args(["--tls-key-file", &file(&tls, "server.key")])
+                    .args(["--tls-ca-cert-file", &file(&tls, "ca.pem")])
+                    .args(["--tls-auth-clients", "no"]);
+            }
             c
-        }))
+        })
     }
 
+    /// The relay's URL: `rediss://` on the TLS port when TLS is on.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.0.port())
+        match &self.tls {
+            Some((port, _)) => format!("rediss://127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{}", self.server.port()),
+        }
     }
 
-    /// A connection of this server's, for the test's own reading (with `password`).
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref().map(|(_, tls)| tls)
+    }
+
+    /// A connection of this server's plain port, for the test's own reading (with
+    /// `password`, or the one TLS mode set).
     pub async fn connection(&self, password: Option<&str>) -> redis::aio::MultiplexedConnection {
+        let password = password.or(self.tls().map(|t| t.password.as_str()));
         let url = match password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.0.port()),
-            None => self.url(),
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.server.port()),
+            None => format!("redis://127.0.0.1:{}", self.server.port()),
         };
         let client = redis::Client::open(url).expect("redis url");
         // A loaded machine answers a long XRANGE slowly: no short response timeout.
@@ -234,13 +366,13 @@ impl Redis {
 impl std::ops::Deref for Redis {
     type Target = Server;
     fn deref(&self) -> &Server {
-        &self.0
+        &self.server
     }
 }
 
 impl std::ops::DerefMut for Redis {
     fn deref_mut(&mut self) -> &mut Server {
-        &mut self.0
+        &mut self.server
     }
 }
 
@@ -249,10 +381,30 @@ impl std::ops::DerefMut for Redis {
 pub struct Rabbit {
     server: Server,
     node: String,
+    /// The TLS port, and the user made for it.
+    tls: Option<(u16, Tls)>,
 }
 
 impl Rabbit {
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Taking TLS (a certificate of a CA of the test's) on a second port beside the
+    /// plain one (which the test's own reading uses), with a user `user`:`password`
+    /// allowed everything on `/`.
+    pub fn start_tls(user: &str, password: &str) -> Self {
+        let tls_port = free_port();
+        let mut rabbit = Self::start_with(Some(tls_port));
+        rabbit.ctl(&["add_user", user, password]);
+        rabbit.ctl(&["set_permissions", "-p", "/", user, ".*", ".*", ".*"]);
+        let ca = rabbit.server.dir().join("tls").join("ca.pem");
+        let tls = Tls { ca, user: user.to_owned(), password: password.to_owned() };
+        rabbit.tls = Some((tls_port, tls));
+        rabbit
+    }
+
+    fn start_with(tls_port: Option<u16>) -> Self {
         let bin = program("rabbitmq-server", "rabbitmq-server");
         assert!(bin.exists());
         let server_bin = PathBuf::from("/usr/lib/rabbitmq/bin/rabbitmq-server");
@@ -261,6 +413,21 @@ impl Rabbit {
         let name = node.clone();
         let server = Server::start("rabbitmq-server", move |port, dir| {
             std::fs::write(dir.join("enabled_plugins"), "[].").expect("the plugins file");
+            if let Some(tls_port) = tls_port {
+                let tls = certificates(dir);
+                let conf = format!(
+                    "listeners.ssl.default = {tls_port}\n\
+                     ssl_options.cacertfile = {}\n\
+                     ssl_options.certfile = {}\n\
+                     ssl_options.keyfile = {}\n\
+                     ssl_options.verify = verify_none\n\
+                     ssl_options.fail_if_no_peer_cert = false\n",
+                    file(&tls, "ca.pem"),
+                    file(&tls, "server.pem"),
+                    file(&tls, "server.key"),
+                );
+                std::fs::write(dir.join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
+            }
             let mut c = Command::new(&server_bin);
             c.env("HOME", dir)
                 .env("RABBITMQ_NODENAME", &name)
@@ -274,12 +441,20 @@ impl Rabbit {
                 .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq"));
             c
         });
-        Self { server, node }
+        Self { server, node, tls: None }
     }
 
-    /// The URL of its `guest` user (whose password is `guest`; loopback only).
+    /// The relay's URL: its `guest` user (whose password is `guest`; loopback only);
+    /// with TLS on, `amqps://` on the TLS port as the TLS user.
     pub fn url(&self) -> String {
-        format!("amqp://guest@127.0.0.1:{}/%2f", self.server.port())
+        match &self.tls {
+            Some((port, tls)) => format!("amqps://{}@127.0.0.1:{port}/%2f", tls.user),
+            None => format!("amqp://guest@127.0.0.1:{}/%2f", self.server.port()),
+        }
+    }
+
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref().map(|(_, tls)| tls)
     }
 
     /// Runs `rabbitmqctl` on this node; its output, or a failure with it.

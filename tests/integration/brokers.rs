@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::brokers::{Nats, Rabbit, Redis};
+use crate::common::brokers::{Nats, Rabbit, Redis, Tls};
 use crate::common::load::Steady;
 use crate::common::{self, Relay, SOURCE};
 
@@ -53,6 +53,24 @@ impl Broker {
             "nats" => Broker::Nats(Nats::start()),
             "amqp" => Broker::Rabbit(Rabbit::start(), Default::default()),
             _ => Broker::Redis(Redis::start()),
+        }
+    }
+
+    /// `kind` requiring TLS (a certificate of a CA of the test's) and a user with
+    /// `password` (Redis: the password alone).
+    fn start_tls(kind: &str, password: &str) -> Self {
+        match kind {
+            "nats" => Broker::Nats(Nats::start_tls("hookrelay", password)),
+            "amqp" => Broker::Rabbit(Rabbit::start_tls("hookrelay", password), Default::default()),
+            _ => Broker::Redis(Redis::start_tls(password)),
+        }
+    }
+
+    fn tls(&self) -> Option<&Tls> {
+        match self {
+            Broker::Nats(n) => n.tls(),
+            Broker::Redis(r) => r.tls(),
+            Broker::Rabbit(r, _) => r.tls(),
         }
     }
 
@@ -102,17 +120,24 @@ impl Broker {
 
     /// The `[[destinations]]` entry named `bus` for this broker, with `extra`.
     fn destination(&self, extra: &str) -> String {
+        self.destination_named("bus", extra)
+    }
+
+    /// The `[[destinations]]` entry named `name` for this broker, with `extra`.
+    fn destination_named(&self, name: &str, extra: &str) -> String {
+        let guest =
+            "exchange = \"hookrelay\"\nrouting_key = \"{source}.{event}\"\npassword = \"guest\"";
         let (kind, url, target) = match self {
             Broker::Nats(n) => ("nats", n.url(), "subject = \"hookrelay.{source}.{event}\""),
             Broker::Redis(r) => ("redis-stream", r.url(), "stream = \"hookrelay.{source}\""),
-            Broker::Rabbit(r, _) => (
-                "amqp",
-                r.url(),
-                "exchange = \"hookrelay\"\nrouting_key = \"{source}.{event}\"\npassword = \"guest\"",
-            ),
+            // Over TLS, the test's user, whose password `extra` gives.
+            Broker::Rabbit(r, _) if r.tls().is_some() => {
+                ("amqp", r.url(), "exchange = \"hookrelay\"\nrouting_key = \"{source}.{event}\"")
+            }
+            Broker::Rabbit(r, _) => ("amqp", r.url(), guest),
         };
         format!(
-            "\n[[destinations]]\nname = \"bus\"\nkind = \"{kind}\"\nurl = \"{url}\"\n{target}\n{extra}\n"
+            "\n[[destinations]]\nname = \"{name}\"\nkind = \"{kind}\"\nurl = \"{url}\"\n{target}\n{extra}\n"
         )
     }
 
@@ -540,4 +565,84 @@ async fn rabbitmq_confirms_are_awaited_a_disk_alarm_delivers_nothing_until_it_cl
         assert!(held.contains(format!("evt_{id}_bus").as_str()), "{id} not in the queue");
     }
     eprintln!("rabbitmq: {} messages for 20 callbacks (blocked publishes sent again)", got.len());
+}
+
+/// A broker over TLS with a certificate of the firm's own CA, and a password from a
+/// file: a destination given the CA (`ca_file`) delivers every callback, each read
+/// back once; one without it is refused by the certificate check and says so; the
+/// password appears nowhere (log, API).
+async fn a_broker_over_tls_with_a_private_ca(kind: &str) {
+    const PASSWORD: &str = "tls-broker-pass-6b1e93d2";
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_tls(kind, PASSWORD);
+    broker.prepare().await;
+    let tls = broker.tls().expect("TLS is on").clone();
+    let password = dir.path().join("broker.password");
+    std::fs::write(&password, format!("{PASSWORD}\n")).unwrap();
+    let secret = format!("password_file = {:?}", password.display().to_string());
+    let ca = format!("ca_file = {:?}", tls.ca.display().to_string());
+    let tail = broker.destination_named("bus", &format!("{secret}\n{ca}"))
+        + &broker.destination_named("untrusted", &secret);
+    let text = common::config_with(&dir.path().join("data"), "", &tail);
+    let relay = Relay::start(dir.path(), &text).await;
+    let mut ids = Vec::new();
+    for n in 0..20u64 {
+        let r =
+            relay.callback(Some("ActionUpdated"), "application/json", body(n % 5, n, false)).await;
+        assert_eq!(r.status(), 200);
+        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        relay
+            .admin_until(&format!("/admin/events/{id}"), Duration::from_secs(30), |e| {
+                e["deliveries"].as_array().is_some_and(|d| {
+                    d.iter().any(|d| d["destination"] == "bus" && d["state"] == "delivered")
+                })
+            })
+            .await;
+    }
+    let got = broker.read().await;
+    let held: HashMap<&str, usize> = got.iter().fold(HashMap::new(), |mut m, r| {
+        *m.entry(r.id.as_str()).or_default() += 1;
+        m
+    });
+    for id in &ids {
+        assert_eq!(held.get(format!("evt_{id}_bus").as_str()), Some(&1), "{id}: {held:?}");
+    }
+    assert!(!held.keys().any(|k| k.ends_with("_untrusted")), "an untrusted server was sent to");
+    let dests = relay
+        .admin_until("/admin/destinations", Duration::from_secs(30), |d| {
+            d["destinations"].as_array().is_some_and(|all| {
+                all.iter().any(|d| d["name"] == "untrusted" && d["last_error"].is_string())
+            })
+        })
+        .await;
+    let untrusted = dests["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "untrusted")
+        .unwrap()
+        .clone();
+    let said = untrusted["last_error"].as_str().unwrap().to_ascii_lowercase();
+    assert!(said.contains("give the ca that signed it by ca_file"), "{kind}: not named: {said}");
+    eprintln!("{kind} without the CA: {said}");
+    let (_, events) = relay.admin_get(&format!("/admin/events/{}", ids[0])).await;
+    let shown = format!("{}{dests}{events}", relay.logs());
+    assert!(!shown.contains(PASSWORD), "the password was shown:\n{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_over_tls_with_a_private_ca_and_a_password_from_a_file() {
+    a_broker_over_tls_with_a_private_ca("nats").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_over_tls_with_a_private_ca_and_a_password_from_a_file() {
+    a_broker_over_tls_with_a_private_ca("amqp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_with_a_private_ca_and_a_password_from_a_file() {
+    a_broker_over_tls_with_a_private_ca("redis").await;
 }

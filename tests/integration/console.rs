@@ -97,6 +97,14 @@ async fn an_operator_signs_in_finds_an_event_replays_a_dead_letter_and_pauses_a_
     {
         assert!(overview.contains(shown), "{shown} missing from the overview: {overview}");
     }
+    // Each destination with its kind.
+    let kinds = b
+        .run(
+            "return [...document.querySelectorAll('th[scope=row] .kind')].map((k) => k.parentNode.textContent)",
+            serde_json::json!([]),
+        )
+        .await;
+    assert!(kinds.as_array().is_some_and(|k| k.contains(&"erp http".into())), "{kinds}");
     // What it shows is what the API says.
     let (_, ov) = relay.admin_get("/admin/overview").await;
     let demo = ov["sources"].as_array().unwrap().iter().find(|s| s["source"] == "demo").unwrap();

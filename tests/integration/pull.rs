@@ -176,6 +176,95 @@ async fn the_pull_api_refuses_wrong_tokens_names_and_bodies_clearly() {
     assert!(!relay.logs().contains(PULL_TOKEN), "the token was logged");
 }
 
+/// A flood of wrong tokens and unknown names from one client: five are answered (401,
+/// 404), everything after is refused unread (429, `Retry-After`), the right token
+/// from that client included; a consumer at another address leases and acks every
+/// delivery meanwhile, within 20 s, and the token is never logged. The count is the
+/// relay's one count of wrong tokens per client: the admin API refuses that client too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_wrong_pull_tokens_is_throttled_per_client_and_the_consumer_goes_on() {
+    let (_dir, relay) = start().await;
+    let mut events = Vec::new();
+    for seq in 0..20u64 {
+        let r = relay.callback(Some("ActionUpdated"), "application/json", body(seq % 4, seq)).await;
+        assert_eq!(r.status(), 200);
+        events.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned());
+    }
+    // 400 requests at once from 127.0.0.1: random tokens, and names of no destination.
+    let mut flood = tokio::task::JoinSet::new();
+    for n in 0..400u32 {
+        let (client, at) = (relay.client.clone(), relay.ingress);
+        flood.spawn(async move {
+            let (name, token) = if n % 2 == 0 {
+                ("feed".to_owned(), format!("guess-{:016x}", fastrand::u64(..)))
+            } else {
+                (format!("feed{n}"), PULL_TOKEN.to_owned())
+            };
+            let r = client
+                .post(format!("http://{at}/pull/{name}/lease"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("a flood request");
+            (r.status().as_u16(), r.headers().contains_key("retry-after"))
+        });
+    }
+    let mut answered = BTreeMap::<u16, usize>::new();
+    while let Some(done) = flood.join_next().await {
+        let (status, retry_after) = done.unwrap();
+        assert!(status != 429 || retry_after, "a 429 without Retry-After");
+        *answered.entry(status).or_default() += 1;
+    }
+    let read = answered.get(&401).unwrap_or(&0) + answered.get(&404).unwrap_or(&0);
+    assert_eq!(read, 5, "wrong tokens read beyond the limit: {answered:?}");
+    assert_eq!(answered.get(&429), Some(&395), "{answered:?}");
+    // The right token from the throttled client is refused unread too.
+    let (status, v) = pull(&relay, "lease", PULL_TOKEN, None).await;
+    assert_eq!(status, 429, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("try again in"), "{v}");
+    // A consumer at another address is not held back: it takes everything.
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut acked = 0;
+    while acked < events.len() {
+        assert!(Instant::now() < deadline, "{acked} of {} acked within 20 s", events.len());
+        let url = format!("http://{}/pull/feed/lease?max=100", relay.ingress);
+        let r = other.post(url).bearer_auth(PULL_TOKEN).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let leased = r.json::<Value>().await.unwrap()["deliveries"].as_array().unwrap().clone();
+        if leased.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let url = format!("http://{}/pull/feed/ack", relay.ingress);
+        let r = other.post(url).bearer_auth(PULL_TOKEN).json(&ids(&leased)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        acked += leased.len();
+    }
+    let (status, _) = relay.admin_get("/admin/events").await;
+    assert_eq!(status, 429, "one count of wrong tokens per client, whichever token");
+    for id in &events {
+        let url = format!("http://{}/admin/events/{id}", relay.admin);
+        let r = other.get(url).bearer_auth(common::ADMIN_TOKEN).send().await.unwrap();
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["deliveries"][0]["state"], "delivered", "{e}");
+    }
+    let metrics = relay.metrics().await;
+    for (result, at_least) in [("wrong_token", 1), ("unknown_destination", 1), ("throttled", 396)] {
+        let line = format!("hookrelay_pull_token_refusals_total{{result=\"{result}\"}}");
+        let count: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0);
+        assert!(count >= at_least as f64, "{line} = {count}");
+    }
+    assert!(!relay.logs().contains(PULL_TOKEN), "the token was logged");
+}
+
 /// The example consumer of docs/ (Python's standard library only) leases, handles and
 /// acknowledges: every delivery ends delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -212,7 +212,7 @@ async function overview() {
     api('GET', '/admin/destinations'), api('GET', '/admin/hooks'), api('GET', '/admin/overview'),
     api('GET', '/admin/destinations/history')]);
   const destRows = dests.destinations.map((d) => h('tr', {},
-    h('th', { scope: 'row' }, d.name),
+    h('th', { scope: 'row' }, d.name, ' ', h('span', { class: 'muted kind' }, d.kind)),
     h('td', {}, d.paused ? state('paused') : state('active'), ' ', circuit(d.circuit),
       d.circuit_since ? h('span', { class: 'muted' }, ' since ', time(d.circuit_since)) : null,
       ' ', d.stalled ? state('stalled', 'stalled (watchdog)') : null),

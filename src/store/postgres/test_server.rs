@@ -92,6 +92,46 @@ pub fn new_ca(dir: &Path, name: &str) -> PathBuf {
     pem
 }
 
+/// A new CA (`hookrelay test CA.pem`) in `dir`, and a server certificate it signed
+/// (`server.pem`, key `server.key`) for `san` (`DNS:localhost`, `IP:127.0.0.1`);
+/// returns the CA's PEM file. Needs the `openssl` command.
+pub fn server_certificate(dir: &Path, san: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("tls dir");
+    let ca = new_ca(dir, "hookrelay test CA");
+    let at = |name: &str| dir.join(name).to_str().expect("utf-8").to_owned();
+    std::fs::write(dir.join("san.ext"), format!("subjectAltName={san}\n")).expect("san");
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &at("server.key"),
+        "-out",
+        &at("server.csr"),
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &at("server.csr"),
+        "-CA",
+        &at("hookrelay test CA.pem"),
+        "-CAkey",
+        &at("hookrelay test CA.key"),
+        "-CAcreateserial",
+        "-out",
+        &at("server.pem"),
+        "-days",
+        "2",
+        "-extfile",
+        &at("san.ext"),
+    ]);
+    ca
+}
+
 /// `pg_ctl start` of the data directory `data` with server options `opts`, logging to
 /// `log`, waiting up to 60 s for it to accept connections.
 fn pg_ctl_start(bin: &Path, data: &str, opts: &str, log: &Path) -> Output {
@@ -205,39 +245,8 @@ impl PgServer {
     /// CA; returns the CA's PEM file. Needs the `openssl` command.
     pub fn enable_tls(&self) -> PathBuf {
         let dir = self.dir.path().join("tls");
-        std::fs::create_dir_all(&dir).expect("tls dir");
-        let ca = new_ca(&dir, "hookrelay test CA");
+        let ca = server_certificate(&dir, "DNS:localhost");
         let at = |name: &str| dir.join(name).to_str().expect("utf-8").to_owned();
-        std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").expect("san");
-        openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            &at("server.key"),
-            "-out",
-            &at("server.csr"),
-            "-subj",
-            "/CN=localhost",
-        ]);
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &at("server.csr"),
-            "-CA",
-            &at("hookrelay test CA.pem"),
-            "-CAkey",
-            &at("hookrelay test CA.key"),
-            "-CAcreateserial",
-            "-out",
-            &at("server.pem"),
-            "-days",
-            "2",
-            "-extfile",
-            &at("san.ext"),
-        ]);
         if is_root() {
             let owned = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
