@@ -16,13 +16,13 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::arrivals::{start_sink, Arrivals, Contender};
 use common::env_or;
+use common::stats::{median, percentile_ms as percentile};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use tokio::sync::Semaphore;
 
 #[global_allocator]
@@ -32,37 +32,6 @@ const CONNECTIONS: usize = 64;
 /// The shipped default of `delivery.max_concurrency`, and a tuned value.
 const DEFAULT_CONCURRENCY: usize = 8;
 const TUNED_CONCURRENCY: usize = 32;
-
-type Arrivals = Arc<Mutex<HashMap<String, Instant>>>;
-
-/// A sink on its own thread: notes when each `webhook-id` arrives, answers 200.
-fn start_sink(arrivals: Arrivals) -> std::net::SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        actix_web::rt::System::new().block_on(async move {
-            let data = web::Data::new(arrivals);
-            let server = HttpServer::new(move || {
-                App::new().app_data(data.clone()).default_service(web::to(
-                    |req: HttpRequest, _body: web::Bytes, seen: web::Data<Arrivals>| async move {
-                        let now = Instant::now();
-                        if let Some(id) =
-                            req.headers().get("webhook-id").and_then(|v| v.to_str().ok())
-                        {
-                            seen.lock().unwrap().entry(id.to_owned()).or_insert(now);
-                        }
-                        HttpResponse::Ok().finish()
-                    },
-                ))
-            })
-            .workers(1)
-            .bind("127.0.0.1:0")
-            .unwrap();
-            tx.send(server.addrs()[0]).unwrap();
-            server.run().await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
-}
 
 fn body(n: u64) -> String {
     let pad = "x".repeat(600);
@@ -94,18 +63,6 @@ async fn send(
     Some((format!("evt_{}_{dest}", v["id"].as_str()?), t0))
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 async fn wait_all(arrivals: &Arrivals, ids: &[String], timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
@@ -122,14 +79,6 @@ async fn wait_all(arrivals: &Arrivals, ids: &[String], timeout: Duration) -> boo
     }
 }
 
-/// A relay under test and the name of its one destination.
-struct Contender {
-    label: String,
-    dest: String,
-    relay: common::Relay,
-    _dir: tempfile::TempDir,
-}
-
 /// Starts `bin` with one destination to the sink at `max_concurrency`.
 async fn contender(
     label: &str,
@@ -138,18 +87,12 @@ async fn contender(
     concurrency: usize,
     dest: &str,
 ) -> Contender {
-    let dir = tempfile::tempdir().unwrap();
     let concurrency = if concurrency == DEFAULT_CONCURRENCY {
         String::new() // the shipped default, not set
     } else {
         format!("max_concurrency = {concurrency}\n")
     };
-    let tail =
-        format!("\n[[destinations]]\nname = \"{dest}\"\nurl = \"http://{sink}/in\"\n{concurrency}");
-    let text = common::config_with(&dir.path().join("data"), "", &tail)
-        .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
-    let relay = common::Relay::start_binary(bin, dir.path(), &text).await;
-    Contender { label: label.to_owned(), dest: dest.to_owned(), relay, _dir: dir }
+    Contender::start(label, bin, sink, dest, &concurrency).await
 }
 
 /// Stores `n` events with the destination paused, resumes it, times the drain.

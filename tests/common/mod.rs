@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses a different part of the harness
 
+pub mod arrivals;
 pub mod brokers;
 pub mod browser;
 pub mod load;
@@ -12,6 +13,7 @@ pub mod proxy;
 pub mod scratch;
 pub mod sim;
 pub mod sink;
+pub mod stats;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -1,0 +1,243 @@
+//! Latency at a gentle, steady rate (issue 44), release build, shipped defaults:
+//! callbacks offered open loop at a fixed rate (200/s by default) over 50 resources,
+//! to relays whose one destination is a sink on loopback answering 200 at once, with
+//! `ordering = "none"` and with `ordering = "per-resource"`, side by side in
+//! interleaved rounds (and, with `BENCH_BASELINE=path/to/older/hookrelay`, that build
+//! the same two ways). Per contender: the ack's p50/p99/p99.9 (from the scheduled send
+//! to the answer) and end to end (from the scheduled send to the sink's receipt).
+//! Medians over rounds: the 2-core machine is shared and noisy.
+//!
+//! Also per contender: the relay's CPU per callback, its group commits per callback and
+//! their mean time (from its `/metrics`), and when the acks over 50 ms were sent (a
+//! stall shows as one cluster).
+//!
+//! Run: `cargo bench --bench latency` (env: BENCH_ROUNDS (3), BENCH_SECS (20),
+//! BENCH_RATE (200), BENCH_RESOURCES (50), BENCH_BASELINE; BENCH_ONLY=text keeps the
+//! contenders whose label holds it; BENCH_LOGS=path writes each relay's log to
+//! path.{destination}).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::arrivals::{start_sink, Arrivals, Contender};
+use common::env_or;
+use common::stats::{median, percentile_ms};
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The `n`th callback, about resource `n % resources` (about 1 KB).
+fn body(n: u64, resources: u64) -> String {
+    serde_json::json!({
+        "data": {"type": "actions", "id": (n % resources).to_string(),
+                 "attributes": {"name": "Smith v Jones", "seq": n, "notes": "x".repeat(600)}},
+        "meta": {"debug": {"resthook": {"id": "46", "trigger_count": n, "event_name": "ActionUpdated"}}}
+    })
+    .to_string()
+}
+
+async fn contender(
+    label: &str,
+    bin: &str,
+    sink: std::net::SocketAddr,
+    ordering: &str,
+    dest: &str,
+) -> Contender {
+    let ordering = match ordering {
+        "none" => String::new(), // the shipped default, not set
+        other => format!("ordering = \"{other}\"\n"),
+    };
+    Contender::start(label, bin, sink, dest, &ordering).await
+}
+
+/// One run's latencies, in ms: ack p50/p99/p99.9, end to end p50/p99/p99.9, and the
+/// share delivered within 30 s of the last send; where the time went: the relay's CPU
+/// per callback (µs), its group commits per callback and their mean time (ms).
+#[derive(Clone, Copy, Default)]
+struct Run {
+    ack: [f64; 3],
+    e2e: [f64; 3],
+    delivered: f64,
+    cpu_us: f64,
+    commits: f64,
+    commit_ms: f64,
+}
+
+/// The relay's user + system CPU time so far, in seconds.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The value of the unlabelled series `name` in the relay's `/metrics`.
+async fn series(relay: &common::Relay, name: &str) -> f64 {
+    let text = relay.metrics().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Offers `rate` callbacks a second for `secs` over `resources` resources.
+async fn run(
+    c: &Contender,
+    arrivals: &Arrivals,
+    rate: u64,
+    secs: u64,
+    resources: u64,
+    base: u64,
+) -> Run {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
+    let url = c.relay.hook_url(Some("ActionUpdated"));
+    let cpu0 = cpu_seconds(c.relay.pid());
+    let commits0 = series(&c.relay, "hookrelay_store_commit_duration_seconds_count").await;
+    let commit_s0 = series(&c.relay, "hookrelay_store_commit_duration_seconds_sum").await;
+    let interval = Duration::from_nanos(1_000_000_000 / rate);
+    let start = tokio::time::Instant::now() + Duration::from_millis(100);
+    let mut tasks = Vec::new();
+    for i in 0..rate * secs {
+        let due = start + interval * i as u32;
+        tokio::time::sleep_until(due).await;
+        let (client, url, dest) = (client.clone(), url.clone(), c.dest.clone());
+        let n = base + i;
+        tasks.push(tokio::spawn(async move {
+            let r = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body(n, resources))
+                .send()
+                .await
+                .ok()?;
+            let acked = Instant::now();
+            let v: serde_json::Value = r.json().await.ok()?;
+            let id = format!("evt_{}_{dest}", v["id"].as_str()?);
+            Some((id, due.into_std(), acked))
+        }));
+    }
+    let mut sent = Vec::new();
+    for t in tasks {
+        if let Some(x) = t.await.unwrap() {
+            sent.push(x);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let all = {
+            let seen = arrivals.lock().unwrap();
+            sent.iter().all(|(id, _, _)| seen.contains_key(id))
+        };
+        if all {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n = sent.len().max(1) as f64;
+    let cpu_us = (cpu_seconds(c.relay.pid()) - cpu0) * 1e6 / n;
+    let commits =
+        series(&c.relay, "hookrelay_store_commit_duration_seconds_count").await - commits0;
+    let commit_s =
+        series(&c.relay, "hookrelay_store_commit_duration_seconds_sum").await - commit_s0;
+    let seen = arrivals.lock().unwrap();
+    let mut ack: Vec<Duration> =
+        sent.iter().map(|(_, due, acked)| acked.saturating_duration_since(*due)).collect();
+    let mut e2e: Vec<Duration> = sent
+        .iter()
+        .filter_map(|(id, due, _)| seen.get(id).map(|t| t.saturating_duration_since(*due)))
+        .collect();
+    // When the slowest acks came, from the run's start: a stall shows as a cluster.
+    let mut slow: Vec<(Duration, Duration)> = sent
+        .iter()
+        .map(|(_, due, acked)| {
+            (acked.saturating_duration_since(*due), due.saturating_duration_since(start.into_std()))
+        })
+        .filter(|(took, _)| *took > Duration::from_millis(50))
+        .collect();
+    slow.sort();
+    if let (Some(first), Some(last)) =
+        (slow.iter().map(|s| s.1).min(), slow.iter().map(|s| s.1).max())
+    {
+        eprintln!(
+            "  {}: {} acks over 50 ms, sent from {:.2} s to {:.2} s into the run, the slowest {:.0} ms",
+            c.label, slow.len(), first.as_secs_f64(), last.as_secs_f64(),
+            slow.last().map_or(0.0, |s| s.0.as_secs_f64() * 1000.0)
+        );
+    }
+    let mut seconds: Vec<u64> = slow.iter().map(|s| s.1.as_secs()).collect();
+    seconds.sort();
+    seconds.dedup();
+    if !seconds.is_empty() {
+        eprintln!("  slow acks in seconds {seconds:?} of the run");
+    }
+    ack.sort();
+    e2e.sort();
+    let q =
+        |v: &[Duration]| [percentile_ms(v, 0.5), percentile_ms(v, 0.99), percentile_ms(v, 0.999)];
+    Run {
+        ack: q(&ack),
+        e2e: q(&e2e),
+        delivered: e2e.len() as f64 / (rate * secs) as f64,
+        cpu_us,
+        commits: commits / n,
+        commit_ms: if commits > 0.0 { commit_s * 1000.0 / commits } else { f64::NAN },
+    }
+}
+
+fn main() {
+    let rounds: usize = env_or("BENCH_ROUNDS", 3);
+    let secs: u64 = env_or("BENCH_SECS", 20);
+    let rate: u64 = env_or("BENCH_RATE", 200);
+    let resources: u64 = env_or("BENCH_RESOURCES", 50);
+    let baseline = std::env::var("BENCH_BASELINE").ok();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let arrivals: Arrivals = Arc::default();
+        let sink = start_sink(arrivals.clone());
+        let mut contenders = vec![
+            contender("this build, ordering none", common::binary(), sink, "none", "new_none").await,
+            contender("this build, ordering per-resource", common::binary(), sink, "per-resource", "new_ordered").await,
+        ];
+        if let Some(bin) = &baseline {
+            contenders.push(contender("baseline, ordering none", bin, sink, "none", "base_none").await);
+            contenders.push(contender("baseline, ordering per-resource", bin, sink, "per-resource", "base_ordered").await);
+        }
+        // BENCH_ONLY=per-resource: only the contenders whose label holds it.
+        if let Ok(only) = std::env::var("BENCH_ONLY") {
+            contenders.retain(|c| c.label.contains(&only));
+        }
+        let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
+        for round in 0..rounds {
+            for (i, c) in contenders.iter().enumerate() {
+                // Distinct bodies every run: identical ones would be deduplicated.
+                let base = 10_000_000 * (round as u64 + 1) + 1_000_000 * (i as u64 + 1);
+                let r = run(c, &arrivals, rate, secs, resources, base).await;
+                eprintln!(
+                    "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms",
+                    round + 1, c.label, r.ack[0], r.ack[1], r.ack[2], r.e2e[0], r.e2e[1], r.e2e[2], r.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms
+                );
+                runs[i].push(r);
+                if let Ok(path) = std::env::var("BENCH_LOGS") {
+                    let _ = std::fs::write(format!("{path}.{}", c.dest), c.relay.logs());
+                }
+            }
+        }
+        println!("\nmedians of {rounds} interleaved rounds; {rate} callbacks/s open loop for {secs} s over {resources} resources; one destination answering 200 at once:\n");
+        println!("| relay | ack p50 / p99 / p99.9 (ms) | end to end p50 / p99 / p99.9 (ms) | delivered | CPU per callback (µs) | ingress commits per callback | commit time (ms) |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for (c, r) in contenders.iter().zip(&runs) {
+            let m = |f: &dyn Fn(&Run) -> f64| median(r.iter().map(f).collect());
+            println!(
+                "| {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} | {:.2} | {:.2} |",
+                c.label,
+                m(&|x| x.ack[0]), m(&|x| x.ack[1]), m(&|x| x.ack[2]),
+                m(&|x| x.e2e[0]), m(&|x| x.e2e[1]), m(&|x| x.e2e[2]),
+                100.0 * m(&|x| x.delivered),
+                m(&|x| x.cpu_us), m(&|x| x.commits), m(&|x| x.commit_ms)
+            );
+        }
+    });
+}
