@@ -325,9 +325,24 @@ async fn floor_cycles(backend: &str, pad: usize) {
                 "cycle {cycle}: exited below the floor: {}",
                 relay.logs()
             );
+            // Not ready and saying why, unless the fresh relay's margin (the write
+            // amplification it assumes before it has measured its own, smaller than
+            // the one the last relay had learnt) still leaves room above the floor:
+            // then it takes writes, and the floor still holds.
             let r = reqwest::get(format!("http://{}/readyz", relay.admin)).await.unwrap();
-            assert_eq!(r.status(), 503);
-            assert!(r.text().await.unwrap().contains("below the floor"));
+            let status = r.status();
+            let said = r.text().await.unwrap();
+            if status == 503 {
+                assert!(said.contains("below the floor"), "cycle {cycle}: {said}");
+            } else {
+                assert_eq!(status, 200, "cycle {cycle}: {said}");
+                let free = free_bytes(fs.path());
+                assert!(free >= 8 << 20, "cycle {cycle}: ready at {free} bytes free");
+                eprintln!(
+                    "cycle {cycle}: restarted ready, {:.1} MiB free",
+                    free as f64 / 1048576.0
+                );
+            }
             relay
         };
         let so_far = acked.lock().unwrap().clone();
