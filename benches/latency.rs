@@ -74,13 +74,19 @@ fn cpu_seconds(pid: i32) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// The value of the unlabelled series `name` in the relay's `/metrics`.
-async fn series(relay: &common::Relay, name: &str) -> f64 {
+/// The relay's group commits so far and their total time (s), from one `/metrics` read.
+async fn commits(relay: &common::Relay) -> (f64, f64) {
     let text = relay.metrics().await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+    let series = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        series("hookrelay_store_commit_duration_seconds_count"),
+        series("hookrelay_store_commit_duration_seconds_sum"),
+    )
 }
 
 /// Offers `rate` callbacks a second for `secs` over `resources` resources.
@@ -95,8 +101,7 @@ async fn run(
     let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
     let url = c.relay.hook_url(Some("ActionUpdated"));
     let cpu0 = cpu_seconds(c.relay.pid());
-    let commits0 = series(&c.relay, "hookrelay_store_commit_duration_seconds_count").await;
-    let commit_s0 = series(&c.relay, "hookrelay_store_commit_duration_seconds_sum").await;
+    let (commits0, commit_s0) = commits(&c.relay).await;
     let interval = Duration::from_nanos(1_000_000_000 / rate);
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
     let mut tasks = Vec::new();
@@ -138,10 +143,8 @@ async fn run(
     }
     let n = sent.len().max(1) as f64;
     let cpu_us = (cpu_seconds(c.relay.pid()) - cpu0) * 1e6 / n;
-    let commits =
-        series(&c.relay, "hookrelay_store_commit_duration_seconds_count").await - commits0;
-    let commit_s =
-        series(&c.relay, "hookrelay_store_commit_duration_seconds_sum").await - commit_s0;
+    let (commits1, commit_s1) = commits(&c.relay).await;
+    let (commits, commit_s) = (commits1 - commits0, commit_s1 - commit_s0);
     let seen = arrivals.lock().unwrap();
     let mut ack: Vec<Duration> =
         sent.iter().map(|(_, due, acked)| acked.saturating_duration_since(*due)).collect();

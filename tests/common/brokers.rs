@@ -24,12 +24,12 @@ fn free_port() -> u16 {
     panic!("no free loopback port from 20000 to 32767")
 }
 
-/// Waits until `port` accepts connections, for `what`.
-fn wait_listening(port: u16, what: &str, child: &mut Child) {
+/// Waits until `port` accepts connections, for `what` (started as `child`, if given).
+fn wait_listening(port: u16, what: &str, mut child: Option<&mut Child>) {
     // RabbitMQ takes 5 to 20 s on a busy machine.
     let deadline = Instant::now() + Duration::from_secs(90);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
+        if let Some(Ok(Some(status))) = child.as_mut().map(|c| c.try_wait()) {
             panic!("{what} exited at start ({status}); see its log");
         }
         assert!(Instant::now() < deadline, "{what} did not listen on {port} within 90 s");
@@ -101,7 +101,7 @@ impl Process {
             .stderr(Stdio::from(log))
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", self.name));
-        wait_listening(self.port, self.name, &mut child);
+        wait_listening(self.port, self.name, Some(&mut child));
         self.child = Some(child);
     }
 
@@ -302,11 +302,7 @@ impl Redis {
         let tls = Tls { ca, user: String::new(), password: password.to_owned() };
         let redis = Self { server, tls: Some((tls_port, tls)) };
         // The TLS listener opens with the plain one; wait for it all the same.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server's TLS port did not open");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_listening(tls_port, "redis-server's TLS listener", None);
         redis
     }
 
