@@ -21,23 +21,14 @@ mod common;
 
 use common::arrivals::{start_sink, Arrivals, Contender};
 use common::env_or;
-use common::stats::{median, percentile_ms};
+use common::open_loop::{await_arrivals, cpu_seconds, offer, Latencies};
+use common::stats::median;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// The `n`th callback, about resource `n % resources` (about 1 KB).
-fn body(n: u64, resources: u64) -> String {
-    serde_json::json!({
-        "data": {"type": "actions", "id": (n % resources).to_string(),
-                 "attributes": {"name": "Smith v Jones", "seq": n, "notes": "x".repeat(600)}},
-        "meta": {"debug": {"resthook": {"id": "46", "trigger_count": n, "event_name": "ActionUpdated"}}}
-    })
-    .to_string()
-}
 
 async fn contender(
     label: &str,
@@ -58,20 +49,10 @@ async fn contender(
 /// per callback (µs), its group commits per callback and their mean time (ms).
 #[derive(Clone, Copy, Default)]
 struct Run {
-    ack: [f64; 3],
-    e2e: [f64; 3],
-    delivered: f64,
+    seen: Latencies,
     cpu_us: f64,
     commits: f64,
     commit_ms: f64,
-}
-
-/// The relay's user + system CPU time so far, in seconds.
-fn cpu_seconds(pid: i32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// The relay's group commits so far and their total time (s), from one `/metrics` read.
@@ -98,65 +79,24 @@ async fn run(
     resources: u64,
     base: u64,
 ) -> Run {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
     let url = c.relay.hook_url(Some("ActionUpdated"));
     let cpu0 = cpu_seconds(c.relay.pid());
     let (commits0, commit_s0) = commits(&c.relay).await;
-    let interval = Duration::from_nanos(1_000_000_000 / rate);
-    let start = tokio::time::Instant::now() + Duration::from_millis(100);
-    let mut tasks = Vec::new();
-    for i in 0..rate * secs {
-        let due = start + interval * i as u32;
-        tokio::time::sleep_until(due).await;
-        let (client, url, dest) = (client.clone(), url.clone(), c.dest.clone());
-        let n = base + i;
-        tasks.push(tokio::spawn(async move {
-            let r = client
-                .post(&url)
-                .header("content-type", "application/json")
-                .body(body(n, resources))
-                .send()
-                .await
-                .ok()?;
-            let acked = Instant::now();
-            let v: serde_json::Value = r.json().await.ok()?;
-            let id = format!("evt_{}_{dest}", v["id"].as_str()?);
-            Some((id, due.into_std(), acked))
-        }));
-    }
-    let mut sent = Vec::new();
-    for t in tasks {
-        if let Some(x) = t.await.unwrap() {
-            sent.push(x);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        let all = {
-            let seen = arrivals.lock().unwrap();
-            sent.iter().all(|(id, _, _)| seen.contains_key(id))
-        };
-        if all {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let n = sent.len().max(1) as f64;
+    let offered = offer(&[url], &c.dest, rate, secs, resources, base).await;
+    await_arrivals(arrivals, &offered, Duration::from_secs(30)).await;
+    let n = offered.sent.len().max(1) as f64;
     let cpu_us = (cpu_seconds(c.relay.pid()) - cpu0) * 1e6 / n;
     let (commits1, commit_s1) = commits(&c.relay).await;
     let (commits, commit_s) = (commits1 - commits0, commit_s1 - commit_s0);
-    let seen = arrivals.lock().unwrap();
-    let mut ack: Vec<Duration> =
-        sent.iter().map(|(_, due, acked)| acked.saturating_duration_since(*due)).collect();
-    let mut e2e: Vec<Duration> = sent
-        .iter()
-        .filter_map(|(id, due, _)| seen.get(id).map(|t| t.saturating_duration_since(*due)))
-        .collect();
     // When the slowest acks came, from the run's start: a stall shows as a cluster.
-    let mut slow: Vec<(Duration, Duration)> = sent
+    let mut slow: Vec<(Duration, Duration)> = offered
+        .sent
         .iter()
-        .map(|(_, due, acked)| {
-            (acked.saturating_duration_since(*due), due.saturating_duration_since(start.into_std()))
+        .map(|s| {
+            (
+                s.acked.saturating_duration_since(s.due),
+                s.due.saturating_duration_since(offered.start),
+            )
         })
         .filter(|(took, _)| *took > Duration::from_millis(50))
         .collect();
@@ -176,14 +116,8 @@ async fn run(
     if !seconds.is_empty() {
         eprintln!("  slow acks in seconds {seconds:?} of the run");
     }
-    ack.sort();
-    e2e.sort();
-    let q =
-        |v: &[Duration]| [percentile_ms(v, 0.5), percentile_ms(v, 0.99), percentile_ms(v, 0.999)];
     Run {
-        ack: q(&ack),
-        e2e: q(&e2e),
-        delivered: e2e.len() as f64 / (rate * secs) as f64,
+        seen: Latencies::of(&offered, arrivals),
         cpu_us,
         commits: commits / n,
         commit_ms: if commits > 0.0 { commit_s * 1000.0 / commits } else { f64::NAN },
@@ -220,7 +154,7 @@ fn main() {
                 let r = run(c, &arrivals, rate, secs, resources, base).await;
                 eprintln!(
                     "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms",
-                    round + 1, c.label, r.ack[0], r.ack[1], r.ack[2], r.e2e[0], r.e2e[1], r.e2e[2], r.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms
+                    round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2], r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms
                 );
                 runs[i].push(r);
                 if let Ok(path) = std::env::var("BENCH_LOGS") {
@@ -236,9 +170,9 @@ fn main() {
             println!(
                 "| {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} | {:.2} | {:.2} |",
                 c.label,
-                m(&|x| x.ack[0]), m(&|x| x.ack[1]), m(&|x| x.ack[2]),
-                m(&|x| x.e2e[0]), m(&|x| x.e2e[1]), m(&|x| x.e2e[2]),
-                100.0 * m(&|x| x.delivered),
+                m(&|x| x.seen.ack[0]), m(&|x| x.seen.ack[1]), m(&|x| x.seen.ack[2]),
+                m(&|x| x.seen.e2e[0]), m(&|x| x.seen.e2e[1]), m(&|x| x.seen.e2e[2]),
+                100.0 * m(&|x| x.seen.delivered),
                 m(&|x| x.cpu_us), m(&|x| x.commits), m(&|x| x.commit_ms)
             );
         }

@@ -329,6 +329,8 @@ impl Destinations {
                         state.wake.notify_one();
                     }
                 }
+                // The dispatcher's, not the workers'.
+                Ok(crate::store::Wake::Inbox) => {}
                 Err(RecvError::Closed) => return,
             }
         }

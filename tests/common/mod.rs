@@ -7,6 +7,7 @@ pub mod arrivals;
 pub mod brokers;
 pub mod browser;
 pub mod load;
+pub mod open_loop;
 #[path = "../../src/store/postgres/test_server.rs"]
 pub mod pg;
 pub mod proxy;

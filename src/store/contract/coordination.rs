@@ -28,6 +28,9 @@ pub(crate) struct Fleet {
 pub(crate) enum Wake {
     /// This destination has deliveries due now.
     Due(String),
+    /// Another relay stored events: the dispatcher, where it runs, looks at the inbox
+    /// now (the storing relay's own commits wake only its own dispatcher).
+    Inbox,
     /// Anything may be due: wake-ups may have been missed (a reconnection, a
     /// subscriber that fell behind).
     All,

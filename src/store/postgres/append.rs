@@ -1,6 +1,6 @@
-//! Appending a commit group on PostgreSQL: one multi-row insert in one transaction,
-//! with the ids, the audit ledger's `received` and `rejected`, and this relay's counts
-//! of what it received, all decided in the statement.
+//! Appending a commit group on PostgreSQL: one statement in one transaction, which
+//! inserts the events, decides their ids, and adds to the audit ledger's `received`
+//! and `rejected` and to this relay's counts of what it received.
 //!
 //! Ids are the receive time in µs, unique per relay by a counter seeded from `max(id)`,
 //! across relays by the primary key (`ON CONFLICT DO NOTHING`, then the next id), raised
@@ -8,7 +8,7 @@
 //! capped at the database's clock plus `clock::MAX_SKEW` (a relay running ahead cannot
 //! push the fleet's ids).
 
-use super::{apply, pg, EventId, EventStatus, NewEvent, PgState, StoreError};
+use super::{apply, EventId, EventStatus, NewEvent, PgState, StoreError};
 
 /// How far beyond the database's clock an id may be proposed, in µs.
 const MAX_SKEW_US: i64 = crate::clock::MAX_SKEW.as_micros() as i64;
@@ -17,39 +17,6 @@ const MAX_SKEW_US: i64 = crate::clock::MAX_SKEW.as_micros() as i64;
 const HOUR_US: i64 = crate::store::lifecycle::ledger::HOUR_US as i64;
 
 impl PgState {
-    /// Adds a group's callbacks to this relay's counts per (source, event), in the
-    /// group's transaction (`Store::received_counts`).
-    async fn count_received(
-        &self,
-        tx: &pg::Transaction<'_>,
-        batch: &[NewEvent],
-    ) -> Result<(), StoreError> {
-        // Names the relay does not know share one row (`other`): callers inventing names
-        // cannot grow the table (only known names are compared with the upstream's).
-        let mut counts: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
-        for e in batch {
-            let bucket = crate::event_names::metric_label(&e.meta.event);
-            *counts.entry((e.meta.source.as_str(), bucket)).or_default() += 1;
-        }
-        let (sources, events, ns): (Vec<&str>, Vec<&str>, Vec<i64>) = counts
-            .into_iter()
-            .map(|((s, e), n)| (s, e, n))
-            .fold((Vec::new(), Vec::new(), Vec::new()), |(mut a, mut b, mut c), (s, e, n)| {
-                a.push(s);
-                b.push(e);
-                c.push(n);
-                (a, b, c)
-            });
-        tx.execute(
-            "INSERT INTO received (source, event, relay, n)
-             SELECT k.source, k.event, $3, k.n FROM unnest($1::text[], $2::text[], $4::bigint[]) AS k(source, event, n)
-             ON CONFLICT (source, event, relay) DO UPDATE SET n = received.n + excluded.n",
-            &[&sources, &events, &self.instance, &ns],
-        )
-        .await?;
-        Ok(())
-    }
-
     /// Inserts one group in one transaction; returns the ids in order.
     pub(super) async fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
         use std::sync::atomic::Ordering;
@@ -107,11 +74,19 @@ impl PgState {
                          WHERE c.count = 'received' OR k.status = 'rejected'
                          GROUP BY 1, 2, 3, 5 ORDER BY 1, 2, 3, 5
                          ON CONFLICT (hour, source, event, destination, count, shard)
-                         DO UPDATE SET n = audit.n + excluded.n)
+                         DO UPDATE SET n = audit.n + excluded.n),
+                 rec AS (INSERT INTO received (source, event, relay, n)
+                         SELECT r.source, r.event, $16, r.n
+                         FROM unnest($13::text[], $14::text[], $15::bigint[]) AS r(source, event, n)
+                         ON CONFLICT (source, event, relay) DO UPDATE SET n = received.n + excluded.n)
                  SELECT k.id, EXISTS (SELECT 1 FROM ins WHERE ins.id = k.id) FROM k ORDER BY k.n",
             )
             .await?;
         let shard = fastrand::i16(0..apply::LEDGER_SHARDS);
+        // The group's counts go with its first insert (later ones only place the ids
+        // another relay took meanwhile).
+        let counts = received(batch);
+        let no_counts: (Vec<&str>, Vec<&str>, Vec<i64>) = Default::default();
         // Ids another relay took meanwhile (same µs) get the next ones, until all fit.
         let mut todo: Vec<usize> = (0..batch.len()).collect();
         for attempt in 0..16 {
@@ -128,7 +103,8 @@ impl PgState {
             // The ledger's `received` and `rejected` of the rows stored, in the same
             // statement (their ids decide their hour).
             let buckets = pick(&todo, &bucket);
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
+            let counted = if attempt == 0 { &counts } else { &no_counts };
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
                 &columns.0,
                 &columns.1,
                 &columns.2,
@@ -141,13 +117,19 @@ impl PgState {
                 &HOUR_US,
                 &MAX_SKEW_US,
                 &buckets,
+                &counted.0,
+                &counted.1,
+                &counted.2,
+                &self.instance,
             ];
             let insert = tx.query(&insert, &params);
-            // The group's counts go with its first insert, pipelined on the connection
-            // (no round trip of their own); they do not depend on the ids.
-            let rows = if attempt == 0 {
+            // The fleet's dispatcher's wake-up, when another relay leads dispatch, goes
+            // with the first insert, pipelined on the connection (no round trip of its
+            // own).
+            let rows = if attempt == 0 && !self.leads_dispatch() {
                 let insert = async { insert.await.map_err(StoreError::from) };
-                tokio::try_join!(insert, self.count_received(&tx, batch))?.0
+                let notifier = self.notifier();
+                tokio::try_join!(insert, notifier.notify_inbox(&tx))?.0
             } else {
                 insert.await?
             };
@@ -175,6 +157,25 @@ impl PgState {
             message: "could not find free event ids after 16 tries".into(),
         })
     }
+}
+
+/// A group's callbacks per (source, event), as columns: what the append adds to this
+/// relay's counts (`Store::received_counts`) in its statement. Names the relay does
+/// not know share one row (`other`): callers inventing names cannot grow the table
+/// (only known names are compared with the upstream's).
+fn received(batch: &[NewEvent]) -> (Vec<&str>, Vec<&str>, Vec<i64>) {
+    let mut counts: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
+    for e in batch {
+        let bucket = crate::event_names::metric_label(&e.meta.event);
+        *counts.entry((e.meta.source.as_str(), bucket)).or_default() += 1;
+    }
+    let mut columns = (Vec::new(), Vec::new(), Vec::new());
+    for ((source, event), n) in counts {
+        columns.0.push(source);
+        columns.1.push(event);
+        columns.2.push(n);
+    }
+    columns
 }
 
 /// The elements of `v` at `at`.

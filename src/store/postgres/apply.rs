@@ -5,6 +5,7 @@
 //! meanwhile, the primary key fails this transaction instead of overwriting that
 //! relay's decision.
 
+use super::cached::Cached;
 use super::view::Prefetch;
 use super::{pg, sql_id, sql_us};
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
@@ -19,7 +20,14 @@ struct Rows<'a> {
     states: Vec<&'static str>,
     dues: Vec<Option<i64>>,
     records: Vec<Vec<u8>>,
+    /// The claim to give back with the write, by its token (see [`Releases`]).
+    releases: Vec<Option<i64>>,
 }
+
+/// Claims to give back where their delivery's row is written anyway (an attempt's
+/// record): by (event, destination), the claim's token. The row is then written once,
+/// not twice, and the claim goes only if it is still that one.
+pub(super) type Releases = std::collections::HashMap<(crate::store::EventId, String), u64>;
 
 /// Dedup rows to write in one statement.
 #[derive(Default)]
@@ -49,6 +57,17 @@ pub(super) async fn apply(
     changes: &Changes,
     state: &super::PgState,
 ) -> Result<(), StoreError> {
+    apply_releasing(tx, seen, changes, state, &Releases::new()).await
+}
+
+/// [`apply`], giving back the claims of `releases` on the delivery rows it updates.
+pub(super) async fn apply_releasing(
+    tx: &pg::Transaction<'_>,
+    seen: &Prefetch,
+    changes: &Changes,
+    state: &super::PgState,
+    releases: &Releases,
+) -> Result<(), StoreError> {
     state.notifier().notify_due(tx, changes).await?;
     // One statement per table and kind of write, whatever the batch size: a group of
     // attempts or a dispatch batch costs a few round trips, not one per row.
@@ -61,7 +80,7 @@ pub(super) async fn apply(
             statuses.push(meta.status.as_str());
             metas.push(serde_json::to_vec(meta)?);
         }
-        tx.execute(
+        tx.cached_execute(
             "UPDATE events e SET inbox = false, status = k.status, meta = k.meta
              FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS k(id, status, meta)
              WHERE e.id = k.id AND e.inbox",
@@ -78,7 +97,7 @@ pub(super) async fn apply(
         batch.push(hash.to_vec(), sql_id(entry.original), sql_us(entry.until_us));
     }
     if !new_dedup.is_empty() {
-        tx.execute(
+        tx.cached_execute(
             "INSERT INTO dedup (hash, original, until_us)
              SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[])",
             &[&new_dedup.keys, &new_dedup.a, &new_dedup.b],
@@ -86,7 +105,7 @@ pub(super) async fn apply(
         .await?;
     }
     if !old_dedup.is_empty() {
-        tx.execute(
+        tx.cached_execute(
             "UPDATE dedup d SET original = k.original, until_us = k.until_us
              FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS k(hash, original, until_us)
              WHERE d.hash = k.hash",
@@ -109,11 +128,12 @@ pub(super) async fn apply(
                 rows.states.push(after.state.as_str());
                 rows.dues.push(lifecycle::schedule_entry(after).map(sql_us));
                 rows.records.push(serde_json::to_vec(after)?);
+                rows.releases.push(releases.get(&(*event, dest.clone())).map(|t| sql_us(*t)));
             }
         }
     }
     if !gone_events.is_empty() {
-        tx.execute(
+        tx.cached_execute(
             "DELETE FROM deliveries d USING unnest($1::bigint[], $2::text[]) AS k(event, destination)
              WHERE d.event = k.event AND d.destination = k.destination",
             &[&gone_events, &gone_dests],
@@ -121,17 +141,27 @@ pub(super) async fn apply(
         .await?;
     }
     if !updates.events.is_empty() {
-        tx.execute(
-            "UPDATE deliveries d SET state = k.state, due_us = k.due_us, record = k.record
-             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])
-               AS k(event, destination, state, due_us, record)
+        tx.cached_execute(
+            "UPDATE deliveries d SET state = k.state, due_us = k.due_us, record = k.record,
+                 claim_owner = CASE WHEN d.claim_token = k.release THEN NULL ELSE d.claim_owner END,
+                 claim_expires_us = CASE WHEN d.claim_token = k.release THEN NULL ELSE d.claim_expires_us END,
+                 claim_token = CASE WHEN d.claim_token = k.release THEN NULL ELSE d.claim_token END
+             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[], $6::bigint[])
+               AS k(event, destination, state, due_us, record, release)
              WHERE d.event = k.event AND d.destination = k.destination",
-            &[&updates.events, &updates.dests, &updates.states, &updates.dues, &updates.records],
+            &[
+                &updates.events,
+                &updates.dests,
+                &updates.states,
+                &updates.dues,
+                &updates.records,
+                &updates.releases,
+            ],
         )
         .await?;
     }
     if !inserts.events.is_empty() {
-        tx.execute(
+        tx.cached_execute(
             "INSERT INTO deliveries (event, destination, state, due_us, record)
              SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])",
             &[&inserts.events, &inserts.dests, &inserts.states, &inserts.dues, &inserts.records],
@@ -142,7 +172,7 @@ pub(super) async fn apply(
         let existed = matches!(seen.queues.get(&(dest.clone(), *resource)), Some(Some(_)));
         match queue {
             None => {
-                tx.execute(
+                tx.cached_execute(
                     "DELETE FROM queues WHERE destination = $1 AND resource = $2",
                     &[dest, &resource.as_slice()],
                 )
@@ -157,7 +187,7 @@ pub(super) async fn apply(
                      VALUES ($1, $2, $3, $4, $5)"
                 };
                 let len = i64::try_from(q.len).unwrap_or(i64::MAX);
-                tx.execute(
+                tx.cached_execute(
                     sql,
                     &[dest, &resource.as_slice(), &sql_id(q.head), &sql_id(q.tail), &len],
                 )
@@ -167,11 +197,11 @@ pub(super) async fn apply(
     }
     if !changes.pruned.is_empty() {
         let ids: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
-        tx.execute("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", &[&ids]).await?;
+        tx.cached_execute("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", &[&ids]).await?;
     }
     if !changes.bodies_dropped.is_empty() {
         let ids: Vec<i64> = changes.bodies_dropped.iter().map(|id| sql_id(*id)).collect();
-        tx.execute(
+        tx.cached_execute(
             "UPDATE events SET body = NULL WHERE id = ANY($1) AND NOT inbox AND body IS NOT NULL",
             &[&ids],
         )
@@ -200,7 +230,7 @@ pub(super) async fn add_to_ledger(
         cols.4.push(key.count.as_str());
         cols.5.push(*n);
     }
-    tx.execute(
+    tx.cached_execute(
         "INSERT INTO audit (hour, source, event, destination, count, shard, n)
          SELECT k.hour, k.source, k.event, k.destination, k.count, $6, k.n
          FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $7::bigint[])

@@ -1,6 +1,7 @@
 //! The audit ledger on PostgreSQL: the `audit` counters, summed over their shards,
 //! and the inbox grouped by hour, read in one snapshot.
 
+use super::cached::Cached;
 use async_trait::async_trait;
 
 use super::PostgresStore;
@@ -26,13 +27,13 @@ impl Audit for PostgresStore {
         let start = self.inner.ledger_start.raw() as i64;
         let p1: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&from, &to];
         let p2: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&from, &to, &hour_us, &start];
-        let counters = tx.query(
+        let counters = tx.cached_query(
             "SELECT hour, source, event, destination, count, sum(n)::bigint FROM audit
              WHERE hour >= $1 AND hour < $2
              GROUP BY hour, source, event, destination, count",
             &p1,
         );
-        let waiting = tx.query(
+        let waiting = tx.cached_query(
             "SELECT id / $3, source, event, count(*) FROM events
              WHERE inbox AND id >= greatest($1 * $3, $4) AND id < $2 * $3
              GROUP BY 1, 2, 3",
@@ -75,7 +76,7 @@ impl Audit for PostgresStore {
         let client = self.client().await?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let gone = client
-            .execute(
+            .cached_execute(
                 "DELETE FROM audit WHERE ctid IN
                  (SELECT ctid FROM audit WHERE hour < $1 LIMIT $2)",
                 &[&sql_hour(before_hour), &limit],

@@ -1,6 +1,7 @@
 //! Coordination of the relays sharing the database: leases (`lead.rs`), advisory
 //! locks, heartbeats in `relays`, wake-ups by `LISTEN`/`NOTIFY` (`listen.rs`).
 
+use super::cached::Cached;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -43,7 +44,7 @@ impl Coordination for PostgresStore {
         let client = self.client().await?;
         // The database's clock, not the relays': they need not agree.
         let rows = client
-            .query(
+            .cached_query(
                 "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
                  me AS (
                      INSERT INTO relays (owner, started_us, seen_us)
@@ -63,7 +64,7 @@ impl Coordination for PostgresStore {
             .await?;
         // Long gone relays are forgotten (best effort: any relay may do it).
         client
-            .execute(
+            .cached_execute(
                 "DELETE FROM relays WHERE seen_us < (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - $1",
                 &[&live_us.saturating_mul(60)],
             )

@@ -1,12 +1,13 @@
 //! The delivery queue on PostgreSQL: claims as leased columns of `deliveries`,
 //! attempts recorded by the lifecycle rules in one transaction per batch.
 
+use super::cached::Cached;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::apply::apply;
+use super::apply::{apply_releasing, Releases};
 use super::store::{id_of, limit, us_of};
 use super::view::{decode_meta, decode_record, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};
@@ -35,7 +36,7 @@ impl DeliveryQueue for PostgresStore {
             // `now_us` is the store's clock as the relay reads it (crate::clock), as
             // are the heartbeats' `seen_us`.
             let rows = client
-                .query(
+                .cached_query(
                     "WITH due AS (
                          SELECT event, destination FROM deliveries d
                          WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
@@ -88,7 +89,7 @@ impl DeliveryQueue for PostgresStore {
         self.write(async {
             let client = self.client().await?;
             client
-                .execute(
+                .cached_execute(
                     "UPDATE deliveries SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
                      WHERE event = $1 AND destination = $2 AND claim_token = $3",
                     &[&sql_id(claim.event), &claim.destination, &sql_us(claim.token)],
@@ -109,7 +110,7 @@ impl DeliveryQueue for PostgresStore {
         self.write(async {
             let client = self.client().await?;
             let n = client
-                .execute(
+                .cached_execute(
                     "UPDATE deliveries SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
                      WHERE destination = $1 AND claim_owner = $2 AND NOT (claim_token = ANY($3))",
                     &[&destination, &owner, &keep],
@@ -127,7 +128,7 @@ impl DeliveryQueue for PostgresStore {
     ) -> Result<Option<u64>, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_one(
+            .cached_query_one(
                 "SELECT min(due_us) FROM deliveries WHERE destination = $1 AND due_us > $2",
                 &[&destination, &sql_us(now_us)],
             )
@@ -146,9 +147,12 @@ impl DeliveryQueue for PostgresStore {
             let tx = client.transaction().await?;
             let events: Vec<i64> = attempts.iter().map(|(c, _)| sql_id(c.event)).collect();
             let dests: Vec<&str> = attempts.iter().map(|(c, _)| c.destination.as_str()).collect();
+            // The claims and the records the rule reads, in one statement: the rule's
+            // first pass needs no fetch of its own for them.
             let rows = tx
-                .query(
-                    "SELECT d.event, d.destination, d.claim_token FROM deliveries d
+                .cached_query(
+                    "SELECT d.event, d.destination, d.claim_token, d.record, d.claim_expires_us
+                     FROM deliveries d
                      JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
                        ON d.event = k.event AND d.destination = k.destination
                      FOR UPDATE OF d",
@@ -164,20 +168,37 @@ impl DeliveryQueue for PostgresStore {
                 tokens.get(&(c.event, c.destination.clone())).copied().flatten() == Some(c.token)
             };
             let mut seen = Prefetch::default();
+            let keys = attempts.iter().map(|(c, _)| (c.event, c.destination.clone()));
+            seen.seed_deliveries(keys, &rows, 3)?;
             let (out, changes) = seen
                 .decide(&tx, |st| {
                     lifecycle::record_attempts(st, &attempts, policy, bodies_before_us, holds)
                 })
                 .await?;
-            apply(&tx, &seen, &changes, &self.inner).await?;
-            let tokens: Vec<i64> = attempts.iter().map(|(c, _)| sql_us(c.token)).collect();
-            tx.execute(
-                "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
-                 FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS k(event, destination, token)
-                 WHERE d.event = k.event AND d.destination = k.destination AND d.claim_token = k.token",
-                &[&events, &dests, &tokens],
-            )
-            .await?;
+            // Each claim goes with its delivery's record where the rule writes it;
+            // the others (a record left as it was) by a statement of their own.
+            let releases: Releases = attempts
+                .iter()
+                .map(|(c, _)| ((c.event, c.destination.clone()), c.token))
+                .collect();
+            apply_releasing(&tx, &seen, &changes, &self.inner, &releases).await?;
+            let rest: Vec<&Claim> = attempts
+                .iter()
+                .map(|(c, _)| c)
+                .filter(|c| !changes.deliveries.contains_key(&(c.event, c.destination.clone())))
+                .collect();
+            if !rest.is_empty() {
+                let events: Vec<i64> = rest.iter().map(|c| sql_id(c.event)).collect();
+                let dests: Vec<&str> = rest.iter().map(|c| c.destination.as_str()).collect();
+                let tokens: Vec<i64> = rest.iter().map(|c| sql_us(c.token)).collect();
+                tx.cached_execute(
+                    "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
+                     FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS k(event, destination, token)
+                     WHERE d.event = k.event AND d.destination = k.destination AND d.claim_token = k.token",
+                    &[&events, &dests, &tokens],
+                )
+                .await?;
+            }
             tx.commit().await?;
             Ok(out)
         }))
@@ -187,7 +208,7 @@ impl DeliveryQueue for PostgresStore {
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT record FROM deliveries WHERE event = $1 ORDER BY destination",
                 &[&sql_id(event)],
             )
@@ -214,7 +235,7 @@ impl DeliveryQueue for PostgresStore {
                     } else {
                         "DELETE FROM paused WHERE destination = $1"
                     };
-                    tx.execute(sql, &[&destination]).await?;
+                    tx.cached_execute(sql, &[&destination]).await?;
                     if let Some(entry) = with_count(&1) {
                         super::journal::insert(&tx, &entry).await?;
                     }
@@ -232,7 +253,7 @@ impl DeliveryQueue for PostgresStore {
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT d.record FROM deliveries d LEFT JOIN events e ON e.id = d.event
                  WHERE d.state = 'dead' AND ($1::bigint IS NULL OR d.event < $1)
                    AND ($2::text IS NULL OR d.destination = $2)
@@ -255,7 +276,7 @@ impl DeliveryQueue for PostgresStore {
     async fn queue_stats(&self, destination: &str) -> Result<QueueStats, StoreError> {
         let client = self.client().await?;
         let r = client
-            .query_one(
+            .cached_query_one(
                 "SELECT count(*) FILTER (WHERE state = 'pending'),
                         count(*) FILTER (WHERE state = 'held'),
                         count(*) FILTER (WHERE state = 'retrying'),
@@ -279,7 +300,7 @@ impl DeliveryQueue for PostgresStore {
     async fn open_destinations(&self) -> Result<Vec<String>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT DISTINCT destination FROM deliveries
                  WHERE state IN ('pending', 'retrying', 'held') ORDER BY destination",
                 &[],
@@ -290,7 +311,7 @@ impl DeliveryQueue for PostgresStore {
 
     async fn paused(&self) -> Result<HashSet<String>, StoreError> {
         let client = self.client().await?;
-        let rows = client.query("SELECT destination FROM paused", &[]).await?;
+        let rows = client.cached_query("SELECT destination FROM paused", &[]).await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 }

@@ -1,6 +1,7 @@
 //! Dispatch on PostgreSQL: the inbox read in id order by the fleet's one dispatcher,
 //! each batch one transaction fenced by its lease.
 
+use super::cached::Cached;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
@@ -16,14 +17,14 @@ use crate::store::{Dispatch, DispatchPlan, DispatchVerdict, InboxStats, PendingE
 impl Dispatch for PostgresStore {
     async fn inbox(&self) -> Result<InboxStats, StoreError> {
         let client = self.client().await?;
-        let row = client.query_one("SELECT count(*) FROM events WHERE inbox", &[]).await?;
+        let row = client.cached_query_one("SELECT count(*) FROM events WHERE inbox", &[]).await?;
         Ok(InboxStats { events: us_of(row.get(0)), counting: false })
     }
 
     async fn pending(&self, n: usize) -> Result<Vec<PendingEvent>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT id, meta, body FROM events WHERE inbox ORDER BY id LIMIT $1",
                 &[&limit(n)],
             )
@@ -53,7 +54,7 @@ impl Dispatch for PostgresStore {
             // this order); rows a relay without the lease locked go with its rollback.
             // Another relay dispatching the same events holds their rows: skip them.
             let inbox = async {
-                tx.query(
+                tx.cached_query(
                     "SELECT id, meta FROM events WHERE id = ANY($1) AND inbox FOR UPDATE SKIP LOCKED",
                     &[&ids],
                 )
@@ -97,7 +98,7 @@ impl Dispatch for PostgresStore {
         self.write(async {
             let client = self.client().await?;
             let n = client
-                .execute("DELETE FROM dedup WHERE until_us <= $1", &[&sql_us(now_us)])
+                .cached_execute("DELETE FROM dedup WHERE until_us <= $1", &[&sql_us(now_us)])
                 .await?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })
@@ -106,7 +107,7 @@ impl Dispatch for PostgresStore {
 
     async fn dedup_len(&self) -> Result<u64, StoreError> {
         let client = self.client().await?;
-        let row = client.query_one("SELECT count(*) FROM dedup", &[]).await?;
+        let row = client.cached_query_one("SELECT count(*) FROM dedup", &[]).await?;
         Ok(us_of(row.get(0)))
     }
 }

@@ -1,6 +1,7 @@
 //! The event log on PostgreSQL: appends through the group committer, reads by
 //! id, search over the `events` table, retention.
 
+use super::cached::Cached;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
@@ -18,13 +19,17 @@ impl EventLog for PostgresStore {
 
     async fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {
         let client = self.client().await?;
-        let row = client.query_opt("SELECT meta FROM events WHERE id = $1", &[&sql_id(id)]).await?;
+        let row = client
+            .cached_query_opt("SELECT meta FROM events WHERE id = $1", &[&sql_id(id)])
+            .await?;
         row.map(|r| Ok(EventRecord { id, meta: decode_meta(r.get(0))? })).transpose()
     }
 
     async fn body(&self, id: EventId) -> Result<Option<Vec<u8>>, StoreError> {
         let client = self.client().await?;
-        let row = client.query_opt("SELECT body FROM events WHERE id = $1", &[&sql_id(id)]).await?;
+        let row = client
+            .cached_query_opt("SELECT body FROM events WHERE id = $1", &[&sql_id(id)])
+            .await?;
         Ok(row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
     }
 
@@ -44,7 +49,7 @@ impl EventLog for PostgresStore {
              ORDER BY id DESC LIMIT $5"
         );
         let rows = client
-            .query(
+            .cached_query(
                 &sql,
                 &[
                     &filter.after.map(sql_id),
@@ -81,7 +86,7 @@ impl EventLog for PostgresStore {
     ) -> Result<Option<HashMap<String, u64>>, StoreError> {
         let client = self.client().await?;
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT event, sum(n)::bigint FROM received WHERE source = $1 GROUP BY event",
                 &[&source],
             )

@@ -1,6 +1,7 @@
 //! The journal on PostgreSQL: the `journal` table, one for the whole fleet, read
 //! newest first by its key `(at_us, tie)`.
 
+use super::cached::Cached;
 use async_trait::async_trait;
 
 use super::PostgresStore;
@@ -20,7 +21,7 @@ pub(super) async fn insert(
 ) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec(entry)?;
     client
-        .execute(
+        .cached_execute(
             "INSERT INTO journal (at_us, tie, who, action, entry) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (at_us, tie) DO NOTHING",
             &[&column(entry.at_us), &column(entry.tie), &entry.who, &entry.action, &bytes],
@@ -42,7 +43,7 @@ impl Journal for PostgresStore {
             filter.before.map_or((i64::MAX, i64::MAX), |(at, tie)| (column(at), column(tie)));
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT entry FROM journal
                  WHERE at_us >= $1 AND (at_us, tie) < ($2, $3)
                    AND ($4::text IS NULL OR who = $4) AND ($5::text IS NULL OR action = $5)
@@ -66,7 +67,7 @@ impl Journal for PostgresStore {
         self.write(async {
             let client = self.client().await?;
             let n = client
-                .execute("DELETE FROM journal WHERE at_us < $1", &[&column(before_us)])
+                .cached_execute("DELETE FROM journal WHERE at_us < $1", &[&column(before_us)])
                 .await?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })

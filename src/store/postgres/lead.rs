@@ -13,6 +13,7 @@
 //! the lead mid-batch cannot dispatch behind the new leader's back (a takeover's
 //! `UPDATE` waits for that transaction to end).
 
+use super::cached::Cached;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -90,6 +91,12 @@ impl PgState {
         lock_key(&self.schema, task)
     }
 
+    /// Whether this relay believes it leads dispatch now (its own commits wake its
+    /// dispatcher; the others' reach it by notification, `listen.rs`).
+    pub(super) fn leads_dispatch(&self) -> bool {
+        self.held.holds(crate::store::DISPATCH_LEAD, Instant::now())
+    }
+
     /// See [`crate::store::Store::lead`]: true while this relay holds `task`'s lease;
     /// takes it when it is free or its holder's has run out.
     pub(super) async fn lead(&self, task: &str) -> Result<bool, StoreError> {
@@ -100,7 +107,7 @@ impl PgState {
         let took = self
             .lease_call("taking a lease", |client| async move {
                 let row = client
-                    .query_opt(
+                    .cached_query_opt(
                         &format!(
                             "INSERT INTO leases (task, holder, expires_us) VALUES ($1, $2, {DB_NOW} + $3)
                              ON CONFLICT (task) DO UPDATE SET holder = excluded.holder,
@@ -131,7 +138,7 @@ impl PgState {
         let renewed = self
             .lease_call("renewing the leases", |client| async move {
                 let rows = client
-                    .query(
+                    .cached_query(
                         &format!(
                             "UPDATE leases SET expires_us = {DB_NOW} + $3
                              WHERE holder = $1 AND task = ANY($2) RETURNING task"
@@ -164,7 +171,7 @@ impl PgState {
     pub(super) async fn give_up_leases(&self) -> Result<(), StoreError> {
         self.held.renewed(&[], Instant::now());
         let client = self.pool.get().await?;
-        client.execute("DELETE FROM leases WHERE holder = $1", &[&self.instance]).await?;
+        client.cached_execute("DELETE FROM leases WHERE holder = $1", &[&self.instance]).await?;
         Ok(())
     }
 
@@ -173,7 +180,7 @@ impl PgState {
     /// the lease, or when no relay ever took it (the store used directly).
     pub(super) async fn may_dispatch(&self, tx: &pg::Transaction<'_>) -> Result<bool, StoreError> {
         let row = tx
-            .query_opt(
+            .cached_query_opt(
                 "SELECT holder FROM leases WHERE task = $1 FOR SHARE",
                 &[&crate::store::DISPATCH_LEAD],
             )

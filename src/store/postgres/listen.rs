@@ -5,9 +5,14 @@
 //! relay without waiting for a poll. PostgreSQL delivers a notification only when
 //! its transaction commits, and folds duplicates within one transaction.
 //!
+//! A relay that stores events without leading dispatch tells the leader the same way,
+//! in the append's transaction (a payload of its instance alone, [`Wake::Inbox`]), so
+//! a callback that reaches any relay of the fleet is dispatched at once.
+//!
 //! The poll stays as the fallback: notifications sent while a listener is
 //! reconnecting are lost, so each (re)connection announces [`Wake::All`].
 
+use super::cached::Cached;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -73,6 +78,16 @@ pub(super) struct Notifier<'a> {
 }
 
 impl Notifier<'_> {
+    /// Tells the fleet's dispatcher, in `tx` (an append's), that it stores events;
+    /// nothing when this relay is alone.
+    pub(super) async fn notify_inbox(&self, tx: &pg::Transaction<'_>) -> Result<(), StoreError> {
+        if self.alone {
+            return Ok(());
+        }
+        tx.cached_execute("SELECT pg_notify($1, $2)", &[&self.channel, &self.instance]).await?;
+        Ok(())
+    }
+
     /// Sends the notifications of `changes` in `tx`: one per destination that has a
     /// delivery becoming due now (new, replayed, or released from its queue).
     pub(super) async fn notify_due(
@@ -107,7 +122,7 @@ async fn notify_due(
     dests.sort_unstable();
     dests.dedup();
     if !dests.is_empty() {
-        tx.execute(
+        tx.cached_execute(
             "SELECT pg_notify($1, $2 || ' ' || d) FROM unnest($3::text[]) AS d",
             &[&channel, &instance, &dests],
         )
@@ -191,12 +206,15 @@ async fn listen_once(
         }
         while let Some(message) = rx.recv().await {
             let Some(payload) = message else { break };
-            let Some((from, destination)) = payload.split_once(' ') else { continue };
-            // This relay's own: its workers were woken in-process.
+            let (from, wake) = match payload.split_once(' ') {
+                Some((from, destination)) => (from, Wake::Due(destination.to_owned())),
+                None => (payload.as_str(), Wake::Inbox),
+            };
+            // This relay's own: its workers and dispatcher were woken in-process.
             if from == instance {
                 continue;
             }
-            if sender.send(Wake::Due(destination.to_owned())).is_err() {
+            if sender.send(wake).is_err() {
                 return Ok(());
             }
         }
@@ -226,7 +244,7 @@ mod tests {
         loop {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Ok(Wake::Due(d))) => return d,
-                Ok(Ok(Wake::All)) => {}
+                Ok(Ok(Wake::All | Wake::Inbox)) => {}
                 other => panic!("no wake-up: {other:?}"),
             }
         }
@@ -238,6 +256,29 @@ mod tests {
             Ok(Ok(Wake::All)) => {}
             other => panic!("the listener did not (re)connect: {other:?}"),
         }
+    }
+
+    /// A callback stored by a relay that does not lead dispatch wakes the one that
+    /// does, at once; the leader's own send nothing (its committer wakes its
+    /// dispatcher in-process).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_stored_by_a_relay_that_does_not_dispatch_wake_the_dispatcher() {
+        let (a, b) = super::super::tests::two_relays("inbox").await;
+        assert!(a.lead(crate::store::DISPATCH_LEAD).await.unwrap());
+        let mut at_a = a.wakeups().expect("PostgreSQL sends wake-ups");
+        listening(&mut at_a).await;
+        let mut at_b = b.wakeups().expect("PostgreSQL sends wake-ups");
+        listening(&mut at_b).await;
+
+        b.append(received("demo", "ActionCreated", 1_000, "{}")).await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(10), at_a.recv()).await {
+            Ok(Ok(Wake::Inbox)) => {}
+            other => panic!("the dispatcher was not woken: {other:?}"),
+        }
+        a.append(received("demo", "ActionCreated", 2_000, "{}")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(at_b.try_recv().is_err(), "the leader sent a wake-up for its own events");
+        assert!(at_a.try_recv().is_err(), "a relay heard its own wake-up");
     }
 
     /// Callbacks are counted per (source, event) across the relays sharing the store.

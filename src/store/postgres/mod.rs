@@ -29,6 +29,7 @@
 mod append;
 mod apply;
 mod audit;
+mod cached;
 mod connect;
 mod coordination;
 mod delivery_queue;

@@ -1,6 +1,7 @@
 //! Retention on PostgreSQL: finished events past their time, in chunks, each decided
 //! by [`lifecycle::prune`] on locked rows and deleted in the same transaction.
 
+use super::cached::Cached;
 use std::collections::HashMap;
 
 use super::apply::apply;
@@ -24,7 +25,7 @@ impl PostgresStore {
                     let mut client = self.client().await?;
                     let tx = client.transaction().await?;
                     let rows = tx
-                        .query(
+                        .cached_query(
                             "SELECT id, meta FROM events WHERE NOT inbox AND id > $1 AND id < $2
                              ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
                             &[&cursor, &sql_us(before_us), &CHUNK],
@@ -41,7 +42,7 @@ impl PostgresStore {
                     let mut seen = Prefetch::default();
                     let mut by_event: HashMap<EventId, Vec<DeliveryRecord>> = HashMap::new();
                     for r in tx
-                        .query(
+                        .cached_query(
                             "SELECT record FROM deliveries WHERE event = ANY($1) FOR UPDATE",
                             &[&ids],
                         )
@@ -102,7 +103,7 @@ impl PostgresStore {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             let rows = tx
-                .query(
+                .cached_query(
                     "SELECT id, meta FROM events WHERE NOT inbox AND id > $1 AND id < $2
                      ORDER BY id LIMIT $3 FOR UPDATE",
                     &[&sql_id(after), &sql_us(before_us), &limit],
@@ -114,7 +115,10 @@ impl PostgresStore {
             let ids: Vec<i64> = rows.iter().map(|r| r.get::<_, i64>(0)).collect();
             let mut by_event: HashMap<EventId, Vec<DeliveryRecord>> = HashMap::new();
             for r in tx
-                .query("SELECT record FROM deliveries WHERE event = ANY($1) FOR SHARE", &[&ids])
+                .cached_query(
+                    "SELECT record FROM deliveries WHERE event = ANY($1) FOR SHARE",
+                    &[&ids],
+                )
                 .await?
             {
                 let record = decode_record(r.get(0))?;
@@ -129,7 +133,7 @@ impl PostgresStore {
                 }
             }
             let gone = tx
-                .execute(
+                .cached_execute(
                     "UPDATE events SET body = NULL WHERE id = ANY($1) AND body IS NOT NULL",
                     &[&settled],
                 )

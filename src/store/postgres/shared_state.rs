@@ -1,5 +1,6 @@
 //! The hook lifecycle's small shared state on PostgreSQL: the `upstream` table.
 
+use super::cached::Cached;
 use async_trait::async_trait;
 
 use super::PostgresStore;
@@ -9,7 +10,8 @@ use crate::store::{SharedState, StoreError};
 impl SharedState for PostgresStore {
     async fn upstream_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let client = self.client().await?;
-        let row = client.query_opt("SELECT value FROM upstream WHERE key = $1", &[&key]).await?;
+        let row =
+            client.cached_query_opt("SELECT value FROM upstream WHERE key = $1", &[&key]).await?;
         Ok(row.map(|r| r.get(0)))
     }
 
@@ -19,14 +21,16 @@ impl SharedState for PostgresStore {
             match value {
                 Some(v) => {
                     client
-                        .execute(
+                        .cached_execute(
                             "INSERT INTO upstream (key, value) VALUES ($1, $2)
                              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                             &[&key, &v],
                         )
                         .await?
                 }
-                None => client.execute("DELETE FROM upstream WHERE key = $1", &[&key]).await?,
+                None => {
+                    client.cached_execute("DELETE FROM upstream WHERE key = $1", &[&key]).await?
+                }
             };
             Ok(())
         })
@@ -37,7 +41,7 @@ impl SharedState for PostgresStore {
         let client = self.client().await?;
         // starts_with, not LIKE: a prefix may hold `%` or `_`.
         let rows = client
-            .query(
+            .cached_query(
                 "SELECT key, value FROM upstream WHERE starts_with(key, $1) ORDER BY key",
                 &[&prefix],
             )

@@ -148,6 +148,12 @@ fn free_port() -> u16 {
 impl PgServer {
     /// Creates and starts a server; panics, saying why, if it cannot.
     pub fn start() -> PgServer {
+        Self::start_with("")
+    }
+
+    /// [`PgServer::start`] with `extra` server options (`-c name=value ...`), e.g. a
+    /// benchmark's `shared_preload_libraries=pg_stat_statements`.
+    pub fn start_with(extra: &str) -> PgServer {
         let bin = find_bin();
         let dir = tempfile::Builder::new().prefix("hookrelay-pg").tempdir().expect("temp dir");
         if is_root() {
@@ -171,7 +177,7 @@ impl PgServer {
             let port = free_port();
             let opts = format!(
                 // autovacuum_naptime as docs/deploy.md recommends for a fleet.
-                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=on -c max_connections=200 -c autovacuum_naptime=5s",
+                "-p {port} -c listen_addresses=127.0.0.1 -k {} -c fsync=on -c max_connections=200 -c autovacuum_naptime=5s {extra}",
                 dir.path().display()
             );
             let log = dir.path().join("server.log");

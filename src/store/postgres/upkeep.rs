@@ -1,5 +1,6 @@
 //! The PostgreSQL store as a resource: a ping, the database's size, closing.
 
+use super::cached::Cached;
 use async_trait::async_trait;
 
 use super::store::us_of;
@@ -11,7 +12,7 @@ impl Upkeep for PostgresStore {
     async fn size_on_disk(&self) -> Result<u64, StoreError> {
         let client = self.client().await?;
         let row = client
-            .query_one(
+            .cached_query_one(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                  WHERE n.nspname = current_schema() AND c.relkind = 'r'",
@@ -22,7 +23,7 @@ impl Upkeep for PostgresStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.client().await?.query_one("SELECT 1", &[]).await?;
+        self.client().await?.cached_query_one("SELECT 1", &[]).await?;
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 //! the deciding transaction, found by running the rule until it asks for nothing it
 //! does not have (see the module docs of `postgres`).
 
+use super::cached::Cached;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -136,12 +137,29 @@ impl Prefetch {
         })
     }
 
-    /// Keeps fetched delivery rows (`record`, `claim_expires_us`) and their claims.
-    fn take_deliveries(&mut self, rows: &[pg::Row]) -> Result<(), StoreError> {
+    /// Keeps delivery rows a caller fetched and locked (`record` in column `at`,
+    /// `claim_expires_us` in the next) for the rule, with every key of `looked_for`
+    /// that none of them is as absent: the rule's first pass reads them without a
+    /// query of its own.
+    pub(super) fn seed_deliveries(
+        &mut self,
+        looked_for: impl IntoIterator<Item = (EventId, String)>,
+        rows: &[pg::Row],
+        at: usize,
+    ) -> Result<(), StoreError> {
+        for key in looked_for {
+            self.deliveries.insert(key, None);
+        }
+        self.take_deliveries(rows, at)
+    }
+
+    /// Keeps fetched delivery rows (`record` in column `at`, `claim_expires_us` in
+    /// the next) and their claims.
+    fn take_deliveries(&mut self, rows: &[pg::Row], at: usize) -> Result<(), StoreError> {
         for r in rows {
-            let record = decode_record(r.get(0))?;
+            let record = decode_record(r.get(at))?;
             let key = (record.event, record.destination.clone());
-            let claimed: Option<i64> = r.get(1);
+            let claimed: Option<i64> = r.get(at + 1);
             if let Some(until) = claimed {
                 self.claimed_until.insert(key.clone(), until as u64);
             }
@@ -158,7 +176,7 @@ impl Prefetch {
                 self.dedup.insert(*h, None);
             }
             let rows = tx
-                .query(
+                .cached_query(
                     "SELECT hash, original, until_us FROM dedup WHERE hash = ANY($1) FOR UPDATE",
                     &[&keys],
                 )
@@ -181,7 +199,7 @@ impl Prefetch {
             let events: Vec<i64> = m.deliveries.iter().map(|(e, _)| sql_id(*e)).collect();
             let dests: Vec<&str> = m.deliveries.iter().map(|(_, d)| d.as_str()).collect();
             let rows = tx
-                .query(
+                .cached_query(
                     "SELECT d.record, d.claim_expires_us FROM deliveries d
                      JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
                        ON d.event = k.event AND d.destination = k.destination
@@ -192,25 +210,25 @@ impl Prefetch {
             for key in m.deliveries {
                 self.deliveries.insert(key, None);
             }
-            self.take_deliveries(&rows)?;
+            self.take_deliveries(&rows, 0)?;
         }
         if !m.all_deliveries.is_empty() {
             let events: Vec<i64> = m.all_deliveries.iter().map(|e| sql_id(*e)).collect();
             let rows = tx
-                .query(
+                .cached_query(
                     "SELECT record, claim_expires_us FROM deliveries WHERE event = ANY($1)
                      FOR UPDATE",
                     &[&events],
                 )
                 .await?;
-            self.take_deliveries(&rows)?;
+            self.take_deliveries(&rows, 0)?;
             self.complete.extend(m.all_deliveries);
         }
         if !m.queues.is_empty() {
             let dests: Vec<&str> = m.queues.iter().map(|(d, _)| d.as_str()).collect();
             let resources: Vec<&[u8]> = m.queues.iter().map(|(_, r)| r.as_slice()).collect();
             let rows = tx
-                .query(
+                .cached_query(
                     "SELECT q.destination, q.resource, q.head, q.tail, q.len FROM queues q
                      JOIN unnest($1::text[], $2::bytea[]) AS k(destination, resource)
                        ON q.destination = k.destination AND q.resource = k.resource
@@ -242,7 +260,7 @@ impl Prefetch {
                 self.events.insert(*id, None);
             }
             let rows = tx
-                .query(
+                .cached_query(
                     "SELECT id, meta FROM events WHERE id = ANY($1) AND NOT inbox FOR UPDATE",
                     &[&ids],
                 )

@@ -1,0 +1,133 @@
+//! The benchmarks' open-loop load: callbacks sent at a fixed rate whatever the answers
+//! (a closed loop slows down with the relay and hides its tail), spread over one or
+//! more relays, and the latencies they saw: the ack (from the scheduled send to the
+//! answer) and end to end (from the scheduled send to the sink's receipt, `arrivals`).
+
+use std::time::{Duration, Instant};
+
+use super::arrivals::Arrivals;
+use super::stats::percentile_ms;
+
+/// The `n`th callback, about resource `n % resources` (about 1 KB).
+pub fn body(n: u64, resources: u64) -> String {
+    serde_json::json!({
+        "data": {"type": "actions", "id": (n % resources).to_string(),
+                 "attributes": {"name": "Smith v Jones", "seq": n, "notes": "x".repeat(600)}},
+        "meta": {"debug": {"resthook": {"id": "46", "trigger_count": n, "event_name": "ActionUpdated"}}}
+    })
+    .to_string()
+}
+
+/// One acknowledged callback: the `webhook-id` its delivery to `dest` carries, when it
+/// was due to be sent and when its answer came.
+pub struct Sent {
+    pub id: String,
+    pub due: Instant,
+    pub acked: Instant,
+}
+
+/// An open-loop run's callbacks and its start.
+pub struct Offered {
+    pub sent: Vec<Sent>,
+    pub offered: u64,
+    pub start: Instant,
+}
+
+/// Offers `rate` callbacks a second for `secs` to `urls` in turn (bodies `base..`, over
+/// `resources` resources); returns once every answer is in.
+pub async fn offer(
+    urls: &[String],
+    dest: &str,
+    rate: u64,
+    secs: u64,
+    resources: u64,
+    base: u64,
+) -> Offered {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
+    let interval = Duration::from_nanos(1_000_000_000 / rate);
+    let start = tokio::time::Instant::now() + Duration::from_millis(100);
+    let mut tasks = Vec::new();
+    for i in 0..rate * secs {
+        let due = start + interval * i as u32;
+        tokio::time::sleep_until(due).await;
+        let (client, url, dest) =
+            (client.clone(), urls[i as usize % urls.len()].clone(), dest.to_owned());
+        let n = base + i;
+        tasks.push(tokio::spawn(async move {
+            let r = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body(n, resources))
+                .send()
+                .await
+                .ok()?;
+            let acked = Instant::now();
+            let v: serde_json::Value = r.json().await.ok()?;
+            let id = format!("evt_{}_{dest}", v["id"].as_str()?);
+            Some(Sent { id, due: due.into_std(), acked })
+        }));
+    }
+    let mut sent = Vec::new();
+    for t in tasks {
+        if let Some(x) = t.await.unwrap() {
+            sent.push(x);
+        }
+    }
+    Offered { sent, offered: rate * secs, start: start.into_std() }
+}
+
+/// Waits until every sent callback has arrived at the sink, or `within` has passed.
+pub async fn await_arrivals(arrivals: &Arrivals, offered: &Offered, within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let all = {
+            let seen = arrivals.lock().unwrap();
+            offered.sent.iter().all(|s| seen.contains_key(&s.id))
+        };
+        if all {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A run's latencies in ms: ack and end to end p50/p99/p99.9, and the share of the
+/// offered callbacks delivered.
+#[derive(Clone, Copy, Default)]
+pub struct Latencies {
+    pub ack: [f64; 3],
+    pub e2e: [f64; 3],
+    pub delivered: f64,
+}
+
+impl Latencies {
+    /// What `offered` saw, its deliveries as `arrivals` has them.
+    pub fn of(offered: &Offered, arrivals: &Arrivals) -> Latencies {
+        let seen = arrivals.lock().unwrap();
+        let mut ack: Vec<Duration> =
+            offered.sent.iter().map(|s| s.acked.saturating_duration_since(s.due)).collect();
+        let mut e2e: Vec<Duration> = offered
+            .sent
+            .iter()
+            .filter_map(|s| seen.get(&s.id).map(|t| t.saturating_duration_since(s.due)))
+            .collect();
+        ack.sort();
+        e2e.sort();
+        let q = |v: &[Duration]| {
+            [percentile_ms(v, 0.5), percentile_ms(v, 0.99), percentile_ms(v, 0.999)]
+        };
+        Latencies {
+            ack: q(&ack),
+            e2e: q(&e2e),
+            delivered: e2e.len() as f64 / offered.offered.max(1) as f64,
+        }
+    }
+}
+
+/// A process's user + system CPU time so far, in seconds.
+pub fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
