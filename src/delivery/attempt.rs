@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use tracing::Instrument;
 
-use super::pacer::{CircuitChange, Health};
+use super::pacer::{self, CircuitChange, Health};
 use super::worker::Worker;
 use crate::destinations::{AnswerClass, Request};
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
@@ -131,15 +131,18 @@ impl Worker {
             self.state.note_paused(true);
         }
         let recorded = self.recorder.record(claim.clone(), report).await;
-        // The record may have made the next delivery of an ordered resource due: look
-        // now, not at the next poll (a look woken by the answer raced this record, and
-        // an ordered destination on PostgreSQL drained one delivery per resource a second).
-        self.state.wake.notify_one();
-        let recorded = recorded?;
-        let verdict = match recorded {
-            AttemptWrite::Done(v) => Some(v),
-            AttemptWrite::Stale | AttemptWrite::ClaimLost => None,
+        let verdict = match &recorded {
+            Ok(AttemptWrite::Done(v)) => Some(*v),
+            Ok(AttemptWrite::Stale | AttemptWrite::ClaimLost) | Err(_) => None,
         };
+        // The record may have made due what the worker's sleep does not know (a retry,
+        // the next delivery of an ordered resource): look now, not at the next poll (a
+        // look woken by the answer raced this record, and an ordered destination on
+        // PostgreSQL drained one delivery per resource a second).
+        if pacer::look_after_record(verdict, dest.ordering != crate::config::Ordering::None) {
+            self.state.wake.notify_one();
+        }
+        let recorded = recorded?;
         if let Some(meta) = meta {
             let attempt = trace::AttemptSpan {
                 event: claim.event,
@@ -187,9 +190,11 @@ impl Worker {
     /// worker: a permit is free, and the circuit may have moved.
     pub(super) fn finished(&self, probe: bool, health: Health) {
         let dest = &self.state.dest;
-        let change = lock(&self.state.pacer).finished(Self::now(), probe, health);
-        self.state.wake.notify_one();
-        if let Some(change) = change {
+        let finished = lock(&self.state.pacer).finished(Self::now(), probe, health);
+        if finished.look {
+            self.state.wake.notify_one();
+        }
+        if let Some(change) = finished.change {
             lock(&self.state.activity).circuit_moved(std::time::SystemTime::now());
             let open = change == CircuitChange::Opened;
             CircuitChanged { destination: &dest.name, open }.emit(&self.metrics);

@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::circuit::{Circuit, Gate, Phase};
+use crate::store::lifecycle::AttemptVerdict;
 
 /// Longest sleep between two looks at the schedule (new deliveries, finished attempts
 /// and resumes also wake the worker).
@@ -125,17 +126,54 @@ pub(crate) struct Pacer<C> {
     ahead: VecDeque<C>,
     /// A claim was made since the last sleep: what it left is what there is.
     claimed: bool,
+    /// The look ended in a wait that an attempt's end may cut short (a permit, the
+    /// circuit, the rate limit) or in a start the shell could not make: a finished
+    /// attempt wakes the worker only then (see [`Finished::look`]).
+    waiting: bool,
+}
+
+/// What an attempt's end means for the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Finished {
+    /// The circuit moved.
+    pub(crate) change: Option<CircuitChange>,
+    /// The worker should look again now: it waits for what the end freed (a permit,
+    /// the circuit), or the circuit moved. After a look that found the schedule
+    /// drained, a freed permit changes nothing: new deliveries wake the worker
+    /// themselves, and the record's own news is [`look_after_record`]'s.
+    pub(crate) look: bool,
+}
+
+/// Whether an attempt's record may have made due what the worker's sleep does not
+/// know of: a retry's new time, or, for an ordered destination, the resource's next
+/// delivery, which a final record releases. A record not written as the worker's
+/// (`None`: stale, claim lost, the write failed) looks too. An unordered destination's
+/// success makes nothing due: at a gentle rate that look was half the worker's store
+/// calls (issue 44).
+pub(crate) fn look_after_record(verdict: Option<AttemptVerdict>, ordered: bool) -> bool {
+    match verdict {
+        Some(AttemptVerdict::Retry) | None => true,
+        Some(AttemptVerdict::Success | AttemptVerdict::Failed | AttemptVerdict::Dead) => ordered,
+    }
 }
 
 impl<C: Leased> Pacer<C> {
     pub(crate) fn new(circuit: Circuit, must_last: Duration) -> Self {
-        Self { circuit, must_last, next_slot: None, ahead: VecDeque::new(), claimed: false }
+        Self {
+            circuit,
+            must_last,
+            next_slot: None,
+            ahead: VecDeque::new(),
+            claimed: false,
+            waiting: false,
+        }
     }
 
     /// A look begins (after a sleep, a wake-up or a failed store call): the store may
     /// have new due deliveries, so the next [`Pacer::next`] may claim again.
     pub(crate) fn begin(&mut self) {
         self.claimed = false;
+        self.waiting = false;
     }
 
     /// What to do at `now` with `room`. Call again after doing it, until it says
@@ -204,35 +242,32 @@ impl<C: Leased> Pacer<C> {
     /// back to the front, and a probe is handed back.
     pub(crate) fn not_started(&mut self, now: Now, claim: C, probe: bool) {
         self.ahead.push_front(claim);
+        self.waiting = true;
         if probe {
             self.circuit.cancel_probe(now.at);
         }
     }
 
     /// An attempt started by [`Step::Start`] ended, telling `health`.
-    pub(crate) fn finished(
-        &mut self,
-        now: Now,
-        probe: bool,
-        health: Health,
-    ) -> Option<CircuitChange> {
-        let healthy = match health {
-            Health::Healthy => true,
-            Health::Unwell => false,
+    pub(crate) fn finished(&mut self, now: Now, probe: bool, health: Health) -> Finished {
+        let change = match health {
+            Health::Healthy | Health::Unwell => {
+                self.circuit.report(now.at, health == Health::Healthy).then(|| {
+                    if self.circuit.is_open() {
+                        CircuitChange::Opened
+                    } else {
+                        CircuitChange::Closed
+                    }
+                })
+            }
             Health::NotSent => {
                 if probe {
                     self.circuit.cancel_probe(now.at);
                 }
-                return None;
+                None
             }
         };
-        self.circuit.report(now.at, healthy).then(|| {
-            if self.circuit.is_open() {
-                CircuitChange::Opened
-            } else {
-                CircuitChange::Closed
-            }
-        })
+        Finished { change, look: self.waiting || change.is_some() }
     }
 
     /// The claims taken ahead, still held.
@@ -255,6 +290,7 @@ impl<C: Leased> Pacer<C> {
 
     fn sleep(&mut self, d: Duration) -> Step<C> {
         self.claimed = false;
+        self.waiting = true;
         Step::Sleep(d.min(MAX_IDLE))
     }
 }

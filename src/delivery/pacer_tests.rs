@@ -296,7 +296,7 @@ impl Sim {
             (true, true) => Health::Unwell,
             (true, false) => Health::Healthy,
         };
-        self.pacer.finished(self.now(), probe, answer);
+        let finished = self.pacer.finished(self.now(), probe, answer);
         let (now, backoff, max) = (self.now_us, self.w.backoff_ms * MS, self.w.max_backoff_ms * MS);
         let d = &mut self.store[id];
         if d.claim.is_some_and(|(t, _)| t == token) {
@@ -309,8 +309,17 @@ impl Sim {
                 self.ended_us.insert(id, now);
             }
         }
-        // A finished attempt wakes the worker.
-        self.at(self.now_us, Ev::Look);
+        // A finished attempt wakes the worker when the pacer says so, or when its
+        // record may have made something due (a retry: these are unordered).
+        let verdict = match (sent, fail) {
+            (true, true) => Some(AttemptVerdict::Retry),
+            (true, false) => Some(AttemptVerdict::Success),
+            // Not sent: the shell records no attempt of its own.
+            (false, _) => None,
+        };
+        if finished.look || look_after_record(verdict, false) {
+            self.at(self.now_us, Ev::Look);
+        }
     }
 
     fn dead_relay(&mut self, n: usize) {
@@ -424,7 +433,7 @@ fn a_stale_claim_at_probe_time_does_not_leave_the_circuit_half_open() {
     assert_eq!(p.next(now, room), Step::Claim(16));
     p.claimed([claim(1, 75_000_000), claim(2, 75_000_000)]);
     let Step::Start { probe: false, .. } = p.next(now, room) else { panic!() };
-    assert_eq!(p.finished(now, false, Health::Unwell), Some(CircuitChange::Opened));
+    assert_eq!(p.finished(now, false, Health::Unwell).change, Some(CircuitChange::Opened));
     // The circuit is open: the claim left ahead is given back at once.
     assert_eq!(p.next(now, room), Step::Release(vec![claim(2, 75_000_000)]));
     assert!(matches!(p.next(now, room), Step::Sleep(_)));
@@ -438,7 +447,7 @@ fn a_stale_claim_at_probe_time_does_not_leave_the_circuit_half_open() {
     assert_eq!(p.next(later, room), Step::Start { claim: claim(4, 145_000_000), probe: true });
     assert_eq!(p.phase(), Phase::HalfOpen);
     assert!(matches!(p.next(later, room), Step::Sleep(_)), "nothing else while probing");
-    assert_eq!(p.finished(later, true, Health::Healthy), Some(CircuitChange::Closed));
+    assert_eq!(p.finished(later, true, Health::Healthy).change, Some(CircuitChange::Closed));
     assert_eq!(p.next(later, room), Step::Claim(16));
 }
 
@@ -480,7 +489,7 @@ fn the_probe_is_handed_out_only_with_an_attempt() {
     let t4 = Now { at: t0 + Duration::from_secs(6), wall_us: 6_000_000 };
     let Step::Start { probe: true, .. } = p.next(t4, room) else { panic!() };
     assert_eq!(p.phase(), Phase::HalfOpen);
-    assert_eq!(p.finished(t4, true, Health::NotSent), None);
+    assert_eq!(p.finished(t4, true, Health::NotSent).change, None);
     assert_eq!(p.phase(), Phase::Open);
     assert!(matches!(p.next(t4, room), Step::Sleep(_)), "the rate-limit slot");
     let t5 = Now { at: t0 + Duration::from_secs(9), wall_us: 9_000_000 };
@@ -514,5 +523,65 @@ fn any_rate_gives_an_interval_without_panicking() {
     assert_eq!(rate_interval(4.0), Duration::from_millis(250));
     for rate in [f64::MIN_POSITIVE, 1e-300, 0.0, -1.0, f64::NAN, f64::INFINITY] {
         assert!(rate_interval(rate) <= MAX_RATE_INTERVAL, "{rate}");
+    }
+}
+
+/// An attempt's end wakes the worker only when the worker waits for what it frees (a
+/// permit) or the circuit moved; after a look that drained the schedule, not (new
+/// deliveries wake it themselves).
+#[test]
+fn a_finished_attempt_wakes_the_worker_only_when_it_waits_for_it() {
+    let t0 = Instant::now();
+    let now = Now { at: t0, wall_us: 0 };
+    let mut p = Pacer::new(Circuit::new(3, Duration::from_secs(30)), TIMEOUT);
+    let room = Room { paused: false, share: 1, free: 1, interval: None };
+    // A look: one claim, started; the schedule is drained.
+    p.begin();
+    assert_eq!(p.next(now, room), Step::Claim(2));
+    p.claimed([claim(1, 75_000_000)]);
+    assert!(matches!(p.next(now, room), Step::Start { .. }));
+    let busy = Room { free: 0, ..room };
+    assert!(matches!(p.next(now, busy), Step::Sleep(_)), "every permit in use: it waits");
+    assert!(p.finished(now, false, Health::Healthy).look, "the permit it waits for is free");
+    // The next look finds nothing: an end after it needs no look.
+    p.begin();
+    assert_eq!(p.next(now, room), Step::Claim(2));
+    p.claimed([claim(2, 75_000_000)]);
+    assert!(matches!(p.next(now, room), Step::Start { .. }));
+    assert_eq!(p.next(now, room), Step::Idle);
+    assert_eq!(p.finished(now, false, Health::Healthy), Finished { change: None, look: false });
+    // A start the shell could not make (no permit after all) waits for one too.
+    p.begin();
+    assert_eq!(p.next(now, room), Step::Claim(2));
+    p.claimed([claim(3, 75_000_000)]);
+    let Step::Start { claim: c, probe } = p.next(now, room) else { panic!("no start") };
+    p.not_started(now, c, probe);
+    assert!(p.finished(now, false, Health::NotSent).look);
+    // The circuit moving is news whatever the worker waits for.
+    p.begin();
+    assert!(matches!(p.next(now, room), Step::Start { .. }), "the claim given back");
+    assert_eq!(p.next(now, room), Step::Claim(2));
+    p.claimed([]);
+    assert_eq!(p.next(now, room), Step::Idle);
+    for _ in 0..2 {
+        assert!(!p.finished(now, false, Health::Unwell).look);
+    }
+    let third = p.finished(now, false, Health::Unwell);
+    assert_eq!(third, Finished { change: Some(CircuitChange::Opened), look: true });
+}
+
+/// A record wakes the worker when it may have made something due: a retry always
+/// (its time is new to the worker's sleep), a final record of an ordered destination
+/// (the resource's next delivery), a record not written as the worker's; never an
+/// unordered destination's final record.
+#[test]
+fn a_record_wakes_the_worker_only_when_it_may_make_something_due() {
+    use AttemptVerdict::{Dead, Failed, Retry, Success};
+    for ordered in [false, true] {
+        assert!(look_after_record(Some(Retry), ordered));
+        assert!(look_after_record(None, ordered));
+        for last in [Success, Failed, Dead] {
+            assert_eq!(look_after_record(Some(last), ordered), ordered, "{last:?}");
+        }
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct Destination {
     pub(crate) transform: Option<std::sync::Arc<crate::shape::program::Program>>,
     /// pull: the token its consumer sends.
     pub(crate) pull_token: Option<crate::config::Secret>,
+    /// Its order: an ordered destination's record may make the next delivery due.
+    pub(crate) ordering: crate::config::Ordering,
 }
 
 impl Destination {
@@ -144,6 +146,7 @@ impl Destination {
             retry: config.retry_policy(&defaults.retry),
             rate_limit: config.rate_limit,
             pull_token: config.resolved_token.clone(),
+            ordering: config.ordering,
         })
     }
 
