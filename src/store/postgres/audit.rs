@@ -1,9 +1,9 @@
 //! The audit ledger on PostgreSQL: the `audit` counters, summed over their shards,
 //! and the inbox grouped by hour, read in one snapshot.
 
-use super::cached::Cached;
 use async_trait::async_trait;
 
+use super::cached::Cached;
 use super::PostgresStore;
 use crate::store::lifecycle::ledger::{Count, LedgerEdits, LedgerKey, HOUR_US};
 use crate::store::{Audit, LedgerReading, StoreError};

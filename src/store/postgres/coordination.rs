@@ -1,11 +1,11 @@
 //! Coordination of the relays sharing the database: leases (`lead.rs`), advisory
 //! locks, heartbeats in `relays`, wake-ups by `LISTEN`/`NOTIFY` (`listen.rs`).
 
-use super::cached::Cached;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::cached::Cached;
 use super::store::us_of;
 use super::{sql_us, PostgresStore};
 use crate::store::{Coordination, Exclusive, StoreError};

@@ -1,13 +1,13 @@
 //! The delivery queue on PostgreSQL: claims as leased columns of `deliveries`,
 //! attempts recorded by the lifecycle rules in one transaction per batch.
 
-use super::cached::Cached;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use super::apply::{apply_releasing, Releases};
+use super::cached::Cached;
 use super::store::{id_of, limit, us_of};
 use super::view::{decode_meta, decode_record, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};

@@ -1,12 +1,12 @@
 //! Dispatch on PostgreSQL: the inbox read in id order by the fleet's one dispatcher,
 //! each batch one transaction fenced by its lease.
 
-use super::cached::Cached;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 
 use super::apply::apply;
+use super::cached::Cached;
 use super::store::{id_of, limit, us_of};
 use super::view::{decode_meta, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};

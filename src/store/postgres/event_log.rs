@@ -1,11 +1,11 @@
 //! The event log on PostgreSQL: appends through the group committer, reads by
 //! id, search over the `events` table, retention.
 
-use super::cached::Cached;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 
+use super::cached::Cached;
 use super::store::{id_of, limit, us_of};
 use super::view::decode_meta;
 use super::{sql_id, PostgresStore};

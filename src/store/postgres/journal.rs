@@ -1,9 +1,9 @@
 //! The journal on PostgreSQL: the `journal` table, one for the whole fleet, read
 //! newest first by its key `(at_us, tie)`.
 
-use super::cached::Cached;
 use async_trait::async_trait;
 
+use super::cached::Cached;
 use super::PostgresStore;
 use crate::store::{Journal, JournalEntry, JournalFilter, StoreError};
 

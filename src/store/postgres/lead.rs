@@ -13,11 +13,11 @@
 //! the lead mid-batch cannot dispatch behind the new leader's back (a takeover's
 //! `UPDATE` waits for that transaction to end).
 
-use super::cached::Cached;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::cached::Cached;
 use super::{pg, PgState};
 use crate::store::StoreError;
 

@@ -12,12 +12,12 @@
 //! The poll stays as the fallback: notifications sent while a listener is
 //! reconnecting are lost, so each (re)connection announces [`Wake::All`].
 
-use super::cached::Cached;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
 use tokio_postgres::AsyncMessage;
 
+use super::cached::Cached;
 use super::{pg, PgState};
 use crate::store::lifecycle::Changes;
 use crate::store::{DeliveryState, StoreError, Wake};

@@ -1,10 +1,10 @@
 //! Retention on PostgreSQL: finished events past their time, in chunks, each decided
 //! by [`lifecycle::prune`] on locked rows and deleted in the same transaction.
 
-use super::cached::Cached;
 use std::collections::HashMap;
 
 use super::apply::apply;
+use super::cached::Cached;
 use super::store::id_of;
 use super::view::{decode_meta, decode_record, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};

@@ -1,8 +1,8 @@
 //! The hook lifecycle's small shared state on PostgreSQL: the `upstream` table.
 
-use super::cached::Cached;
 use async_trait::async_trait;
 
+use super::cached::Cached;
 use super::PostgresStore;
 use crate::store::{SharedState, StoreError};
 

@@ -1,8 +1,8 @@
 //! The PostgreSQL store as a resource: a ping, the database's size, closing.
 
-use super::cached::Cached;
 use async_trait::async_trait;
 
+use super::cached::Cached;
 use super::store::us_of;
 use super::PostgresStore;
 use crate::store::{StoreError, Upkeep};

@@ -2,10 +2,10 @@
 //! the deciding transaction, found by running the rule until it asks for nothing it
 //! does not have (see the module docs of `postgres`).
 
-use super::cached::Cached;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
+use super::cached::Cached;
 use super::{pg, sql_id};
 use crate::lock::lock;
 use crate::store::lifecycle::{DedupEntry, Queue, Staged, View};
