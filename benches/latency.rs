@@ -58,12 +58,7 @@ struct Run {
 /// The relay's group commits so far and their total time (s), from one `/metrics` read.
 async fn commits(relay: &common::Relay) -> (f64, f64) {
     let text = relay.metrics().await;
-    let series = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
+    let series = |name: &str| common::metric(&text, name, &[]).unwrap_or(0.0);
     (
         series("hookrelay_store_commit_duration_seconds_count"),
         series("hookrelay_store_commit_duration_seconds_sum"),

@@ -6,12 +6,12 @@ mod dedup;
 mod purge;
 mod resource;
 mod route;
+mod wake;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -24,13 +24,13 @@ use crate::operational;
 use crate::shape::{self, program::Program};
 use crate::shutdown::Stop;
 use crate::store::{
-    DedupKey, DispatchPlan, DispatchVerdict, FilteredOut, PendingEvent, SharedStore, Wake,
-    DISPATCH_LEAD,
+    DedupKey, DispatchPlan, DispatchVerdict, FilteredOut, PendingEvent, SharedStore, DISPATCH_LEAD,
 };
 use crate::telemetry::trace;
 
 use purge::purge_dedup;
 use route::Router;
+use wake::inbox_wakeup;
 
 /// Events taken from the inbox per transaction. sled 0.34 runs every transaction
 /// and batch under one global write lock, so a long dispatch transaction stalls the
@@ -380,19 +380,6 @@ impl Dispatcher {
     }
 }
 
-/// Returns when another relay of the fleet says it stored events, or when wake-ups may
-/// have been missed; never without the fleet's wake-ups (the poll is left).
-async fn inbox_wakeup(wakeups: &mut Option<broadcast::Receiver<Wake>>) {
-    let Some(rx) = wakeups else { return std::future::pending().await };
-    loop {
-        match rx.recv().await {
-            Ok(Wake::Inbox | Wake::All) | Err(RecvError::Lagged(_)) => return,
-            Ok(Wake::Due(_)) => {}
-            Err(RecvError::Closed) => return std::future::pending().await,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -403,34 +390,6 @@ mod tests {
     use crate::store::{DispatchVerdict, EventStatus, SharedStore};
 
     const S: u64 = 1_000_000;
-
-    /// The dispatcher wakes for another relay's stored events, for wake-ups that may
-    /// have been missed, and for a subscriber that fell behind; not for a destination's
-    /// due deliveries, and never without the fleet's wake-ups.
-    #[tokio::test]
-    async fn the_dispatcher_wakes_for_the_inbox_and_for_missed_wake_ups_only() {
-        use super::inbox_wakeup;
-        use crate::store::Wake;
-        use std::time::Duration;
-        let soon = Duration::from_millis(50);
-        let (tx, rx) = tokio::sync::broadcast::channel(2);
-        let mut wakeups = Some(rx);
-        tx.send(Wake::Due("crm".into())).unwrap();
-        assert!(tokio::time::timeout(soon, inbox_wakeup(&mut wakeups)).await.is_err());
-        for wake in [Wake::Inbox, Wake::All] {
-            tx.send(Wake::Due("crm".into())).unwrap();
-            tx.send(wake.clone()).unwrap();
-            let woke = tokio::time::timeout(soon, inbox_wakeup(&mut wakeups)).await;
-            assert!(woke.is_ok(), "not woken by {wake:?}");
-        }
-        for _ in 0..3 {
-            tx.send(Wake::Due("crm".into())).unwrap(); // more than it holds: lagged
-        }
-        assert!(tokio::time::timeout(soon, inbox_wakeup(&mut wakeups)).await.is_ok());
-        drop(tx);
-        assert!(tokio::time::timeout(soon, inbox_wakeup(&mut wakeups)).await.is_err(), "closed");
-        assert!(tokio::time::timeout(soon, inbox_wakeup(&mut None)).await.is_err(), "none");
-    }
 
     /// An original dispatched, its copy received 10 s later but still in the inbox
     /// behind a backlog when the window (600 s) has passed by the wall clock: the

@@ -123,13 +123,11 @@ impl PgState {
                 &self.instance,
             ];
             let insert = tx.query(&insert, &params);
-            // The fleet's dispatcher's wake-up, when another relay leads dispatch, goes
-            // with the first insert, pipelined on the connection (no round trip of its
-            // own).
-            let rows = if attempt == 0 && !self.leads_dispatch() {
+            // The fleet's dispatcher's wake-up goes with the first insert, pipelined on
+            // the connection (no round trip of its own).
+            let rows = if attempt == 0 {
                 let insert = async { insert.await.map_err(StoreError::from) };
-                let notifier = self.notifier();
-                tokio::try_join!(insert, notifier.notify_inbox(&tx))?.0
+                tokio::try_join!(insert, self.notify_inbox(&tx))?.0
             } else {
                 insert.await?
             };

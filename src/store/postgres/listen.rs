@@ -57,6 +57,16 @@ impl PgState {
         sender.subscribe()
     }
 
+    /// Tells the fleet's dispatcher, in `tx` (an append's), that this relay stores
+    /// events: nothing when this relay leads dispatch (its committer wakes its own
+    /// dispatcher) or is alone.
+    pub(super) async fn notify_inbox(&self, tx: &pg::Transaction<'_>) -> Result<(), StoreError> {
+        if self.leads_dispatch() {
+            return Ok(());
+        }
+        self.notifier().notify_inbox(tx).await
+    }
+
     /// What a transaction needs to notify the others.
     pub(super) fn notifier(&self) -> Notifier<'_> {
         Notifier {
@@ -78,9 +88,8 @@ pub(super) struct Notifier<'a> {
 }
 
 impl Notifier<'_> {
-    /// Tells the fleet's dispatcher, in `tx` (an append's), that it stores events;
-    /// nothing when this relay is alone.
-    pub(super) async fn notify_inbox(&self, tx: &pg::Transaction<'_>) -> Result<(), StoreError> {
+    /// [`PgState::notify_inbox`]'s notification, unless this relay is alone.
+    async fn notify_inbox(&self, tx: &pg::Transaction<'_>) -> Result<(), StoreError> {
         if self.alone {
             return Ok(());
         }
