@@ -1,6 +1,7 @@
 //! Ingest benchmark: concurrent 1 KiB JSON callbacks over loopback against
 //!   - a bare actix-web handler that reads the body and answers 200 (the ceiling),
-//!   - the release `hookrelay` in `durable` mode (ack after group fsync),
+//!   - the release `hookrelay` in `durable` mode (ack after group fsync) on its
+//!     default engine (redb for a new data directory), and on sled,
 //!   - the release `hookrelay` in `buffered` mode.
 //!
 //! Two measurements per target: closed-loop throughput with 64 connections, and ack
@@ -10,7 +11,9 @@
 //!
 //! Run: `cargo bench --bench ingest` (env: BENCH_ROUNDS, BENCH_SECS; BENCH_BASELINE=path
 //! of another hookrelay build adds its durable mode, measured in the same rounds;
-//! BENCH_COMPRESSED=1 adds this build with `storage.compression = true`).
+//! BENCH_COMPRESSED=1 adds this build with `storage.compression = true`; BENCH_ONLY=text
+//! keeps the targets whose name holds it; BENCH_LOGS=path writes each relay's log to
+//! path.N at the end).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -300,6 +303,12 @@ async fn run(rounds: usize, secs: Duration) {
     let mut targets = vec![
         start_bare().await,
         start_relay("hookrelay durable", "durable").await,
+        start_relay_with(
+            "hookrelay durable, sled",
+            common::binary(),
+            "backend = \"sled\"\ndurability = \"durable\"",
+        )
+        .await,
         start_relay("hookrelay buffered", "buffered").await,
     ];
     // BENCH_COMPRESSED=1: this build, durable, with `storage.compression = true`.
@@ -314,6 +323,10 @@ async fn run(rounds: usize, secs: Duration) {
     if let Ok(bin) = std::env::var("BENCH_BASELINE") {
         let bin: &'static str = Box::leak(bin.into_boxed_str());
         targets.push(start_relay_binary("baseline build, durable", bin, "durable").await);
+    }
+    // BENCH_ONLY=sled: only the targets whose name holds it.
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        targets.retain(|t| t.name.contains(&only));
     }
     let mut results: Vec<Vec<(Sample, Sample)>> = targets.iter().map(|_| Vec::new()).collect();
     // CPU µs per callback of each relay, per round: steadier than throughput on a
@@ -399,5 +412,8 @@ async fn run(rounds: usize, secs: Duration) {
             median(backlog[i].clone()),
             median(pipeline[i].clone()),
         );
+        if let Ok(path) = std::env::var("BENCH_LOGS") {
+            let _ = std::fs::write(format!("{path}.{i}"), relay.logs());
+        }
     }
 }

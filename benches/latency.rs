@@ -21,7 +21,7 @@ mod common;
 
 use common::arrivals::{start_sink, Arrivals, Contender};
 use common::env_or;
-use common::open_loop::{await_arrivals, cpu_seconds, offer, Latencies};
+use common::open_loop::{await_arrivals, cpu_seconds, offer, written_bytes, Latencies};
 use common::stats::median;
 
 use std::sync::Arc;
@@ -53,6 +53,8 @@ struct Run {
     cpu_us: f64,
     commits: f64,
     commit_ms: f64,
+    /// Bytes the relay wrote to the disk per callback (KiB).
+    written_kib: f64,
 }
 
 /// The relay's group commits so far and their total time (s), from one `/metrics` read.
@@ -76,11 +78,13 @@ async fn run(
 ) -> Run {
     let url = c.relay.hook_url(Some("ActionUpdated"));
     let cpu0 = cpu_seconds(c.relay.pid());
+    let written0 = written_bytes(c.relay.pid());
     let (commits0, commit_s0) = commits(&c.relay).await;
     let offered = offer(&[url], &c.dest, rate, secs, resources, base).await;
     await_arrivals(arrivals, &offered, Duration::from_secs(30)).await;
     let n = offered.sent.len().max(1) as f64;
     let cpu_us = (cpu_seconds(c.relay.pid()) - cpu0) * 1e6 / n;
+    let written_kib = (written_bytes(c.relay.pid()) - written0) / 1024.0 / n;
     let (commits1, commit_s1) = commits(&c.relay).await;
     let (commits, commit_s) = (commits1 - commits0, commit_s1 - commit_s0);
     // When the slowest acks came, from the run's start: a stall shows as a cluster.
@@ -116,6 +120,7 @@ async fn run(
         cpu_us,
         commits: commits / n,
         commit_ms: if commits > 0.0 { commit_s * 1000.0 / commits } else { f64::NAN },
+        written_kib,
     }
 }
 
@@ -148,8 +153,8 @@ fn main() {
                 let base = 10_000_000 * (round as u64 + 1) + 1_000_000 * (i as u64 + 1);
                 let r = run(c, &arrivals, rate, secs, resources, base).await;
                 eprintln!(
-                    "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms",
-                    round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2], r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms
+                    "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms, {:.1} KiB written/callback",
+                    round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2], r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms, r.written_kib
                 );
                 runs[i].push(r);
                 if let Ok(path) = std::env::var("BENCH_LOGS") {
@@ -158,17 +163,17 @@ fn main() {
             }
         }
         println!("\nmedians of {rounds} interleaved rounds; {rate} callbacks/s open loop for {secs} s over {resources} resources; one destination answering 200 at once:\n");
-        println!("| relay | ack p50 / p99 / p99.9 (ms) | end to end p50 / p99 / p99.9 (ms) | delivered | CPU per callback (µs) | ingress commits per callback | commit time (ms) |");
-        println!("|---|---:|---:|---:|---:|---:|---:|");
+        println!("| relay | ack p50 / p99 / p99.9 (ms) | end to end p50 / p99 / p99.9 (ms) | delivered | CPU per callback (µs) | ingress commits per callback | commit time (ms) | disk writes per callback (KiB) |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
         for (c, r) in contenders.iter().zip(&runs) {
             let m = |f: &dyn Fn(&Run) -> f64| median(r.iter().map(f).collect());
             println!(
-                "| {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} | {:.2} | {:.2} |",
+                "| {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} | {:.2} | {:.2} | {:.1} |",
                 c.label,
                 m(&|x| x.seen.ack[0]), m(&|x| x.seen.ack[1]), m(&|x| x.seen.ack[2]),
                 m(&|x| x.seen.e2e[0]), m(&|x| x.seen.e2e[1]), m(&|x| x.seen.e2e[2]),
                 100.0 * m(&|x| x.seen.delivered),
-                m(&|x| x.cpu_us), m(&|x| x.commits), m(&|x| x.commit_ms)
+                m(&|x| x.cpu_us), m(&|x| x.commits), m(&|x| x.commit_ms), m(&|x| x.written_kib)
             );
         }
     });

@@ -185,7 +185,10 @@ pub(crate) struct StorageConfig {
     pub(crate) durability: Durability,
     /// Most callbacks one group commit (one write batch, one fsync) takes.
     pub(crate) commit_max_batch: usize,
-    /// The embedded engine's background flush period (what `buffered` relies on).
+    /// The embedded engine's background flush period (what `buffered` relies on). On
+    /// redb, its checkpoint period: a durable commit of the database file, after which
+    /// its redo log is emptied (it bounds the log and what a restart after a crash
+    /// applies again).
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) flush_interval: Duration,

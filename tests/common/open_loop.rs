@@ -125,6 +125,18 @@ impl Latencies {
 }
 
 /// A process's user + system CPU time so far, in seconds.
+/// The bytes process `pid` has caused to be written to storage so far
+/// (`/proc/{pid}/io`, `write_bytes`: what reached the block layer, not what `write`
+/// was handed); 0 when it cannot be read.
+#[allow(dead_code)] // Not every bench that includes the module reads it.
+pub fn written_bytes(pid: i32) -> f64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
 pub fn cpu_seconds(pid: i32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();

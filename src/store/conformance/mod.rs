@@ -74,36 +74,63 @@ impl Harness for Memory {
 
 /// The embedded backend on one of its engines, in a temp dir; reopening opens the same
 /// directory again (a restart of the relay), its queue count behind the open going at
-/// the pace given.
-pub(crate) struct Embedded(tempfile::TempDir, super::embedded::engine::Engine, CountPace);
+/// the pace given. It keeps a handle of the open store, for a crash to copy what a power
+/// cut would leave (redb: the checkpointed file and the synced redo log) while the store
+/// is still open.
+pub(crate) struct Embedded {
+    dir: tempfile::TempDir,
+    engine: super::embedded::engine::Engine,
+    pace: CountPace,
+    open: Option<super::embedded::EmbeddedStore>,
+}
 
 impl Embedded {
     fn new(engine: super::embedded::engine::Engine) -> Self {
-        Self(tempfile::tempdir().expect("temp dir"), engine, CountPace::SERVICE)
+        Self::paced(engine, CountPace::SERVICE)
+    }
+
+    fn paced(engine: super::embedded::engine::Engine, pace: CountPace) -> Self {
+        Self { dir: tempfile::tempdir().expect("temp dir"), engine, pace, open: None }
     }
 
     /// The count behind each open slowed to one index entry or inbox record per 2 ms: a
     /// reopen with events undispatched or deliveries queued leaves it counting while
     /// the next operations run.
     fn counting_slowly(engine: super::embedded::engine::Engine) -> Self {
-        let pace = CountPace { chunk: 1, pause: Duration::from_millis(2) };
-        Self(tempfile::tempdir().expect("temp dir"), engine, pace)
+        Self::paced(engine, CountPace { chunk: 1, pause: Duration::from_millis(2) })
     }
 }
 
 #[async_trait]
 impl Harness for Embedded {
     async fn open(&mut self) -> SharedStore {
-        let (dir, engine, pace) = (self.0.path().to_path_buf(), self.1, self.2);
-        Arc::new(
-            tokio::task::spawn_blocking(move || {
-                super::embedded::testutil::open_paced(engine, &dir, pace)
-            })
-            .await
-            .unwrap(),
-        )
+        let (dir, engine, pace) = (self.dir.path().to_path_buf(), self.engine, self.pace);
+        let store = tokio::task::spawn_blocking(move || {
+            super::embedded::testutil::open_paced(engine, &dir, pace)
+        })
+        .await
+        .unwrap();
+        self.open = Some(store.clone());
+        Arc::new(store)
     }
     async fn reopen(&mut self) -> SharedStore {
+        // The last handle: the store closes as a stopped relay's does.
+        self.open = None;
+        self.open().await
+    }
+    /// redb: the store reopened on a copy of what a power cut would leave at this
+    /// instant, taken while it is still open; sled: a reopen (see the trait).
+    async fn crash(&mut self) -> SharedStore {
+        let Some(store) = self.open.take() else { return self.open().await };
+        let image = tempfile::tempdir().expect("temp dir");
+        let path = image.path().to_path_buf();
+        let copied = tokio::task::spawn_blocking(move || store.crash_image(&path))
+            .await
+            .unwrap()
+            .expect("copy the crash image");
+        if copied {
+            self.dir = image;
+        }
         self.open().await
     }
 }

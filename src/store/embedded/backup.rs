@@ -155,7 +155,8 @@ pub(crate) fn restore(
         for (tree, (batch, _)) in trees.iter().zip(batches) {
             tree.apply_batch(batch)?;
         }
-        target.flush()?;
+        // In the database's own files: they are what the switch moves.
+        target.checkpoint()?;
     }
     switch_to(dir, engine)?;
     Ok(Restored { summary, engine, dir: dir.to_owned() })

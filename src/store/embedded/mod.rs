@@ -187,6 +187,13 @@ pub(crate) struct EmbeddedOptions {
 impl EmbeddedStore {
     /// Opens (or creates) the store at `path`, checks its schema version and starts the
     /// count of the inbox and the queues (`recount/`). Blocking.
+    /// What a power cut would leave now, copied into `to` (`engine::Db::crash_image`);
+    /// `false` on sled.
+    #[cfg(test)]
+    pub(crate) fn crash_image(&self, to: &std::path::Path) -> std::io::Result<bool> {
+        self.inner.db.crash_image(to)
+    }
+
     pub(crate) fn open(opts: &EmbeddedOptions) -> Result<Self, StoreError> {
         let db = Db::open(
             opts.engine,

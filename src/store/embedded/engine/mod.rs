@@ -15,10 +15,12 @@
 //! match each, and no generic parameter through every file of the backend.
 //!
 //! Writes outside a transaction are atomic one by one; nothing is durable until
-//! [`Db::flush`] returns (sled: its log fsynced; redb: a durable commit).
+//! [`Db::flush`] returns (sled: its log fsynced; redb: its redo log fsynced,
+//! `redo.rs`).
 
 pub(crate) mod current;
 mod redb_kv;
+mod redo;
 mod sled_kv;
 
 use std::ops::{Bound, Deref, RangeBounds};
@@ -134,6 +136,9 @@ pub(crate) enum Tree {
 }
 
 /// A tree inside a transaction (see [`Db::transaction`]): it sees its own writes.
+// A few per transaction, in one `Vec`: boxing redb's table (with the writes it records
+// for the redo log) would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum TxTree<'t> {
     Sled(sled_kv::SledTx),
     Redb(std::cell::RefCell<redb_kv::TxTable<'t>>),
@@ -221,6 +226,27 @@ impl Db {
         match self {
             Db::Sled(db) => db.flush(),
             Db::Redb(db) => db.flush(),
+        }
+    }
+
+    /// Makes every write so far durable in the database's own files (redb: a
+    /// checkpoint, its redo log emptied; sled: a flush), before they are moved or
+    /// copied. Blocking.
+    pub(crate) fn checkpoint(&self) -> Result<(), StoreError> {
+        match self {
+            Db::Sled(db) => db.flush(),
+            Db::Redb(db) => db.checkpoint(),
+        }
+    }
+
+    /// What a power cut would leave now, copied into `to`, or `false` for an engine
+    /// whose loss this cannot provoke in-process (sled: `tests/integration/power_loss.rs`
+    /// cuts its power through a FUSE filesystem).
+    #[cfg(test)]
+    pub(crate) fn crash_image(&self, to: &Path) -> std::io::Result<bool> {
+        match self {
+            Db::Sled(_) => Ok(false),
+            Db::Redb(db) => db.crash_image(to).map(|()| true),
         }
     }
 
