@@ -184,6 +184,9 @@ impl StoreObserver for Commits {
     fn stored(&self, meta: &crate::store::EventMeta) {
         self.metrics.stored(meta);
     }
+    fn checkpoint(&self, took: std::time::Duration, ok: bool) {
+        self.metrics.checkpoint(took, ok);
+    }
     fn trouble(&self, kind: Trouble, what: &str, error: &dyn std::fmt::Display) {
         self.metrics.trouble(kind, what, error);
     }

@@ -33,6 +33,25 @@ impl InternalEvent for CommitGroup {
     }
 }
 
+/// redb's checkpoint (`store/embedded/engine/redo.rs`): its time is what it adds to the
+/// tail of every write waiting for it; a failed one is a storage error (the redo log
+/// keeps every write until the next succeeds).
+pub(crate) struct Checkpoint {
+    pub(crate) took: Duration,
+    pub(crate) ok: bool,
+}
+
+impl InternalEvent for Checkpoint {
+    const FAMILIES: &'static [&'static str] =
+        &["hookrelay_store_checkpoint_duration_seconds", ERRORS];
+    fn emit(self, m: &Metrics) {
+        m.store.store_checkpoint_duration.observe(self.took.as_secs_f64());
+        if !self.ok {
+            taxonomy::count(m, Stage::Store, ErrorType::Storage);
+        }
+    }
+}
+
 /// An event stored (by this relay): counted by source and event name (the hook
 /// lifecycle compares these counts with the upstream's).
 pub(crate) struct EventStored<'a>(pub(crate) &'a EventMeta);
@@ -192,6 +211,9 @@ impl crate::store::StoreObserver for Metrics {
     }
     fn stored(&self, meta: &EventMeta) {
         EventStored(meta).emit(self);
+    }
+    fn checkpoint(&self, took: std::time::Duration, ok: bool) {
+        Checkpoint { took, ok }.emit(self);
     }
     fn failed(&self, reason: &str) {
         StoreFailed { reason }.emit(self);

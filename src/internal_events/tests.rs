@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::store::{CommitGroup, EventStored, StoreFailed};
+use super::store::{Checkpoint, CommitGroup, EventStored, StoreFailed};
 use super::*;
 use crate::account::AccountId;
 use crate::metrics::Metrics;
@@ -297,6 +297,7 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         vec![CommitGroup { size: 3, took, ok: true }, CommitGroup { size: 1, took, ok: false }],
         s,
     );
+    check(vec![Checkpoint { took, ok: true }, Checkpoint { took, ok: false }], s);
     check(vec![EventStored(&m)], s);
     check(vec![StoreFailed { reason: "the disk is full" }], s);
     check(

@@ -11,6 +11,7 @@ pub(crate) struct StoreMetrics {
     pub(crate) store_commit_duration: Histogram,
     pub(crate) store_commit_batch_size: Histogram,
     pub(crate) store_commit_failures: IntCounter,
+    pub(crate) store_checkpoint_duration: Histogram,
     pub(crate) events_stored: IntCounterVec,
     pub(crate) store_size: IntGauge,
     pub(crate) storage_free: IntGauge,
@@ -45,6 +46,12 @@ impl StoreMetrics {
                 "hookrelay_store_commit_batch_size",
                 "Events per group commit.",
                 BATCH_BUCKETS,
+            )?,
+            store_checkpoint_duration: r.histogram(
+                "hookrelay_store_checkpoint_duration_seconds",
+                "redb only: time of one checkpoint (a durable commit of the database file, \
+                 after which its redo log is emptied), during which writers wait.",
+                LATENCY_BUCKETS,
             )?,
             store_commit_failures: r.counter(
                 "hookrelay_store_commit_failures_total",

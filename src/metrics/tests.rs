@@ -42,6 +42,7 @@ fn touch_all(m: &Metrics) {
     m.store.store_commit_duration.observe(0.001);
     m.store.store_commit_batch_size.observe(1.0);
     m.store.store_commit_failures.inc();
+    m.store.store_checkpoint_duration.observe(0.001);
     m.store.events_stored.with_label_values(&["demo", "ActionCreated"]).inc();
     m.store.store_size.set(1);
     m.store.storage_free.set(1);

@@ -18,6 +18,9 @@ pub(crate) trait StoreObserver: Send + Sync + 'static {
     /// unreadable entry it drops, a count it tries again): `what` says what and what
     /// follows, in words.
     fn trouble(&self, kind: Trouble, what: &str, error: &dyn std::fmt::Display);
+    /// The embedded store on redb made its writes durable in the database file (a
+    /// checkpoint, `embedded/engine/redo.rs`) after `took`, writers waiting meanwhile.
+    fn checkpoint(&self, _took: Duration, _ok: bool) {}
 }
 
 /// What kind of trouble the store worked around: the daemon maps it onto the relay's

@@ -204,6 +204,7 @@ impl EmbeddedStore {
                 flush_interval: opts.flush_interval,
             },
         )?;
+        db.observe(opts.observer.clone());
         let meta = db.open_tree(META)?;
         match meta.get(SCHEMA_KEY)? {
             None => {

@@ -229,6 +229,15 @@ impl Db {
         }
     }
 
+    /// Reports each of the engine's checkpoints to `observer` (redb; sled has none of
+    /// its own to report).
+    pub(crate) fn observe(&self, observer: std::sync::Arc<dyn crate::store::StoreObserver>) {
+        match self {
+            Db::Sled(_) => {}
+            Db::Redb(db) => db.observe(observer),
+        }
+    }
+
     /// Makes every write so far durable in the database's own files (redb: a
     /// checkpoint, its redo log emptied; sled: a flush), before they are moved or
     /// copied. Blocking.

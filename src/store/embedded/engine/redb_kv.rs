@@ -94,6 +94,9 @@ pub(crate) struct Shared {
     /// checkpoint commits only when there is something new (an idle relay does not
     /// fsync twice a second).
     dirty: AtomicBool,
+    /// Hears of each checkpoint (its time is the wait it puts on writers), once the
+    /// store has said where to report.
+    observer: std::sync::OnceLock<Arc<dyn crate::store::StoreObserver>>,
 }
 
 impl std::ops::Deref for Shared {
@@ -137,8 +140,13 @@ impl RedbDb {
             e => err(format!("opening {}: {e}", file.display())),
         })?;
         let redo = recover(&db, opts.path)?;
-        let db =
-            Arc::new(Shared { db, redo, dir: opts.path.to_owned(), dirty: AtomicBool::new(false) });
+        let db = Arc::new(Shared {
+            db,
+            redo,
+            dir: opts.path.to_owned(),
+            dirty: AtomicBool::new(false),
+            observer: std::sync::OnceLock::new(),
+        });
         let checkpointer = start_checkpointer(Arc::downgrade(&db), opts.flush_interval);
         Ok(Self { db, file, checkpointer })
     }
@@ -190,6 +198,11 @@ impl RedbDb {
     /// Makes every write so far durable: the redo log synced.
     pub(super) fn flush(&self) -> Result<(), StoreError> {
         self.db.redo.sync().map_err(log_err(&self.db.dir, "writing the redo log"))
+    }
+
+    /// Reports each checkpoint from now on to `observer` (the first one given).
+    pub(super) fn observe(&self, observer: Arc<dyn crate::store::StoreObserver>) {
+        let _ = self.db.observer.set(observer);
     }
 
     /// Makes every write so far durable in the database file itself, the log emptied:
@@ -340,7 +353,11 @@ fn checkpoint(shared: &Shared) -> Result<(), StoreError> {
     let began = std::time::Instant::now();
     let committed = durable_commit(&shared.db, shared.redo.id(), lsn);
     // Writers wait for it: its length is what a checkpoint adds to an ack's tail.
-    tracing::debug!(took_us = began.elapsed().as_micros() as u64, lsn, "redb checkpoint");
+    let took = began.elapsed();
+    tracing::debug!(took_us = took.as_micros() as u64, lsn, "redb checkpoint");
+    if let Some(observer) = shared.observer.get() {
+        observer.checkpoint(took, committed.is_ok());
+    }
     if let Err(e) = committed {
         // Not checkpointed: the next one tries again (the log still holds it all).
         shared.dirty.store(true, Ordering::Release);
