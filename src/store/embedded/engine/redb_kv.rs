@@ -4,9 +4,10 @@
 //! Every write commits without an fsync (`Durability::None`: visible to readers, not
 //! yet durable) and appends its writes to the redo log; [`RedbDb::flush`] makes them
 //! durable with one append and `fdatasync` of the log, shared by concurrent writers
-//! (`../flush.rs`). A thread checkpoints every `flush_interval` (a durable commit, which
-//! makes every earlier one durable with it, then the log emptied): it bounds the log
-//! and what a crash replays, and is what makes writes durable in the `buffered` mode.
+//! (`../flush.rs`). A thread checkpoints every `flush_interval`, or sooner once
+//! [`CHECKPOINT_BYTES`] were logged (a durable commit, which makes every earlier one
+//! durable with it, then the log emptied): it bounds the log and what a crash replays,
+//! and is what makes writes durable in the `buffered` mode.
 //! Durable commits save the allocator state ("quick repair"): after a crash the file
 //! opens in milliseconds, where a full repair walks the whole file (8 s at a million
 //! events, measured); then the log's records after the checkpoint are applied again.

@@ -11,7 +11,10 @@
 //! 2. Records are numbered (their LSN) from 1 without a gap. A **checkpoint** is a
 //!    durable redb commit that writes the log's id and the last LSN it covers into the
 //!    `redo` table, under the writer lock; only then is the log emptied
-//!    ([`RedoLog::emptied`]).
+//!    ([`RedoLog::emptied`]). Every durable redb commit is a checkpoint (the last
+//!    handle checkpoints before redb's close, which would make pending commits durable
+//!    on its own): the durable file never holds a write newer than its checkpoint's
+//!    record, so the records after it, applied again, end in the state they made.
 //! 3. At open, the records of a log whose id is the checkpoint's, numbered after the
 //!    checkpoint's LSN, are applied again in order, up to the first that is torn (its
 //!    length, checksum or number wrong): what was never synced was never acknowledged.
