@@ -62,7 +62,7 @@ impl StoreMetrics {
                 "Events durably stored, by source and event name (known names or `other`).",
                 &["source", "event"],
             )?,
-            store_size: r.gauge("hookrelay_store_size_bytes", "Size of the sled store on disk.")?,
+            store_size: r.gauge("hookrelay_store_size_bytes", "Bytes the store takes on disk: the embedded engine's files (redb's redo log included), or the schema's tables on PostgreSQL.")?,
             storage_free: r.gauge(
                 "hookrelay_storage_free_bytes",
                 "Free space on the data directory's filesystem (as an unprivileged process \
