@@ -369,7 +369,12 @@ async fn run(rounds: usize, secs: Duration) {
             results[i].push((c, f));
         }
     }
-    let bare_tp = median(results[0].iter().map(|(c, _)| c.throughput).collect());
+    // The bare server's throughput, NaN when BENCH_ONLY left it out.
+    let bare_tp = targets
+        .iter()
+        .zip(&results)
+        .find(|(t, _)| t.relay.is_none())
+        .map_or(f64::NAN, |(_, r)| median(r.iter().map(|(c, _)| c.throughput).collect()));
     println!("\nmedians of {rounds} interleaved rounds, {}s each, {CONNECTIONS} connections, 1 KiB JSON bodies:\n", secs.as_secs());
     println!("| target | throughput (req/s) | vs bare | closed-loop p50 / p99 (ms) | p50 / p99 at {RATE} req/s (ms) | errors |");
     println!("|---|---:|---:|---:|---:|---:|");

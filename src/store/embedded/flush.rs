@@ -1,5 +1,6 @@
 //! Group fsync: concurrent writers that need durability share one [`Db::flush`] (sled:
-//! its flush and an `fdatasync` of its log; redb: a durable commit).
+//! its flush and an `fdatasync` of its log; redb: an append and `fdatasync` of its redo
+//! log).
 //!
 //! A writer that needs its write durable asks for a flush that *starts* after its
 //! write. While one flush runs, every writer arriving waits; when it ends, one of them
