@@ -369,7 +369,7 @@ async fn run(rounds: usize, secs: Duration) {
             results[i].push((c, f));
         }
     }
-    // The bare server's throughput, NaN when BENCH_ONLY left it out.
+    // The bare server's throughput, NaN (shown as —) when BENCH_ONLY left it out.
     let bare_tp = targets
         .iter()
         .zip(&results)
@@ -381,10 +381,14 @@ async fn run(rounds: usize, secs: Duration) {
     for (t, r) in targets.iter().zip(&results) {
         let tp = median(r.iter().map(|(c, _)| c.throughput).collect());
         println!(
-            "| {} | {:.0} | {:.0}% | {:.2} / {:.2} | {:.2} / {:.2} | {} |",
+            "| {} | {:.0} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {} |",
             t.name,
             tp,
-            100.0 * tp / bare_tp,
+            if bare_tp.is_nan() {
+                "—".to_owned()
+            } else {
+                format!("{:.0}%", 100.0 * tp / bare_tp)
+            },
             median(r.iter().map(|(c, _)| c.p50_ms).collect()),
             median(r.iter().map(|(c, _)| c.p99_ms).collect()),
             median(r.iter().map(|(_, f)| f.p50_ms).collect()),

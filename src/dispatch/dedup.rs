@@ -44,20 +44,20 @@ pub(crate) fn key(source: &str, event: &str, body: &[u8], pointers: &[String]) -
 }
 
 /// Compact JSON with object keys sorted, whatever order the map keeps them in.
+/// Written straight into `out` (no string per key or scalar): it runs for every
+/// callback dispatched, and its output is part of stored dedup keys, so it must stay
+/// byte for byte what it was (`tests::the_canonical_form_is_unchanged`).
 fn canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
             out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                // Serialising a string cannot fail.
-                out.extend_from_slice(serde_json::to_string(k).unwrap_or_default().as_bytes());
-                out.push(b':');
-                canonical(v, out);
+            // serde_json's map is sorted unless a dependency turns on `preserve_order`.
+            if map.keys().is_sorted() {
+                entries(map.iter(), out);
+            } else {
+                let mut sorted: Vec<(&String, &Value)> = map.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(b.0));
+                entries(sorted.into_iter(), out);
             }
             out.push(b'}');
         }
@@ -71,8 +71,26 @@ fn canonical(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+        scalar => compact(scalar, out),
     }
+}
+
+/// An object's entries, in the order given, as `"key":value` separated by commas.
+fn entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
+    for (i, (k, v)) in entries.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        compact(k, out);
+        out.push(b':');
+        canonical(v, out);
+    }
+}
+
+/// `value`'s compact JSON appended to `out`.
+fn compact(value: &(impl serde::Serialize + ?Sized), out: &mut Vec<u8>) {
+    // Writing to a Vec cannot fail, nor can serialising a string or a JSON scalar.
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 #[cfg(test)]
@@ -116,6 +134,72 @@ mod tests {
         let c = br#"{"data":{"id":"5","type":"x","other":1}}"#;
         let d = br#"{"data":{"id":"5","type":"x","other":2}}"#;
         assert_eq!(key("s", "e", c, &ptrs), key("s", "e", d, &ptrs));
+    }
+
+    /// The canonical form as first written (a string per key and scalar): the oracle
+    /// for the one in use, since stored dedup keys depend on every byte.
+    fn canonical_as_first_written(value: &Value, out: &mut Vec<u8>) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push(b'{');
+                for (i, (k, v)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(serde_json::to_string(k).unwrap().as_bytes());
+                    out.push(b':');
+                    canonical_as_first_written(v, out);
+                }
+                out.push(b'}');
+            }
+            Value::Array(items) => {
+                out.push(b'[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    canonical_as_first_written(v, out);
+                }
+                out.push(b']');
+            }
+            scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+        }
+    }
+
+    /// Any JSON value: every scalar kind (floats, negatives, large integers), strings
+    /// with escapes, control characters and non-ASCII, nested objects and arrays.
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+            "[\\\"\\u{0}-\\u{1f}a-z~/é😀]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(6, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[\\\"a-z\\u{0}-\\u{7f}é]{0,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_canonical_form_is_unchanged(value in any_json()) {
+            let (mut now, mut first) = (Vec::new(), Vec::new());
+            canonical(&value, &mut now);
+            canonical_as_first_written(&value, &mut first);
+            proptest::prop_assert_eq!(String::from_utf8_lossy(&now), String::from_utf8_lossy(&first));
+            // And it is JSON.
+            proptest::prop_assert!(serde_json::from_slice::<Value>(&now).is_ok());
+        }
     }
 
     #[test]

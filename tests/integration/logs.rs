@@ -77,3 +77,37 @@ async fn one_event_can_be_followed_by_its_id() {
     assert!(!dead.to_string().contains("Some("), "{dead}");
     assert!(dead["error"].is_string() || dead["status"].is_u64(), "{dead}");
 }
+
+/// At the default `info` level the callback's span is off (it is debug-level: at info
+/// it cost a few percent of held ingest's CPU, formatted for every callback): no line
+/// carries it, and the line that matters, a body too large recorded as rejected, names
+/// its event id, source and event name itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_info_the_lines_that_matter_name_their_event_without_a_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config(&dir.path().join("data"), "max_body_bytes = 1024");
+    assert!(text.contains("level = \"info\""), "{text}");
+    let relay = Relay::start(dir.path(), &text).await;
+    let ok = relay.callback(Some("FileNoteCreated"), "application/json", r#"{"data":{}}"#).await;
+    assert_eq!(ok.status(), 200);
+    let big = format!(r#"{{"data":"{}"}}"#, "x".repeat(5000));
+    let r = relay.callback(Some("ActionCreated"), "application/json", big).await;
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let logs = relay.logs();
+    let lines: Vec<Value> = logs.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(!lines.is_empty(), "{logs}");
+    let spanned: Vec<&Value> = lines.iter().filter(|l| l["span"]["name"] == "callback").collect();
+    assert!(spanned.is_empty(), "lines in a callback span at info: {spanned:?}");
+    let rejected = lines
+        .iter()
+        .find(|l| l["message"] == "callback body too large; recorded as rejected")
+        .unwrap_or_else(|| panic!("no line for the rejected callback in:\n{logs}"));
+    assert_eq!(rejected["level"], "WARN", "{rejected}");
+    assert_eq!(
+        (rejected["id"].as_str(), rejected["source"].as_str(), rejected["event"].as_str()),
+        (Some(id.as_str()), Some("demo"), Some("ActionCreated")),
+        "{rejected}"
+    );
+}
