@@ -45,6 +45,7 @@ impl InternalEvent for Checkpoint {
     const FAMILIES: &'static [&'static str] =
         &["hookrelay_store_checkpoint_duration_seconds", ERRORS];
     fn emit(self, m: &Metrics) {
+        tracing::debug!(took_us = self.took.as_micros() as u64, ok = self.ok, "redb checkpoint");
         m.store.store_checkpoint_duration.observe(self.took.as_secs_f64());
         if !self.ok {
             taxonomy::count(m, Stage::Store, ErrorType::Storage);

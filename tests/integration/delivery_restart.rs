@@ -12,7 +12,12 @@ use serde_json::Value;
 const WAIT: Duration = Duration::from_secs(20);
 
 fn tail(url: &str, retry: &str) -> String {
-    format!("\n[[destinations]]\nname = \"a\"\nurl = \"{url}\"\ntimeout = \"30s\"\n\n[delivery.retry]\n{retry}\n")
+    tail_with(url, "", retry)
+}
+
+/// [`tail`] with `destination`'s lines (a filter, say) added to the destination.
+fn tail_with(url: &str, destination: &str, retry: &str) -> String {
+    format!("\n[[destinations]]\nname = \"a\"\nurl = \"{url}\"\ntimeout = \"30s\"\n{destination}\n[delivery.retry]\n{retry}\n")
 }
 
 async fn delivery_of(relay: &Relay, id: &str) -> Value {
@@ -323,12 +328,7 @@ async fn an_undispatched_inbox_is_counted_behind_a_restart_and_then_delivered() 
     // through): since ingest on redb is one log append per group, dispatch alone kept
     // up with the flood, and no inbox built up to count.
     let slow = "filter = 'last(range(50000)) >= 0'\n";
-    let dest = tail(&a.url(), "").replacen(
-        "timeout = \"30s\"\n",
-        &format!("timeout = \"30s\"\n{slow}"),
-        1,
-    );
-    let text = common::config_with(&dir.path().join("data"), "", &dest);
+    let text = common::config_with(&dir.path().join("data"), "", &tail_with(&a.url(), slow, ""));
     // The restart without it: its cost in a debug build on a loaded CI machine is
     // unknown (the inbox took over 120 s there), and only the flood needs it; the
     // filter runs at dispatch, so the restart dispatches the inbox at full speed.
