@@ -6,7 +6,9 @@
 //! live and its rank among them; it then uses `max_concurrency / N` (the remainder
 //! going to the first ranks, so the shares add up to exactly the limit) and
 //! `rate_limit / N`. A relay that joins delivers nothing until the others have seen
-//! it (one heartbeat); a relay that dies is counted for [`LIVE_FOR`], so its share
+//! it (one heartbeat), unless it finds itself alone: heartbeats take turns in the
+//! store, so no other relay holds a share then, and none that joins after it takes
+//! one before this relay has seen it. A relay that dies is counted for [`LIVE_FOR`], so its share
 //! is left unused for that long rather than given out twice. A store that one
 //! process owns has no fleet: the whole limit is this relay's.
 
@@ -125,12 +127,20 @@ pub(crate) async fn follow(
             let share = Arc::new(FleetShare::joining());
             if let Ok(Some(fleet)) = &first {
                 share.heard(sent);
-                share.set(fleet.rank, fleet.size, false);
+                share.set(fleet.rank, fleet.size, settled(fleet.size, false));
             }
             let task = tokio::spawn(run(store, owner, share.clone(), metrics, stop));
             (share, Some(task))
         }
     }
+}
+
+/// Whether a relay in a fleet of `size` (itself included) may take its share: once
+/// the others have seen it (`seen`), or at once when there are no others. A fleet
+/// that finds one relay at its first heartbeat skips the join's wait (2.5 s of no
+/// deliveries on every start of a lone relay; issue 44's fleet bench).
+fn settled(size: usize, seen: bool) -> bool {
+    seen || size <= 1
 }
 
 /// One heartbeat; the store's clock it reads sets the relay's ([`crate::clock`]).
@@ -178,7 +188,7 @@ async fn run(
                 }
                 last_ok = Instant::now();
                 share.heard(sent);
-                share.set(fleet.rank, fleet.size, since.elapsed() >= settle);
+                share.set(fleet.rank, fleet.size, settled(fleet.size, since.elapsed() >= settle));
                 FleetCounted { relays: fleet.size, recovered: failing }.emit(&metrics);
                 failing = false;
             }
@@ -243,6 +253,16 @@ mod tests {
         assert_eq!(share.concurrency(3), 1);
         assert!((share.rate(10.0) - 5.0).abs() < 1e-9);
         assert_eq!(FleetShare::single().concurrency(8), 8);
+    }
+
+    #[test]
+    fn a_relay_alone_need_not_wait_to_be_seen() {
+        assert!(settled(1, false), "alone: nobody else holds a share");
+        assert!(!settled(2, false), "the others may not have seen it yet");
+        assert!(settled(2, true));
+        let share = FleetShare::joining();
+        share.set(0, 1, settled(1, false));
+        assert_eq!(share.concurrency(8), 8);
     }
 
     #[test]

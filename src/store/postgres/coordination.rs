@@ -10,6 +10,9 @@ use super::store::us_of;
 use super::{sql_us, PostgresStore};
 use crate::store::{Coordination, Exclusive, StoreError};
 
+/// The advisory lock (a task name, keyed per schema) that heartbeats take in turn.
+const HEARTBEAT_TURN: &str = "\0heartbeat";
+
 #[async_trait]
 impl Coordination for PostgresStore {
     async fn lead(&self, task: &str) -> Result<bool, StoreError> {
@@ -41,9 +44,19 @@ impl Coordination for PostgresStore {
         live_for: Duration,
     ) -> Result<Option<crate::store::Fleet>, StoreError> {
         let live_us = sql_us(crate::clock::micros(live_for));
-        let client = self.client().await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // Heartbeats take turns: each sees every relay announced before it, so two
+        // relays joining at once never both find themselves alone (a relay alone takes
+        // the whole of the limits at once: `fleet.rs`). The statement after the lock
+        // takes its snapshot once the previous heartbeat has committed.
+        tx.cached_execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&self.inner.lock_key(HEARTBEAT_TURN)],
+        )
+        .await?;
         // The database's clock, not the relays': they need not agree.
-        let rows = client
+        let rows = tx
             .cached_query(
                 "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us),
                  me AS (
@@ -63,12 +76,12 @@ impl Coordination for PostgresStore {
             )
             .await?;
         // Long gone relays are forgotten (best effort: any relay may do it).
-        client
-            .cached_execute(
+        tx.cached_execute(
                 "DELETE FROM relays WHERE seen_us < (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - $1",
                 &[&live_us.saturating_mul(60)],
             )
             .await?;
+        tx.commit().await?;
         let owners: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         let store_us = rows.first().map_or(0, |r| us_of(r.get(1)));
         let rank = owners.iter().position(|o| o == owner).unwrap_or(owners.len());
