@@ -206,6 +206,9 @@ impl Worker {
         self.release_unknown().await?;
         let name = &self.state.dest.name;
         lock(&self.state.pacer).begin();
+        // When the next delivery after the look's claim is due, read with the claim: the
+        // pacer says Idle only once a claim of this look left nothing to start.
+        let mut next_due: Option<Option<u64>> = None;
         loop {
             let now = Self::now();
             let step = lock(&self.state.pacer).next(now, self.room());
@@ -221,10 +224,11 @@ impl Worker {
                     }
                     // Until the answer is in hand, the call may have claimed for nobody.
                     self.state.unknown_claims.store(true, Ordering::SeqCst);
-                    let claims = self
+                    let (claims, next) = self
                         .store
-                        .claim_due(name, &self.owner, now.wall_us, self.lease(), want)
+                        .claim_due_and_next(name, &self.owner, now.wall_us, self.lease(), want)
                         .await?;
+                    next_due = Some(next);
                     self.shape_ahead(&claims).await;
                     lock(&self.state.pacer).claimed(claims);
                     self.state.unknown_claims.store(false, Ordering::SeqCst);
@@ -247,7 +251,10 @@ impl Worker {
                 }
                 Step::Idle => {
                     self.progress(now.at);
-                    let next = self.store.next_due_after(name, now.wall_us).await?;
+                    let next = match next_due {
+                        Some(next) => next,
+                        None => self.store.next_due_after(name, now.wall_us).await?,
+                    };
                     return Ok(next_sleep(next, now.wall_us));
                 }
                 Step::Rest(d) => {

@@ -172,6 +172,11 @@ pub(super) async fn attempts_retry_die_replay_and_discard(h: &mut dyn Harness) {
             let next = now + 1_000 + S;
             assert!(store.claim_due("a", "r1", next - 1, LEASE, 5).await.unwrap().is_empty());
             assert_eq!(store.next_due_after("a", now).await.unwrap(), Some(next));
+            // A claim says it too, read in the same call.
+            let (claims, after) =
+                store.claim_due_and_next("a", "r1", next - 1, LEASE, 5).await.unwrap();
+            assert!(claims.is_empty());
+            assert_eq!(after, Some(next));
             assert_eq!((q.pending, q.retrying, q.dead), (0, 1, 0));
             now = next;
         } else {

@@ -46,6 +46,22 @@ pub(crate) trait DeliveryQueue: Send + Sync {
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Claim>, StoreError>;
+    /// [`DeliveryQueue::claim_due`], then [`DeliveryQueue::next_due_after`] at the
+    /// same `now_us`, in one call: a worker's look that claims what is due learns in
+    /// the same trip how long it may sleep once those are started (at a gentle rate
+    /// every look paid a second trip to the store for it: issue 44). Backends that can
+    /// answer both at once override this.
+    async fn claim_due_and_next(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<(Vec<Claim>, Option<u64>), StoreError> {
+        let claims = self.claim_due(destination, owner, now_us, lease, limit).await?;
+        Ok((claims, self.next_due_after(destination, now_us).await?))
+    }
     /// Gives a claim back without an attempt (it is due again at once).
     async fn release(&self, claim: &Claim) -> Result<(), StoreError>;
     /// Gives back every claim of `owner` on `destination` whose token is not in `keep`

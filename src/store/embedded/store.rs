@@ -145,6 +145,24 @@ impl DeliveryQueue for EmbeddedStore {
         self.run(move |s| s.claim_due(&dest, &owner, now_us, lease, limit)).await
     }
 
+    async fn claim_due_and_next(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<(Vec<Claim>, Option<u64>), StoreError> {
+        let (dest, owner) = (destination.to_owned(), owner.to_owned());
+        // One trip to the blocking pool for both (each trip is a hand-off between
+        // threads and back).
+        self.run(move |s| {
+            let claims = s.claim_due(&dest, &owner, now_us, lease, limit)?;
+            Ok((claims, s.next_due_after(&dest, now_us)?))
+        })
+        .await
+    }
+
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
         self.inner.release(claim);
         Ok(())

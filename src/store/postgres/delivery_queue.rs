@@ -26,61 +26,31 @@ impl DeliveryQueue for PostgresStore {
         owner: &str,
         now_us: u64,
         lease: Duration,
-        n: usize,
+        limit: usize,
     ) -> Result<Vec<Claim>, StoreError> {
-        let expires_us = now_us.saturating_add(crate::clock::micros(lease));
-        let silence = crate::clock::micros(crate::store::owner_silence(lease, self.inner.live_for));
-        let silent_since = now_us.saturating_sub(silence);
         self.write(async {
             let client = self.client().await?;
-            // `now_us` is the store's clock as the relay reads it (crate::clock), as
-            // are the heartbeats' `seen_us`.
-            let rows = client
-                .cached_query(
-                    "WITH due AS (
-                         SELECT event, destination FROM deliveries d
-                         WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
-                           AND (claim_expires_us IS NULL OR claim_expires_us <= $2
-                                OR EXISTS (SELECT 1 FROM relays r
-                                           WHERE r.owner = d.claim_owner AND r.seen_us < $6))
-                         ORDER BY due_us, event LIMIT $3
-                         FOR UPDATE SKIP LOCKED)
-                     UPDATE deliveries d
-                     SET claim_owner = $4, claim_token = nextval('claim_tokens'), claim_expires_us = $5
-                     FROM due WHERE d.event = due.event AND d.destination = due.destination
-                     RETURNING d.event, d.due_us, d.claim_token, d.record,
-                         (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
-                         (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)",
-                    &[
-                        &destination,
-                        &sql_us(now_us),
-                        &limit(n),
-                        &owner,
-                        &sql_us(expires_us),
-                        &sql_us(silent_since),
-                    ],
-                )
-                .await?;
-            let mut claims = rows
-                .iter()
-                .map(|r| {
-                    let meta: Option<&[u8]> = r.get(4);
-                    let body: Option<Vec<u8>> = r.get(5);
-                    Ok(Claim {
-                        event: id_of(r.get(0)),
-                        destination: destination.to_owned(),
-                        due_us: us_of(r.get(1)),
-                        owner: owner.to_owned(),
-                        token: us_of(r.get(2)),
-                        expires_us,
-                        record: decode_record(r.get(3))?,
-                        meta: meta.map(decode_meta).transpose()?,
-                        body: body.map(bytes::Bytes::from),
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            claims.sort_by_key(|c| (c.due_us, c.event));
-            Ok(claims)
+            claim(&client, &self.inner, destination, owner, now_us, lease, limit).await
+        })
+        .await
+    }
+
+    async fn claim_due_and_next(
+        &self,
+        destination: &str,
+        owner: &str,
+        now_us: u64,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<(Vec<Claim>, Option<u64>), StoreError> {
+        self.write(async {
+            let client = self.client().await?;
+            // Pipelined on one connection: sent together, run in this order, one
+            // round trip for both.
+            tokio::try_join!(
+                claim(&client, &self.inner, destination, owner, now_us, lease, limit),
+                next_due(&client, destination, now_us),
+            )
         })
         .await
     }
@@ -127,13 +97,7 @@ impl DeliveryQueue for PostgresStore {
         now_us: u64,
     ) -> Result<Option<u64>, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .cached_query_one(
-                "SELECT min(due_us) FROM deliveries WHERE destination = $1 AND due_us > $2",
-                &[&destination, &sql_us(now_us)],
-            )
-            .await?;
-        Ok(row.get::<_, Option<i64>>(0).map(us_of))
+        next_due(&client, destination, now_us).await
     }
 
     async fn record_attempts(
@@ -314,4 +278,83 @@ impl DeliveryQueue for PostgresStore {
         let rows = client.cached_query("SELECT destination FROM paused", &[]).await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
+}
+
+/// Claims up to `limit` of `destination`'s due deliveries for `owner` on `client`
+/// ([`DeliveryQueue::claim_due`]).
+async fn claim<C: Cached + Sync>(
+    client: &C,
+    state: &super::PgState,
+    destination: &str,
+    owner: &str,
+    now_us: u64,
+    lease: Duration,
+    limit_n: usize,
+) -> Result<Vec<Claim>, StoreError> {
+    let expires_us = now_us.saturating_add(crate::clock::micros(lease));
+    let silence = crate::clock::micros(crate::store::owner_silence(lease, state.live_for));
+    let silent_since = now_us.saturating_sub(silence);
+    // `now_us` is the store's clock as the relay reads it (crate::clock), as are the
+    // heartbeats' `seen_us`.
+    let rows = client
+        .cached_query(
+            "WITH due AS (
+                         SELECT event, destination FROM deliveries d
+                         WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
+                           AND (claim_expires_us IS NULL OR claim_expires_us <= $2
+                                OR EXISTS (SELECT 1 FROM relays r
+                                           WHERE r.owner = d.claim_owner AND r.seen_us < $6))
+                         ORDER BY due_us, event LIMIT $3
+                         FOR UPDATE SKIP LOCKED)
+                     UPDATE deliveries d
+                     SET claim_owner = $4, claim_token = nextval('claim_tokens'), claim_expires_us = $5
+                     FROM due WHERE d.event = due.event AND d.destination = due.destination
+                     RETURNING d.event, d.due_us, d.claim_token, d.record,
+                         (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
+                         (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)",
+            &[
+                &destination,
+                &sql_us(now_us),
+                &limit(limit_n),
+                &owner,
+                &sql_us(expires_us),
+                &sql_us(silent_since),
+            ],
+        )
+        .await?;
+    let mut claims = rows
+        .iter()
+        .map(|r| {
+            let meta: Option<&[u8]> = r.get(4);
+            let body: Option<Vec<u8>> = r.get(5);
+            Ok(Claim {
+                event: id_of(r.get(0)),
+                destination: destination.to_owned(),
+                due_us: us_of(r.get(1)),
+                owner: owner.to_owned(),
+                token: us_of(r.get(2)),
+                expires_us,
+                record: decode_record(r.get(3))?,
+                meta: meta.map(decode_meta).transpose()?,
+                body: body.map(bytes::Bytes::from),
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    claims.sort_by_key(|c| (c.due_us, c.event));
+    Ok(claims)
+}
+
+/// When `destination`'s next delivery after `now_us` is due, read on `client`.
+async fn next_due<C: Cached + Sync>(
+    client: &C,
+    destination: &str,
+    now_us: u64,
+) -> Result<Option<u64>, StoreError> {
+    let row = client
+        .cached_query_one(
+            "SELECT min(due_us) FROM deliveries WHERE destination = $1 AND due_us > $2",
+            &[&destination, &sql_us(now_us)],
+        )
+        .await?;
+    Ok(row.get::<_, Option<i64>>(0).map(us_of))
 }

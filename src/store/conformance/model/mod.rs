@@ -149,7 +149,16 @@ async fn run(mut h: Box<dyn Harness>, ops: Vec<Op>) {
             }
             Op::Attempt { dest, outcome } => {
                 let dest = DESTS[dest];
-                let claims = store.claim_due(dest, "model", m.now, LEASE, 1).await.unwrap();
+                let (claims, next) =
+                    store.claim_due_and_next(dest, "model", m.now, LEASE, 1).await.unwrap();
+                // With it, when the destination's next delivery after now is due.
+                let later = m
+                    .deliveries
+                    .iter()
+                    .filter(|((_, d), _)| d == dest)
+                    .filter_map(|(_, x)| x.due.filter(|due| *due > m.now))
+                    .min();
+                assert_eq!(next, later, "claim_due_and_next: the next due");
                 // The earliest due of the destination's scheduled deliveries.
                 let expected = m
                     .deliveries
