@@ -6,11 +6,12 @@
 //! live and its rank among them; it then uses `max_concurrency / N` (the remainder
 //! going to the first ranks, so the shares add up to exactly the limit) and
 //! `rate_limit / N`. A relay that joins delivers nothing until the others have seen
-//! it (one heartbeat), unless it finds itself alone: heartbeats take turns in the
-//! store, so no other relay holds a share then, and none that joins after it takes
-//! one before this relay has seen it. A relay that dies is counted for [`LIVE_FOR`], so its share
-//! is left unused for that long rather than given out twice. A store that one
-//! process owns has no fleet: the whole limit is this relay's.
+//! it (one heartbeat), unless it finds itself alone: a relay reads the fleet only
+//! once its announcement is stored, so of two joining at once one sees the other,
+//! no other relay holds a share then, and none that joins after it takes one before
+//! this relay has seen it. A relay that dies is counted for [`LIVE_FOR`],
+//! so its share is left unused for that long rather than given out twice. A store
+//! that one process owns has no fleet: the whole limit is this relay's.
 
 use crate::internal_events::{FleetCounted, InternalEvent};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -73,9 +73,10 @@ pub(crate) trait Coordination: Send + Sync {
 
     /// Announces this relay (`owner`) to the others sharing the store, and returns the
     /// fleet as it is now: the live relays (announced within `live_for`) and this
-    /// one's rank among them, in the order they joined. Heartbeats take turns: each
-    /// sees every relay announced before it, so two relays joining at once never both
-    /// find themselves alone (a relay alone takes its share at once: `fleet.rs`).
+    /// one's rank among them, in the order they joined. The fleet is read after the
+    /// announcement is stored, so of two relays joining at once one sees the other:
+    /// they never both find themselves alone (a relay alone takes its share at once:
+    /// `fleet.rs`).
     /// `None` for a store that one process owns: that process is the whole fleet.
     async fn heartbeat(
         &self,

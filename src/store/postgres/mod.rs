@@ -379,28 +379,33 @@ mod tests {
         assert_eq!(beat(&b, "relay-b").await, fleet(0, 2));
     }
 
-    /// Relays joining at once see each other in turn: no two find the same fleet size,
-    /// so no two both find themselves alone and take the whole of the limits
-    /// (`fleet::settled`).
+    /// Of relays joining at once, at most one finds itself alone: the others would
+    /// otherwise all take the whole of the limits (`fleet::settled`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn relays_joining_at_once_never_both_find_themselves_alone() {
         let (a, b) = two_relays("join").await;
         const AT_ONCE: usize = 6;
+        // Short-lived, so that each round is a fleet of its own.
+        let live = Duration::from_millis(300);
         for round in 0..10 {
             let beats = (0..AT_ONCE).map(|k| {
                 let store = if k % 2 == 0 { a.clone() } else { b.clone() };
                 tokio::spawn(async move {
                     let owner = format!("relay-{round}-{k}");
-                    store.heartbeat(&owner, Duration::from_secs(600)).await.unwrap().unwrap().size
+                    store.heartbeat(&owner, live).await.unwrap().unwrap().size
                 })
             });
             let mut sizes = Vec::new();
             for beat in beats.collect::<Vec<_>>() {
                 sizes.push(beat.await.unwrap());
             }
-            sizes.sort_unstable();
-            let expected: Vec<usize> = (round * AT_ONCE + 1..=(round + 1) * AT_ONCE).collect();
-            assert_eq!(sizes, expected, "round {round}: two joiners saw the same fleet");
+            let alone = sizes.iter().filter(|s| **s == 1).count();
+            assert!(alone <= 1, "round {round}: {alone} relays found themselves alone: {sizes:?}");
+            assert!(
+                sizes.contains(&AT_ONCE),
+                "round {round}: the last to read sees all: {sizes:?}"
+            );
+            tokio::time::sleep(live + Duration::from_millis(200)).await;
         }
     }
 
