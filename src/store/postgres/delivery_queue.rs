@@ -299,19 +299,19 @@ async fn claim<C: Cached + Sync>(
     let rows = client
         .cached_query(
             "WITH due AS (
-                         SELECT event, destination FROM deliveries d
-                         WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
-                           AND (claim_expires_us IS NULL OR claim_expires_us <= $2
-                                OR EXISTS (SELECT 1 FROM relays r
-                                           WHERE r.owner = d.claim_owner AND r.seen_us < $6))
-                         ORDER BY due_us, event LIMIT $3
-                         FOR UPDATE SKIP LOCKED)
-                     UPDATE deliveries d
-                     SET claim_owner = $4, claim_token = nextval('claim_tokens'), claim_expires_us = $5
-                     FROM due WHERE d.event = due.event AND d.destination = due.destination
-                     RETURNING d.event, d.due_us, d.claim_token, d.record,
-                         (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
-                         (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)",
+                 SELECT event, destination FROM deliveries d
+                 WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
+                   AND (claim_expires_us IS NULL OR claim_expires_us <= $2
+                        OR EXISTS (SELECT 1 FROM relays r
+                                   WHERE r.owner = d.claim_owner AND r.seen_us < $6))
+                 ORDER BY due_us, event LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE deliveries d
+             SET claim_owner = $4, claim_token = nextval('claim_tokens'), claim_expires_us = $5
+             FROM due WHERE d.event = due.event AND d.destination = due.destination
+             RETURNING d.event, d.due_us, d.claim_token, d.record,
+                 (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
+                 (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)",
             &[
                 &destination,
                 &sql_us(now_us),
