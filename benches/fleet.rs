@@ -23,7 +23,8 @@
 //! Run: `cargo bench --bench fleet` (env: BENCH_ROUNDS, BENCH_SECS (ingest);
 //! BENCH_LATENCY_SECS (20), BENCH_RATES ("200,1000"), BENCH_ONLY (setups whose label
 //! holds it), BENCH_WATCH (prints the inbox and pending deliveries every 500 ms);
-//! BENCH_PHASES ("throughput,latency");
+//! BENCH_PHASES ("throughput,latency"); BENCH_PG_OPTIONS (more server settings,
+//! `-c name=value ...`, to try one);
 //! BENCH_BASELINE=path/to/an/older/hookrelay adds its PostgreSQL setups, side by side,
 //! each on a database of its own, in the same interleaved rounds).
 
@@ -421,8 +422,10 @@ fn main() {
     let phases: String = env_or("BENCH_PHASES", "throughput,latency".to_owned());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let server = tokio::task::spawn_blocking(|| {
-            PgServer::start_with("-c shared_preload_libraries=pg_stat_statements")
+        // BENCH_PG_OPTIONS: more server settings (`-c name=value ...`), to try one.
+        let extra = std::env::var("BENCH_PG_OPTIONS").unwrap_or_default();
+        let server = tokio::task::spawn_blocking(move || {
+            PgServer::start_with(&format!("-c shared_preload_libraries=pg_stat_statements {extra}"))
         })
         .await
         .unwrap();

@@ -57,10 +57,10 @@ impl PgState {
         sender.subscribe()
     }
 
-    /// Tells the fleet's dispatcher, in `tx` (an append's), that this relay stores
-    /// events: nothing when this relay leads dispatch (its committer wakes its own
-    /// dispatcher) or is alone.
-    pub(super) async fn notify_inbox(&self, tx: &pg::Transaction<'_>) -> Result<(), StoreError> {
+    /// Tells the fleet's dispatcher, on `tx` (an append's, or its connection after
+    /// its statement), that this relay stores events: nothing when this relay leads
+    /// dispatch (its committer wakes its own dispatcher) or is alone.
+    pub(super) async fn notify_inbox<C: Cached + Sync>(&self, tx: &C) -> Result<(), StoreError> {
         if self.leads_dispatch() {
             return Ok(());
         }
@@ -89,7 +89,7 @@ pub(super) struct Notifier<'a> {
 
 impl Notifier<'_> {
     /// [`PgState::notify_inbox`]'s notification, unless this relay is alone.
-    async fn notify_inbox(&self, tx: &pg::Transaction<'_>) -> Result<(), StoreError> {
+    async fn notify_inbox<C: Cached + Sync>(&self, tx: &C) -> Result<(), StoreError> {
         if self.alone {
             return Ok(());
         }
