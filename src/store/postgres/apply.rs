@@ -5,7 +5,9 @@
 //! meanwhile, the primary key fails this transaction instead of overwriting that
 //! relay's decision.
 
-use super::cached::Cached;
+use tokio_postgres::types::ToSql;
+
+use super::cached::{pipelined, Cached};
 use super::view::Prefetch;
 use super::{pg, sql_id, sql_us};
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
@@ -28,6 +30,10 @@ struct Rows<'a> {
 /// record): by (event, destination), the claim's token. The row is then written once,
 /// not twice, and the claim goes only if it is still that one.
 pub(super) type Releases = std::collections::HashMap<(crate::store::EventId, String), u64>;
+
+/// A resource's queue to write: destination, resource, (head, tail, len) or `None`
+/// when it is gone, and whether its row existed.
+type QueueWrite<'a> = (&'a String, &'a [u8], Option<(i64, i64, i64)>, bool);
 
 /// Dedup rows to write in one statement.
 #[derive(Default)]
@@ -61,6 +67,10 @@ pub(super) async fn apply(
 }
 
 /// [`apply`], giving back the claims of `releases` on the delivery rows it updates.
+///
+/// One statement per table and kind of write, whatever the batch size, all of them
+/// pipelined with the notifications: a group of attempts or a dispatch batch costs
+/// one round trip to write, not one per statement (nor per row).
 pub(super) async fn apply_releasing(
     tx: &pg::Transaction<'_>,
     seen: &Prefetch,
@@ -68,25 +78,11 @@ pub(super) async fn apply_releasing(
     state: &super::PgState,
     releases: &Releases,
 ) -> Result<(), StoreError> {
-    state.notifier().notify_due(tx, changes).await?;
-    // One statement per table and kind of write, whatever the batch size: a group of
-    // attempts or a dispatch batch costs a few round trips, not one per row.
-    if !changes.dispatched.is_empty() {
-        let mut ids = Vec::new();
-        let mut statuses = Vec::new();
-        let mut metas = Vec::new();
-        for (id, meta) in &changes.dispatched {
-            ids.push(sql_id(*id));
-            statuses.push(meta.status.as_str());
-            metas.push(serde_json::to_vec(meta)?);
-        }
-        tx.cached_execute(
-            "UPDATE events e SET inbox = false, status = k.status, meta = k.meta
-             FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS k(id, status, meta)
-             WHERE e.id = k.id AND e.inbox",
-            &[&ids, &statuses, &metas],
-        )
-        .await?;
+    let mut dispatched = (Vec::new(), Vec::new(), Vec::new());
+    for (id, meta) in &changes.dispatched {
+        dispatched.0.push(sql_id(*id));
+        dispatched.1.push(meta.status.as_str());
+        dispatched.2.push(serde_json::to_vec(meta)?);
     }
     let (mut new_dedup, mut old_dedup) = (Batch3::default(), Batch3::default());
     for (hash, entry) in &changes.dedup {
@@ -95,23 +91,6 @@ pub(super) async fn apply_releasing(
             _ => &mut new_dedup,
         };
         batch.push(hash.to_vec(), sql_id(entry.original), sql_us(entry.until_us));
-    }
-    if !new_dedup.is_empty() {
-        tx.cached_execute(
-            "INSERT INTO dedup (hash, original, until_us)
-             SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[])",
-            &[&new_dedup.keys, &new_dedup.a, &new_dedup.b],
-        )
-        .await?;
-    }
-    if !old_dedup.is_empty() {
-        tx.cached_execute(
-            "UPDATE dedup d SET original = k.original, until_us = k.until_us
-             FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS k(hash, original, until_us)
-             WHERE d.hash = k.hash",
-            &[&old_dedup.keys, &old_dedup.a, &old_dedup.b],
-        )
-        .await?;
     }
     let (mut inserts, mut updates) = (Rows::default(), Rows::default());
     let (mut gone_events, mut gone_dests) = (Vec::new(), Vec::new());
@@ -132,16 +111,56 @@ pub(super) async fn apply_releasing(
             }
         }
     }
+    let queues: Vec<QueueWrite<'_>> = changes
+        .queues
+        .iter()
+        .map(|((dest, resource), queue)| {
+            let existed = matches!(seen.queues.get(&(dest.clone(), *resource)), Some(Some(_)));
+            let numbers = queue.as_ref().map(|q| {
+                (sql_id(q.head), sql_id(q.tail), i64::try_from(q.len).unwrap_or(i64::MAX))
+            });
+            (dest, resource.as_slice(), numbers, existed)
+        })
+        .collect();
+    let pruned: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
+    let bodies_dropped: Vec<i64> = changes.bodies_dropped.iter().map(|id| sql_id(*id)).collect();
+    let ledger_edits = ledger::edits(changes, state.ledger_start);
+    let ledger = LedgerRows::of(&ledger_edits);
+
+    // In this order, as each was written after the one before.
+    let mut writes: Vec<(&str, Vec<&(dyn ToSql + Sync)>)> = Vec::new();
+    if !dispatched.0.is_empty() {
+        writes.push((
+            "UPDATE events e SET inbox = false, status = k.status, meta = k.meta
+             FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS k(id, status, meta)
+             WHERE e.id = k.id AND e.inbox",
+            vec![&dispatched.0, &dispatched.1, &dispatched.2],
+        ));
+    }
+    if !new_dedup.is_empty() {
+        writes.push((
+            "INSERT INTO dedup (hash, original, until_us)
+             SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[])",
+            vec![&new_dedup.keys, &new_dedup.a, &new_dedup.b],
+        ));
+    }
+    if !old_dedup.is_empty() {
+        writes.push((
+            "UPDATE dedup d SET original = k.original, until_us = k.until_us
+             FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS k(hash, original, until_us)
+             WHERE d.hash = k.hash",
+            vec![&old_dedup.keys, &old_dedup.a, &old_dedup.b],
+        ));
+    }
     if !gone_events.is_empty() {
-        tx.cached_execute(
+        writes.push((
             "DELETE FROM deliveries d USING unnest($1::bigint[], $2::text[]) AS k(event, destination)
              WHERE d.event = k.event AND d.destination = k.destination",
-            &[&gone_events, &gone_dests],
-        )
-        .await?;
+            vec![&gone_events, &gone_dests],
+        ));
     }
     if !updates.events.is_empty() {
-        tx.cached_execute(
+        writes.push((
             "UPDATE deliveries d SET state = k.state, due_us = k.due_us, record = k.record,
                  claim_owner = CASE WHEN d.claim_token = k.release THEN NULL ELSE d.claim_owner END,
                  claim_expires_us = CASE WHEN d.claim_token = k.release THEN NULL ELSE d.claim_expires_us END,
@@ -149,7 +168,7 @@ pub(super) async fn apply_releasing(
              FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[], $6::bigint[])
                AS k(event, destination, state, due_us, record, release)
              WHERE d.event = k.event AND d.destination = k.destination",
-            &[
+            vec![
                 &updates.events,
                 &updates.dests,
                 &updates.states,
@@ -157,59 +176,109 @@ pub(super) async fn apply_releasing(
                 &updates.records,
                 &updates.releases,
             ],
-        )
-        .await?;
+        ));
     }
     if !inserts.events.is_empty() {
-        tx.cached_execute(
+        writes.push((
             "INSERT INTO deliveries (event, destination, state, due_us, record)
              SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])",
-            &[&inserts.events, &inserts.dests, &inserts.states, &inserts.dues, &inserts.records],
-        )
-        .await?;
+            vec![&inserts.events, &inserts.dests, &inserts.states, &inserts.dues, &inserts.records],
+        ));
     }
-    for ((dest, resource), queue) in &changes.queues {
-        let existed = matches!(seen.queues.get(&(dest.clone(), *resource)), Some(Some(_)));
-        match queue {
-            None => {
-                tx.cached_execute(
-                    "DELETE FROM queues WHERE destination = $1 AND resource = $2",
-                    &[dest, &resource.as_slice()],
-                )
-                .await?;
-            }
-            Some(q) => {
-                let sql = if existed {
+    for (dest, resource, numbers, existed) in &queues {
+        match numbers {
+            None => writes.push((
+                "DELETE FROM queues WHERE destination = $1 AND resource = $2",
+                vec![*dest, resource],
+            )),
+            Some((head, tail, len)) => writes.push((
+                if *existed {
                     "UPDATE queues SET head = $3, tail = $4, len = $5
                      WHERE destination = $1 AND resource = $2"
                 } else {
                     "INSERT INTO queues (destination, resource, head, tail, len)
                      VALUES ($1, $2, $3, $4, $5)"
-                };
-                let len = i64::try_from(q.len).unwrap_or(i64::MAX);
-                tx.cached_execute(
-                    sql,
-                    &[dest, &resource.as_slice(), &sql_id(q.head), &sql_id(q.tail), &len],
-                )
-                .await?;
-            }
+                },
+                vec![*dest, resource, head, tail, len],
+            )),
         }
     }
-    if !changes.pruned.is_empty() {
-        let ids: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
-        tx.cached_execute("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", &[&ids]).await?;
+    if !pruned.is_empty() {
+        writes.push(("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", vec![&pruned]));
     }
-    if !changes.bodies_dropped.is_empty() {
-        let ids: Vec<i64> = changes.bodies_dropped.iter().map(|id| sql_id(*id)).collect();
-        tx.cached_execute(
+    if !bodies_dropped.is_empty() {
+        writes.push((
             "UPDATE events SET body = NULL WHERE id = ANY($1) AND NOT inbox AND body IS NOT NULL",
-            &[&ids],
-        )
-        .await?;
+            vec![&bodies_dropped],
+        ));
     }
     // Last: the counters are the rows most transactions share, held for the least time,
     // and taken in key order (no two transactions wait on each other in a cycle).
-    add_to_ledger(tx, &ledger::edits(changes, state.ledger_start)).await
+    if let Some(ledger) = &ledger {
+        writes.push((LEDGER_SQL, ledger.params()));
+    }
+    let writes = async { pipelined(tx, &writes).await.map_err(StoreError::from) };
+    let notifier = state.notifier();
+    tokio::try_join!(notifier.notify_due(tx, changes), writes)?;
+    Ok(())
+}
+
+/// Adds a rule's edits to the `audit` counters, on one shard picked at random.
+const LEDGER_SQL: &str = "INSERT INTO audit (hour, source, event, destination, count, shard, n)
+     SELECT k.hour, k.source, k.event, k.destination, k.count, $6, k.n
+     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $7::bigint[])
+       AS k(hour, source, event, destination, count, n)
+     ON CONFLICT (hour, source, event, destination, count, shard)
+     DO UPDATE SET n = audit.n + excluded.n";
+
+/// Ledger edits as [`LEDGER_SQL`] binds them, with the shard they go to.
+struct LedgerRows<'a> {
+    hour: Vec<i64>,
+    source: Vec<&'a str>,
+    event: Vec<&'a str>,
+    destination: Vec<&'a str>,
+    count: Vec<&'a str>,
+    n: Vec<i64>,
+    shard: i16,
+}
+
+impl<'a> LedgerRows<'a> {
+    /// `edits` as rows, `None` when there is nothing to add.
+    fn of(edits: &'a LedgerEdits) -> Option<Self> {
+        if edits.is_empty() {
+            return None;
+        }
+        let mut rows = LedgerRows {
+            hour: Vec::new(),
+            source: Vec::new(),
+            event: Vec::new(),
+            destination: Vec::new(),
+            count: Vec::new(),
+            n: Vec::new(),
+            shard: fastrand::i16(0..LEDGER_SHARDS),
+        };
+        for (key, n) in edits {
+            rows.hour.push(i64::try_from(key.hour).unwrap_or(i64::MAX));
+            rows.source.push(key.source.as_str());
+            rows.event.push(key.event.as_str());
+            rows.destination.push(key.destination.as_str());
+            rows.count.push(key.count.as_str());
+            rows.n.push(*n);
+        }
+        Some(rows)
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![
+            &self.hour,
+            &self.source,
+            &self.event,
+            &self.destination,
+            &self.count,
+            &self.shard,
+            &self.n,
+        ]
+    }
 }
 
 /// Adds `edits` to the `audit` counters, on one shard picked at random.
@@ -217,29 +286,9 @@ pub(super) async fn add_to_ledger(
     tx: &pg::Transaction<'_>,
     edits: &LedgerEdits,
 ) -> Result<(), StoreError> {
-    if edits.is_empty() {
-        return Ok(());
+    if let Some(rows) = LedgerRows::of(edits) {
+        tx.cached_execute(LEDGER_SQL, &rows.params()).await?;
     }
-    let shard = fastrand::i16(0..LEDGER_SHARDS);
-    let mut cols = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (key, n) in edits {
-        cols.0.push(i64::try_from(key.hour).unwrap_or(i64::MAX));
-        cols.1.push(key.source.as_str());
-        cols.2.push(key.event.as_str());
-        cols.3.push(key.destination.as_str());
-        cols.4.push(key.count.as_str());
-        cols.5.push(*n);
-    }
-    tx.cached_execute(
-        "INSERT INTO audit (hour, source, event, destination, count, shard, n)
-         SELECT k.hour, k.source, k.event, k.destination, k.count, $6, k.n
-         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $7::bigint[])
-           AS k(hour, source, event, destination, count, n)
-         ON CONFLICT (hour, source, event, destination, count, shard)
-         DO UPDATE SET n = audit.n + excluded.n",
-        &[&cols.0, &cols.1, &cols.2, &cols.3, &cols.4, &shard, &cols.5],
-    )
-    .await?;
     Ok(())
 }
 

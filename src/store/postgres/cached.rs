@@ -104,6 +104,26 @@ impl<C: GenericClient> Cached for C {
     }
 }
 
+/// Runs `statements` on `client` pipelined: sent together, run in this order, one
+/// round trip for all instead of one each; the rows of each, or the first error in
+/// that order (after which the statements of a transaction fail as aborted).
+///
+/// All are prepared before any runs (no I/O for those already prepared on this
+/// connection), so that none is sent ahead of an earlier one still being prepared.
+/// Inside a transaction a statement a schema change made stale fails the
+/// transaction as any error does (the unprepared retry of [`Cached`] could not run in
+/// it either).
+pub(super) async fn pipelined<C: GenericClient + Sync>(
+    client: &C,
+    statements: &[(&str, Vec<&(dyn ToSql + Sync)>)],
+) -> Result<Vec<Vec<pg::Row>>, tokio_postgres::Error> {
+    use futures_util::future::try_join_all;
+    let prepared =
+        try_join_all(statements.iter().map(|(sql, _)| client.prepare_cached(sql))).await?;
+    try_join_all(prepared.iter().zip(statements).map(|(st, (_, params))| client.query(st, params)))
+        .await
+}
+
 /// Whether `e` is PostgreSQL refusing a prepared statement whose result's type a
 /// change of the schema changed.
 fn stale(e: &tokio_postgres::Error) -> bool {
@@ -112,7 +132,7 @@ fn stale(e: &tokio_postgres::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::Cached;
+    use super::{pipelined, Cached};
     use crate::store::postgres::tests::two_relays;
 
     /// A statement prepared before another relay changed a column's type still runs,
@@ -132,5 +152,44 @@ mod tests {
             let n = client.cached_execute("UPDATE t SET a = a", &[]).await.unwrap();
             assert_eq!(n, 1);
         }
+    }
+
+    /// Pipelined statements run in the order given, even when an earlier one is not
+    /// yet prepared on the connection and a later one is; the error reported is the
+    /// first statement's that failed, not the "transaction aborted" of those after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelined_statements_run_in_order_and_report_the_first_failure() {
+        let (a, _b) = two_relays("pipelined").await;
+        let mut client = a.client().await.unwrap();
+        client.batch_execute("CREATE TABLE p (k integer PRIMARY KEY, v integer)").await.unwrap();
+        // The later statement is prepared (cached) already, the earlier one not.
+        let bump = "UPDATE p SET v = v * 10 + 2 WHERE k = 1";
+        client.cached_execute(bump, &[]).await.unwrap();
+        let tx = client.transaction().await.unwrap();
+        let one = 1i32;
+        let rows = pipelined(
+            &tx,
+            &[
+                ("INSERT INTO p (k, v) VALUES ($1, 1)", vec![&one]),
+                (bump, vec![]),
+                ("SELECT v FROM p WHERE k = $1", vec![&one]),
+            ],
+        )
+        .await
+        .unwrap();
+        assert_eq!(rows[2][0].get::<_, i32>(0), 12, "the update ran before the insert");
+        tx.commit().await.unwrap();
+        let tx = client.transaction().await.unwrap();
+        let err = pipelined(
+            &tx,
+            &[
+                (bump, vec![]),
+                ("INSERT INTO p (k, v) VALUES ($1, 1)", vec![&one]),
+                ("SELECT v FROM p WHERE k = $1", vec![&one]),
+            ],
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION), "{err}");
     }
 }

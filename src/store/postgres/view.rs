@@ -5,7 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use super::cached::Cached;
+use tokio_postgres::types::ToSql;
+
+use super::cached::pipelined;
 use super::{pg, sql_id};
 use crate::lock::lock;
 use crate::store::lifecycle::{DedupEntry, Queue, Staged, View};
@@ -168,111 +170,133 @@ impl Prefetch {
         Ok(())
     }
 
-    /// Fetches and locks the missed rows; absent ones are remembered as absent.
+    /// Fetches and locks the missed rows, every kind in one round trip (pipelined);
+    /// absent ones are remembered as absent.
     async fn fetch(&mut self, tx: &pg::Transaction<'_>, m: Misses) -> Result<(), StoreError> {
-        if !m.dedup.is_empty() {
-            let keys: Vec<&[u8]> = m.dedup.iter().map(|h| h.as_slice()).collect();
-            for h in &m.dedup {
-                self.dedup.insert(*h, None);
-            }
-            let rows = tx
-                .cached_query(
-                    "SELECT hash, original, until_us FROM dedup WHERE hash = ANY($1) FOR UPDATE",
-                    &[&keys],
-                )
-                .await?;
-            for r in rows {
-                let hash: &[u8] = r.get(0);
-                let Ok(hash) = <[u8; 16]>::try_from(hash) else { continue };
-                let original: i64 = r.get(1);
-                let until: i64 = r.get(2);
-                self.dedup.insert(
-                    hash,
-                    Some(DedupEntry {
-                        original: EventId::new(original as u64),
-                        until_us: until as u64,
-                    }),
-                );
-            }
+        let dedup_keys: Vec<&[u8]> = m.dedup.iter().map(|h| h.as_slice()).collect();
+        let events: Vec<i64> = m.deliveries.iter().map(|(e, _)| sql_id(*e)).collect();
+        let dests: Vec<&str> = m.deliveries.iter().map(|(_, d)| d.as_str()).collect();
+        let all_events: Vec<i64> = m.all_deliveries.iter().map(|e| sql_id(*e)).collect();
+        let queue_dests: Vec<&str> = m.queues.iter().map(|(d, _)| d.as_str()).collect();
+        let resources: Vec<&[u8]> = m.queues.iter().map(|(_, r)| r.as_slice()).collect();
+        let ids: Vec<i64> = m.events.iter().map(|id| sql_id(*id)).collect();
+        let mut reads: Vec<(&str, Vec<&(dyn ToSql + Sync)>)> = Vec::new();
+        let mut kinds = Vec::new();
+        if !dedup_keys.is_empty() {
+            kinds.push(Kind::Dedup);
+            reads.push((
+                "SELECT hash, original, until_us FROM dedup WHERE hash = ANY($1) FOR UPDATE",
+                vec![&dedup_keys],
+            ));
         }
-        if !m.deliveries.is_empty() {
-            let events: Vec<i64> = m.deliveries.iter().map(|(e, _)| sql_id(*e)).collect();
-            let dests: Vec<&str> = m.deliveries.iter().map(|(_, d)| d.as_str()).collect();
-            let rows = tx
-                .cached_query(
-                    "SELECT d.record, d.claim_expires_us FROM deliveries d
-                     JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
-                       ON d.event = k.event AND d.destination = k.destination
-                     FOR UPDATE OF d",
-                    &[&events, &dests],
-                )
-                .await?;
-            for key in m.deliveries {
-                self.deliveries.insert(key, None);
-            }
-            self.take_deliveries(&rows, 0)?;
+        if !events.is_empty() {
+            kinds.push(Kind::Deliveries);
+            reads.push((
+                "SELECT d.record, d.claim_expires_us FROM deliveries d
+                 JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
+                   ON d.event = k.event AND d.destination = k.destination
+                 FOR UPDATE OF d",
+                vec![&events, &dests],
+            ));
         }
-        if !m.all_deliveries.is_empty() {
-            let events: Vec<i64> = m.all_deliveries.iter().map(|e| sql_id(*e)).collect();
-            let rows = tx
-                .cached_query(
-                    "SELECT record, claim_expires_us FROM deliveries WHERE event = ANY($1)
-                     FOR UPDATE",
-                    &[&events],
-                )
-                .await?;
-            self.take_deliveries(&rows, 0)?;
-            self.complete.extend(m.all_deliveries);
+        if !all_events.is_empty() {
+            kinds.push(Kind::AllDeliveries);
+            reads.push((
+                "SELECT record, claim_expires_us FROM deliveries WHERE event = ANY($1)
+                 FOR UPDATE",
+                vec![&all_events],
+            ));
         }
-        if !m.queues.is_empty() {
-            let dests: Vec<&str> = m.queues.iter().map(|(d, _)| d.as_str()).collect();
-            let resources: Vec<&[u8]> = m.queues.iter().map(|(_, r)| r.as_slice()).collect();
-            let rows = tx
-                .cached_query(
-                    "SELECT q.destination, q.resource, q.head, q.tail, q.len FROM queues q
-                     JOIN unnest($1::text[], $2::bytea[]) AS k(destination, resource)
-                       ON q.destination = k.destination AND q.resource = k.resource
-                     FOR UPDATE OF q",
-                    &[&dests, &resources],
-                )
-                .await?;
-            for key in m.queues {
-                self.queues.insert(key, None);
-            }
-            for r in rows {
-                let dest: String = r.get(0);
-                let resource: &[u8] = r.get(1);
-                let Ok(resource) = <[u8; 16]>::try_from(resource) else { continue };
-                let (head, tail, len): (i64, i64, i64) = (r.get(2), r.get(3), r.get(4));
-                self.queues.insert(
-                    (dest, resource),
-                    Some(Queue {
-                        head: EventId::new(head as u64),
-                        tail: EventId::new(tail as u64),
-                        len: len as u64,
-                    }),
-                );
-            }
+        if !queue_dests.is_empty() {
+            kinds.push(Kind::Queues);
+            reads.push((
+                "SELECT q.destination, q.resource, q.head, q.tail, q.len FROM queues q
+                 JOIN unnest($1::text[], $2::bytea[]) AS k(destination, resource)
+                   ON q.destination = k.destination AND q.resource = k.resource
+                 FOR UPDATE OF q",
+                vec![&queue_dests, &resources],
+            ));
         }
-        if !m.events.is_empty() {
-            let ids: Vec<i64> = m.events.iter().map(|id| sql_id(*id)).collect();
-            for id in &m.events {
-                self.events.insert(*id, None);
-            }
-            let rows = tx
-                .cached_query(
-                    "SELECT id, meta FROM events WHERE id = ANY($1) AND NOT inbox FOR UPDATE",
-                    &[&ids],
-                )
-                .await?;
-            for r in rows {
-                let id: i64 = r.get(0);
-                let meta = decode_meta(r.get(1))?;
-                self.events.insert(EventId::new(id as u64), Some(meta));
+        if !ids.is_empty() {
+            kinds.push(Kind::Events);
+            reads.push((
+                "SELECT id, meta FROM events WHERE id = ANY($1) AND NOT inbox FOR UPDATE",
+                vec![&ids],
+            ));
+        }
+        let results = pipelined(tx, &reads).await?;
+        for (kind, rows) in kinds.into_iter().zip(results) {
+            match kind {
+                Kind::Dedup => {
+                    for h in &m.dedup {
+                        self.dedup.insert(*h, None);
+                    }
+                    for r in rows {
+                        let hash: &[u8] = r.get(0);
+                        let Ok(hash) = <[u8; 16]>::try_from(hash) else { continue };
+                        let original: i64 = r.get(1);
+                        let until: i64 = r.get(2);
+                        self.dedup.insert(
+                            hash,
+                            Some(DedupEntry {
+                                original: EventId::new(original as u64),
+                                until_us: until as u64,
+                            }),
+                        );
+                    }
+                }
+                Kind::Deliveries => {
+                    for key in &m.deliveries {
+                        self.deliveries.insert(key.clone(), None);
+                    }
+                    self.take_deliveries(&rows, 0)?;
+                }
+                Kind::AllDeliveries => {
+                    self.take_deliveries(&rows, 0)?;
+                    self.complete.extend(m.all_deliveries.iter().copied());
+                }
+                Kind::Queues => {
+                    for key in &m.queues {
+                        self.queues.insert(key.clone(), None);
+                    }
+                    for r in rows {
+                        let dest: String = r.get(0);
+                        let resource: &[u8] = r.get(1);
+                        let Ok(resource) = <[u8; 16]>::try_from(resource) else { continue };
+                        let (head, tail, len): (i64, i64, i64) = (r.get(2), r.get(3), r.get(4));
+                        self.queues.insert(
+                            (dest, resource),
+                            Some(Queue {
+                                head: EventId::new(head as u64),
+                                tail: EventId::new(tail as u64),
+                                len: len as u64,
+                            }),
+                        );
+                    }
+                }
+                Kind::Events => {
+                    for id in &m.events {
+                        self.events.insert(*id, None);
+                    }
+                    for r in rows {
+                        let id: i64 = r.get(0);
+                        let meta = decode_meta(r.get(1))?;
+                        self.events.insert(EventId::new(id as u64), Some(meta));
+                    }
+                }
             }
         }
         Ok(())
     }
+}
+
+/// What one of [`Prefetch::fetch`]'s reads fetched.
+enum Kind {
+    Dedup,
+    Deliveries,
+    AllDeliveries,
+    Queues,
+    Events,
 }
 
 pub(super) fn decode_record(bytes: &[u8]) -> Result<DeliveryRecord, StoreError> {
