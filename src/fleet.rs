@@ -9,7 +9,8 @@
 //! it (one heartbeat), unless it finds itself alone: a relay reads the fleet only
 //! once its announcement is stored, so of two joining at once one sees the other,
 //! no other relay holds a share then, and none that joins after it takes one before
-//! this relay has seen it. A relay that dies is counted for [`LIVE_FOR`],
+//! this relay has seen it. A relay holding a share keeps one (smaller) as others
+//! join: they count it from their first heartbeat. A relay that dies is counted for [`LIVE_FOR`],
 //! so its share is left unused for that long rather than given out twice. A store
 //! that one process owns has no fleet: the whole limit is this relay's.
 
@@ -128,7 +129,7 @@ pub(crate) async fn follow(
             let share = Arc::new(FleetShare::joining());
             if let Ok(Some(fleet)) = &first {
                 share.heard(sent);
-                share.set(fleet.rank, fleet.size, settled(fleet.size, false));
+                share.set(fleet.rank, fleet.size, settled(fleet.size, false, false));
             }
             let task = tokio::spawn(run(store, owner, share.clone(), metrics, stop));
             (share, Some(task))
@@ -139,9 +140,14 @@ pub(crate) async fn follow(
 /// Whether a relay in a fleet of `size` (itself included) may take its share: once
 /// the others have seen it (`seen`), or at once when there are no others. A fleet
 /// that finds one relay at its first heartbeat skips the join's wait (2.5 s of no
-/// deliveries on every start of a lone relay; issue 44's fleet bench).
-fn settled(size: usize, seen: bool) -> bool {
-    seen || size <= 1
+/// deliveries on every start of a lone relay; issue 44's fleet bench). A relay that
+/// holds a share (`holding`) keeps one when others join: they read the fleet after
+/// announcing themselves and count it from their first heartbeat, so its part and
+/// theirs add up to the limit. (Without this, a relay that started alone dropped to
+/// nothing when a second one joined within its first 2.5 s, and with the joiner not
+/// yet settled the whole fleet delivered nothing: the fleet bench's stall of ~1 s.)
+fn settled(size: usize, seen: bool, holding: bool) -> bool {
+    holding || seen || size <= 1
 }
 
 /// One heartbeat; the store's clock it reads sets the relay's ([`crate::clock`]).
@@ -183,13 +189,16 @@ async fn run(
         };
         match answer {
             Ok(Some(fleet)) => {
+                let mut holding = share.active.load(Ordering::SeqCst);
                 if last_ok.elapsed() >= LIVE_FOR {
                     // The others stopped counting this relay meanwhile: it joins again.
                     since = Instant::now();
+                    holding = false;
                 }
                 last_ok = Instant::now();
                 share.heard(sent);
-                share.set(fleet.rank, fleet.size, settled(fleet.size, since.elapsed() >= settle));
+                let seen = since.elapsed() >= settle;
+                share.set(fleet.rank, fleet.size, settled(fleet.size, seen, holding));
                 FleetCounted { relays: fleet.size, recovered: failing }.emit(&metrics);
                 failing = false;
             }
@@ -258,12 +267,56 @@ mod tests {
 
     #[test]
     fn a_relay_alone_need_not_wait_to_be_seen() {
-        assert!(settled(1, false), "alone: nobody else holds a share");
-        assert!(!settled(2, false), "the others may not have seen it yet");
-        assert!(settled(2, true));
+        assert!(settled(1, false, false), "alone: nobody else holds a share");
+        assert!(!settled(2, false, false), "the others may not have seen it yet");
+        assert!(settled(2, true, false));
         let share = FleetShare::joining();
-        share.set(0, 1, settled(1, false));
+        share.set(0, 1, settled(1, false, false));
         assert_eq!(share.concurrency(8), 8);
+    }
+
+    #[test]
+    fn a_relay_holding_a_share_keeps_one_when_others_join() {
+        assert!(settled(2, false, true), "the joiners count it from their first heartbeat");
+        assert!(settled(5, false, true));
+        let share = FleetShare::joining();
+        share.set(0, 1, settled(1, false, false));
+        share.set(0, 2, settled(2, false, share.active.load(Ordering::SeqCst)));
+        assert_eq!(share.concurrency(8), 4, "its part, not nothing");
+    }
+
+    /// Two relays started together on one PostgreSQL: from the start, the fleet never
+    /// has no relay taking a share, and the shares never add up to more than the
+    /// limit (each relay's view read every 20 ms for 4 s, past both settling).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_relays_starting_together_never_leave_the_fleet_without_a_share() {
+        let url = tokio::task::spawn_blocking(|| {
+            let server = crate::store::postgres::test_server::shared();
+            server.database(&crate::store::postgres::test_server::unique_database("join"))
+        })
+        .await
+        .unwrap();
+        let a: SharedStore = Arc::new(crate::store::fixtures::postgres(&url).await);
+        let b: SharedStore = Arc::new(crate::store::fixtures::postgres(&url).await);
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let (trigger, stop) = crate::shutdown::StopTrigger::new();
+        let (first, ta) = follow(a, "a".into(), metrics.clone(), stop.clone()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (second, tb) = follow(b, "b".into(), metrics, stop.clone()).await;
+        let mut seen = Vec::new();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(4) {
+            let parts = (first.concurrency(32), second.concurrency(32));
+            assert!(parts.0 + parts.1 <= 32, "over the limit: {parts:?}");
+            assert!(parts.0 + parts.1 > 0, "no relay takes a share after {:?}", started.elapsed());
+            seen.push(parts);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(seen.last(), Some(&(16, 16)), "both settled at the end");
+        trigger.stop();
+        for t in [ta, tb].into_iter().flatten() {
+            t.await.unwrap();
+        }
     }
 
     #[test]
