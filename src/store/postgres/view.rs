@@ -180,49 +180,52 @@ impl Prefetch {
         let queue_dests: Vec<&str> = m.queues.iter().map(|(d, _)| d.as_str()).collect();
         let resources: Vec<&[u8]> = m.queues.iter().map(|(_, r)| r.as_slice()).collect();
         let ids: Vec<i64> = m.events.iter().map(|id| sql_id(*id)).collect();
-        let mut reads: Vec<(&str, Vec<&(dyn ToSql + Sync)>)> = Vec::new();
-        let mut kinds = Vec::new();
-        if !dedup_keys.is_empty() {
-            kinds.push(Kind::Dedup);
-            reads.push((
+        // Each kind missed: what it is, its statement and its parameters.
+        let wanted: [(bool, Kind, &str, Vec<&(dyn ToSql + Sync)>); 5] = [
+            (
+                !dedup_keys.is_empty(),
+                Kind::Dedup,
                 "SELECT hash, original, until_us FROM dedup WHERE hash = ANY($1) FOR UPDATE",
                 vec![&dedup_keys],
-            ));
-        }
-        if !events.is_empty() {
-            kinds.push(Kind::Deliveries);
-            reads.push((
+            ),
+            (
+                !events.is_empty(),
+                Kind::Deliveries,
                 "SELECT d.record, d.claim_expires_us FROM deliveries d
                  JOIN unnest($1::bigint[], $2::text[]) AS k(event, destination)
                    ON d.event = k.event AND d.destination = k.destination
                  FOR UPDATE OF d",
                 vec![&events, &dests],
-            ));
-        }
-        if !all_events.is_empty() {
-            kinds.push(Kind::AllDeliveries);
-            reads.push((
+            ),
+            (
+                !all_events.is_empty(),
+                Kind::AllDeliveries,
                 "SELECT record, claim_expires_us FROM deliveries WHERE event = ANY($1)
                  FOR UPDATE",
                 vec![&all_events],
-            ));
-        }
-        if !queue_dests.is_empty() {
-            kinds.push(Kind::Queues);
-            reads.push((
+            ),
+            (
+                !queue_dests.is_empty(),
+                Kind::Queues,
                 "SELECT q.destination, q.resource, q.head, q.tail, q.len FROM queues q
                  JOIN unnest($1::text[], $2::bytea[]) AS k(destination, resource)
                    ON q.destination = k.destination AND q.resource = k.resource
                  FOR UPDATE OF q",
                 vec![&queue_dests, &resources],
-            ));
-        }
-        if !ids.is_empty() {
-            kinds.push(Kind::Events);
-            reads.push((
+            ),
+            (
+                !ids.is_empty(),
+                Kind::Events,
                 "SELECT id, meta FROM events WHERE id = ANY($1) AND NOT inbox FOR UPDATE",
                 vec![&ids],
-            ));
+            ),
+        ];
+        let (mut kinds, mut reads) = (Vec::new(), Vec::new());
+        for (missed, kind, sql, params) in wanted {
+            if missed {
+                kinds.push(kind);
+                reads.push((sql, params));
+            }
         }
         let results = pipelined(tx, &reads).await?;
         for (kind, rows) in kinds.into_iter().zip(results) {
