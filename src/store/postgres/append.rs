@@ -183,20 +183,14 @@ impl PgState {
             let strict =
                 insert(&client, STRICT, &group, &ids, &all, &counts, shard, &self.instance);
             match tokio::try_join!(strict, self.notify_inbox(&client)) {
+                // Every row stored: the strict form stores all or fails.
                 Ok((rows, ())) => {
-                    for (i, row) in rows.iter().enumerate() {
-                        let id: i64 = row.get(0);
-                        self.last_id.fetch_max(u64::try_from(id).unwrap_or(0), Ordering::SeqCst);
-                        ids[i] = id;
-                    }
-                    return Ok(ids.into_iter().map(|id| EventId::new(id as u64)).collect());
+                    self.take_ids(&mut ids, &all, &rows);
+                    return Ok(event_ids(ids));
                 }
-                // An id taken meanwhile: nothing of the group was stored.
-                Err(StoreError::Conflict(_)) => {
-                    for (i, ev) in batch.iter().enumerate() {
-                        ids[i] = next_id(ev.meta.received_at_us);
-                    }
-                }
+                // An id taken meanwhile: nothing of the group was stored; the same
+                // proposals go again below, each taken one then moved on.
+                Err(StoreError::Conflict(_)) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -206,22 +200,12 @@ impl PgState {
             let counted = if attempt == 0 { &counts } else { &no_counts };
             let rows =
                 insert(&tx, TOLERANT, &group, &ids, &todo, counted, shard, &self.instance).await?;
-            // One row per proposed id, in the order sent.
-            let mut left = Vec::new();
-            for (&i, row) in todo.iter().zip(&rows) {
-                let (id, stored): (i64, bool) = (row.get(0), row.get(1));
-                self.last_id.fetch_max(u64::try_from(id).unwrap_or(0), Ordering::SeqCst);
-                ids[i] = id;
-                if !stored {
-                    left.push(i);
-                }
-            }
-            todo = left;
+            todo = self.take_ids(&mut ids, &todo, &rows);
             if todo.is_empty() {
                 // The wake-up the strict statement sent may have come before these rows.
                 self.notify_inbox(&tx).await?;
                 tx.commit().await?;
-                return Ok(ids.into_iter().map(|id| EventId::new(id as u64)).collect());
+                return Ok(event_ids(ids));
             }
             for &i in &todo {
                 ids[i] = next_id(batch[i].meta.received_at_us);
@@ -232,6 +216,27 @@ impl PgState {
             message: "could not find free event ids after 16 tries".into(),
         })
     }
+
+    /// Takes an insert's rows (one per event of `todo`, in the order sent: the id it
+    /// got, whether it was stored) into `ids`; returns the events not stored.
+    fn take_ids(&self, ids: &mut [i64], todo: &[usize], rows: &[pg::Row]) -> Vec<usize> {
+        let mut left = Vec::new();
+        for (&i, row) in todo.iter().zip(rows) {
+            let (id, stored): (i64, bool) = (row.get(0), row.get(1));
+            self.last_id
+                .fetch_max(u64::try_from(id).unwrap_or(0), std::sync::atomic::Ordering::SeqCst);
+            ids[i] = id;
+            if !stored {
+                left.push(i);
+            }
+        }
+        left
+    }
+}
+
+/// The group's ids as the store hands them back.
+fn event_ids(ids: Vec<i64>) -> Vec<EventId> {
+    ids.into_iter().map(|id| EventId::new(id as u64)).collect()
 }
 
 /// A group's callbacks per (source, event), as columns: what the append adds to this
