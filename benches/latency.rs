@@ -7,12 +7,16 @@
 //! to the answer) and end to end (from the scheduled send to the sink's receipt).
 //! Medians over rounds: the 2-core machine is shared and noisy.
 //!
+//! Each round also times the disk alone at the same rate (a 1 KiB append and its
+//! `fdatasync`, as the redo log makes an ack durable): the floor under the ack's tail.
+//!
 //! Also per contender: the relay's CPU per callback, its group commits per callback and
 //! their mean time (from its `/metrics`), and when the acks over 50 ms were sent (a
 //! stall shows as one cluster).
 //!
 //! Run: `cargo bench --bench latency` (env: BENCH_ROUNDS (3), BENCH_SECS (20),
-//! BENCH_RATE (200), BENCH_RESOURCES (50), BENCH_BASELINE; BENCH_ONLY=text keeps the
+//! BENCH_RATE (200), BENCH_RESOURCES (50), BENCH_BASELINE; BENCH_STORAGE=`[storage]` lines
+//! for one more contender of this build, `ordering = "none"`; BENCH_ONLY=text keeps the
 //! contenders whose label holds it; BENCH_LOGS=path writes each relay's log to
 //! path.{destination}).
 
@@ -55,15 +59,22 @@ struct Run {
     commit_ms: f64,
     /// Bytes the relay wrote to the disk per callback (KiB).
     written_kib: f64,
+    /// redb's checkpoints per second of the run, and their mean time (ms): the time a
+    /// checkpoint holds the writers, acks included.
+    checkpoints_per_s: f64,
+    checkpoint_ms: f64,
 }
 
-/// The relay's group commits so far and their total time (s), from one `/metrics` read.
-async fn commits(relay: &common::Relay) -> (f64, f64) {
+/// The relay's group commits and redb checkpoints so far, each with their total time
+/// (s), from one `/metrics` read: `(commits, commit_s, checkpoints, checkpoint_s)`.
+async fn commits(relay: &common::Relay) -> (f64, f64, f64, f64) {
     let text = relay.metrics().await;
     let series = |name: &str| common::metric(&text, name, &[]).unwrap_or(0.0);
     (
         series("hookrelay_store_commit_duration_seconds_count"),
         series("hookrelay_store_commit_duration_seconds_sum"),
+        series("hookrelay_store_checkpoint_duration_seconds_count"),
+        series("hookrelay_store_checkpoint_duration_seconds_sum"),
     )
 }
 
@@ -79,14 +90,15 @@ async fn run(
     let url = c.relay.hook_url(Some("ActionUpdated"));
     let cpu0 = cpu_seconds(c.relay.pid());
     let written0 = written_bytes(c.relay.pid());
-    let (commits0, commit_s0) = commits(&c.relay).await;
+    let (commits0, commit_s0, checkpoints0, checkpoint_s0) = commits(&c.relay).await;
     let offered = offer(&[url], &c.dest, rate, secs, resources, base).await;
     await_arrivals(arrivals, &offered, Duration::from_secs(30)).await;
     let n = offered.sent.len().max(1) as f64;
     let cpu_us = (cpu_seconds(c.relay.pid()) - cpu0) * 1e6 / n;
     let written_kib = (written_bytes(c.relay.pid()) - written0) / 1024.0 / n;
-    let (commits1, commit_s1) = commits(&c.relay).await;
+    let (commits1, commit_s1, checkpoints1, checkpoint_s1) = commits(&c.relay).await;
     let (commits, commit_s) = (commits1 - commits0, commit_s1 - commit_s0);
+    let (checkpoints, checkpoint_s) = (checkpoints1 - checkpoints0, checkpoint_s1 - checkpoint_s0);
     // When the slowest acks came, from the run's start: a stall shows as a cluster.
     let mut slow: Vec<(Duration, Duration)> = offered
         .sent
@@ -121,7 +133,50 @@ async fn run(
         commits: commits / n,
         commit_ms: if commits > 0.0 { commit_s * 1000.0 / commits } else { f64::NAN },
         written_kib,
+        checkpoints_per_s: checkpoints / secs as f64,
+        checkpoint_ms: if checkpoints > 0.0 {
+            checkpoint_s * 1000.0 / checkpoints
+        } else {
+            f64::NAN
+        },
     }
+}
+
+/// The floor a durable ack stands on: `rate` appends of `size` bytes a second for
+/// `secs`, each followed by its own `fdatasync`, to a file on the filesystem the
+/// relays' data directories are on, as the redo log writes (growing, emptied every
+/// half second). Returns the p50/p99/p99.9 (ms) of one append and sync.
+fn disk_alone(rate: u64, secs: u64, size: usize) -> [f64; 3] {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(dir.path().join("floor.log"))
+        .unwrap();
+    let record = vec![0x5a_u8; size];
+    let start = std::time::Instant::now();
+    let (mut at, mut emptied) = (0_u64, start);
+    let mut took = Vec::new();
+    for n in 0..rate * secs {
+        let due = start + Duration::from_micros(n * 1_000_000 / rate);
+        if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let t = std::time::Instant::now();
+        file.write_all_at(&record, at).unwrap();
+        file.sync_data().unwrap();
+        took.push(t.elapsed());
+        at += size as u64;
+        if emptied.elapsed() >= Duration::from_millis(500) {
+            file.set_len(0).unwrap();
+            (at, emptied) = (0, std::time::Instant::now());
+        }
+    }
+    took.sort();
+    [0.5, 0.99, 0.999].map(|p| common::stats::percentile_ms(&took, p))
 }
 
 fn main() {
@@ -138,6 +193,13 @@ fn main() {
             contender("this build, ordering none", common::binary(), sink, "none", "new_none").await,
             contender("this build, ordering per-resource", common::binary(), sink, "per-resource", "new_ordered").await,
         ];
+        // BENCH_STORAGE='flush_interval = "5s"': this build with those `[storage]`
+        // settings too, side by side with the shipped defaults.
+        if let Ok(storage) = std::env::var("BENCH_STORAGE") {
+            let label = format!("this build, {storage}, ordering none");
+            let c = Contender::start_with_storage(&label, common::binary(), sink, "var_none", "", &storage);
+            contenders.push(c.await);
+        }
         if let Some(bin) = &baseline {
             contenders.push(contender("baseline, ordering none", bin, sink, "none", "base_none").await);
             contenders.push(contender("baseline, ordering per-resource", bin, sink, "per-resource", "base_ordered").await);
@@ -147,14 +209,24 @@ fn main() {
             contenders.retain(|c| c.label.contains(&only));
         }
         let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
+        let mut floors: Vec<[f64; 3]> = Vec::new();
         for round in 0..rounds {
+            // The disk alone at the same rate, in each round beside the relays: the
+            // part of an ack's tail that is the disk's own.
+            let floor = tokio::task::spawn_blocking(move || disk_alone(rate, secs.min(10), 1024));
+            let floor = floor.await.unwrap();
+            eprintln!(
+                "round {}: the disk alone, 1 KiB append + fdatasync at {rate}/s: p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms",
+                round + 1, floor[0], floor[1], floor[2]
+            );
+            floors.push(floor);
             for (i, c) in contenders.iter().enumerate() {
                 // Distinct bodies every run: identical ones would be deduplicated.
                 let base = 10_000_000 * (round as u64 + 1) + 1_000_000 * (i as u64 + 1);
                 let r = run(c, &arrivals, rate, secs, resources, base).await;
                 eprintln!(
-                    "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms, {:.1} KiB written/callback",
-                    round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2], r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms, r.written_kib
+                    "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms, {:.1} KiB written/callback, {:.2} checkpoints/s of {:.2} ms",
+                    round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2], r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms, r.written_kib, r.checkpoints_per_s, r.checkpoint_ms
                 );
                 runs[i].push(r);
                 if let Ok(path) = std::env::var("BENCH_LOGS") {
@@ -163,17 +235,23 @@ fn main() {
             }
         }
         println!("\nmedians of {rounds} interleaved rounds; {rate} callbacks/s open loop for {secs} s over {resources} resources; one destination answering 200 at once:\n");
-        println!("| relay | ack p50 / p99 / p99.9 (ms) | end to end p50 / p99 / p99.9 (ms) | delivered | CPU per callback (µs) | ingress commits per callback | commit time (ms) | disk writes per callback (KiB) |");
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        println!("| relay | ack p50 / p99 / p99.9 (ms) | end to end p50 / p99 / p99.9 (ms) | delivered | CPU per callback (µs) | ingress commits per callback | commit time (ms) | disk writes per callback (KiB) | checkpoints per s, mean (ms) |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let floor = |i: usize| median(floors.iter().map(|f| f[i]).collect());
+        println!(
+            "| the disk alone: 1 KiB append + `fdatasync` at the same rate | {:.2} / {:.2} / {:.2} | | | | | | | |",
+            floor(0), floor(1), floor(2)
+        );
         for (c, r) in contenders.iter().zip(&runs) {
             let m = |f: &dyn Fn(&Run) -> f64| median(r.iter().map(f).collect());
             println!(
-                "| {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} | {:.2} | {:.2} | {:.1} |",
+                "| {} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} | {:.2} | {:.2} | {:.1} | {:.2}, {:.2} |",
                 c.label,
                 m(&|x| x.seen.ack[0]), m(&|x| x.seen.ack[1]), m(&|x| x.seen.ack[2]),
                 m(&|x| x.seen.e2e[0]), m(&|x| x.seen.e2e[1]), m(&|x| x.seen.e2e[2]),
                 100.0 * m(&|x| x.seen.delivered),
-                m(&|x| x.cpu_us), m(&|x| x.commits), m(&|x| x.commit_ms), m(&|x| x.written_kib)
+                m(&|x| x.cpu_us), m(&|x| x.commits), m(&|x| x.commit_ms), m(&|x| x.written_kib),
+                m(&|x| x.checkpoints_per_s), m(&|x| x.checkpoint_ms)
             );
         }
     });

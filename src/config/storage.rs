@@ -188,7 +188,9 @@ pub(crate) struct StorageConfig {
     /// The embedded engine's background flush period (what `buffered` relies on). On
     /// redb, its checkpoint period: a durable commit of the database file, after which
     /// its redo log is emptied (it bounds the log and what a restart after a crash
-    /// applies again); a checkpoint comes sooner once 1 MiB of writes were logged.
+    /// applies again); a checkpoint comes sooner once 1 MiB of writes were logged. In
+    /// `durable` mode on redb, where the log makes each write durable and writers wait
+    /// while a checkpoint runs, no shorter than 5 s.
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) flush_interval: Duration,

@@ -58,12 +58,26 @@ impl Contender {
         dest: &str,
         settings: &str,
     ) -> Self {
+        Self::start_with_storage(label, bin, sink, dest, settings, "").await
+    }
+
+    /// As [`Contender::start`], with `storage` (TOML lines) added to `[storage]`: a
+    /// setting tried side by side with the shipped default.
+    pub async fn start_with_storage(
+        label: &str,
+        bin: &str,
+        sink: std::net::SocketAddr,
+        dest: &str,
+        settings: &str,
+        storage: &str,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let tail = format!(
             "\n[[destinations]]\nname = \"{dest}\"\nurl = \"http://{sink}/in\"\n{settings}"
         );
         let text = super::config_with(&dir.path().join("data"), "", &tail)
-            .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"");
+            .replace("level = \"info\"", "level = \"hookrelay=info,actix_server=warn\"")
+            .replace("[storage]\n", &format!("[storage]\n{storage}\n"));
         let relay = super::Relay::start_binary(bin, dir.path(), &text).await;
         Self { label: label.to_owned(), dest: dest.to_owned(), relay, _dir: dir }
     }
