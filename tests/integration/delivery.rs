@@ -436,6 +436,10 @@ async fn a_slow_destination_does_not_slow_the_others() {
     }
     fast.wait_for(5, WAIT).await;
     assert!(started.elapsed() < Duration::from_secs(3), "fast waited {:?}", started.elapsed());
+    // The slow one's first request may reach its sink just after the fast ones (its
+    // worker is no earlier than the others); the next can come only once that one is
+    // answered, 5 s after it was sent.
+    slow.wait_for(1, Duration::from_secs(4)).await;
     assert_eq!(slow.count(), 1, "the slow one has its single request in flight");
 }
 
