@@ -15,7 +15,7 @@
 //! - **Claims** live in memory ([`ClaimTable`]): a restart ends every attempt anyway.
 //! - **Durability**: in `durable` mode each write waits for a shared fsync
 //!   (`flush.rs`) before it returns (on redb, the redo log's, and checkpoints at most
-//!   every [`DURABLE_CHECKPOINT_PERIOD`]); in `buffered` mode the engine flushes every
+//!   every 5 s: `background_flush.rs`); in `buffered` mode the engine flushes every
 //!   `flush_interval`.
 //! - **Async**: every call runs on tokio's blocking pool (`store.rs`), but appends,
 //!   which go to the group committer's own thread ([`Committer`]).
@@ -29,6 +29,7 @@
 //! (every id up to it is settled) that have no outcome yet.
 
 mod apply;
+mod background_flush;
 pub(crate) mod backup;
 mod bin;
 pub(super) mod codec;
@@ -165,27 +166,6 @@ pub(super) struct EmbeddedState {
     watchdog: super::Ticker,
 }
 
-/// The shortest period of redb's checkpoints in `durable` mode. There each write is
-/// made durable by the redo log's own `fdatasync` before it returns; a checkpoint only
-/// bounds the log (and so what a restart after a crash applies again, which the 1 MiB
-/// trigger bounds as well), and every writer waits while one runs (5-8 ms at 200/s).
-/// At 200/s this period (the 1 MiB trigger then comes first, every ~3 s) makes 6 times
-/// fewer such stalls than 500 ms, with a third less written to the disk and 4-10% less
-/// CPU per callback; the ack's tail moved within the noise (BENCHMARKS.md,
-/// "Checkpoints out of the ack's tail").
-const DURABLE_CHECKPOINT_PERIOD: Duration = Duration::from_secs(5);
-
-/// The engine's background flush period: `flush_interval`, what `buffered` mode makes
-/// writes durable by; on redb in `durable` mode, where the redo log does that, no
-/// shorter than [`DURABLE_CHECKPOINT_PERIOD`]. sled keeps `flush_interval` (its log
-/// flush is cheap and bounds its own recovery).
-fn background_flush(engine: Engine, flush_interval: Duration, durable: bool) -> Duration {
-    match engine {
-        Engine::Redb if durable => flush_interval.max(DURABLE_CHECKPOINT_PERIOD),
-        _ => flush_interval,
-    }
-}
-
 /// How to open the store.
 pub(crate) struct EmbeddedOptions {
     pub(crate) engine: Engine,
@@ -223,7 +203,11 @@ impl EmbeddedStore {
                 path: &opts.path,
                 cache_capacity_bytes: opts.cache_capacity_bytes,
                 compression: opts.compression,
-                flush_interval: background_flush(opts.engine, opts.flush_interval, opts.durable),
+                flush_interval: background_flush::period(
+                    opts.engine,
+                    opts.flush_interval,
+                    opts.durable,
+                ),
             },
         )?;
         db.observe(opts.observer.clone());
@@ -420,65 +404,5 @@ mod tests {
         }
         let err = testutil::try_open_on(Engine::Sled, dir.path()).err().unwrap();
         assert!(err.to_string().contains("schema version 99"), "{err}");
-    }
-
-    /// Counts redb's checkpoints.
-    #[derive(Default)]
-    struct Checkpoints(std::sync::atomic::AtomicUsize);
-
-    impl crate::store::StoreObserver for Checkpoints {
-        fn group(&self, _size: usize, _took: Duration, _ok: bool) {}
-        fn stored(&self, _meta: &crate::store::EventMeta) {}
-        fn failed(&self, _reason: &str) {}
-        fn trouble(&self, _: crate::store::Trouble, _: &str, _: &dyn std::fmt::Display) {}
-        fn checkpoint(&self, _took: Duration, _ok: bool) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    /// Checkpoints made while callbacks trickle in for 1.5 s, `flush_interval` 100 ms.
-    async fn checkpoints_under_a_trickle(durable: bool) -> usize {
-        use crate::store::EventLog;
-        let dir = tempfile::tempdir().unwrap();
-        let seen = Arc::new(Checkpoints::default());
-        let opts = EmbeddedOptions {
-            flush_interval: Duration::from_millis(100),
-            durable,
-            observer: seen.clone(),
-            ..testutil::options(Engine::Redb, dir.path())
-        };
-        let store = EmbeddedStore::open(&opts).unwrap();
-        let opened = seen.0.load(Ordering::SeqCst);
-        let mut ids = Vec::new();
-        for n in 0..15 {
-            let event = crate::store::fixtures::received("demo", "ActionCreated", n, "");
-            ids.push(store.append(event).await.unwrap());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let made = seen.0.load(Ordering::SeqCst) - opened;
-        for id in ids {
-            assert!(store.event(id).await.unwrap().is_some(), "event {id:?} is not stored");
-        }
-        made
-    }
-
-    /// In `durable` mode each write is durable through the redo log, and a checkpoint
-    /// holds every writer (acks included) while it runs: they come at most every
-    /// `DURABLE_CHECKPOINT_PERIOD` (or per MiB logged), whatever `flush_interval` says.
-    /// In `buffered` mode `flush_interval` is the promise, and is kept.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn redb_checkpoints_stay_out_of_a_durable_relays_way_and_keep_a_buffered_ones_promise() {
-        let durable = checkpoints_under_a_trickle(true).await;
-        assert_eq!(durable, 0, "a durable store checkpointed {durable} times in 1.5 s");
-        let buffered = checkpoints_under_a_trickle(false).await;
-        assert!(buffered >= 5, "a buffered store checkpointed only {buffered} times in 1.5 s");
-        assert_eq!(
-            background_flush(Engine::Sled, Duration::from_millis(100), true),
-            Duration::from_millis(100)
-        );
-        assert_eq!(
-            background_flush(Engine::Redb, Duration::from_secs(60), true),
-            Duration::from_secs(60)
-        );
     }
 }

@@ -5,7 +5,7 @@
 //! yet durable) and appends its writes to the redo log; [`RedbDb::flush`] makes them
 //! durable with one append and `fdatasync` of the log, shared by concurrent writers
 //! (`../flush.rs`). A thread checkpoints every `flush_interval` (in `durable` mode at
-//! most every `DURABLE_CHECKPOINT_PERIOD`, `../mod.rs`), or sooner once 1 MiB
+//! most every `DURABLE_CHECKPOINT_PERIOD`, `../../background_flush.rs`), or sooner once 1 MiB
 //! was logged (a durable commit, which makes every earlier one durable with it, then
 //! the log emptied; `redb_kv/checkpoint.rs`, with the recovery at open): it bounds the
 //! log and what a crash replays, and is what makes writes durable in the `buffered`
