@@ -18,7 +18,7 @@
 //! and p99.9 (from the scheduled send), the relays' CPU per callback, and the SQL
 //! statements per callback the relays sent (`pg_stat_statements`, top-level
 //! statements of that setup's database, BEGIN and COMMIT included), with the most
-//! frequent ones.
+//! frequent ones, and the WAL flushes per callback (`pg_stat_wal.wal_sync`, server-wide).
 //!
 //! Run: `cargo bench --bench fleet` (env: BENCH_ROUNDS, BENCH_SECS (ingest);
 //! BENCH_LATENCY_SECS (20), BENCH_RATES ("200,1000"), BENCH_ONLY (setups whose label
@@ -242,29 +242,38 @@ async fn stats_client(server: &PgServer) -> tokio_postgres::Client {
 }
 
 /// The top-level statements run in database `db` since the last reset, most frequent
-/// first: (calls, total time in ms, the statement).
-async fn statements(client: &tokio_postgres::Client, db: &str) -> Vec<(i64, f64, String)> {
+/// first: (calls, total time in ms, rows returned or changed, the statement).
+async fn statements(client: &tokio_postgres::Client, db: &str) -> Vec<(i64, f64, i64, String)> {
     client
         .query(
-            "SELECT s.calls, s.total_exec_time, s.query FROM pg_stat_statements s \
+            "SELECT s.calls, s.total_exec_time, s.rows, s.query FROM pg_stat_statements s \
              JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1 ORDER BY s.calls DESC",
             &[&db],
         )
         .await
         .unwrap()
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect()
 }
 
+/// The WAL flushes the server has made since it started (`pg_stat_wal.wal_sync`: the
+/// fsyncs a synchronous commit waits for; server-wide, and the setups run one at a
+/// time).
+async fn wal_syncs(client: &tokio_postgres::Client) -> f64 {
+    let row = client.query_one("SELECT wal_sync::float8 FROM pg_stat_wal", &[]).await.unwrap();
+    row.get(0)
+}
+
 /// One open-loop run's figures: latencies, CPU per callback (µs) of the relays and of
-/// PostgreSQL, SQL statements per callback.
+/// PostgreSQL, SQL statements and WAL flushes per callback.
 #[derive(Clone, Copy, Default)]
 struct Run {
     seen: Latencies,
     relay_cpu_us: f64,
     pg_cpu_us: f64,
     statements: f64,
+    wal_syncs: f64,
 }
 
 /// BENCH_WATCH: prints each relay's inbox and pending deliveries every 500 ms (where
@@ -349,6 +358,7 @@ async fn latency(server: &PgServer, rounds: usize) {
                 stats.execute("SELECT pg_stat_statements_reset()", &[]).await.unwrap();
                 let relay_cpu0: f64 = pids.iter().copied().map(cpu_seconds).sum();
                 let pg_cpu0 = postgres_cpu_seconds();
+                let syncs0 = wal_syncs(&stats).await;
                 let watch = std::env::var("BENCH_WATCH").is_ok().then(|| {
                     let ports: Vec<String> =
                         c.relays.iter().map(|r| format!("http://{}", r.admin)).collect();
@@ -362,32 +372,35 @@ async fn latency(server: &PgServer, rounds: usize) {
                 let n = offered.sent.len().max(1) as f64;
                 let relay_cpu_us =
                     (pids.iter().copied().map(cpu_seconds).sum::<f64>() - relay_cpu0) * 1e6 / n;
-                let (pg_cpu_us, per_callback, top) = match db {
+                let (pg_cpu_us, per_callback, top, syncs) = match db {
                     Some(db) => {
                         let top = statements(&stats, db).await;
                         let total: i64 = top.iter().map(|t| t.0).sum();
-                        ((postgres_cpu_seconds() - pg_cpu0) * 1e6 / n, total as f64 / n, top)
+                        let syncs = (wal_syncs(&stats).await - syncs0) / n;
+                        ((postgres_cpu_seconds() - pg_cpu0) * 1e6 / n, total as f64 / n, top, syncs)
                     }
-                    None => (f64::NAN, f64::NAN, Vec::new()),
+                    None => (f64::NAN, f64::NAN, Vec::new(), f64::NAN),
                 };
                 let r = Run {
                     seen: Latencies::of(&offered, &arrivals),
                     relay_cpu_us,
                     pg_cpu_us,
                     statements: per_callback,
+                    wal_syncs: syncs,
                 };
                 eprintln!(
-                    "round {}, {rate}/s: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs relays + {:.0} µs PostgreSQL per callback, {:.2} statements per callback",
+                    "round {}, {rate}/s: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs relays + {:.0} µs PostgreSQL per callback, {:.2} statements and {:.2} WAL flushes per callback",
                     round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2],
                     r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0,
-                    r.relay_cpu_us, r.pg_cpu_us, r.statements
+                    r.relay_cpu_us, r.pg_cpu_us, r.statements, r.wal_syncs
                 );
-                for (calls, ms, query) in top.iter().take(10) {
+                for (calls, ms, rows, query) in top.iter().take(10) {
                     let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
                     eprintln!(
-                        "    {:.3}/callback, {:.3} ms each: {}",
+                        "    {:.3}/callback, {:.3} ms and {:.1} rows each: {}",
                         *calls as f64 / n,
                         ms / (*calls).max(1) as f64,
+                        *rows as f64 / (*calls).max(1) as f64,
                         query.chars().take(140).collect::<String>()
                     );
                 }
@@ -396,22 +409,29 @@ async fn latency(server: &PgServer, rounds: usize) {
         }
     }
     println!("\nmedians of {rounds} interleaved rounds; callbacks offered open loop for {secs} s over {RESOURCES} resources (spread over the relays); one destination answering 200 at once:\n");
-    println!("| setup | rate (/s) | ack p50 / p99 / p99.9 (ms) | end to end p50 / p99 / p99.9 (ms) | delivered | CPU per callback, relays + PostgreSQL (µs) | SQL statements per callback |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("| setup | rate (/s) | ack p50 / p99 / p99.9 (ms) | end to end p50 / p99 / p99.9 (ms) | delivered | CPU per callback, relays + PostgreSQL (µs) | SQL statements per callback | WAL flushes per callback |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (k, rate) in rates.iter().enumerate() {
         for (i, (c, _, _)) in contenders.iter().enumerate() {
             let r = &runs[k][i];
             let m = |f: &dyn Fn(&Run) -> f64| median(r.iter().map(f).collect());
-            let pg = |v: f64| if v.is_nan() { "–".to_owned() } else { format!("{v:.0}") };
-            let st = m(&|x| x.statements);
+            // A figure of PostgreSQL's, or a dash for the setup without it.
+            let per = |v: f64, digits: usize| {
+                if v.is_nan() {
+                    "–".to_owned()
+                } else {
+                    format!("{v:.digits$}")
+                }
+            };
             println!(
-                "| {} | {rate} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} + {} | {} |",
+                "| {} | {rate} | {:.2} / {:.2} / {:.2} | {:.2} / {:.2} / {:.2} | {:.1}% | {:.0} + {} | {} | {} |",
                 c.label,
                 m(&|x| x.seen.ack[0]), m(&|x| x.seen.ack[1]), m(&|x| x.seen.ack[2]),
                 m(&|x| x.seen.e2e[0]), m(&|x| x.seen.e2e[1]), m(&|x| x.seen.e2e[2]),
                 100.0 * m(&|x| x.seen.delivered),
-                m(&|x| x.relay_cpu_us), pg(m(&|x| x.pg_cpu_us)),
-                if st.is_nan() { "–".to_owned() } else { format!("{st:.1}") }
+                m(&|x| x.relay_cpu_us), per(m(&|x| x.pg_cpu_us), 0),
+                per(m(&|x| x.statements), 1),
+                per(m(&|x| x.wal_syncs), 2)
             );
         }
     }
