@@ -131,14 +131,19 @@ async fn run(
         seen: Latencies::of(&offered, arrivals),
         cpu_us,
         commits: commits / n,
-        commit_ms: if commits > 0.0 { commit_s * 1000.0 / commits } else { f64::NAN },
+        commit_ms: mean_ms(commit_s, commits),
         written_kib,
         checkpoints_per_s: checkpoints / secs as f64,
-        checkpoint_ms: if checkpoints > 0.0 {
-            checkpoint_s * 1000.0 / checkpoints
-        } else {
-            f64::NAN
-        },
+        checkpoint_ms: mean_ms(checkpoint_s, checkpoints),
+    }
+}
+
+/// The mean in ms of `count` things that took `total_s` seconds together; NaN for none.
+fn mean_ms(total_s: f64, count: f64) -> f64 {
+    if count > 0.0 {
+        total_s * 1000.0 / count
+    } else {
+        f64::NAN
     }
 }
 
