@@ -21,7 +21,8 @@
 //!
 //! At each point: the relay's resident memory (RSS) and its high-water mark, the data
 //! directory's bytes per event and as a multiple of the body bytes, the p99 of the ack
-//! latency under a steady 200 callbacks/s for 10 s, then a crash (SIGKILL) and the
+//! latency (and p99.9, with redb's checkpoints during it: how many, their mean time)
+//! under a steady 200 callbacks/s for 10 s, then a crash (SIGKILL) and the
 //! time from the restart to `/readyz` answering 200, with the RSS once ready and 20 s
 //! later. The slope per retained event (RSS and disk) is printed between points.
 //!
@@ -132,8 +133,28 @@ fn reaped(
     }
 }
 
-/// The p99 ack latency of callbacks `from..` sent at [`PROBE_RATE`] for [`PROBE_SECS`].
-async fn probe_p99(relay: &common::Relay, from: u64) -> Duration {
+/// What the probe saw: the p99 and p99.9 ack latency, and redb's checkpoints during it
+/// (how many, and their mean time: the time each held the writers, acks included).
+struct Probe {
+    ack_p99: Duration,
+    ack_p999: Duration,
+    checkpoints: f64,
+    checkpoint_ms: f64,
+}
+
+/// redb's checkpoints so far and their total time (s), from `/metrics`.
+async fn checkpoints(relay: &common::Relay) -> (f64, f64) {
+    let text = relay.metrics().await;
+    let series = |name: &str| common::metric(&text, name, &[]).unwrap_or(0.0);
+    (
+        series("hookrelay_store_checkpoint_duration_seconds_count"),
+        series("hookrelay_store_checkpoint_duration_seconds_sum"),
+    )
+}
+
+/// Callbacks `from..` sent at [`PROBE_RATE`] for [`PROBE_SECS`]: what [`Probe`] says.
+async fn probe(relay: &common::Relay, from: u64) -> Probe {
+    let (count0, sum0) = checkpoints(relay).await;
     let client = reqwest::Client::new();
     let url = relay.hook_url(Some("ActionUpdated"));
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / PROBE_RATE));
@@ -158,7 +179,14 @@ async fn probe_p99(relay: &common::Relay, from: u64) -> Duration {
         took.push(t.unwrap());
     }
     took.sort();
-    took[took.len() * 99 / 100]
+    let (count1, sum1) = checkpoints(relay).await;
+    let made = count1 - count0;
+    Probe {
+        ack_p99: took[took.len() * 99 / 100],
+        ack_p999: took[took.len() * 999 / 1000],
+        checkpoints: made,
+        checkpoint_ms: if made > 0.0 { (sum1 - sum0) / made * 1e3 } else { 0.0 },
+    }
 }
 
 fn config(dir: &Path, sink: &Sink) -> String {
@@ -261,7 +289,7 @@ struct Point {
     disk: u64,
     length: u64,
     body_bytes: u64,
-    ack_p99: Duration,
+    probe: Probe,
     restart: Duration,
     /// From the restart to every queue counted.
     counted: Duration,
@@ -325,7 +353,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         let (rss_now, hwm) = rss(relay.pid());
         let data = dir.path().join("data");
         let (disk, length) = (blocks_under(&data), bytes_under(&data));
-        let ack_p99 = probe_p99(&relay, 2_000_000_000 + sent_probe).await;
+        let probe = probe(&relay, 2_000_000_000 + sent_probe).await;
         sent_probe += PROBE_RATE * PROBE_SECS;
         if name == "flood" {
             let inbox = common::metric(&relay.metrics().await, "hookrelay_inbox_events", &[]);
@@ -354,7 +382,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
             disk,
             length,
             body_bytes,
-            ack_p99,
+            probe,
             restart,
             counted,
             rss_ready,
@@ -363,14 +391,17 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         };
         eprintln!(
             "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies; files {} MB long), \
-             p99 ack {:.1} ms, restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
+             p99 ack {:.1} ms (p99.9 {:.1} ms; {} checkpoints of {:.1} ms during it), restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
             p.fill_rate,
             p.rss >> 20,
             p.hwm >> 20,
             p.disk >> 20,
             p.disk as f64 / p.body_bytes as f64,
             p.length >> 20,
-            p.ack_p99.as_secs_f64() * 1e3,
+            p.probe.ack_p99.as_secs_f64() * 1e3,
+            p.probe.ack_p999.as_secs_f64() * 1e3,
+            p.probe.checkpoints,
+            p.probe.checkpoint_ms,
             p.restart.as_secs_f64(),
             p.counted.as_secs_f64(),
             p.rss_ready >> 20,
@@ -427,19 +458,22 @@ fn main() {
             body(1).len(),
             env_or("BENCH_CONNECTIONS", CONNECTIONS)
         );
-        println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s | restart to ready (counted) | RSS once ready, +20 s |");
+        println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s (p99.9; checkpoints during it, mean) | restart to ready (counted) | RSS once ready, +20 s |");
         println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (label, name, points) in &rows {
             for p in points {
                 println!(
-                    "| {label} | {name} | {} | {:.0} | {} MB ({} MB) | {} MB | {:.2}x | {:.1} ms | {:.1} s ({:.1} s) | {} MB, {} MB |",
+                    "| {label} | {name} | {} | {:.0} | {} MB ({} MB) | {} MB | {:.2}x | {:.1} ms ({:.1} ms; {}, {:.1} ms) | {:.1} s ({:.1} s) | {} MB, {} MB |",
                     p.events,
                     p.fill_rate,
                     p.rss >> 20,
                     p.hwm >> 20,
                     p.disk >> 20,
                     p.disk as f64 / p.body_bytes as f64,
-                    p.ack_p99.as_secs_f64() * 1e3,
+                    p.probe.ack_p99.as_secs_f64() * 1e3,
+                    p.probe.ack_p999.as_secs_f64() * 1e3,
+                    p.probe.checkpoints,
+                    p.probe.checkpoint_ms,
                     p.restart.as_secs_f64(),
                     p.counted.as_secs_f64(),
                     p.rss_ready >> 20,

@@ -1,32 +1,90 @@
 //! How often the embedded engine flushes on its own (sled) or checkpoints (redb):
-//! `storage.flush_interval`, except where that would only put writers in a
-//! checkpoint's way.
+//! `storage.flush_interval`, except where a durable relay's checkpoints are paced by
+//! their own length ([`Pacing`]).
+//!
+//! On redb in `durable` mode each write is made durable by the redo log's own
+//! `fdatasync` before it returns; a checkpoint only bounds the log (and so what a
+//! restart after a crash applies again, which the 1 MiB trigger bounds as well), and
+//! every writer, acks included, waits while one runs. Its length is a fixed part (the
+//! durable commit's syncs, ~5 ms on the bench machine) and a part that grows with the
+//! pages written since the last one. How many pages that is depends on the store:
+//! - on a small store the same few pages are written again and again, so a checkpoint
+//!   every 5 s takes about as long as one every 500 ms, and a long period writes a third
+//!   less and stalls writers six times less often (BENCHMARKS.md, "Checkpoints out of
+//!   the ack's tail");
+//! - on a large one whose dedup index takes scattered writes (each callback's key, and
+//!   the purge's deletes of expired keys after a burst), the pages grow with the period:
+//!   at 2 M events a 5 s period made 46 ms checkpoints and a p99 ack of 46.5 ms at
+//!   200/s, 500 ms made 11.5 ms ones and 11.4 ms (BENCHMARKS.md, "Checkpoints paced by
+//!   their own length").
+//!
+//! So the period follows what the checkpoints take: after one that held the writers
+//! longer than [`STALL_BUDGET`] it drops to `flush_interval` at once (a burst of
+//! scattered writes is when the next would be longer still); after one within the
+//! budget it doubles, up to [`LONGEST_PERIOD`]. A store whose checkpoints stay short
+//! keeps the longest period; one whose checkpoints grow with the period settles near
+//! `flush_interval`; after a quiet spell (short checkpoints) the first busy one may be
+//! long, bounded by the 1 MiB trigger, and the next ones are short again.
 
 use std::time::Duration;
 
 use super::Engine;
 
-/// The shortest period of redb's checkpoints in `durable` mode. There each write is
-/// made durable by the redo log's own `fdatasync` before it returns; a checkpoint only
-/// bounds the log (and so what a restart after a crash applies again, which the 1 MiB
-/// trigger bounds as well), and every writer waits while one runs (5-8 ms at 200/s).
-/// At 200/s this period (the 1 MiB trigger then comes first, every ~3 s) makes 6 times
-/// fewer such stalls than 500 ms, with a third less written to the disk and 4-10% less
-/// CPU per callback; the ack's tail moved within the noise (BENCHMARKS.md,
-/// "Checkpoints out of the ack's tail"). On a 10 M-event store, though, each
-/// checkpoint writes more while writers wait: one run gave a p99 ack at 200/s of
-/// 30.1 ms against 10.6 ms at 500 ms ("10 M at the durable checkpoint period of 5 s"),
-/// so this period is to be reconsidered.
-const DURABLE_CHECKPOINT_PERIOD: Duration = Duration::from_secs(5);
+/// The longest a checkpoint should hold the writers: about twice the fixed cost of a
+/// durable redb commit on the bench machine's disk, so that a checkpoint's own pages
+/// cost at most as much as its syncs. On a disk where even the fixed cost is longer,
+/// the period stays at its floor, `flush_interval`, as it was before pacing; on one
+/// where even 5 s of pages take less, at the longest.
+pub(crate) const STALL_BUDGET: Duration = Duration::from_millis(10);
 
-/// The engine's background flush period: `flush_interval`, what `buffered` mode makes
-/// writes durable by; on redb in `durable` mode, where the redo log does that, no
-/// shorter than [`DURABLE_CHECKPOINT_PERIOD`]. sled keeps `flush_interval` (its log
-/// flush is cheap and bounds its own recovery).
-pub(super) fn period(engine: Engine, flush_interval: Duration, durable: bool) -> Duration {
-    match engine {
-        Engine::Redb if durable => flush_interval.max(DURABLE_CHECKPOINT_PERIOD),
-        _ => flush_interval,
+/// The longest period between a durable relay's checkpoints: what a small store's
+/// checkpoints come down to (the 1 MiB trigger then comes first at 200/s, every ~3 s).
+pub(crate) const LONGEST_PERIOD: Duration = Duration::from_secs(5);
+
+/// The period of redb's checkpoints (or the engine's flush), and how it moves with
+/// what each checkpoint took. A pure state machine: the checkpointer feeds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pacing {
+    period: Duration,
+    /// The shortest and longest the period may be: equal when it is fixed.
+    floor: Duration,
+    ceiling: Duration,
+}
+
+impl Pacing {
+    /// The engine's pacing: `flush_interval` for sled and for `buffered` mode (what
+    /// makes its writes durable); on redb in `durable` mode, paced between
+    /// `flush_interval` and [`LONGEST_PERIOD`], starting at the longest (a small store's
+    /// checkpoints keep it there; a large one's first long checkpoint brings it down).
+    pub(crate) fn of(engine: Engine, flush_interval: Duration, durable: bool) -> Self {
+        match engine {
+            Engine::Redb if durable => {
+                let ceiling = flush_interval.max(LONGEST_PERIOD);
+                Pacing { period: ceiling, floor: flush_interval, ceiling }
+            }
+            _ => Pacing::fixed(flush_interval),
+        }
+    }
+
+    /// Always `period`.
+    pub(crate) fn fixed(period: Duration) -> Self {
+        Pacing { period, floor: period, ceiling: period }
+    }
+
+    /// How long after the last checkpoint the next one is due.
+    pub(crate) fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// After a checkpoint that held the writers for `took`: the floor when it took
+    /// longer than [`STALL_BUDGET`] (fewer pages each from now on), else twice as late,
+    /// up to the ceiling.
+    pub(crate) fn checkpointed(&mut self, took: Duration) {
+        self.period = if took > STALL_BUDGET {
+            self.floor
+        } else {
+            self.period.saturating_mul(2).min(self.ceiling)
+        };
     }
 }
 
@@ -35,8 +93,58 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
+    use proptest::prelude::*;
+
     use super::super::{testutil, EmbeddedOptions, EmbeddedStore};
     use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    proptest! {
+        /// Whatever the checkpoints take, the period stays within `flush_interval` and
+        /// the longest; a fixed pacing never moves.
+        #[test]
+        fn the_period_stays_within_its_bounds(
+            interval_ms in 1u32..20_000,
+            durable in any::<bool>(),
+            took_ms in proptest::collection::vec(0u32..200, 0..50),
+        ) {
+            let interval = MS * interval_ms;
+            let mut pacing = Pacing::of(Engine::Redb, interval, durable);
+            let mut sled = Pacing::of(Engine::Sled, interval, durable);
+            for took in took_ms {
+                pacing.checkpointed(MS * took);
+                sled.checkpointed(MS * took);
+                prop_assert!(pacing.period() >= interval);
+                prop_assert!(pacing.period() <= interval.max(LONGEST_PERIOD));
+                if !durable {
+                    prop_assert_eq!(pacing.period(), interval);
+                }
+                prop_assert_eq!(sled.period(), interval);
+            }
+        }
+    }
+
+    /// A long checkpoint brings the period down to `flush_interval` at once; short ones
+    /// (the budget itself included) take it back up to the longest, doubling.
+    #[test]
+    fn a_long_checkpoint_brings_the_next_sooner_and_short_ones_later() {
+        let mut pacing = Pacing::of(Engine::Redb, 500 * MS, true);
+        assert_eq!(pacing.period(), LONGEST_PERIOD);
+        pacing.checkpointed(STALL_BUDGET);
+        assert_eq!(pacing.period(), LONGEST_PERIOD, "the budget itself is within it");
+        pacing.checkpointed(46 * MS);
+        assert_eq!(pacing.period(), 500 * MS);
+        pacing.checkpointed(STALL_BUDGET + MS);
+        assert_eq!(pacing.period(), 500 * MS);
+        let periods: Vec<_> = (0..5)
+            .map(|_| {
+                pacing.checkpointed(7 * MS);
+                pacing.period().as_millis()
+            })
+            .collect();
+        assert_eq!(periods, [1_000, 2_000, 4_000, 5_000, 5_000]);
+    }
 
     /// Counts redb's checkpoints.
     #[derive(Default)]
@@ -78,20 +186,14 @@ mod tests {
         made
     }
 
-    /// In `durable` mode each write is durable through the redo log, and a checkpoint
-    /// holds every writer (acks included) while it runs: they come at most every
-    /// `DURABLE_CHECKPOINT_PERIOD` (or per MiB logged), whatever `flush_interval` says.
-    /// In `buffered` mode `flush_interval` is the promise, and is kept.
+    /// The pacing is the engine's: a durable store on a small store starts at the
+    /// longest period, whatever `flush_interval` says, and makes no checkpoint under a
+    /// trickle of 1.5 s; a buffered one keeps `flush_interval`, its promise.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redb_checkpoints_stay_out_of_a_durable_relays_way_and_keep_a_buffered_ones_promise() {
         let durable = checkpoints_under_a_trickle(true).await;
         assert_eq!(durable, 0, "a durable store checkpointed {durable} times in 1.5 s");
         let buffered = checkpoints_under_a_trickle(false).await;
         assert!(buffered >= 5, "a buffered store checkpointed only {buffered} times in 1.5 s");
-        assert_eq!(
-            period(Engine::Sled, Duration::from_millis(100), true),
-            Duration::from_millis(100)
-        );
-        assert_eq!(period(Engine::Redb, Duration::from_secs(60), true), Duration::from_secs(60));
     }
 }

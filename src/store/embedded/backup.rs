@@ -122,7 +122,7 @@ pub(crate) fn restore(
             path: &staging,
             cache_capacity_bytes,
             compression,
-            flush_interval: Duration::from_secs(1),
+            flush: super::background_flush::Pacing::fixed(Duration::from_secs(1)),
         };
         let target = Db::open(engine, &opts)?;
         let trees: Vec<_> =

@@ -88,7 +88,7 @@ pub(crate) fn copy(
         path,
         cache_capacity_bytes,
         compression,
-        flush_interval: Duration::from_secs(1),
+        flush: super::background_flush::Pacing::fixed(Duration::from_secs(1)),
     };
     let source = Db::open(from, &opts(dir))?;
     let schema = source.open_tree(super::META)?.get(SCHEMA_KEY)?;

@@ -83,7 +83,9 @@ mod tests {
                 path: dir.path(),
                 cache_capacity_bytes: 1 << 20,
                 compression: false,
-                flush_interval: std::time::Duration::from_secs(60),
+                flush: crate::store::embedded::background_flush::Pacing::fixed(
+                    std::time::Duration::from_secs(60),
+                ),
             };
             let db = Arc::new(Db::open(engine, &opts).unwrap());
             let tree = db.open_tree("t").unwrap();

@@ -14,9 +14,9 @@
 //!   may have deleted the newest records).
 //! - **Claims** live in memory ([`ClaimTable`]): a restart ends every attempt anyway.
 //! - **Durability**: in `durable` mode each write waits for a shared fsync
-//!   (`flush.rs`) before it returns (on redb, the redo log's, and checkpoints at most
-//!   every 5 s: `background_flush.rs`); in `buffered` mode the engine flushes every
-//!   `flush_interval`.
+//!   (`flush.rs`) before it returns (on redb, the redo log's, and checkpoints are paced
+//!   by their own length, up to 5 s apart: `background_flush.rs`); in `buffered` mode
+//!   the engine flushes every `flush_interval`.
 //! - **Async**: every call runs on tokio's blocking pool (`store.rs`), but appends,
 //!   which go to the group committer's own thread ([`Committer`]).
 //!
@@ -203,11 +203,7 @@ impl EmbeddedStore {
                 path: &opts.path,
                 cache_capacity_bytes: opts.cache_capacity_bytes,
                 compression: opts.compression,
-                flush_interval: background_flush::period(
-                    opts.engine,
-                    opts.flush_interval,
-                    opts.durable,
-                ),
+                flush: background_flush::Pacing::of(opts.engine, opts.flush_interval, opts.durable),
             },
         )?;
         db.observe(opts.observer.clone());

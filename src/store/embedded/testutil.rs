@@ -71,7 +71,7 @@ pub(crate) fn engine_db(engine: Engine, dir: &Path) -> super::engine::Db {
         path: dir,
         cache_capacity_bytes: 1 << 20,
         compression: true,
-        flush_interval: Duration::from_millis(500),
+        flush: super::background_flush::Pacing::fixed(Duration::from_millis(500)),
     };
     super::engine::Db::open(engine, &opts).expect("open the engine's database")
 }

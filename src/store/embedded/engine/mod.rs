@@ -25,7 +25,6 @@ mod sled_kv;
 
 use std::ops::{Bound, Deref, RangeBounds};
 use std::path::Path;
-use std::time::Duration;
 
 pub(crate) use self::redb_kv::FILE_NAME as REDB_FILE;
 use crate::store::StoreError;
@@ -53,8 +52,9 @@ pub(crate) struct EngineOptions<'a> {
     pub(crate) cache_capacity_bytes: u64,
     /// sled only: zstd-compress a new database.
     pub(crate) compression: bool,
-    /// How often the engine makes its writes durable on its own (`buffered` mode).
-    pub(crate) flush_interval: Duration,
+    /// How often the engine makes its writes durable on its own (`buffered` mode), or
+    /// checkpoints (redb; `../background_flush.rs`).
+    pub(crate) flush: super::background_flush::Pacing,
 }
 
 /// A value (or key) read from a tree: sled's shared buffer as it is, or bytes copied

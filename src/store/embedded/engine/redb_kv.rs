@@ -4,10 +4,10 @@
 //! Every write commits without an fsync (`Durability::None`: visible to readers, not
 //! yet durable) and appends its writes to the redo log; [`RedbDb::flush`] makes them
 //! durable with one append and `fdatasync` of the log, shared by concurrent writers
-//! (`../flush.rs`). A thread checkpoints every `flush_interval` (in `durable` mode at
-//! most every `DURABLE_CHECKPOINT_PERIOD`, `../../background_flush.rs`), or sooner once 1 MiB
-//! was logged (a durable commit, which makes every earlier one durable with it, then
-//! the log emptied; `redb_kv/checkpoint.rs`, with the recovery at open): it bounds the
+//! (`../flush.rs`). A thread checkpoints every `flush_interval` (in `durable` mode
+//! paced by the checkpoints' own length, up to 5 s apart: `../background_flush.rs`),
+//! or sooner once 1 MiB was logged (a durable commit, which makes every earlier one
+//! durable with it, then the log emptied; `redb_kv/checkpoint.rs`, with the recovery at open): it bounds the
 //! log and what a crash replays, and is what makes writes durable in the `buffered`
 //! mode.
 //! Durable commits save the allocator state ("quick repair"): after a crash the file
@@ -137,7 +137,7 @@ impl RedbDb {
             dirty: AtomicBool::new(false),
             observer: std::sync::OnceLock::new(),
         });
-        let checkpointer = start_checkpointer(Arc::downgrade(&db), opts.flush_interval);
+        let checkpointer = start_checkpointer(Arc::downgrade(&db), opts.flush);
         Ok(Self { db, file, checkpointer })
     }
 
@@ -198,7 +198,7 @@ impl RedbDb {
     /// Makes every write so far durable in the database file itself, the log emptied:
     /// before the file is moved or copied (a migration's or a restore's copy).
     pub(super) fn checkpoint(&self) -> Result<(), StoreError> {
-        checkpoint(&self.db)
+        checkpoint(&self.db).map(drop)
     }
 
     /// What a power cut would leave at this instant, copied into `to`: the database

@@ -32,7 +32,7 @@ pub(crate) struct SledDb {
 impl SledDb {
     pub(super) fn open(opts: &EngineOptions<'_>) -> Result<Self, StoreError> {
         remove_unfinished_snapshots(opts.path)?;
-        let flush_ms = u64::try_from(opts.flush_interval.as_millis()).unwrap_or(u64::MAX).max(1);
+        let flush_ms = u64::try_from(opts.flush.period().as_millis()).unwrap_or(u64::MAX).max(1);
         let db = sled::Config::new()
             .path(opts.path)
             .cache_capacity(opts.cache_capacity_bytes)

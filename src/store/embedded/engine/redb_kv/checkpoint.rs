@@ -13,6 +13,7 @@ use redb::{Database, Durability, ReadableDatabase};
 
 use super::super::redo::{self, RedoLog};
 use super::{err, log_err, Def, Shared};
+use crate::store::embedded::background_flush::Pacing;
 use crate::store::StoreError;
 
 /// The table where a checkpoint writes which log it covers and up to which record
@@ -66,8 +67,9 @@ fn durable_commit(db: &Database, id: u64, lsn: u64) -> Result<(), StoreError> {
 }
 
 /// A checkpoint (`redo.rs`, invariant 2): under the writer lock, a durable commit
-/// recording the last record, then the log emptied.
-pub(super) fn checkpoint(shared: &Shared) -> Result<(), StoreError> {
+/// recording the last record, then the log emptied. Returns how long it held the
+/// writers.
+pub(super) fn checkpoint(shared: &Shared) -> Result<Duration, StoreError> {
     let writer = shared.redo.writer();
     // Cleared first: a commit after this point sets it again for the next checkpoint.
     shared.dirty.store(false, Ordering::Release);
@@ -89,7 +91,7 @@ pub(super) fn checkpoint(shared: &Shared) -> Result<(), StoreError> {
         tracing::warn!(error = %e, "emptying redb's redo log after a checkpoint failed: it \
                                     grows until a later checkpoint empties it");
     }
-    Ok(())
+    Ok(took)
 }
 
 /// At open: the records of the log after the last checkpoint applied again
@@ -162,23 +164,25 @@ fn replay(db: &Database, records: &[redo::Record<'_>]) -> Result<usize, StoreErr
     Ok(applied)
 }
 
-/// Checkpoints at most every `interval` while the database is open and written to,
-/// and sooner once [`CHECKPOINT_BYTES`] of records were logged (`redo.rs`), on a thread
-/// the [`super::RedbDb`] owns: it stops with it.
+/// Checkpoints at most every `pacing`'s period while the database is open and written
+/// to, and sooner once [`CHECKPOINT_BYTES`] of records were logged (`redo.rs`), on a
+/// thread the [`super::RedbDb`] owns: it stops with it. Each checkpoint's length moves
+/// the period (`../../background_flush.rs`).
 pub(super) fn start_checkpointer(
     db: Weak<Shared>,
-    interval: Duration,
+    mut pacing: Pacing,
 ) -> Option<crate::store::Ticker> {
     let mut last = std::time::Instant::now();
-    let look = interval.min(CHECKPOINT_LOOK);
+    let look = pacing.period().min(CHECKPOINT_LOOK);
     let spawned = crate::store::Ticker::start("redb-checkpoint", look, move || {
         let Some(db) = db.upgrade() else { return ControlFlow::Break(()) };
-        let due = last.elapsed() >= interval && db.dirty.load(Ordering::Acquire);
+        let due = last.elapsed() >= pacing.period() && db.dirty.load(Ordering::Acquire);
         if due || db.redo.since_checkpoint() >= CHECKPOINT_BYTES {
             last = std::time::Instant::now();
-            if let Err(e) = checkpoint(&db) {
-                tracing::warn!(error = %e, "redb's periodic checkpoint failed (the redo log keeps \
-                                            every write meanwhile; the next one tries again)");
+            match checkpoint(&db) {
+                Ok(took) => pacing.checkpointed(took),
+                Err(e) => tracing::warn!(error = %e, "redb's periodic checkpoint failed (the redo \
+                                    log keeps every write meanwhile; the next one tries again)"),
             }
         }
         ControlFlow::Continue(())
