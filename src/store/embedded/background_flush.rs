@@ -76,6 +76,11 @@ impl Pacing {
         self.period
     }
 
+    /// The shortest the period may become: how often the checkpointer must look.
+    pub(crate) fn shortest(&self) -> Duration {
+        self.floor
+    }
+
     /// After a checkpoint that held the writers for `took`: the floor when it took
     /// longer than [`STALL_BUDGET`] (fewer pages each from now on), else twice as late,
     /// up to the ceiling.
@@ -90,7 +95,6 @@ impl Pacing {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
     use proptest::prelude::*;
@@ -115,7 +119,8 @@ mod tests {
             for took in took_ms {
                 pacing.checkpointed(MS * took);
                 sled.checkpointed(MS * took);
-                prop_assert!(pacing.period() >= interval);
+                prop_assert!(pacing.period() >= pacing.shortest());
+                prop_assert_eq!(pacing.shortest(), interval);
                 prop_assert!(pacing.period() <= interval.max(LONGEST_PERIOD));
                 if !durable {
                     prop_assert_eq!(pacing.period(), interval);
@@ -146,54 +151,106 @@ mod tests {
         assert_eq!(periods, [1_000, 2_000, 4_000, 5_000, 5_000]);
     }
 
-    /// Counts redb's checkpoints.
+    /// Each of redb's checkpoints: when it ended, and its length, in order.
     #[derive(Default)]
-    struct Checkpoints(std::sync::atomic::AtomicUsize);
+    struct Lengths(std::sync::Mutex<Vec<(std::time::Instant, Duration)>>);
 
-    impl crate::store::StoreObserver for Checkpoints {
+    impl crate::store::StoreObserver for Lengths {
         fn group(&self, _size: usize, _took: Duration, _ok: bool) {}
         fn stored(&self, _meta: &crate::store::EventMeta) {}
         fn failed(&self, _reason: &str) {}
         fn trouble(&self, _: crate::store::Trouble, _: &str, _: &dyn std::fmt::Display) {}
-        fn checkpoint(&self, _took: Duration, _ok: bool) {
-            self.0.fetch_add(1, Ordering::SeqCst);
+        fn checkpoint(&self, took: Duration, _ok: bool) {
+            crate::lock::lock(&self.0).push((std::time::Instant::now(), took));
         }
     }
 
-    /// Checkpoints made while callbacks trickle in for 1.5 s, `flush_interval` 100 ms.
+    /// The checkpointer feeds the pacing: after a checkpoint over the budget (64 MiB of
+    /// pages written in one transaction), checkpoints come every `flush_interval`
+    /// (100 ms here), then later and later, under a trickle that alone would not bring
+    /// one in 5 s. Fails if the checkpointer keeps its first period.
+    #[test]
+    fn a_long_checkpoint_brings_the_next_ones_sooner_in_the_engine() {
+        use crate::store::embedded::engine::{Db, EngineOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let opts = EngineOptions {
+            path: dir.path(),
+            cache_capacity_bytes: 1 << 20,
+            compression: false,
+            flush: Pacing::of(Engine::Redb, Duration::from_millis(100), true),
+        };
+        let db = Db::open(Engine::Redb, &opts).unwrap();
+        let seen = Arc::new(Lengths::default());
+        db.observe(seen.clone());
+        let tree = db.open_tree("t").unwrap();
+        let value = vec![7u8; 4096];
+        db.transaction(&[&tree], |t| {
+            for n in 0..16_384u64 {
+                t[0].insert(n.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes(), &value)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        // The 1 MiB trigger brings the long one within the checkpointer's next look.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while crate::lock::lock(&seen.0).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no checkpoint after 64 MiB logged");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let first = crate::lock::lock(&seen.0)[0].1;
+        assert!(first > STALL_BUDGET, "64 MiB of pages took only {first:?}: no test of the rule");
+        for n in 0..60u64 {
+            tree.insert(n.to_be_bytes(), b"trickle").unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let after = crate::lock::lock(&seen.0).len() - 1;
+        assert!(after >= 2, "{after} checkpoints in the 1.2 s after a long one (period 100 ms)");
+    }
+
+    /// Checkpoints made in the 4 s after the store's open, while callbacks trickle in
+    /// for 1.5 s, `flush_interval` 100 ms. Counted by time, not by callbacks: on a
+    /// loaded machine the trickle may take longer than its 1.5 s, and a durable store's
+    /// first period (5 s) then ends within it.
     async fn checkpoints_under_a_trickle(durable: bool) -> usize {
         use crate::store::EventLog;
         let dir = tempfile::tempdir().unwrap();
-        let seen = Arc::new(Checkpoints::default());
+        let seen = Arc::new(Lengths::default());
         let opts = EmbeddedOptions {
             flush_interval: Duration::from_millis(100),
             durable,
             observer: seen.clone(),
             ..testutil::options(Engine::Redb, dir.path())
         };
+        let started = std::time::Instant::now();
         let store = EmbeddedStore::open(&opts).unwrap();
-        let opened = seen.0.load(Ordering::SeqCst);
+        let opened = crate::lock::lock(&seen.0).len();
         let mut ids = Vec::new();
         for n in 0..15 {
+            if started.elapsed() > Duration::from_millis(1_500) {
+                break;
+            }
             let event = crate::store::fixtures::received("demo", "ActionCreated", n, "");
             ids.push(store.append(event).await.unwrap());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let made = seen.0.load(Ordering::SeqCst) - opened;
+        tokio::time::sleep(Duration::from_secs(4).saturating_sub(started.elapsed())).await;
+        let window = started + Duration::from_secs(4);
+        let made =
+            crate::lock::lock(&seen.0)[opened..].iter().filter(|(at, _)| *at <= window).count();
         for id in ids {
             assert!(store.event(id).await.unwrap().is_some(), "event {id:?} is not stored");
         }
         made
     }
 
-    /// The pacing is the engine's: a durable store on a small store starts at the
-    /// longest period, whatever `flush_interval` says, and makes no checkpoint under a
-    /// trickle of 1.5 s; a buffered one keeps `flush_interval`, its promise.
+    /// The pacing is the engine's: a durable store starts at the longest period,
+    /// whatever `flush_interval` says, and makes no checkpoint in its first 4 s under a
+    /// trickle; a buffered one keeps `flush_interval`, its promise.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redb_checkpoints_stay_out_of_a_durable_relays_way_and_keep_a_buffered_ones_promise() {
         let durable = checkpoints_under_a_trickle(true).await;
-        assert_eq!(durable, 0, "a durable store checkpointed {durable} times in 1.5 s");
+        assert_eq!(durable, 0, "a durable store checkpointed {durable} times in 4 s");
         let buffered = checkpoints_under_a_trickle(false).await;
-        assert!(buffered >= 5, "a buffered store checkpointed only {buffered} times in 1.5 s");
+        assert!(buffered >= 5, "a buffered store checkpointed only {buffered} times in 4 s");
     }
 }

@@ -173,7 +173,7 @@ pub(super) fn start_checkpointer(
     mut pacing: Pacing,
 ) -> Option<crate::store::Ticker> {
     let mut last = std::time::Instant::now();
-    let look = pacing.period().min(CHECKPOINT_LOOK);
+    let look = pacing.shortest().min(CHECKPOINT_LOOK);
     let spawned = crate::store::Ticker::start("redb-checkpoint", look, move || {
         let Some(db) = db.upgrade() else { return ControlFlow::Break(()) };
         let due = last.elapsed() >= pacing.period() && db.dirty.load(Ordering::Acquire);
