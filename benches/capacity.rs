@@ -144,12 +144,7 @@ struct Probe {
 
 /// redb's checkpoints so far and their total time (s), from `/metrics`.
 async fn checkpoints(relay: &common::Relay) -> (f64, f64) {
-    let text = relay.metrics().await;
-    let series = |name: &str| common::metric(&text, name, &[]).unwrap_or(0.0);
-    (
-        series("hookrelay_store_checkpoint_duration_seconds_count"),
-        series("hookrelay_store_checkpoint_duration_seconds_sum"),
-    )
+    common::histogram(&relay.metrics().await, "hookrelay_store_checkpoint_duration_seconds")
 }
 
 /// Callbacks `from..` sent at [`PROBE_RATE`] for [`PROBE_SECS`]: what [`Probe`] says.

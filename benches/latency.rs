@@ -69,13 +69,10 @@ struct Run {
 /// (s), from one `/metrics` read: `(commits, commit_s, checkpoints, checkpoint_s)`.
 async fn commits(relay: &common::Relay) -> (f64, f64, f64, f64) {
     let text = relay.metrics().await;
-    let series = |name: &str| common::metric(&text, name, &[]).unwrap_or(0.0);
-    (
-        series("hookrelay_store_commit_duration_seconds_count"),
-        series("hookrelay_store_commit_duration_seconds_sum"),
-        series("hookrelay_store_checkpoint_duration_seconds_count"),
-        series("hookrelay_store_checkpoint_duration_seconds_sum"),
-    )
+    let (commits, commit_s) = common::histogram(&text, "hookrelay_store_commit_duration_seconds");
+    let (checkpoints, checkpoint_s) =
+        common::histogram(&text, "hookrelay_store_checkpoint_duration_seconds");
+    (commits, commit_s, checkpoints, checkpoint_s)
 }
 
 /// Offers `rate` callbacks a second for `secs` over `resources` resources.

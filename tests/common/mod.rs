@@ -530,6 +530,13 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     })
 }
 
+/// A histogram's observations so far and their sum, `(count, sum)`, from a `/metrics`
+/// text (0 for a histogram not observed yet).
+pub fn histogram(text: &str, name: &str) -> (f64, f64) {
+    let series = |suffix: &str| metric(text, &format!("{name}_{suffix}"), &[]).unwrap_or(0.0);
+    (series("count"), series("sum"))
+}
+
 /// `promtool` (Debian package `prometheus`, installed by scripts/test.sh).
 pub fn promtool(args: &[&str], stdin: Option<&str>) -> std::process::Output {
     use std::io::Write;

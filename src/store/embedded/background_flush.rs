@@ -35,15 +35,15 @@ use super::Engine;
 /// cost at most as much as its syncs. On a disk where even the fixed cost is longer,
 /// the period stays at its floor, `flush_interval`, as it was before pacing; on one
 /// where even 5 s of pages take less, at the longest.
-pub(crate) const STALL_BUDGET: Duration = Duration::from_millis(10);
+const STALL_BUDGET: Duration = Duration::from_millis(10);
 
 /// The longest period between a durable relay's checkpoints: what a small store's
 /// checkpoints come down to (the 1 MiB trigger then comes first at 200/s, every ~3 s).
-pub(crate) const LONGEST_PERIOD: Duration = Duration::from_secs(5);
+const LONGEST_PERIOD: Duration = Duration::from_secs(5);
 
 /// The period of redb's checkpoints (or the engine's flush), and how it moves with
 /// what each checkpoint took. A pure state machine: the checkpointer feeds it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Pacing {
     period: Duration,
     /// The shortest and longest the period may be: equal when it is fixed.

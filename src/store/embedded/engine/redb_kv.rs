@@ -7,9 +7,9 @@
 //! (`../flush.rs`). A thread checkpoints every `flush_interval` (in `durable` mode
 //! paced by the checkpoints' own length, up to 5 s apart: `../background_flush.rs`),
 //! or sooner once 1 MiB was logged (a durable commit, which makes every earlier one
-//! durable with it, then the log emptied; `redb_kv/checkpoint.rs`, with the recovery at open): it bounds the
-//! log and what a crash replays, and is what makes writes durable in the `buffered`
-//! mode.
+//! durable with it, then the log emptied; `redb_kv/checkpoint.rs`, with the recovery
+//! at open): it bounds the log and what a crash replays, and is what makes writes
+//! durable in the `buffered` mode.
 //! Durable commits save the allocator state ("quick repair"): after a crash the file
 //! opens in milliseconds, where a full repair walks the whole file (8 s at a million
 //! events, measured); then the log's records after the checkpoint are applied again.

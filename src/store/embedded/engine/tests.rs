@@ -6,6 +6,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::{Batch, Db, Engine, EngineOptions, Tree, TxError};
+use crate::store::embedded::background_flush::Pacing;
 use crate::store::StoreError;
 
 fn options(dir: &std::path::Path) -> EngineOptions<'_> {
@@ -13,7 +14,7 @@ fn options(dir: &std::path::Path) -> EngineOptions<'_> {
         path: dir,
         cache_capacity_bytes: 1 << 20,
         compression: true,
-        flush: crate::store::embedded::background_flush::Pacing::fixed(Duration::from_millis(200)),
+        flush: Pacing::fixed(Duration::from_millis(200)),
     }
 }
 
@@ -169,10 +170,8 @@ fn step() -> impl Strategy<Value = Step> {
 /// point is the test's.
 fn crash(steps: &[Step], probe: &[u8]) {
     let (dir, image) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let opts = |path| EngineOptions {
-        flush: crate::store::embedded::background_flush::Pacing::fixed(Duration::from_secs(3600)),
-        ..options(path)
-    };
+    let opts =
+        |path| EngineOptions { flush: Pacing::fixed(Duration::from_secs(3600)), ..options(path) };
     let mut model = BTreeMap::new();
     let mut durable = BTreeMap::new();
     {
@@ -228,10 +227,8 @@ proptest! {
 fn the_redo_log_is_applied_to_its_own_database_only() {
     let (dir, image, other) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let opts = |path| EngineOptions {
-        flush: crate::store::embedded::background_flush::Pacing::fixed(Duration::from_secs(3600)),
-        ..options(path)
-    };
+    let opts =
+        |path| EngineOptions { flush: Pacing::fixed(Duration::from_secs(3600)), ..options(path) };
     {
         let db = Db::open(Engine::Redb, &opts(dir.path())).unwrap();
         let tree = db.open_tree("t").unwrap();
