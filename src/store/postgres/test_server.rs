@@ -393,17 +393,33 @@ impl PgServer {
         );
     }
 
-    /// Starts a stopped server again, on the same port.
+    /// Starts a stopped server again, on the same port. While it was down its port
+    /// was free: another process (a test's outgoing connection, whose local port the
+    /// kernel picks from the same range) may hold it for a moment, so a failed start is
+    /// tried again for up to 15 s, and a last failure says what the server's log says.
     pub fn start_again(&self) {
         let data = self.dir.path().join("data");
         let data_s = data.to_str().expect("utf-8");
         let log = self.dir.path().join("server.log");
-        let out = pg_ctl_start(&self.bin, data_s, &self.opts, &log);
-        assert!(
-            out.status.success(),
-            "pg_ctl start failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let out = pg_ctl_start(&self.bin, data_s, &self.opts, &log);
+            if out.status.success() {
+                return;
+            }
+            let why = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pg_ctl start on port {} failed for 15 s: {why}",
+                self.port
+            );
+            eprintln!("pg_ctl start on port {} failed, retrying: {why}", self.port);
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
     }
 }
 
