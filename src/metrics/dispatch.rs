@@ -48,7 +48,10 @@ impl DispatchMetrics {
                  (ordering = \"latest\").",
                 &["destination"],
             )?,
-            dedup_keys: r.gauge("hookrelay_dedup_keys", "Keys in the deduplication index.")?,
+            dedup_keys: r.gauge(
+                "hookrelay_dedup_keys",
+                "Keys in the deduplication index. On the embedded store it includes expired keys not yet purged: they go with their bucket, up to one `dedup_window` after they expire.",
+            )?,
             dispatch_leader: r.gauge(
                 "hookrelay_dispatch_leader",
                 "1 while this relay dispatches the inbox (one relay of a fleet at a time, on a \

@@ -35,15 +35,17 @@ type Trees<'a, 't> = &'a [TxTree<'t>; 6];
 
 /// The writes of `changes` (and the dispatch cursor, when it moves) inside a
 /// transaction over [`Trees`] and, when a delivery enters or leaves `dead`,
-/// `dead_letters`. Returns the new dedup keys.
+/// `dead_letters`; dedup keys filed as seen at `now_us`. Returns how many dedup keys
+/// it added (net of the renewed keys it moved between buckets).
 fn write(
+    state: &EmbeddedState,
     changes: &Changes,
     edits: &LedgerEdits,
     cursor: Option<u64>,
+    now_us: u64,
     [records, outcomes, dedup, deliveries, schedule, ordering]: Trees<'_, '_>,
     dead: Option<&TxTree<'_>>,
-) -> TxResult<u64> {
-    let mut new_keys = 0u64;
+) -> TxResult<i64> {
     // The event's record stays as ingest wrote it: only the verdict is written, keyed
     // by the event's resource when it has one (which indexes it by resource).
     for (id, meta) in &changes.dispatched {
@@ -53,11 +55,7 @@ fn write(
     if let Some(cursor) = cursor {
         outcomes.insert(CURSOR_KEY, cursor.to_be_bytes())?;
     }
-    for (hash, entry) in &changes.dedup {
-        if dedup.insert(hash, keys::encode_dedup(entry))?.is_none() {
-            new_keys += 1;
-        }
-    }
+    let new_keys = state.write_dedup(dedup, changes.dedup.iter(), now_us)?;
     for ((event, dest), change) in &changes.deliveries {
         let key = keys::delivery(*event, dest);
         let edits = change.index_edits();
@@ -123,17 +121,19 @@ impl EmbeddedState {
     /// Writes `changes` atomically, then updates the in-memory counts. The caller
     /// holds the lifecycle lock; durability is the caller's next step.
     pub(super) fn apply(&self, changes: &Changes) -> Result<(), StoreError> {
-        self.apply_with(changes, None, None)
+        self.apply_with(changes, None, None, crate::clock::now_us())
     }
 
     /// [`EmbeddedState::apply`], moving the dispatch cursor to `cursor` in the same
-    /// transaction: every id up to it is settled once the outcomes are written.
+    /// transaction: every id up to it is settled once the outcomes are written. The
+    /// dedup keys it writes are filed as seen at `now_us` (`dedup.rs`).
     pub(super) fn apply_dispatch(
         &self,
         changes: &Changes,
         cursor: Option<u64>,
+        now_us: u64,
     ) -> Result<(), StoreError> {
-        self.apply_with(changes, cursor, None)
+        self.apply_with(changes, cursor, None, now_us)
     }
 
     /// [`EmbeddedState::apply`], adding `journal` (a key and value of the `journal`
@@ -143,14 +143,16 @@ impl EmbeddedState {
         changes: &Changes,
         journal: Option<([u8; 16], Vec<u8>)>,
     ) -> Result<(), StoreError> {
-        self.apply_with(changes, None, journal)
+        self.apply_with(changes, None, journal, crate::clock::now_us())
     }
 
+    /// `now_us` files the dedup keys, which only dispatch writes.
     fn apply_with(
         &self,
         changes: &Changes,
         cursor: Option<u64>,
         journal: Option<([u8; 16], Vec<u8>)>,
+        now_us: u64,
     ) -> Result<(), StoreError> {
         if changes.is_empty() && cursor.is_none() && journal.is_none() {
             return Ok(());
@@ -183,7 +185,7 @@ impl EmbeddedState {
             if let (Some((key, value)), Some(tree)) = (&journal, rest.first()) {
                 tree.insert(key, value.as_slice())?;
             }
-            write(changes, &edits, cursor, six, dead.first())
+            write(self, changes, &edits, cursor, now_us, six, dead.first())
         })?;
         if let Some(cursor) = cursor {
             self.cursor.fetch_max(cursor, Ordering::AcqRel);
@@ -194,7 +196,7 @@ impl EmbeddedState {
         let left = self.counts.dispatches_counted_now(changes);
         self.inbox_count.fetch_sub(signed(left.len() as u64), Ordering::Relaxed);
         self.untally(changes, &left);
-        self.dedup_count.fetch_add(signed(new_keys), Ordering::Relaxed);
+        self.dedup_count.fetch_add(new_keys, Ordering::Relaxed);
         self.counts.apply(changes);
         Ok(())
     }

@@ -17,6 +17,11 @@ use super::{EmbeddedState, SCHEMA_VERSION, TREES};
 use crate::store::backup::{self, BackupError, Header, Summary, Writer};
 use crate::store::StoreError;
 
+/// The oldest layout a backup may hold to be restored: its trees are written as they
+/// are (its `meta` says which layout), and the relay's first open upgrades them, as it
+/// upgrades a data directory of that layout (version 2: the dedup index, `dedup.rs`).
+const OLDEST_RESTORED: u32 = 2;
+
 /// Entries written per batch at a restore: bounded memory whatever the backup holds.
 const BATCH: usize = 2048;
 
@@ -83,11 +88,12 @@ pub(crate) fn restore(
             .map_err(|e| refuse(format!("cannot read the backup {}: {e}", from.display())))
     };
     let summary = backup::verify(open()?).map_err(damaged)?;
-    if summary.header.schema != SCHEMA_VERSION {
+    if !(OLDEST_RESTORED..=SCHEMA_VERSION).contains(&summary.header.schema) {
         return Err(refuse(format!(
-            "the backup is of store layout version {}, this build restores version {}: restore \
-             it with the hookrelay that took it, start that on it once, then upgrade",
-            summary.header.schema, SCHEMA_VERSION
+            "the backup is of store layout version {}, this build restores versions \
+             {OLDEST_RESTORED} to {SCHEMA_VERSION}: restore it with the hookrelay that took it, \
+             start that on it once, then upgrade",
+            summary.header.schema
         )));
     }
     if let Some(unknown) = summary.header.trees.iter().find(|t| !TREES.contains(&t.as_str())) {
@@ -254,6 +260,39 @@ mod tests {
             assert!(again.contains("holds a store already"), "{again}");
             restored.close().await.unwrap();
         }
+    }
+
+    /// A backup of layout 2 (taken by the build before the dedup index was filed by
+    /// expiry) restores, and the first open upgrades it: its dedup keys still hold.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_backup_of_layout_2_restores_and_is_upgraded_at_open() {
+        use crate::store::backup::{Header, Writer};
+        use crate::store::lifecycle::DedupEntry;
+        let dir = tempfile::tempdir().unwrap();
+        let header = Header {
+            schema: 2,
+            engine: "redb".into(),
+            created_at_us: 0,
+            trees: TREES.iter().map(|t| (*t).to_owned()).collect(),
+        };
+        let tree = |name: &str| TREES.iter().position(|t| *t == name).unwrap() as u16;
+        let until_us = crate::clock::now_us() + 600_000_000;
+        let entry = DedupEntry { original: crate::store::EventId::new(42), until_us };
+        let out = Shared::default();
+        let mut w = Writer::start(out.clone(), &header).unwrap();
+        w.entry(tree(super::super::META), super::super::SCHEMA_KEY, b"2").unwrap();
+        w.entry(tree(super::super::DEDUP), &[7; 16], &super::super::keys::encode_dedup(&entry))
+            .unwrap();
+        w.finish().unwrap();
+        let file = dir.path().join("v2.backup");
+        std::fs::write(&file, out.0.lock().unwrap().as_slice()).unwrap();
+        let target = dir.path().join("data");
+        restore(&file, &target, Engine::Redb, 1 << 20, false).unwrap();
+        let store = super::super::testutil::open_on(Engine::Redb, &target);
+        assert_eq!(store.inner.dedup_entry(&[7; 16]).unwrap(), Some(entry));
+        let schema = store.inner.meta.get(super::super::SCHEMA_KEY).unwrap();
+        assert_eq!(schema.as_deref(), Some(SCHEMA_VERSION.to_string().as_bytes()));
+        store.close().await.unwrap();
     }
 
     #[test]

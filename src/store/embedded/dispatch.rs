@@ -3,11 +3,10 @@
 //! dedup keys, deliveries, schedule, queues and the cursor).
 
 use std::collections::HashSet;
-use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
 use super::codec::{decode_meta, parse_meta, split_record};
-use super::{keys, EmbeddedState, DEDUP, RECORDS};
+use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, Staged};
@@ -65,6 +64,7 @@ impl EmbeddedState {
         now_us: u64,
     ) -> Result<Vec<DispatchVerdict>, StoreError> {
         let guard = lock(&self.lifecycle);
+        self.dedup_buckets.forget_found();
         let mut st = Staged::new(self);
         let mut outcomes = Vec::with_capacity(plans.len());
         for plan in plans {
@@ -84,7 +84,7 @@ impl EmbeddedState {
         }
         let changes = st.into_changes();
         let cursor = self.cursor_after(&changes.dispatched.keys().copied().collect())?;
-        self.apply_dispatch(&changes, cursor)?;
+        self.apply_dispatch(&changes, cursor, now_us)?;
         drop(guard);
         // Not flushed here (see `Store::dispatch`): the next durable write covers it.
         Ok(outcomes)
@@ -111,82 +111,6 @@ impl EmbeddedState {
             cursor = id.raw();
         }
         Ok((cursor > start).then_some(cursor))
-    }
-
-    /// Removes the expired dedup entries, a chunk per transaction (one commit each on
-    /// redb, not one per entry). Each chunk is found by a short scan of its own from
-    /// where the last one stopped, and made durable before the next: on redb, a scan
-    /// held open across the whole purge pinned one snapshot for its length (pages the
-    /// purge freed could not be reused until it ended), and the pages a non-durable
-    /// commit frees wait for the next durable one. (Measured: no change in RSS at 1 M
-    /// and 2 M events; see BENCHMARKS.md, "Capacity".)
-    pub(super) fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
-        /// Entries removed per transaction.
-        const CHUNK: usize = 512;
-        /// Entries read per scan at most, expired or not.
-        const SCAN: usize = 8 * CHUNK;
-        let mut purged = 0;
-        let mut expired = Vec::new();
-        // Where the next scan starts: set only when a scan stops at a bound.
-        let mut from: Option<Vec<u8>> = None;
-        loop {
-            expired.clear();
-            let lower = match from.take() {
-                Some(key) => Bound::Excluded(key),
-                None => Bound::Unbounded,
-            };
-            let mut seen = 0;
-            for item in self.dedup.range::<Vec<u8>, _>((lower, Bound::Unbounded)) {
-                let (key, value) = item?;
-                seen += 1;
-                let gone = match keys::decode_dedup(&value) {
-                    Some(entry) => entry.until_us <= now_us,
-                    None => {
-                        let what = format!(
-                            "unreadable entry {} of the {DEDUP} tree removed (a callback of its \
-                             key may be dispatched twice)",
-                            hex(&key)
-                        );
-                        let why = "its value does not decode";
-                        self.health.trouble(crate::store::Trouble::Corrupt, &what, &why);
-                        true
-                    }
-                };
-                let at_bound = expired.len() + usize::from(gone) >= CHUNK || seen >= SCAN;
-                if at_bound {
-                    from = Some(key.to_vec());
-                }
-                if gone {
-                    expired.push((key, value));
-                }
-                if at_bound {
-                    break;
-                }
-            }
-            if !expired.is_empty() {
-                // Only remove the entry as it was seen: dispatch may have renewed it since.
-                let removed = self.db.transaction(&[&self.dedup], |t| {
-                    let mut removed = 0;
-                    for (key, value) in &expired {
-                        if t[0].get(key)?.is_some_and(|now| now[..] == value[..]) {
-                            t[0].remove(key)?;
-                            removed += 1;
-                        }
-                    }
-                    Ok(removed)
-                })?;
-                purged += removed;
-                self.dedup_count.fetch_sub(super::apply::signed(removed as u64), Ordering::Relaxed);
-                if removed > 0 {
-                    self.durable()?;
-                }
-            }
-            // A scan that ran to the end of the index leaves no place to go on from.
-            if from.is_none() {
-                break;
-            }
-        }
-        Ok(purged)
     }
 }
 
@@ -228,45 +152,6 @@ mod tests {
         inner.committed.fetch_max(second.raw(), Ordering::AcqRel);
         let pending: Vec<EventId> = inner.pending(10).unwrap().iter().map(|p| p.id).collect();
         assert_eq!(pending, [first], "the first event is still found");
-    }
-
-    /// The purge goes by chunks and short scans: a long run of live keys (more than
-    /// one scan), a run of expired ones (several chunks) and a mixed tail are all
-    /// passed over or removed as they should be, on both engines.
-    #[test]
-    fn the_purge_removes_every_expired_key_past_runs_of_live_ones() {
-        use super::super::{keys, testutil, Engine};
-        use crate::store::lifecycle::DedupEntry;
-        for engine in [Engine::Sled, Engine::Redb] {
-            let dir = tempfile::tempdir().unwrap();
-            let store = testutil::open_on(engine, dir.path());
-            let inner = &store.inner;
-            let now = 1_000_000;
-            let expired =
-                |i: u64| (5_000..8_000).contains(&i) || (i >= 8_000 && i.is_multiple_of(2));
-            for i in 0..10_000u64 {
-                let until_us = if expired(i) { now - 1 } else { now + 1 };
-                let entry = DedupEntry { original: EventId::new(i + 1), until_us };
-                let mut key = [0u8; 16];
-                key[8..].copy_from_slice(&i.to_be_bytes());
-                inner.dedup.insert(key, keys::encode_dedup(&entry)).unwrap();
-            }
-            let purged = inner.purge_dedup(now).unwrap();
-            assert_eq!(purged, 4_000, "{engine:?}");
-            let left: Vec<u64> = inner
-                .dedup
-                .iter()
-                .map(|item| {
-                    let (key, _) = item.unwrap();
-                    u64::from_be_bytes(key[8..].try_into().unwrap())
-                })
-                .collect();
-            assert_eq!(
-                left,
-                (0..10_000).filter(|&i| !expired(i)).collect::<Vec<_>>(),
-                "{engine:?}"
-            );
-        }
     }
 
     /// An event written but not yet published by its append (its group not yet

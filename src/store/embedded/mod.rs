@@ -34,6 +34,7 @@ pub(crate) mod backup;
 mod bin;
 pub(super) mod codec;
 pub(crate) mod copy;
+mod dedup;
 mod deliveries;
 mod dispatch;
 pub(crate) mod engine;
@@ -63,8 +64,8 @@ use super::{
 
 /// Version of the on-disk layout; bumped on incompatible changes. Version 1 (an
 /// `inbox` moved into `events` + `bodies` at dispatch) is migrated at open
-/// (`migrate.rs`).
-const SCHEMA_VERSION: u32 = 2;
+/// (`migrate.rs`); version 2 (`dedup` keyed by the hash alone) too (`dedup.rs`).
+const SCHEMA_VERSION: u32 = 3;
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Tree names.
@@ -118,7 +119,10 @@ pub(super) struct EmbeddedState {
     outcomes: Tree,
     deliveries: Tree,
     schedule: Tree,
+    /// Keyed by when each key expires (`dedup.rs`).
     dedup: Tree,
+    /// The buckets of `dedup` that file keys (`dedup.rs`).
+    dedup_buckets: dedup::Buckets,
     dead_letters: Tree,
     ordering: Tree,
     upstream: Tree,
@@ -215,11 +219,20 @@ impl EmbeddedStore {
             Some(v) if v.as_ref() == SCHEMA_VERSION.to_string().as_bytes() => {
                 migrate::drop_v1_trees(&db)?;
             }
-            Some(v) if v.as_ref() == b"1" => {
-                migrate::from_v1(&db)?;
+            Some(v) if v.as_ref() == b"1" || v.as_ref() == b"2" => {
+                if v.as_ref() == b"1" {
+                    migrate::from_v1(&db)?;
+                }
+                let moved = EmbeddedState::dedup_from_v2(&db, crate::clock::now_us())?;
                 meta.insert(SCHEMA_KEY, SCHEMA_VERSION.to_string().as_bytes())?;
                 db.flush()?;
                 migrate::drop_v1_trees(&db)?;
+                tracing::info!(
+                    from = %String::from_utf8_lossy(&v),
+                    to = SCHEMA_VERSION,
+                    dedup_keys_moved = moved,
+                    "the store's layout was upgraded"
+                );
             }
             Some(v) => {
                 return Err(StoreError::Schema {
@@ -248,6 +261,7 @@ impl EmbeddedStore {
             committed: AtomicU64::new(0),
             inbox_count: AtomicI64::new(0),
             dedup_count: AtomicI64::new(apply::signed(dedup.len()?)),
+            dedup_buckets: dedup::Buckets::read(&dedup)?,
             dedup,
             meta,
             db,

@@ -7,7 +7,7 @@ use crate::store::{DeliveryRecord, EventId, EventMeta, StoreError};
 
 impl View for EmbeddedState {
     fn dedup(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
-        Ok(self.dedup.get(hash)?.and_then(|v| keys::decode_dedup(&v)))
+        self.dedup_entry(hash)
     }
 
     fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError> {

@@ -1,0 +1,250 @@
+//! The dedup index of the embedded store (the `dedup` tree): its keys filed by when
+//! they expire, so that the purge removes runs of neighbouring keys.
+//!
+//! Layout 3 (`keys::dedup`): `[bucket end µs: 8, big-endian][hash: 16]`, the value
+//! `[original event id: 8][window end µs: 8]` as before. A key's **bucket** is a span
+//! of time holding its window's end (`until`); the bucket's end files it
+//! (`keys::dedup_bucket_end`). Why: layout 2 keyed an entry by its hash alone, so
+//! each insert and each of the purge's deletes landed on a page of its own, and the
+//! purge read the whole index every minute to find what had expired. On a large
+//! store, after a burst, the purge's scattered deletes made redb's checkpoints write
+//! a page per key and hold the writers for 46 ms (BENCHMARKS.md, "Checkpoints paced by
+//! their own length"). Now:
+//! - the purge takes the buckets whose end has passed and removes their keys in key
+//!   order, reading nothing that has not expired;
+//! - an insert lands among the keys of its own bucket, not of the whole index.
+//!
+//! The price: a lookup reads one key per live bucket (two or three for one window:
+//! a bucket is as wide as the window, rounded down to a power of two of µs), and an
+//! expired key stays until its bucket's end, up to one window late. Lookups compare
+//! `until` with the callback's receive time as before, so what is deduplicated does
+//! not change.
+//!
+//! Invariant: every bucket end that files a key is in [`Buckets`], or a lookup would
+//! miss the key. Kept by: dispatch (the only writer of dedup keys, under the
+//! lifecycle lock) adds a bucket before it writes into it; the purge forgets a bucket
+//! only under the lifecycle lock, once it found it empty; the open reads them all.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+use super::engine::{Tree, TxResult, TxTree};
+use super::{keys, EmbeddedState, DEDUP};
+use crate::lock::lock;
+use crate::store::lifecycle::DedupEntry;
+use crate::store::{hex, StoreError};
+
+/// The ends of the buckets that file at least one key (and perhaps a few that file
+/// none any more, until the purge looks), and where dispatch's lookups found keys.
+#[derive(Debug, Default)]
+pub(super) struct Buckets {
+    ends: Mutex<BTreeSet<u64>>,
+    /// The bucket each key a lookup found is filed under, while dispatch holds the
+    /// lifecycle lock: a key it renews moves to a later bucket, and its old key is
+    /// removed in the same transaction (one key per hash, as in layout 2).
+    found: Mutex<HashMap<[u8; 16], u64>>,
+}
+
+impl Buckets {
+    /// Every bucket of `tree` (layout 3), found by seeking from one to the next: a
+    /// read per bucket, not per key.
+    pub(super) fn read(tree: &Tree) -> Result<Self, StoreError> {
+        let mut ends = BTreeSet::new();
+        let mut from: Vec<u8> = Vec::new();
+        loop {
+            let Some(item) = tree.range::<Vec<u8>, _>(from.clone()..).next() else { break };
+            let (key, _) = item?;
+            let Some(end) = keys::dedup_bucket(&key) else {
+                // Not a layout-3 key (the open migrated them all): stepped over.
+                from = key.to_vec();
+                from.push(0);
+                continue;
+            };
+            ends.insert(end);
+            match end.checked_add(1) {
+                Some(next) => from = next.to_be_bytes().to_vec(),
+                None => break,
+            }
+        }
+        Ok(Self { ends: Mutex::new(ends), found: Mutex::default() })
+    }
+
+    /// Registers `end` before a key is written into its bucket.
+    fn add(&self, end: u64) {
+        lock(&self.ends).insert(end);
+    }
+
+    /// Forgets where earlier lookups found keys: at the start of a dispatch.
+    pub(super) fn forget_found(&self) {
+        lock(&self.found).clear();
+    }
+
+    /// How many buckets are known: what a lookup reads at most.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        lock(&self.ends).len()
+    }
+}
+
+/// The key range of the bucket ending at `end`.
+fn bucket_range(end: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let start = Bound::Included(end.to_be_bytes().to_vec());
+    let stop = match end.checked_add(1) {
+        Some(next) => Bound::Excluded(next.to_be_bytes().to_vec()),
+        None => Bound::Unbounded,
+    };
+    (start, stop)
+}
+
+impl EmbeddedState {
+    /// The entry of `hash` with the latest window end: the buckets are read from the
+    /// latest, and a key renewed after its window ended files under a later bucket
+    /// than the one it replaces (its new end is after the callback's receive time,
+    /// the old one was not).
+    pub(super) fn dedup_entry(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
+        let ends = lock(&self.dedup_buckets.ends);
+        for end in ends.iter().rev() {
+            let key = keys::dedup(*end, hash);
+            if let Some(value) = self.dedup.get(key)? {
+                lock(&self.dedup_buckets.found).insert(*hash, *end);
+                let entry = keys::decode_dedup(&value);
+                if entry.is_none() {
+                    // Taken as absent: the callback takes the key anew, over this entry.
+                    let what = format!("the entry {} of the {DEDUP} tree", hex(&key));
+                    let why = "its value does not decode: its callback is not deduplicated";
+                    self.health.trouble(crate::store::Trouble::Corrupt, &what, &why);
+                }
+                return Ok(entry);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes `entries` into `tree` (dispatch's transaction, under the lifecycle
+    /// lock), each under the bucket of its window's end as seen at `now_us`, the key
+    /// it renews removed from its earlier bucket; returns how many keys it added.
+    pub(super) fn write_dedup<'a>(
+        &self,
+        tree: &TxTree<'_>,
+        entries: impl Iterator<Item = (&'a [u8; 16], &'a DedupEntry)>,
+        now_us: u64,
+    ) -> TxResult<i64> {
+        let mut added = 0;
+        // Copied, not taken: sled may run a transaction's body again.
+        let found = lock(&self.dedup_buckets.found).clone();
+        for (hash, entry) in entries {
+            let end = keys::dedup_bucket_end(entry.until_us, now_us);
+            if let Some(&old) = found.get(hash).filter(|&&old| old != end) {
+                if tree.remove(keys::dedup(old, hash))?.is_some() {
+                    added -= 1;
+                }
+            }
+            self.dedup_buckets.add(end);
+            if tree.insert(keys::dedup(end, hash), keys::encode_dedup(entry))?.is_none() {
+                added += 1;
+            }
+        }
+        Ok(added)
+    }
+
+    /// Removes every key of the buckets that ended by `now_us` (every key in them
+    /// expired), a chunk per transaction, each made durable before the next (on redb
+    /// the pages a non-durable commit frees wait for the next durable one). Reads
+    /// only what it removes.
+    pub(super) fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
+        /// Keys removed per transaction.
+        const CHUNK: usize = 512;
+        let ended: Vec<u64> = lock(&self.dedup_buckets.ends).range(..=now_us).copied().collect();
+        let mut purged = 0;
+        for end in ended {
+            loop {
+                let chunk = self
+                    .dedup
+                    .range(bucket_range(end))
+                    .take(CHUNK)
+                    .map(|item| item.map(|(key, _)| key))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if chunk.is_empty() {
+                    break;
+                }
+                let removed = self.db.transaction(&[&self.dedup], |t| {
+                    let mut removed = 0;
+                    for key in &chunk {
+                        // A key dispatch rewrote here meanwhile (a backlog's
+                        // callback, whose window had ended) is expired too.
+                        if t[0].remove(key)?.is_some() {
+                            removed += 1;
+                        }
+                    }
+                    Ok(removed)
+                })?;
+                purged += removed;
+                self.dedup_count.fetch_sub(super::apply::signed(removed as u64), Ordering::Relaxed);
+                if removed > 0 {
+                    self.durable()?;
+                }
+            }
+            // Forgotten only if still empty under the lifecycle lock: dispatch writes
+            // under it, and may just have filed a backlog's key here.
+            let _rules = lock(&self.lifecycle);
+            if self.dedup.range(bucket_range(end)).next().transpose()?.is_none() {
+                lock(&self.dedup_buckets.ends).remove(&end);
+            }
+        }
+        Ok(purged)
+    }
+
+    /// Moves the keys of layout 2 (the hash alone) under their buckets: at the open
+    /// of a store of layout 2, before the version is bumped. Idempotent: a crash part
+    /// way leaves some keys moved and the rest still to move, and the next open goes
+    /// on. An entry whose value does not decode is dropped, as the purge of layout 2
+    /// did (its callback's key may be dispatched twice). Returns how many moved.
+    pub(super) fn dedup_from_v2(db: &super::engine::Db, now_us: u64) -> Result<u64, StoreError> {
+        /// Keys moved per transaction: bounded memory for a large index.
+        const CHUNK: usize = 1024;
+        let tree = db.open_tree(DEDUP)?;
+        let mut moved = 0;
+        let mut from: Bound<Vec<u8>> = Bound::Unbounded;
+        loop {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            for item in tree.range::<Vec<u8>, _>((from.clone(), Bound::Unbounded)) {
+                let (key, value) = item?;
+                // Layout 3's keys are 24 bytes: they may sort among the old ones.
+                if key.len() == 16 {
+                    chunk.push((key.to_vec(), value.to_vec()));
+                }
+                from = Bound::Excluded(key.to_vec());
+                if chunk.len() == CHUNK {
+                    break;
+                }
+            }
+            if chunk.is_empty() {
+                return Ok(moved);
+            }
+            db.transaction(&[&tree], |t| {
+                for (key, value) in &chunk {
+                    t[0].remove(key)?;
+                    let (Ok(hash), Some(entry)) =
+                        (<[u8; 16]>::try_from(key.as_slice()), keys::decode_dedup(value))
+                    else {
+                        tracing::warn!(
+                            key = %hex(key),
+                            "an unreadable entry of the dedup index was dropped as the store \
+                             was upgraded (a callback of its key may be dispatched twice)"
+                        );
+                        continue;
+                    };
+                    let end = keys::dedup_bucket_end(entry.until_us, now_us);
+                    t[0].insert(keys::dedup(end, &hash), value.as_slice())?;
+                }
+                Ok(())
+            })?;
+            moved += chunk.len() as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
