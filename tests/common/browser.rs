@@ -176,6 +176,20 @@ impl Browser {
         }
     }
 
+    /// Waits until the page's address ends with `suffix` (a form submitted and its
+    /// result loaded: text found before then may be the page the form was on).
+    pub async fn wait_for_url(&self, suffix: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let url = self.url().await;
+            if url.ends_with(suffix) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not at …{suffix} within {timeout:?}; at {url}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Clicks the button whose text is `label`.
     pub async fn click_button(&self, label: &str) {
         let deadline = Instant::now() + WAIT;
