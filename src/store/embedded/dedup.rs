@@ -54,7 +54,7 @@ impl Buckets {
         let mut ends = BTreeSet::new();
         let mut from: Vec<u8> = Vec::new();
         loop {
-            let Some(item) = tree.range::<Vec<u8>, _>(from.clone()..).next() else { break };
+            let Some(item) = tree.range(from.as_slice()..).next() else { break };
             let (key, _) = item?;
             let Some(end) = keys::dedup_bucket(&key) else {
                 // Not a layout-3 key (the open migrated them all): stepped over.
@@ -63,9 +63,10 @@ impl Buckets {
                 continue;
             };
             ends.insert(end);
-            match end.checked_add(1) {
-                Some(next) => from = next.to_be_bytes().to_vec(),
-                None => break,
+            // On from the end of this bucket's range: the next bucket's first key.
+            match bucket_range(end).1 {
+                Bound::Excluded(next) => from = next,
+                _ => break,
             }
         }
         Ok(Self { ends: Mutex::new(ends), found: Mutex::default() })
