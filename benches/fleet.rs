@@ -22,7 +22,8 @@
 //!
 //! Run: `cargo bench --bench fleet` (env: BENCH_ROUNDS, BENCH_SECS (ingest);
 //! BENCH_LATENCY_SECS (20), BENCH_RATES ("200,1000"), BENCH_ONLY (setups whose label
-//! holds it), BENCH_WATCH (prints the inbox and pending deliveries every 500 ms);
+//! holds it), BENCH_WATCH (prints the inbox and pending deliveries every 500 ms),
+//! BENCH_TOP (the most frequent statements printed per run, 10);
 //! BENCH_PHASES ("throughput,latency"); BENCH_PG_OPTIONS (more server settings,
 //! `-c name=value ...`, to try one);
 //! BENCH_BASELINE=path/to/an/older/hookrelay adds its PostgreSQL setups, side by side,
@@ -394,7 +395,7 @@ async fn latency(server: &PgServer, rounds: usize) {
                     r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0,
                     r.relay_cpu_us, r.pg_cpu_us, r.statements, r.wal_syncs
                 );
-                for (calls, ms, rows, query) in top.iter().take(10) {
+                for (calls, ms, rows, query) in top.iter().take(env_or("BENCH_TOP", 10)) {
                     let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
                     eprintln!(
                         "    {:.3}/callback, {:.3} ms and {:.1} rows each: {}",

@@ -29,7 +29,9 @@ const HOUR_US: i64 = crate::store::lifecycle::ledger::HOUR_US as i64;
 /// (before its first heartbeat sets it) cannot push the fleet's ids, which every later
 /// id must exceed, into the future. Ids of a group keep the group's order (every term
 /// grows with the ordinal). The ledger's `received` and `rejected` of the rows stored
-/// go in the same statement (their ids decide their hour), with this relay's counts.
+/// go in the same statement (their ids decide their hour), with this relay's counts,
+/// and so does the fleet dispatcher's wake-up when `$17`, the channel, is not NULL
+/// (`PgState::inbox_channel`): a notification is sent when its transaction commits.
 macro_rules! insert_group_sql {
     ($conflict:literal) => {
         concat!(
@@ -56,7 +58,10 @@ macro_rules! insert_group_sql {
                      SELECT r.source, r.event, $16, r.n
                      FROM unnest($13::text[], $14::text[], $15::bigint[]) AS r(source, event, n)
                      ON CONFLICT (source, event, relay) DO UPDATE SET n = received.n + excluded.n)
-             SELECT k.id, EXISTS (SELECT 1 FROM ins WHERE ins.id = k.id) FROM k ORDER BY k.n"
+             SELECT k.id, EXISTS (SELECT 1 FROM ins WHERE ins.id = k.id),
+                    (SELECT count(*) FROM (SELECT pg_notify($17::text, $16)
+                                           WHERE $17::text IS NOT NULL) AS wake)
+             FROM k ORDER BY k.n"
         )
     };
 }
@@ -102,8 +107,9 @@ impl<'a> Columns<'a> {
 }
 
 /// One run of `sql` ([`STRICT`] or [`TOLERANT`]) on `client` for the events at `todo`
-/// with the ids `ids`, adding `counted` to this relay's counts; one row per event, in
-/// the order of `todo`: its id and whether it was stored.
+/// with the ids `ids`, adding `counted` to this relay's counts and notifying `wake`,
+/// the fleet's channel, if any; one row per event, in the order of `todo`: its id and
+/// whether it was stored.
 #[allow(clippy::too_many_arguments)]
 async fn insert<C: Cached + Sync>(
     client: &C,
@@ -114,6 +120,7 @@ async fn insert<C: Cached + Sync>(
     counted: &(Vec<&str>, Vec<&str>, Vec<i64>),
     shard: i16,
     instance: &str,
+    wake: Option<&str>,
 ) -> Result<Vec<pg::Row>, StoreError> {
     let columns = (
         todo.iter().map(|&i| ids[i]).collect::<Vec<i64>>(),
@@ -126,7 +133,7 @@ async fn insert<C: Cached + Sync>(
         pick(todo, &group.resource),
         pick(todo, &group.bucket),
     );
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 17] = [
         &columns.0,
         &columns.1,
         &columns.2,
@@ -143,6 +150,7 @@ async fn insert<C: Cached + Sync>(
         &counted.1,
         &counted.2,
         &instance,
+        &wake,
     ];
     Ok(client.cached_query(sql, &params).await?)
 }
@@ -151,8 +159,7 @@ impl PgState {
     /// Stores one group, whole or not at all; returns the ids in order.
     ///
     /// Most groups take one round trip: the [`STRICT`] statement on its own (its own
-    /// transaction, committed with it), the fleet dispatcher's wake-up pipelined after
-    /// it. Only when another relay took one of the group's ids meanwhile (the same µs,
+    /// transaction, committed with it), the fleet dispatcher's wake-up in it. Only when another relay took one of the group's ids meanwhile (the same µs,
     /// or both raised above the same committed id) does the group go again, in a
     /// transaction that places each such event on the next id until all fit.
     pub(super) async fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
@@ -180,11 +187,12 @@ impl PgState {
         let all: Vec<usize> = (0..batch.len()).collect();
         let mut client = self.pool.get().await?;
         {
-            let strict =
-                insert(&client, STRICT, &group, &ids, &all, &counts, shard, &self.instance);
-            match tokio::try_join!(strict, self.notify_inbox(&client)) {
+            let wake = self.inbox_channel();
+            match insert(&client, STRICT, &group, &ids, &all, &counts, shard, &self.instance, wake)
+                .await
+            {
                 // Every row stored: the strict form stores all or fails.
-                Ok((rows, ())) => {
+                Ok(rows) => {
                     self.take_ids(&mut ids, &all, &rows);
                     return Ok(event_ids(ids));
                 }
@@ -198,11 +206,12 @@ impl PgState {
         let mut todo = all;
         for attempt in 0..16 {
             let counted = if attempt == 0 { &counts } else { &no_counts };
+            // The wake-up is sent once every event is placed, below.
             let rows =
-                insert(&tx, TOLERANT, &group, &ids, &todo, counted, shard, &self.instance).await?;
+                insert(&tx, TOLERANT, &group, &ids, &todo, counted, shard, &self.instance, None)
+                    .await?;
             todo = self.take_ids(&mut ids, &todo, &rows);
             if todo.is_empty() {
-                // The wake-up the strict statement sent may have come before these rows.
                 self.notify_inbox(&tx).await?;
                 tx.commit().await?;
                 return Ok(event_ids(ids));

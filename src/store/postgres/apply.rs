@@ -11,7 +11,7 @@ use super::cached::{pipelined, Cached};
 use super::view::Prefetch;
 use super::{pg, sql_id, sql_us};
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
-use crate::store::lifecycle::{self, Changes};
+use crate::store::lifecycle::{self, Changes, Queue};
 use crate::store::StoreError;
 
 /// Delivery rows to write in one statement, column by column.
@@ -30,10 +30,6 @@ struct Rows<'a> {
 /// record): by (event, destination), the claim's token. The row is then written once,
 /// not twice, and the claim goes only if it is still that one.
 pub(super) type Releases = std::collections::HashMap<(crate::store::EventId, String), u64>;
-
-/// A resource's queue to write: destination, resource, (head, tail, len) or `None`
-/// when it is gone, and whether its row existed.
-type QueueWrite<'a> = (&'a String, &'a [u8], Option<(i64, i64, i64)>, bool);
 
 /// Dedup rows to write in one statement.
 #[derive(Default)]
@@ -111,26 +107,21 @@ pub(super) async fn apply_releasing(
             }
         }
     }
-    let queues: Vec<QueueWrite<'_>> = changes
-        .queues
-        .iter()
-        .map(|((dest, resource), queue)| {
-            let existed = matches!(seen.queues.get(&(dest.clone(), *resource)), Some(Some(_)));
-            let numbers = queue.as_ref().map(|q| {
-                (sql_id(q.head), sql_id(q.tail), i64::try_from(q.len).unwrap_or(i64::MAX))
-            });
-            (dest, resource.as_slice(), numbers, existed)
-        })
-        .collect();
+    let mut queues = QueueRows::default();
+    for ((dest, resource), queue) in &changes.queues {
+        let existed = matches!(seen.queues.get(&(dest.clone(), *resource)), Some(Some(_)));
+        queues.push(dest, resource, queue.as_ref(), existed);
+    }
     let pruned: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
     let bodies_dropped: Vec<i64> = changes.bodies_dropped.iter().map(|id| sql_id(*id)).collect();
     let ledger_edits = ledger::edits(changes, state.ledger_start);
     let ledger = LedgerRows::of(&ledger_edits);
 
     // In this order, as each was written after the one before.
-    let mut writes: Vec<(&str, Vec<&(dyn ToSql + Sync)>)> = Vec::new();
+    let mut writes: Vec<Write<'_>> = Vec::new();
     if !dispatched.0.is_empty() {
-        writes.push((
+        writes.push(Write::new(
+            "events",
             "UPDATE events e SET inbox = false, status = k.status, meta = k.meta
              FROM unnest($1::bigint[], $2::text[], $3::bytea[]) AS k(id, status, meta)
              WHERE e.id = k.id AND e.inbox",
@@ -138,14 +129,16 @@ pub(super) async fn apply_releasing(
         ));
     }
     if !new_dedup.is_empty() {
-        writes.push((
+        writes.push(Write::new(
+            "dedup",
             "INSERT INTO dedup (hash, original, until_us)
              SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[])",
             vec![&new_dedup.keys, &new_dedup.a, &new_dedup.b],
         ));
     }
     if !old_dedup.is_empty() {
-        writes.push((
+        writes.push(Write::new(
+            "dedup",
             "UPDATE dedup d SET original = k.original, until_us = k.until_us
              FROM unnest($1::bytea[], $2::bigint[], $3::bigint[]) AS k(hash, original, until_us)
              WHERE d.hash = k.hash",
@@ -153,14 +146,16 @@ pub(super) async fn apply_releasing(
         ));
     }
     if !gone_events.is_empty() {
-        writes.push((
+        writes.push(Write::new(
+            "deliveries",
             "DELETE FROM deliveries d USING unnest($1::bigint[], $2::text[]) AS k(event, destination)
              WHERE d.event = k.event AND d.destination = k.destination",
             vec![&gone_events, &gone_dests],
         ));
     }
     if !updates.events.is_empty() {
-        writes.push((
+        writes.push(Write::new(
+            "deliveries",
             "UPDATE deliveries d SET state = k.state, due_us = k.due_us, record = k.record,
                  claim_owner = CASE WHEN d.claim_token = k.release THEN NULL ELSE d.claim_owner END,
                  claim_expires_us = CASE WHEN d.claim_token = k.release THEN NULL ELSE d.claim_expires_us END,
@@ -179,35 +174,49 @@ pub(super) async fn apply_releasing(
         ));
     }
     if !inserts.events.is_empty() {
-        writes.push((
+        writes.push(Write::new(
+            "deliveries",
             "INSERT INTO deliveries (event, destination, state, due_us, record)
              SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])",
             vec![&inserts.events, &inserts.dests, &inserts.states, &inserts.dues, &inserts.records],
         ));
     }
-    for (dest, resource, numbers, existed) in &queues {
-        match numbers {
-            None => writes.push((
-                "DELETE FROM queues WHERE destination = $1 AND resource = $2",
-                vec![*dest, resource],
-            )),
-            Some((head, tail, len)) => writes.push((
-                if *existed {
-                    "UPDATE queues SET head = $3, tail = $4, len = $5
-                     WHERE destination = $1 AND resource = $2"
-                } else {
-                    "INSERT INTO queues (destination, resource, head, tail, len)
-                     VALUES ($1, $2, $3, $4, $5)"
-                },
-                vec![*dest, resource, head, tail, len],
-            )),
-        }
+    if !queues.gone.0.is_empty() {
+        writes.push(Write::new(
+            "queues",
+            "DELETE FROM queues q USING unnest($1::text[], $2::bytea[]) AS k(destination, resource)
+             WHERE q.destination = k.destination AND q.resource = k.resource",
+            vec![&queues.gone.0, &queues.gone.1],
+        ));
+    }
+    if !queues.updates.dests.is_empty() {
+        writes.push(Write::new(
+            "queues",
+            "UPDATE queues q SET head = k.head, tail = k.tail, len = k.len
+             FROM unnest($1::text[], $2::bytea[], $3::bigint[], $4::bigint[], $5::bigint[])
+               AS k(destination, resource, head, tail, len)
+             WHERE q.destination = k.destination AND q.resource = k.resource",
+            queues.updates.params(),
+        ));
+    }
+    if !queues.inserts.dests.is_empty() {
+        writes.push(Write::new(
+            "queues",
+            "INSERT INTO queues (destination, resource, head, tail, len)
+             SELECT * FROM unnest($1::text[], $2::bytea[], $3::bigint[], $4::bigint[], $5::bigint[])",
+            queues.inserts.params(),
+        ));
     }
     if !pruned.is_empty() {
-        writes.push(("DELETE FROM events WHERE id = ANY($1) AND NOT inbox", vec![&pruned]));
+        writes.push(Write::new(
+            "events",
+            "DELETE FROM events WHERE id = ANY($1) AND NOT inbox",
+            vec![&pruned],
+        ));
     }
     if !bodies_dropped.is_empty() {
-        writes.push((
+        writes.push(Write::new(
+            "events",
             "UPDATE events SET body = NULL WHERE id = ANY($1) AND NOT inbox AND body IS NOT NULL",
             vec![&bodies_dropped],
         ));
@@ -215,12 +224,145 @@ pub(super) async fn apply_releasing(
     // Last: the counters are the rows most transactions share, held for the least time,
     // and taken in key order (no two transactions wait on each other in a cycle).
     if let Some(ledger) = &ledger {
-        writes.push((LEDGER_SQL, ledger.params()));
+        writes.push(Write::new("audit", LEDGER_SQL, ledger.params()));
     }
-    let writes = async { pipelined(tx, &writes).await.map_err(StoreError::from) };
-    let notifier = state.notifier();
-    tokio::try_join!(notifier.notify_due(tx, changes), writes)?;
+    let notify = state.notifier().due(changes);
+    if let Some(notify) = &notify {
+        writes.push(Write::new("", super::listen::NOTIFY_DUE, notify.params()));
+    }
+    let statements = combine(&writes);
+    let statements: Vec<(&str, Vec<&(dyn ToSql + Sync)>)> =
+        statements.iter().map(|(sql, params)| (sql.as_str(), params.clone())).collect();
+    pipelined(tx, &statements).await?;
     Ok(())
+}
+
+/// One write of a rule: the table it changes (`""`: none), its statement (parameters
+/// from `$1`) and their values.
+struct Write<'a> {
+    table: &'static str,
+    sql: &'static str,
+    params: Vec<&'a (dyn ToSql + Sync)>,
+}
+
+impl<'a> Write<'a> {
+    fn new(table: &'static str, sql: &'static str, params: Vec<&'a (dyn ToSql + Sync)>) -> Self {
+        Self { table, sql, params }
+    }
+}
+
+/// `writes` as few statements as may be: consecutive writes become one statement of
+/// data-modifying `WITH` queries, each run to its end in this order (the last query
+/// counts their rows, left to right). Why: each statement costs PostgreSQL an
+/// execution of its own, and a rule's writes were 4-6 of a dispatch's 10 (issue 44).
+///
+/// The queries of one statement see the same snapshot, not each other's changes, and
+/// two of them must not change the same row. Those of `deliveries`, `dedup` and
+/// `queues` change disjoint rows (each key is one entry of a rule's changes), but
+/// `events`' (dispatched, pruned, bodies dropped) may meet: a second write of `events`
+/// starts a statement of its own, after the first.
+fn combine<'a>(writes: &[Write<'a>]) -> Vec<(String, Vec<&'a (dyn ToSql + Sync)>)> {
+    let mut groups: Vec<&[Write<'a>]> = Vec::new();
+    let mut start = 0;
+    for i in 0..writes.len() {
+        let table = writes[i].table;
+        if table == "events" && writes[start..i].iter().any(|w| w.table == table) {
+            groups.push(&writes[start..i]);
+            start = i;
+        }
+    }
+    if start < writes.len() {
+        groups.push(&writes[start..]);
+    }
+    groups
+        .into_iter()
+        .map(|group| match group {
+            [one] => (one.sql.to_owned(), one.params.clone()),
+            _ => {
+                let mut sql = String::from("WITH ");
+                let mut params = Vec::new();
+                let mut counts = Vec::new();
+                for (i, w) in group.iter().enumerate() {
+                    if i > 0 {
+                        sql.push_str(", ");
+                    }
+                    let returning = if w.table.is_empty() { "" } else { " RETURNING 1" };
+                    sql.push_str(&format!(
+                        "w{i} AS ({}{returning})",
+                        renumber(w.sql, params.len())
+                    ));
+                    params.extend(w.params.iter().copied());
+                    counts.push(format!("(SELECT count(*) FROM w{i})"));
+                }
+                sql.push_str(" SELECT ");
+                sql.push_str(&counts.join(", "));
+                (sql, params)
+            }
+        })
+        .collect()
+}
+
+/// `sql` with each parameter `$n` renumbered `$(n + by)`. The statements here hold no
+/// `$` but their parameters' (no string literal or dollar quoting).
+fn renumber(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        out.push(c);
+        if c != '$' {
+            continue;
+        }
+        let mut n = String::new();
+        while let Some((_, d)) = chars.peek().copied().filter(|(_, d)| d.is_ascii_digit()) {
+            n.push(d);
+            chars.next();
+        }
+        match n.parse::<usize>() {
+            Ok(n) => out.push_str(&(n + by).to_string()),
+            Err(_) => out.push_str(&n),
+        }
+    }
+    out
+}
+
+/// Queue rows to write, in one statement per kind: gone, updated, inserted.
+#[derive(Default)]
+struct QueueRows<'a> {
+    gone: (Vec<&'a str>, Vec<&'a [u8]>),
+    updates: QueueColumns<'a>,
+    inserts: QueueColumns<'a>,
+}
+
+impl<'a> QueueRows<'a> {
+    fn push(&mut self, dest: &'a str, resource: &'a [u8], queue: Option<&Queue>, existed: bool) {
+        let Some(q) = queue else {
+            self.gone.0.push(dest);
+            self.gone.1.push(resource);
+            return;
+        };
+        let rows = if existed { &mut self.updates } else { &mut self.inserts };
+        rows.dests.push(dest);
+        rows.resources.push(resource);
+        rows.heads.push(sql_id(q.head));
+        rows.tails.push(sql_id(q.tail));
+        rows.lens.push(i64::try_from(q.len).unwrap_or(i64::MAX));
+    }
+}
+
+/// A queue's columns as the statements bind them.
+#[derive(Default)]
+struct QueueColumns<'a> {
+    dests: Vec<&'a str>,
+    resources: Vec<&'a [u8]>,
+    heads: Vec<i64>,
+    tails: Vec<i64>,
+    lens: Vec<i64>,
+}
+
+impl QueueColumns<'_> {
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        vec![&self.dests, &self.resources, &self.heads, &self.tails, &self.lens]
+    }
 }
 
 /// Adds a rule's edits to the `audit` counters, on one shard picked at random.
@@ -294,3 +436,47 @@ pub(super) async fn add_to_ledger(
 
 /// Rows one counter is spread over.
 pub(super) const LEDGER_SHARDS: i16 = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::{combine, renumber, Write};
+
+    #[test]
+    fn parameters_are_renumbered_whatever_their_digits_and_casts() {
+        assert_eq!(
+            renumber("SELECT $1::bigint[], $12, x FROM t WHERE a = $2", 9),
+            "SELECT $10::bigint[], $21, x FROM t WHERE a = $11"
+        );
+        assert_eq!(renumber("no parameters", 4), "no parameters");
+        assert_eq!(renumber("a lone $ sign", 4), "a lone $ sign");
+    }
+
+    /// Writes become one statement, in order, each run by the last query, with their
+    /// parameters in turn; a second write of `events` starts a statement of its own.
+    #[test]
+    fn writes_are_combined_but_never_two_of_events() {
+        let (a, b, c) = (1_i64, 2_i64, 3_i64);
+        let writes = [
+            Write::new("events", "UPDATE events SET x = $1", vec![&a]),
+            Write::new("deliveries", "INSERT INTO deliveries SELECT $1, $2", vec![&b, &c]),
+            Write::new("events", "DELETE FROM events WHERE id = $1", vec![&c]),
+            Write::new("", "SELECT pg_notify($1, 'x')", vec![&a]),
+        ];
+        let statements = combine(&writes);
+        let texts: Vec<&str> = statements.iter().map(|(sql, _)| sql.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "WITH w0 AS (UPDATE events SET x = $1 RETURNING 1), \
+                 w1 AS (INSERT INTO deliveries SELECT $2, $3 RETURNING 1) \
+                 SELECT (SELECT count(*) FROM w0), (SELECT count(*) FROM w1)",
+                "WITH w0 AS (DELETE FROM events WHERE id = $1 RETURNING 1), \
+                 w1 AS (SELECT pg_notify($2, 'x')) \
+                 SELECT (SELECT count(*) FROM w0), (SELECT count(*) FROM w1)",
+            ]
+        );
+        assert_eq!(statements.iter().map(|(_, p)| p.len()).collect::<Vec<_>>(), [3, 2]);
+        let one = combine(&writes[..1]);
+        assert_eq!(one[0].0, "UPDATE events SET x = $1", "a single write is sent as it is");
+    }
+}

@@ -30,7 +30,10 @@ impl DeliveryQueue for PostgresStore {
     ) -> Result<Vec<Claim>, StoreError> {
         self.write(async {
             let client = self.client().await?;
-            claim(&client, &self.inner, destination, owner, now_us, lease, limit).await
+            let (claims, _) =
+                claim_with(&client, CLAIM, &self.inner, destination, owner, now_us, lease, limit)
+                    .await?;
+            Ok(claims)
         })
         .await
     }
@@ -45,12 +48,12 @@ impl DeliveryQueue for PostgresStore {
     ) -> Result<(Vec<Claim>, Option<u64>), StoreError> {
         self.write(async {
             let client = self.client().await?;
-            // Pipelined on one connection: sent together, run in this order, one
-            // round trip for both.
-            tokio::try_join!(
-                claim(&client, &self.inner, destination, owner, now_us, lease, limit),
-                next_due(&client, destination, now_us),
-            )
+            // One statement: the claims and, beside them, when the next delivery is due.
+            let sql = &*CLAIM_AND_NEXT;
+            let (claims, next) =
+                claim_with(&client, sql, &self.inner, destination, owner, now_us, lease, limit)
+                    .await?;
+            Ok((claims, next.flatten()))
         })
         .await
     }
@@ -280,17 +283,54 @@ impl DeliveryQueue for PostgresStore {
     }
 }
 
+/// Claims `destination`'s due deliveries: the one rule (due, and either unclaimed,
+/// its lease expired, or its owner silent), oldest first. Returns the columns that
+/// [`claim_with`] reads; `$1` destination, `$2` now, `$3` limit, `$4` owner, `$5` the
+/// lease's end, `$6` when an owner counts as silent.
+const CLAIM: &str = "WITH due AS (
+         SELECT event, destination FROM deliveries d
+         WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
+           AND (claim_expires_us IS NULL OR claim_expires_us <= $2
+                OR EXISTS (SELECT 1 FROM relays r
+                           WHERE r.owner = d.claim_owner AND r.seen_us < $6))
+         ORDER BY due_us, event LIMIT $3
+         FOR UPDATE SKIP LOCKED)
+     UPDATE deliveries d
+     SET claim_owner = $4, claim_token = nextval('claim_tokens'), claim_expires_us = $5
+     FROM due WHERE d.event = due.event AND d.destination = due.destination
+     RETURNING d.event, d.due_us, d.claim_token, d.record,
+         (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
+         (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)";
+
+/// When `$1`'s next delivery after `$2` is due. Beside [`CLAIM`] in one statement it
+/// reads the same snapshot, in which the claimed rows are due at or before `$2`
+/// (a claim does not move `due_us`): so it is the same answer as read after it.
+const NEXT_DUE: &str = "SELECT min(due_us) FROM deliveries WHERE destination = $1 AND due_us > $2";
+
+/// [`CLAIM`]'s rows, each with [`NEXT_DUE`]'s answer beside it; a row of NULLs
+/// and that answer when nothing was claimed.
+static CLAIM_AND_NEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH claimed AS ({CLAIM}), next AS ({NEXT_DUE})
+         SELECT c.*, next.min FROM next LEFT JOIN claimed c ON true"
+    )
+});
+
 /// Claims up to `limit` of `destination`'s due deliveries for `owner` on `client`
-/// ([`DeliveryQueue::claim_due`]).
-async fn claim<C: Cached + Sync>(
+/// ([`DeliveryQueue::claim_due`]) by `sql`: [`CLAIM`], or a statement around it whose
+/// rows are [`CLAIM`]'s columns (NULLs where nothing was claimed) and one more. Returns
+/// the claims, sorted, and that one more column of the first row, if there is one.
+#[allow(clippy::too_many_arguments)]
+async fn claim_with<C: Cached + Sync>(
     client: &C,
+    sql: &str,
     state: &super::PgState,
     destination: &str,
     owner: &str,
     now_us: u64,
     lease: Duration,
     limit_n: usize,
-) -> Result<Vec<Claim>, StoreError> {
+) -> Result<(Vec<Claim>, Option<Option<u64>>), StoreError> {
     let expires_us = now_us.saturating_add(crate::clock::micros(lease));
     let silence = crate::clock::micros(crate::store::owner_silence(lease, state.live_for));
     let silent_since = now_us.saturating_sub(silence);
@@ -298,20 +338,7 @@ async fn claim<C: Cached + Sync>(
     // heartbeats' `seen_us`.
     let rows = client
         .cached_query(
-            "WITH due AS (
-                 SELECT event, destination FROM deliveries d
-                 WHERE destination = $1 AND due_us IS NOT NULL AND due_us <= $2
-                   AND (claim_expires_us IS NULL OR claim_expires_us <= $2
-                        OR EXISTS (SELECT 1 FROM relays r
-                                   WHERE r.owner = d.claim_owner AND r.seen_us < $6))
-                 ORDER BY due_us, event LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-             UPDATE deliveries d
-             SET claim_owner = $4, claim_token = nextval('claim_tokens'), claim_expires_us = $5
-             FROM due WHERE d.event = due.event AND d.destination = due.destination
-             RETURNING d.event, d.due_us, d.claim_token, d.record,
-                 (SELECT e.meta FROM events e WHERE e.id = d.event AND NOT e.inbox),
-                 (SELECT e.body FROM events e WHERE e.id = d.event AND NOT e.inbox)",
+            sql,
             &[
                 &destination,
                 &sql_us(now_us),
@@ -322,8 +349,10 @@ async fn claim<C: Cached + Sync>(
             ],
         )
         .await?;
+    let extra = rows.first().and_then(|r| (r.len() > 6).then(|| r.get::<_, Option<i64>>(6)));
     let mut claims = rows
         .iter()
+        .filter(|r| r.get::<_, Option<i64>>(0).is_some())
         .map(|r| {
             let meta: Option<&[u8]> = r.get(4);
             let body: Option<Vec<u8>> = r.get(5);
@@ -341,7 +370,7 @@ async fn claim<C: Cached + Sync>(
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     claims.sort_by_key(|c| (c.due_us, c.event));
-    Ok(claims)
+    Ok((claims, extra.map(|n| n.map(us_of))))
 }
 
 /// When `destination`'s next delivery after `now_us` is due, read on `client`.
@@ -350,11 +379,6 @@ async fn next_due<C: Cached + Sync>(
     destination: &str,
     now_us: u64,
 ) -> Result<Option<u64>, StoreError> {
-    let row = client
-        .cached_query_one(
-            "SELECT min(due_us) FROM deliveries WHERE destination = $1 AND due_us > $2",
-            &[&destination, &sql_us(now_us)],
-        )
-        .await?;
+    let row = client.cached_query_one(NEXT_DUE, &[&destination, &sql_us(now_us)]).await?;
     Ok(row.get::<_, Option<i64>>(0).map(us_of))
 }

@@ -7,11 +7,24 @@ use async_trait::async_trait;
 
 use super::apply::apply;
 use super::cached::Cached;
+use super::lead::DISPATCH_HOLDER;
 use super::store::{id_of, limit, us_of};
 use super::view::{decode_meta, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};
 use crate::store::lifecycle::{self};
 use crate::store::{Dispatch, DispatchPlan, DispatchVerdict, InboxStats, PendingEvent, StoreError};
+
+/// Dispatch's first statement: the dispatcher's lease holder ([`DISPATCH_HOLDER`])
+/// beside each of the inbox rows `$1` that no other transaction holds, locked; the
+/// holder beside NULLs when there is none.
+static HOLDER_AND_INBOX: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT l.holder, e.id, e.meta FROM (SELECT 1) AS one
+         LEFT JOIN ({DISPATCH_HOLDER}) AS l ON true
+         LEFT JOIN (SELECT id, meta FROM events WHERE id = ANY($1) AND inbox
+                    FOR UPDATE SKIP LOCKED) AS e ON true"
+    )
+});
 
 #[async_trait]
 impl Dispatch for PostgresStore {
@@ -50,18 +63,29 @@ impl Dispatch for PostgresStore {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
             let ids: Vec<i64> = plans.iter().map(|p| sql_id(p.id)).collect();
-            // The lease check and the inbox rows in one round trip (pipelined, run in
-            // this order); rows a relay without the lease locked go with its rollback.
-            // Another relay dispatching the same events holds their rows: skip them.
-            let inbox = async {
-                tx.cached_query(
-                    "SELECT id, meta FROM events WHERE id = ANY($1) AND inbox FOR UPDATE SKIP LOCKED",
-                    &[&ids],
-                )
-                .await
-                .map_err(StoreError::from)
+            // The lease check and the inbox rows in one statement; rows a relay
+            // without the lease locked go with its rollback. Another relay
+            // dispatching the same events holds their rows: they are skipped.
+            // Pipelined with it (one round trip for both), the dedup keys and queues the
+            // rule's first pass asks for: it then needs no read of its own for them.
+            let mut seen = Prefetch::default();
+            let dedup: Vec<[u8; 16]> =
+                plans.iter().filter_map(|p| p.dedup.as_ref().map(|k| k.hash)).collect();
+            let mut queues: Vec<(String, [u8; 16])> = Vec::new();
+            for plan in &plans {
+                if let Some(resource) = plan.resource {
+                    queues.extend(plan.ordered.iter().map(|d| (d.clone(), resource)));
+                }
+            }
+            let ahead = seen.fetch_ahead(&tx, dedup, queues);
+            let holder_and_inbox = async {
+                tx.cached_query(&HOLDER_AND_INBOX, &[&ids, &crate::store::DISPATCH_LEAD])
+                    .await
+                    .map_err(StoreError::from)
             };
-            let (may, rows) = tokio::try_join!(self.inner.may_dispatch(&tx), inbox)?;
+            let (rows, ()) = tokio::try_join!(holder_and_inbox, ahead)?;
+            let holder = rows.first().and_then(|r| r.get::<_, Option<&str>>(0));
+            let may = self.inner.may_dispatch(holder);
             if !may {
                 // Another relay leads dispatch now: it takes these (in order). The
                 // rows this transaction locked are let go before returning: a dropped
@@ -73,9 +97,11 @@ impl Dispatch for PostgresStore {
             }
             let mut inbox = HashMap::new();
             for r in &rows {
-                inbox.insert(id_of(r.get(0)), decode_meta(r.get(1))?);
+                if let Some(id) = r.get::<_, Option<i64>>(1) {
+                    inbox.insert(id_of(id), decode_meta(r.get(2))?);
+                }
             }
-            let mut seen = Prefetch::default();
+            seen.undispatched = inbox.keys().copied().collect();
             let (outcomes, changes) = seen
                 .decide(&tx, |st| {
                     plans

@@ -18,7 +18,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::cached::Cached;
-use super::{pg, PgState};
+use super::PgState;
 use crate::store::StoreError;
 
 /// How long a lease lasts after a renewal, on the database's clock.
@@ -175,19 +175,19 @@ impl PgState {
         Ok(())
     }
 
-    /// In the dispatch transaction `tx`: whether this relay may dispatch, locking the
-    /// dispatcher's lease row against a takeover until `tx` ends. Yes when it holds
-    /// the lease, or when no relay ever took it (the store used directly).
-    pub(super) async fn may_dispatch(&self, tx: &pg::Transaction<'_>) -> Result<bool, StoreError> {
-        let row = tx
-            .cached_query_opt(
-                "SELECT holder FROM leases WHERE task = $1 FOR SHARE",
-                &[&crate::store::DISPATCH_LEAD],
-            )
-            .await?;
-        Ok(row.is_none_or(|r| r.get::<_, &str>(0) == self.instance))
+    /// Whether this relay may dispatch, given the dispatcher's lease holder as
+    /// [`DISPATCH_HOLDER`] read it in the dispatch transaction (locking the row against
+    /// a takeover until that transaction ends): yes when this relay holds the lease,
+    /// or when no relay ever took it (`None`: the store used directly).
+    pub(super) fn may_dispatch(&self, holder: Option<&str>) -> bool {
+        holder.is_none_or(|h| h == self.instance)
     }
 }
+
+/// The dispatcher's lease holder, its row locked `FOR SHARE` (see
+/// [`PgState::may_dispatch`]): a subquery of dispatch's first statement, the task's
+/// name in `$2`.
+pub(super) const DISPATCH_HOLDER: &str = "SELECT holder FROM leases WHERE task = $2 FOR SHARE";
 
 fn timed_out(what: &str) -> StoreError {
     StoreError::Backend {

@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 use tokio_postgres::AsyncMessage;
 
 use super::cached::Cached;
-use super::{pg, PgState};
+use super::PgState;
 use crate::store::lifecycle::Changes;
 use crate::store::{DeliveryState, StoreError, Wake};
 
@@ -67,6 +67,14 @@ impl PgState {
         self.notifier().notify_inbox(tx).await
     }
 
+    /// The channel on which an append tells the fleet's dispatcher that this relay
+    /// stored events, within the append's statement; `None` when this relay leads
+    /// dispatch or is alone, as for [`PgState::notify_inbox`].
+    pub(super) fn inbox_channel(&self) -> Option<&str> {
+        let notifier = self.notifier();
+        (!self.leads_dispatch() && !notifier.alone).then_some(notifier.channel)
+    }
+
     /// What a transaction needs to notify the others.
     pub(super) fn notifier(&self) -> Notifier<'_> {
         Notifier {
@@ -87,7 +95,7 @@ pub(super) struct Notifier<'a> {
     alone: bool,
 }
 
-impl Notifier<'_> {
+impl<'a> Notifier<'a> {
     /// [`PgState::notify_inbox`]'s notification, unless this relay is alone.
     async fn notify_inbox<C: Cached + Sync>(&self, tx: &C) -> Result<(), StoreError> {
         if self.alone {
@@ -97,47 +105,51 @@ impl Notifier<'_> {
         Ok(())
     }
 
-    /// Sends the notifications of `changes` in `tx`: one per destination that has a
-    /// delivery becoming due now (new, replayed, or released from its queue).
-    pub(super) async fn notify_due(
-        &self,
-        tx: &pg::Transaction<'_>,
-        changes: &Changes,
-    ) -> Result<(), StoreError> {
+    /// The notifications of `changes`, to send in their transaction: one per
+    /// destination that has a delivery becoming due now (new, replayed, or released
+    /// from its queue). `None` when there is none, or nobody to tell.
+    pub(super) fn due(&self, changes: &'a Changes) -> Option<DueNotice<'a>> {
         if self.alone {
-            return Ok(());
+            return None;
         }
-        notify_due(tx, self.channel, self.instance, changes).await
+        let mut dests: Vec<&str> = changes
+            .deliveries
+            .iter()
+            .filter(|(_, c)| {
+                let is_pending = |r: &Option<crate::store::DeliveryRecord>| {
+                    r.as_ref().is_some_and(|r| r.state == DeliveryState::Pending)
+                };
+                is_pending(&c.after) && !is_pending(&c.before)
+            })
+            .map(|((_, dest), _)| dest.as_str())
+            .collect();
+        dests.sort_unstable();
+        dests.dedup();
+        (!dests.is_empty()).then_some(DueNotice {
+            channel: self.channel,
+            instance: self.instance,
+            dests,
+        })
     }
 }
 
-async fn notify_due(
-    tx: &pg::Transaction<'_>,
-    channel: &str,
-    instance: &str,
-    changes: &Changes,
-) -> Result<(), StoreError> {
-    let mut dests: Vec<&str> = changes
-        .deliveries
-        .iter()
-        .filter(|(_, c)| {
-            let is_pending = |r: &Option<crate::store::DeliveryRecord>| {
-                r.as_ref().is_some_and(|r| r.state == DeliveryState::Pending)
-            };
-            is_pending(&c.after) && !is_pending(&c.before)
-        })
-        .map(|((_, dest), _)| dest.as_str())
-        .collect();
-    dests.sort_unstable();
-    dests.dedup();
-    if !dests.is_empty() {
-        tx.cached_execute(
-            "SELECT pg_notify($1, $2 || ' ' || d) FROM unnest($3::text[]) AS d",
-            &[&channel, &instance, &dests],
-        )
-        .await?;
+/// Sends [`DueNotice`]'s notifications: `$1` the channel, `$2` this relay's instance,
+/// `$3` the destinations (a query of `apply`'s statement).
+pub(super) const NOTIFY_DUE: &str =
+    "SELECT pg_notify($1, $2 || ' ' || d) FROM unnest($3::text[]) AS d";
+
+/// The destinations a transaction makes due, to notify with [`NOTIFY_DUE`].
+pub(super) struct DueNotice<'a> {
+    channel: &'a str,
+    instance: &'a str,
+    dests: Vec<&'a str>,
+}
+
+impl DueNotice<'_> {
+    /// [`NOTIFY_DUE`]'s parameters.
+    pub(super) fn params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        vec![&self.channel, &self.instance, &self.dests]
     }
-    Ok(())
 }
 
 /// The listener: connects, `LISTEN`s, forwards each notification, and reconnects

@@ -45,6 +45,11 @@ pub(super) struct Prefetch {
     pub(super) complete: HashSet<EventId>,
     /// Until when each fetched delivery is claimed (absent: not claimed).
     pub(super) claimed_until: HashMap<(EventId, String), u64>,
+    /// Events this transaction locked in the inbox: they have no delivery yet (only
+    /// dispatch writes an event's first, in the transaction that takes it out of the
+    /// inbox; a replay refuses an event still there), so a rule asking for one is told
+    /// "absent" without a read (dispatch asks for each delivery it creates).
+    pub(super) undispatched: HashSet<EventId>,
     misses: Mutex<Misses>,
 }
 
@@ -59,6 +64,9 @@ impl View for Prefetch {
         }
     }
     fn delivery(&self, event: EventId, dest: &str) -> Result<Option<DeliveryRecord>, StoreError> {
+        if self.undispatched.contains(&event) {
+            return Ok(None);
+        }
         let key = (event, dest.to_owned());
         match self.deliveries.get(&key) {
             Some(found) => Ok(found.clone()),
@@ -79,6 +87,9 @@ impl View for Prefetch {
         }
     }
     fn claimed(&self, event: EventId, dest: &str, now_us: u64) -> Result<bool, StoreError> {
+        if self.undispatched.contains(&event) {
+            return Ok(false);
+        }
         let key = (event, dest.to_owned());
         if !self.deliveries.contains_key(&key) {
             // Fetched (and locked) with the record: its claim cannot move meanwhile.
@@ -97,6 +108,9 @@ impl View for Prefetch {
         }
     }
     fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {
+        if self.undispatched.contains(&event) {
+            return Ok(Vec::new());
+        }
         if !self.complete.contains(&event) {
             lock(&self.misses).all_deliveries.insert(event);
             return Ok(Vec::new());
@@ -137,6 +151,26 @@ impl Prefetch {
             backend: "postgres",
             message: format!("a rule kept asking for more rows after {MAX_PASSES} passes"),
         })
+    }
+
+    /// Fetches and locks, before the rule's first pass asks, the dedup keys and the
+    /// queues that a caller knows it will ask for (dispatch: its plans' keys and
+    /// resources), in one round trip that may go with the caller's own statements.
+    pub(super) async fn fetch_ahead(
+        &mut self,
+        tx: &pg::Transaction<'_>,
+        dedup: impl IntoIterator<Item = [u8; 16]>,
+        queues: impl IntoIterator<Item = (String, [u8; 16])>,
+    ) -> Result<(), StoreError> {
+        let m = Misses {
+            dedup: dedup.into_iter().collect(),
+            queues: queues.into_iter().collect(),
+            ..Misses::default()
+        };
+        if m.is_empty() {
+            return Ok(());
+        }
+        self.fetch(tx, m).await
     }
 
     /// Keeps delivery rows a caller fetched and locked (`record` in column `at`,
