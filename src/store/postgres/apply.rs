@@ -261,6 +261,10 @@ impl<'a> Write<'a> {
 /// `queues` change disjoint rows (each key is one entry of a rule's changes), but
 /// `events`' (dispatched, pruned, bodies dropped) may meet: a second write of `events`
 /// starts a statement of its own, after the first.
+///
+/// A statement's text depends only on which kinds of write a rule made (a subset of
+/// these, in a fixed order), not on how many rows: few texts, each prepared once per
+/// connection (`cached.rs`).
 fn combine<'a>(writes: &[Write<'a>]) -> Vec<(String, Vec<&'a (dyn ToSql + Sync)>)> {
     let mut groups: Vec<&[Write<'a>]> = Vec::new();
     let mut start = 0;
