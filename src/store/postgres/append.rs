@@ -159,9 +159,10 @@ impl PgState {
     /// Stores one group, whole or not at all; returns the ids in order.
     ///
     /// Most groups take one round trip: the [`STRICT`] statement on its own (its own
-    /// transaction, committed with it), the fleet dispatcher's wake-up in it. Only when another relay took one of the group's ids meanwhile (the same µs,
-    /// or both raised above the same committed id) does the group go again, in a
-    /// transaction that places each such event on the next id until all fit.
+    /// transaction, committed with it), the fleet dispatcher's wake-up in it. Only
+    /// when another relay took one of the group's ids meanwhile (the same µs, or both
+    /// raised above the same committed id) does the group go again, in a transaction
+    /// that places each such event on the next id until all fit.
     pub(super) async fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
         use std::sync::atomic::Ordering;
         let mut ids: Vec<i64> = Vec::with_capacity(batch.len());

@@ -57,19 +57,18 @@ impl PgState {
         sender.subscribe()
     }
 
-    /// Tells the fleet's dispatcher, on `tx` (an append's, or its connection after
-    /// its statement), that this relay stores events: nothing when this relay leads
-    /// dispatch (its committer wakes its own dispatcher) or is alone.
+    /// Tells the fleet's dispatcher, in `tx` (an append's transaction of several
+    /// statements), that this relay stores events, on [`PgState::inbox_channel`].
     pub(super) async fn notify_inbox<C: Cached + Sync>(&self, tx: &C) -> Result<(), StoreError> {
-        if self.leads_dispatch() {
-            return Ok(());
+        if let Some(channel) = self.inbox_channel() {
+            tx.cached_execute("SELECT pg_notify($1, $2)", &[&channel, &self.instance]).await?;
         }
-        self.notifier().notify_inbox(tx).await
+        Ok(())
     }
 
     /// The channel on which an append tells the fleet's dispatcher that this relay
-    /// stored events, within the append's statement; `None` when this relay leads
-    /// dispatch or is alone, as for [`PgState::notify_inbox`].
+    /// stored events (its statement or [`PgState::notify_inbox`]); `None` when this
+    /// relay leads dispatch (its committer wakes its own dispatcher) or is alone.
     pub(super) fn inbox_channel(&self) -> Option<&str> {
         let notifier = self.notifier();
         (!self.leads_dispatch() && !notifier.alone).then_some(notifier.channel)
@@ -96,15 +95,6 @@ pub(super) struct Notifier<'a> {
 }
 
 impl<'a> Notifier<'a> {
-    /// [`PgState::notify_inbox`]'s notification, unless this relay is alone.
-    async fn notify_inbox<C: Cached + Sync>(&self, tx: &C) -> Result<(), StoreError> {
-        if self.alone {
-            return Ok(());
-        }
-        tx.cached_execute("SELECT pg_notify($1, $2)", &[&self.channel, &self.instance]).await?;
-        Ok(())
-    }
-
     /// The notifications of `changes`, to send in their transaction: one per
     /// destination that has a delivery becoming due now (new, replayed, or released
     /// from its queue). `None` when there is none, or nobody to tell.
