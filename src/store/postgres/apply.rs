@@ -7,7 +7,8 @@
 
 use tokio_postgres::types::ToSql;
 
-use super::cached::{pipelined, Cached};
+use super::cached::Cached;
+use super::tx::Tx;
 use super::view::Prefetch;
 use super::{pg, sql_id, sql_us};
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
@@ -51,24 +52,26 @@ impl Batch3 {
     }
 }
 
-/// Writes `changes` with their ledger edits, and tells the other relays of the
-/// destinations they make due (`listen.rs`).
-pub(super) async fn apply(
-    tx: &pg::Transaction<'_>,
+/// Writes `changes` with their ledger edits, tells the other relays of the
+/// destinations they make due (`listen.rs`), and commits `tx`.
+pub(super) async fn commit(
+    tx: Tx<'_>,
     seen: &Prefetch,
     changes: &Changes,
     state: &super::PgState,
 ) -> Result<(), StoreError> {
-    apply_releasing(tx, seen, changes, state, &Releases::new()).await
+    commit_releasing(tx, seen, changes, state, &Releases::new()).await
 }
 
-/// [`apply`], giving back the claims of `releases` on the delivery rows it updates.
+/// [`commit`], giving back the claims of `releases`: on the delivery rows it updates,
+/// and by a write of their own for the others (a record left as it was).
 ///
-/// One statement per table and kind of write, whatever the batch size, all of them
-/// pipelined with the notifications: a group of attempts or a dispatch batch costs
-/// one round trip to write, not one per statement (nor per row).
-pub(super) async fn apply_releasing(
-    tx: &pg::Transaction<'_>,
+/// One statement per table and kind of write, whatever the batch size, combined
+/// ([`combine`]) and sent with the wake-ups and the `COMMIT` (`tx.rs`): a group of
+/// attempts or a dispatch batch costs one round trip to write and commit, not one
+/// per statement (nor per row).
+pub(super) async fn commit_releasing(
+    tx: Tx<'_>,
     seen: &Prefetch,
     changes: &Changes,
     state: &super::PgState,
@@ -111,6 +114,15 @@ pub(super) async fn apply_releasing(
     for ((dest, resource), queue) in &changes.queues {
         let existed = matches!(seen.queues.get(&(dest.clone(), *resource)), Some(Some(_)));
         queues.push(dest, resource, queue.as_ref(), existed);
+    }
+    // Claims whose delivery the rule left as it was: given back on their own.
+    let mut kept = (Vec::new(), Vec::new(), Vec::new());
+    for ((event, dest), token) in releases {
+        if !changes.deliveries.contains_key(&(*event, dest.clone())) {
+            kept.0.push(sql_id(*event));
+            kept.1.push(dest.as_str());
+            kept.2.push(sql_us(*token));
+        }
     }
     let pruned: Vec<i64> = changes.pruned.iter().map(|(id, _)| sql_id(*id)).collect();
     let bodies_dropped: Vec<i64> = changes.bodies_dropped.iter().map(|id| sql_id(*id)).collect();
@@ -181,6 +193,15 @@ pub(super) async fn apply_releasing(
             vec![&inserts.events, &inserts.dests, &inserts.states, &inserts.dues, &inserts.records],
         ));
     }
+    if !kept.0.is_empty() {
+        writes.push(Write::new(
+            "deliveries",
+            "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
+             FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS k(event, destination, token)
+             WHERE d.event = k.event AND d.destination = k.destination AND d.claim_token = k.token",
+            vec![&kept.0, &kept.1, &kept.2],
+        ));
+    }
     if !queues.gone.0.is_empty() {
         writes.push(Write::new(
             "queues",
@@ -233,7 +254,7 @@ pub(super) async fn apply_releasing(
     let statements = combine(&writes);
     let statements: Vec<(&str, Vec<&(dyn ToSql + Sync)>)> =
         statements.iter().map(|(sql, params)| (sql.as_str(), params.clone())).collect();
-    pipelined(tx, &statements).await?;
+    tx.commit_with(&statements).await?;
     Ok(())
 }
 
@@ -258,7 +279,8 @@ impl<'a> Write<'a> {
 ///
 /// The queries of one statement see the same snapshot, not each other's changes, and
 /// two of them must not change the same row. Those of `deliveries`, `dedup` and
-/// `queues` change disjoint rows (each key is one entry of a rule's changes), but
+/// `queues` change disjoint rows (each key is one entry of a rule's changes; a claim
+/// given back on its own is one of a delivery the changes leave out), but
 /// `events`' (dispatched, pruned, bodies dropped) may meet: a second write of `events`
 /// starts a statement of its own, after the first.
 ///

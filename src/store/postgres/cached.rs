@@ -117,11 +117,32 @@ pub(super) async fn pipelined<C: GenericClient + Sync>(
     client: &C,
     statements: &[(&str, Vec<&(dyn ToSql + Sync)>)],
 ) -> Result<Vec<Vec<pg::Row>>, tokio_postgres::Error> {
-    use futures_util::future::try_join_all;
-    let prepared =
-        try_join_all(statements.iter().map(|(sql, _)| client.prepare_cached(sql))).await?;
-    try_join_all(prepared.iter().zip(statements).map(|(st, (_, params))| client.query(st, params)))
+    let prepared = prepare_all(client, statements).await?;
+    run_prepared(client, &prepared, statements).await
+}
+
+/// `statements`, each prepared (no I/O for those already prepared on this
+/// connection): the first half of [`pipelined`].
+pub(super) async fn prepare_all<C: GenericClient + Sync>(
+    client: &C,
+    statements: &[(&str, Vec<&(dyn ToSql + Sync)>)],
+) -> Result<Vec<tokio_postgres::Statement>, tokio_postgres::Error> {
+    futures_util::future::try_join_all(statements.iter().map(|(sql, _)| client.prepare_cached(sql)))
         .await
+}
+
+/// Runs `prepared` with the parameters of `statements`, pipelined: the second half of
+/// [`pipelined`]. Each is sent when this future is first polled (what lets a caller
+/// send more behind them: `tx.rs`).
+pub(super) async fn run_prepared<C: GenericClient + Sync>(
+    client: &C,
+    prepared: &[tokio_postgres::Statement],
+    statements: &[(&str, Vec<&(dyn ToSql + Sync)>)],
+) -> Result<Vec<Vec<pg::Row>>, tokio_postgres::Error> {
+    futures_util::future::try_join_all(
+        prepared.iter().zip(statements).map(|(st, (_, params))| client.query(st, params)),
+    )
+    .await
 }
 
 /// Whether `e` is PostgreSQL refusing a prepared statement whose result's type a

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::apply::{apply_releasing, Releases};
+use super::apply::{commit_releasing, Releases};
 use super::cached::Cached;
 use super::store::{id_of, limit, us_of};
+use super::tx::Tx;
 use super::view::{decode_meta, decode_record, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};
 use crate::config::RetryPolicy;
@@ -110,8 +111,8 @@ impl DeliveryQueue for PostgresStore {
         bodies_before_us: Option<u64>,
     ) -> Result<Recorded, StoreError> {
         self.write(self.retrying(|| async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
+            let client = self.client().await?;
+            let tx = Tx::begin(&client)?;
             let events: Vec<i64> = attempts.iter().map(|(c, _)| sql_id(c.event)).collect();
             let dests: Vec<&str> = attempts.iter().map(|(c, _)| c.destination.as_str()).collect();
             // The claims and the records the rule reads, in one statement: the rule's
@@ -142,31 +143,11 @@ impl DeliveryQueue for PostgresStore {
                     lifecycle::record_attempts(st, &attempts, policy, bodies_before_us, holds)
                 })
                 .await?;
-            // Each claim goes with its delivery's record where the rule writes it;
-            // the others (a record left as it was) by a statement of their own.
-            let releases: Releases = attempts
-                .iter()
-                .map(|(c, _)| ((c.event, c.destination.clone()), c.token))
-                .collect();
-            apply_releasing(&tx, &seen, &changes, &self.inner, &releases).await?;
-            let rest: Vec<&Claim> = attempts
-                .iter()
-                .map(|(c, _)| c)
-                .filter(|c| !changes.deliveries.contains_key(&(c.event, c.destination.clone())))
-                .collect();
-            if !rest.is_empty() {
-                let events: Vec<i64> = rest.iter().map(|c| sql_id(c.event)).collect();
-                let dests: Vec<&str> = rest.iter().map(|c| c.destination.as_str()).collect();
-                let tokens: Vec<i64> = rest.iter().map(|c| sql_us(c.token)).collect();
-                tx.cached_execute(
-                    "UPDATE deliveries d SET claim_owner = NULL, claim_token = NULL, claim_expires_us = NULL
-                     FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS k(event, destination, token)
-                     WHERE d.event = k.event AND d.destination = k.destination AND d.claim_token = k.token",
-                    &[&events, &dests, &tokens],
-                )
-                .await?;
-            }
-            tx.commit().await?;
+            // Each claim goes with its delivery's record where the rule writes it,
+            // the others by a write of their own, all with the commit.
+            let releases: Releases =
+                attempts.iter().map(|(c, _)| ((c.event, c.destination.clone()), c.token)).collect();
+            commit_releasing(tx, &seen, &changes, &self.inner, &releases).await?;
             Ok(out)
         }))
         .await

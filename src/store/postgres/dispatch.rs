@@ -5,10 +5,11 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::apply::apply;
+use super::apply::commit;
 use super::cached::Cached;
 use super::lead::DISPATCH_HOLDER;
 use super::store::{id_of, limit, us_of};
+use super::tx::Tx;
 use super::view::{decode_meta, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};
 use crate::store::lifecycle::{self};
@@ -60,8 +61,8 @@ impl Dispatch for PostgresStore {
         now_us: u64,
     ) -> Result<Vec<DispatchVerdict>, StoreError> {
         self.write(self.retrying(|| async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
+            let client = self.client().await?;
+            let tx = Tx::begin(&client)?;
             let ids: Vec<i64> = plans.iter().map(|p| sql_id(p.id)).collect();
             // The lease check and the inbox rows in one statement; rows a relay
             // without the lease locked go with its rollback. Another relay
@@ -113,8 +114,7 @@ impl Dispatch for PostgresStore {
                         .collect::<Result<Vec<_>, _>>()
                 })
                 .await?;
-            apply(&tx, &seen, &changes, &self.inner).await?;
-            tx.commit().await?;
+            commit(tx, &seen, &changes, &self.inner).await?;
             Ok(outcomes)
         }))
         .await

@@ -46,6 +46,7 @@ mod store;
 #[cfg(test)]
 pub(crate) mod test_server;
 mod tls;
+mod tx;
 mod upkeep;
 mod view;
 

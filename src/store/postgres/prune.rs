@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
-use super::apply::apply;
+use super::apply::commit;
 use super::cached::Cached;
 use super::store::id_of;
+use super::tx::Tx;
 use super::view::{decode_meta, decode_record, Prefetch};
 use super::{sql_id, sql_us, PostgresStore};
 use crate::store::lifecycle;
@@ -22,8 +23,8 @@ impl PostgresStore {
         while pruned < n {
             let (done, last) = self
                 .write(self.retrying(|| async {
-                    let mut client = self.client().await?;
-                    let tx = client.transaction().await?;
+                    let client = self.client().await?;
+                    let tx = Tx::begin(&client)?;
                     let rows = tx
                         .cached_query(
                             "SELECT id, meta FROM events WHERE NOT inbox AND id > $1 AND id < $2
@@ -74,8 +75,7 @@ impl PostgresStore {
                             Ok(count)
                         })
                         .await?;
-                    apply(&tx, &seen, &changes, &self.inner).await?;
-                    tx.commit().await?;
+                    commit(tx, &seen, &changes, &self.inner).await?;
                     Ok((count, Some(last)))
                 }))
                 .await?;

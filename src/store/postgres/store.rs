@@ -1,10 +1,11 @@
 //! The async [`Store`] contract over PostgreSQL: each call is one statement, or one
 //! transaction in which a lifecycle rule decides on locked rows ([`Prefetch::decide`])
-//! and its changes are applied ([`apply::apply`]).
+//! and its changes are applied and committed ([`commit`]), in a [`Tx`].
 
 use std::time::Duration;
 
-use super::apply::apply;
+use super::apply::commit;
+use super::tx::Tx;
 use super::view::Prefetch;
 use super::PostgresStore;
 use crate::store::lifecycle::{self};
@@ -72,15 +73,14 @@ impl PostgresStore {
     ) -> Result<T, StoreError> {
         let rule = std::sync::Mutex::new(rule);
         self.write(self.retrying(|| async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
+            let client = self.client().await?;
+            let tx = Tx::begin(&client)?;
             let mut seen = Prefetch::default();
             let (result, changes) = seen.decide(&tx, |st| (crate::lock::lock(&rule))(st)).await?;
-            apply(&tx, &seen, &changes, &self.inner).await?;
             if let Some(entry) = entry(&result) {
-                super::journal::insert(&tx, &entry).await?;
+                super::journal::insert(&*tx, &entry).await?;
             }
-            tx.commit().await?;
+            commit(tx, &seen, &changes, &self.inner).await?;
             Ok(result)
         }))
         .await

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use tokio_postgres::types::ToSql;
 
 use super::cached::pipelined;
+use super::tx::Tx;
 use super::{pg, sql_id};
 use crate::lock::lock;
 use crate::store::lifecycle::{DedupEntry, Queue, Staged, View};
@@ -134,7 +135,7 @@ impl Prefetch {
     /// its result and the staged changes of the last, complete pass.
     pub(super) async fn decide<T>(
         &mut self,
-        tx: &pg::Transaction<'_>,
+        tx: &Tx<'_>,
         mut rule: impl FnMut(&mut Staged<'_, Prefetch>) -> Result<T, StoreError>,
     ) -> Result<(T, crate::store::lifecycle::Changes), StoreError> {
         for _ in 0..MAX_PASSES {
@@ -158,7 +159,7 @@ impl Prefetch {
     /// resources), in one round trip that may go with the caller's own statements.
     pub(super) async fn fetch_ahead(
         &mut self,
-        tx: &pg::Transaction<'_>,
+        tx: &Tx<'_>,
         dedup: impl IntoIterator<Item = [u8; 16]>,
         queues: impl IntoIterator<Item = (String, [u8; 16])>,
     ) -> Result<(), StoreError> {
@@ -206,7 +207,7 @@ impl Prefetch {
 
     /// Fetches and locks the missed rows, every kind in one round trip (pipelined);
     /// absent ones are remembered as absent.
-    async fn fetch(&mut self, tx: &pg::Transaction<'_>, m: Misses) -> Result<(), StoreError> {
+    async fn fetch(&mut self, tx: &Tx<'_>, m: Misses) -> Result<(), StoreError> {
         let dedup_keys: Vec<&[u8]> = m.dedup.iter().map(|h| h.as_slice()).collect();
         let events: Vec<i64> = m.deliveries.iter().map(|(e, _)| sql_id(*e)).collect();
         let dests: Vec<&str> = m.deliveries.iter().map(|(_, d)| d.as_str()).collect();
@@ -261,7 +262,7 @@ impl Prefetch {
                 reads.push((sql, params));
             }
         }
-        let results = pipelined(tx, &reads).await?;
+        let results = pipelined(&**tx, &reads).await?;
         for (kind, rows) in kinds.into_iter().zip(results) {
             match kind {
                 Kind::Dedup => {
