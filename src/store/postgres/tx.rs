@@ -3,11 +3,11 @@
 //! Why: tokio-postgres's `Transaction` waits for `BEGIN`'s answer before the first
 //! statement goes, and for the last statement's answer before `COMMIT` goes. Two of
 //! a dispatch's five round trips, and two of an attempt record's four, carried no
-//! work. On a loaded machine each round trip wakes PostgreSQL's backend and then the
-//! relay's connection task, and at 1,000 callbacks/s on two relays that queueing for
-//! CPU was the fleet's tail (issue 44). Here `BEGIN` is sent when the transaction
-//! opens, ahead of whatever statement comes first. `COMMIT` is sent right behind the
-//! last statements ([`Tx::commit_with`]).
+//! work, and on a loaded machine each round trip waits for PostgreSQL's backend and
+//! then the relay's connection task to be scheduled (issue 44; BENCHMARKS.md says
+//! what it changed). Here `BEGIN` is sent when the transaction opens, ahead of
+//! whatever statement comes first. `COMMIT` is sent right behind the last statements
+//! ([`Tx::commit_with`]).
 //!
 //! Invariants (each has a test below):
 //! 1. `BEGIN` goes before any statement of the transaction. [`Tx::begin`] sends it
@@ -81,15 +81,23 @@ impl<'a> Tx<'a> {
         // `COMMIT` (invariant 2). The first error in that order is reported
         // (invariant 4).
         let statements = async { run_prepared(client, &prepared, last).await };
-        let commit = client.batch_execute("COMMIT");
+        // Whether `COMMIT` went: not when a statement failed before it was polled (its
+        // parameters could not be encoded). Once it went, a `ROLLBACK` would only earn
+        // a warning in the server's log ("there is no transaction in progress").
+        let sent = std::sync::atomic::AtomicBool::new(false);
+        let commit = async {
+            sent.store(true, std::sync::atomic::Ordering::Relaxed);
+            client.batch_execute("COMMIT").await
+        };
         let begun = async {
             match begun {
                 Some(answer) => answer.await,
                 None => Ok(()),
             }
         };
-        let (rows, (), ()) = tokio::try_join!(statements, commit, begun)?;
-        self.open = false;
+        let done = tokio::try_join!(statements, commit, begun);
+        self.open = !sent.load(std::sync::atomic::Ordering::Relaxed);
+        let (rows, (), ()) = done?;
         Ok(rows)
     }
 
