@@ -349,7 +349,12 @@ async fn latency(server: &PgServer, rounds: usize) {
     let mut runs = vec![vec![Vec::<Run>::new(); contenders.len()]; rates.len()];
     for round in 0..rounds {
         for (k, &rate) in rates.iter().enumerate() {
-            for (i, (c, dest, db)) in contenders.iter().enumerate() {
+            // Each round starts with the next setup: none always follows the same one
+            // (a build's one relay always after the other build's two showed as a gap
+            // of its own).
+            for j in 0..contenders.len() {
+                let i = (j + round) % contenders.len();
+                let (c, dest, db) = &contenders[i];
                 let urls: Vec<String> =
                     c.relays.iter().map(|r| r.hook_url(Some("ActionUpdated"))).collect();
                 let pids: Vec<i32> = c.relays.iter().map(|r| r.pid()).collect();
