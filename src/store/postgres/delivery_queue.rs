@@ -54,7 +54,7 @@ impl DeliveryQueue for PostgresStore {
             let (claims, next) =
                 claim_with(&client, sql, &self.inner, destination, owner, now_us, lease, limit)
                     .await?;
-            Ok((claims, next.flatten()))
+            Ok((claims, next))
         })
         .await
     }
@@ -300,7 +300,8 @@ static CLAIM_AND_NEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
 /// Claims up to `limit` of `destination`'s due deliveries for `owner` on `client`
 /// ([`DeliveryQueue::claim_due`]) by `sql`: [`CLAIM`], or a statement around it whose
 /// rows are [`CLAIM`]'s columns (NULLs where nothing was claimed) and one more. Returns
-/// the claims, sorted, and that one more column of the first row, if there is one.
+/// the claims, sorted, and the next due time, if that one more column of the first row
+/// holds one.
 #[allow(clippy::too_many_arguments)]
 async fn claim_with<C: Cached + Sync>(
     client: &C,
@@ -311,7 +312,7 @@ async fn claim_with<C: Cached + Sync>(
     now_us: u64,
     lease: Duration,
     limit_n: usize,
-) -> Result<(Vec<Claim>, Option<Option<u64>>), StoreError> {
+) -> Result<(Vec<Claim>, Option<u64>), StoreError> {
     let expires_us = now_us.saturating_add(crate::clock::micros(lease));
     let silence = crate::clock::micros(crate::store::owner_silence(lease, state.live_for));
     let silent_since = now_us.saturating_sub(silence);
@@ -330,7 +331,8 @@ async fn claim_with<C: Cached + Sync>(
             ],
         )
         .await?;
-    let extra = rows.first().and_then(|r| (r.len() > 6).then(|| r.get::<_, Option<i64>>(6)));
+    let extra =
+        rows.first().and_then(|r| (r.len() > 6).then(|| r.get::<_, Option<i64>>(6))).flatten();
     let mut claims = rows
         .iter()
         .filter(|r| r.get::<_, Option<i64>>(0).is_some())
@@ -351,7 +353,7 @@ async fn claim_with<C: Cached + Sync>(
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     claims.sort_by_key(|c| (c.due_us, c.event));
-    Ok((claims, extra.map(|n| n.map(us_of))))
+    Ok((claims, extra.map(us_of)))
 }
 
 /// When `destination`'s next delivery after `now_us` is due, read on `client`.

@@ -30,6 +30,7 @@ mod append;
 mod apply;
 mod audit;
 mod cached;
+mod combine;
 mod connect;
 mod coordination;
 mod delivery_queue;

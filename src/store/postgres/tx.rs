@@ -134,11 +134,25 @@ impl Drop for Tx<'_> {
 mod tests {
     use super::Tx;
     use crate::store::postgres::tests::two_relays;
+    use crate::store::postgres::{pg, PostgresStore};
 
-    /// Reads `t`'s rows on a connection of its own.
-    async fn count(store: &crate::store::postgres::PostgresStore) -> i64 {
-        let client = store.client().await.unwrap();
+    /// A store on a database of its own, and one of its connections on which `ddl`
+    /// (table `t`) was run.
+    async fn table(name: &'static str, ddl: &str) -> (PostgresStore, pg::Client) {
+        let (a, _b) = two_relays(name).await;
+        let client = a.client().await.unwrap();
+        client.batch_execute(ddl).await.unwrap();
+        (a, client)
+    }
+
+    /// `t`'s rows as `client` sees them.
+    async fn count(client: &pg::Client) -> i64 {
         client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get(0)
+    }
+
+    /// `t`'s rows on another connection of `store`.
+    async fn committed(store: &PostgresStore) -> i64 {
+        count(&store.client().await.unwrap()).await
     }
 
     /// Statements sent right after `begin` are inside the transaction (invariant 1):
@@ -146,29 +160,23 @@ mod tests {
     /// any transaction (invariant 3).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_transaction_is_rolled_back_before_the_connection_serves_again() {
-        let (a, _b) = two_relays("tx_drop").await;
-        let client = a.client().await.unwrap();
-        client.batch_execute("CREATE TABLE t (a integer)").await.unwrap();
+        let (a, client) = table("tx_drop", "CREATE TABLE t (a integer)").await;
         {
             let tx = Tx::begin(&client).unwrap();
             tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         }
-        assert_eq!(
-            client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get::<_, i64>(0),
-            0
-        );
+        assert_eq!(count(&client).await, 0);
         // Out of any transaction: a statement's effect is seen by another connection.
         client.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
-        assert_eq!(count(&a).await, 1);
+        assert_eq!(committed(&a).await, 1);
     }
 
     /// A transaction whose caller's future is dropped at an `await` (a timeout) is
     /// rolled back too, and its row locks are freed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_transaction_cancelled_at_an_await_is_rolled_back() {
-        let (a, _b) = two_relays("tx_cancel").await;
-        let client = a.client().await.unwrap();
-        client.batch_execute("CREATE TABLE t (a integer); INSERT INTO t VALUES (1)").await.unwrap();
+        let (a, client) =
+            table("tx_cancel", "CREATE TABLE t (a integer); INSERT INTO t VALUES (1)").await;
         let work = async {
             let tx = Tx::begin(&client).unwrap();
             tx.execute("DELETE FROM t", &[]).await.unwrap();
@@ -179,10 +187,7 @@ mod tests {
         assert!(cut.is_err(), "the transaction should have been cut at its sleep");
         // The connection answers once the sleep and the rollback are done, and the
         // row is still there; another connection may lock it at once.
-        assert_eq!(
-            client.query_one("SELECT count(*) FROM t", &[]).await.unwrap().get::<_, i64>(0),
-            1
-        );
+        assert_eq!(count(&client).await, 1);
         let other = a.client().await.unwrap();
         other.batch_execute("SET lock_timeout = '1s'; DELETE FROM t").await.unwrap();
     }
@@ -191,9 +196,7 @@ mod tests {
     /// and committed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_last_statements_run_in_the_transaction_and_are_committed() {
-        let (a, _b) = two_relays("tx_commit").await;
-        let client = a.client().await.unwrap();
-        client.batch_execute("CREATE TABLE t (a integer)").await.unwrap();
+        let (a, client) = table("tx_commit", "CREATE TABLE t (a integer)").await;
         let tx = Tx::begin(&client).unwrap();
         let first: i64 = tx
             .query_one("INSERT INTO t VALUES (1) RETURNING txid_current()", &[])
@@ -210,7 +213,7 @@ mod tests {
             .unwrap();
         let txids: Vec<i64> = rows.iter().map(|r| r[0].get(0)).collect();
         assert_eq!(txids, [first, first], "one transaction");
-        assert_eq!(count(&a).await, 3);
+        assert_eq!(committed(&a).await, 3);
     }
 
     /// A failing last statement is the error reported, and nothing of the
@@ -218,9 +221,7 @@ mod tests {
     /// prepared on the connection: `COMMIT` did not go ahead of it (invariant 2).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failing_last_statement_is_reported_and_nothing_is_committed() {
-        let (a, _b) = two_relays("tx_fail").await;
-        let client = a.client().await.unwrap();
-        client.batch_execute("CREATE TABLE t (a integer PRIMARY KEY)").await.unwrap();
+        let (a, client) = table("tx_fail", "CREATE TABLE t (a integer PRIMARY KEY)").await;
         let tx = Tx::begin(&client).unwrap();
         tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
         let one = 1_i32;
@@ -229,8 +230,8 @@ mod tests {
             .await
             .expect_err("a duplicate key must fail the commit");
         assert!(matches!(err, crate::store::StoreError::Conflict(_)), "{err}");
-        assert_eq!(count(&a).await, 0);
+        assert_eq!(committed(&a).await, 0);
         client.execute("INSERT INTO t VALUES (5)", &[]).await.unwrap();
-        assert_eq!(count(&a).await, 1);
+        assert_eq!(committed(&a).await, 1);
     }
 }
