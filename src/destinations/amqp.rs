@@ -4,6 +4,7 @@
 //! not confirmed within the timeout (a disk or memory alarm blocks publishers) is a
 //! failed attempt, retried, with the reason.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -27,7 +28,22 @@ pub(crate) struct Amqp {
     routing_key: Template,
     /// Opened at the first delivery, not at start (a relay starts while RabbitMQ is
     /// down); opened again after a failure closed it.
-    link: tokio::sync::Mutex<Option<(Connection, Channel)>>,
+    link: tokio::sync::Mutex<Option<Link>>,
+}
+
+/// One connection and its confirm-mode channel, shared by the attempts in flight.
+struct Link {
+    conn: Connection,
+    channel: Channel,
+    /// Why the relay closed this link, set once when it did. Attempts still in flight
+    /// on it then fail with lapin's bare "invalid connection state: Closed"; they say
+    /// this instead, the reason an operator can act on (a broker's alarm that let a
+    /// publish time out, say), not the relay's own close.
+    closed: Arc<OnceLock<String>>,
+    /// When the attempt that opened it started. An attempt uses the link there is
+    /// when it starts, or opens one, so one that times out closes only a link whose
+    /// opener started no later than itself: not one opened since by a later attempt.
+    opener_started: Instant,
 }
 
 impl Amqp {
@@ -52,12 +68,13 @@ impl Amqp {
         })
     }
 
-    /// The channel in confirm mode, opened now if there is none that is open.
-    async fn channel(&self) -> Result<Channel, String> {
+    /// The channel in confirm mode, opened now (for an attempt `started` then) if there
+    /// is none that is open, and its link's close reason (a token for [`Amqp::forget`]).
+    async fn channel(&self, started: Instant) -> Result<(Channel, Arc<OnceLock<String>>), String> {
         let mut slot = self.link.lock().await;
-        if let Some((conn, channel)) = &*slot {
-            if conn.status().connected() && channel.status().connected() {
-                return Ok(channel.clone());
+        if let Some(link) = &*slot {
+            if link.conn.status().connected() && link.channel.status().connected() {
+                return Ok((link.channel.clone(), link.closed.clone()));
             }
         }
         *slot = None;
@@ -85,15 +102,31 @@ impl Amqp {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| format!("cannot turn publisher confirms on at {}: {e}", self.display()))?;
-        *slot = Some((conn, channel.clone()));
-        Ok(channel)
+        let closed = Arc::new(OnceLock::new());
+        *slot = Some(Link {
+            conn,
+            channel: channel.clone(),
+            closed: closed.clone(),
+            opener_started: started,
+        });
+        Ok((channel, closed))
     }
 
-    /// Forgets the channel after a failure: the next attempt opens another (a
-    /// publish to a missing exchange closes the channel; an outage, the connection).
-    async fn forget(&self) {
-        let taken = self.link.lock().await.take();
-        if let Some((conn, _)) = taken {
+    /// Forgets the link, if `is_it` says it is the one an attempt failed on, after a
+    /// failure, saying `why`: the next attempt opens another (a publish to a missing
+    /// exchange closes the channel; an outage, the connection). A link opened since by
+    /// another attempt is left alone: closing it would fail that attempt's publishes
+    /// for nothing.
+    async fn forget(&self, is_it: impl FnOnce(&Link) -> bool, why: String) {
+        let taken = {
+            let mut slot = self.link.lock().await;
+            match &*slot {
+                Some(link) if is_it(link) => slot.take(),
+                _ => None,
+            }
+        };
+        if let Some(Link { conn, closed, .. }) = taken {
+            let _ = closed.set(why);
             // Closed aside, for at most 5 s: a dead connection never answers the close.
             tokio::spawn(async move {
                 let close = conn.close(200, "reopening".into());
@@ -119,10 +152,10 @@ fn headers(message: &Message<'_>) -> FieldTable {
 impl Transport for Amqp {
     async fn send(&self, message: Message<'_>, _policy: &RetryPolicy) -> Answer {
         let started = Instant::now();
-        let channel = match self.channel().await {
+        let (channel, closed) = match self.channel(started).await {
             Ok(c) => c,
             Err(e) => {
-                self.forget().await;
+                self.forget(|_| true, e.clone()).await;
                 return Answer::retry(e, started.elapsed());
             }
         };
@@ -168,21 +201,31 @@ impl Transport for Amqp {
                 Answer::retry(on("refused by the broker (nack)"), started.elapsed())
             }
             Ok(Confirmation::NotRequested) => {
-                self.forget().await;
-                Answer::retry(on("not confirmed (confirm mode was off)"), started.elapsed())
+                let said = on("not confirmed (confirm mode was off)");
+                self.forget(|l| Arc::ptr_eq(&l.closed, &closed), said.clone()).await;
+                Answer::retry(said, started.elapsed())
             }
             Err(e) => {
-                self.forget().await;
-                Answer::retry(on(&format!("publish failed: {e}")), started.elapsed())
+                let said = match closed.get() {
+                    Some(why) => {
+                        on(&format!("not confirmed: the relay closed the connection: {why}"))
+                    }
+                    None => on(&format!("publish failed: {e}")),
+                };
+                self.forget(|l| Arc::ptr_eq(&l.closed, &closed), said.clone()).await;
+                Answer::retry(said, started.elapsed())
             }
         }
     }
 
     /// A publish or its confirm that never came: the connection is closed and
     /// opened again next time (one dead behind a restarted broker would otherwise
-    /// hold every attempt until its heartbeat noticed, a minute or more).
-    async fn no_answer(&self) {
-        self.forget().await;
+    /// hold every attempt until its heartbeat noticed, a minute or more). The
+    /// attempts still in flight on it say so ([`Link::closed`]).
+    async fn no_answer(&self, started: Instant) {
+        let why = "timeout: a publish got no confirm within the destination's timeout \
+                   (a disk or memory alarm blocks publishers; or the broker is unreachable)";
+        self.forget(|l| l.opener_started <= started, why.to_owned()).await;
     }
 
     fn display(&self) -> String {

@@ -207,7 +207,7 @@ impl Destination {
         match tokio::time::timeout(self.timeout, sent).await {
             Ok(answer) => answer,
             Err(_) => {
-                self.transport.no_answer().await;
+                self.transport.no_answer(started).await;
                 Answer::retry(
                     format!(
                         "timeout: no answer within {}",

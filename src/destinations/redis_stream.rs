@@ -121,7 +121,7 @@ impl Transport for RedisStream {
     }
 
     /// No answer in time: connect afresh next time.
-    async fn no_answer(&self) {
+    async fn no_answer(&self, _started: Instant) {
         *self.connection.lock().await = None;
     }
 

@@ -2,7 +2,7 @@
 //! other side's answer means. Everything else (the lifecycle, retries, the circuit,
 //! order, filters, transforms, dead letters) is the same code for every kind.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
@@ -63,8 +63,9 @@ pub(crate) trait Transport: Send + Sync {
     async fn send(&self, message: Message<'_>, policy: &RetryPolicy) -> Answer;
     /// An attempt got no answer within the destination's timeout: a connection kept
     /// for the next attempts may be dead without knowing it yet (a broker restarted
-    /// behind it), so a kind that keeps one opens another next time.
-    async fn no_answer(&self) {}
+    /// behind it), so a kind that keeps one opens another next time. `started`: when
+    /// that attempt began, for a kind that tells its connections apart by age.
+    async fn no_answer(&self, _started: Instant) {}
     /// Where messages go, for the console and the API: no password, no query.
     fn display(&self) -> String;
     /// The host messages go to (a span's `server.address`).

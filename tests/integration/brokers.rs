@@ -554,6 +554,12 @@ async fn rabbitmq_confirms_are_awaited_a_disk_alarm_delivers_nothing_until_it_cl
     for id in &ids {
         let (_, e) = relay.admin_get(&format!("/admin/events/{id}")).await;
         assert_ne!(e["deliveries"][0]["state"], "delivered", "delivered under the alarm: {e}");
+        // Every attempt names the timeout, also one still in flight on a connection
+        // the relay closed after another attempt's timeout (not lapin's bare "Closed").
+        for a in e["deliveries"][0]["attempts"].as_array().into_iter().flatten() {
+            let error = a["error"].as_str().unwrap_or_default();
+            assert!(error.contains("timeout"), "an attempt under the alarm said: {a}");
+        }
     }
     assert!(broker.read().await.is_empty(), "the broker took a message under its alarm");
     // The alarm clears: everything is delivered.
