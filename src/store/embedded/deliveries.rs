@@ -141,7 +141,7 @@ impl EmbeddedState {
             self.release(claim);
         }
         drop(guard);
-        self.durable()?;
+        self.durable_lingering()?;
         Ok(out)
     }
 

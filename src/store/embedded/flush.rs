@@ -7,8 +7,17 @@
 //! starts the next flush for all of them. Under load a flush covers many writes; alone,
 //! a writer flushes at once. Callers are on the blocking pool, never on a runtime
 //! thread.
+//!
+//! At a gentle rate nothing overlaps: each callback's ack flushes, and so does its
+//! attempt record a millisecond or two later, two `fdatasync`s per callback. A writer
+//! that can afford to wait a little ([`GroupFlush::flush_lingering`], the attempt
+//! records) waits, as PostgreSQL's `commit_delay` does, for the next flush somebody
+//! else starts, if the flushes that do not linger (the acks) have been coming often
+//! enough that one is expected within the linger; otherwise it flushes at once. Its
+//! write is durable when it returns either way: only who starts the flush changes.
 
 use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use super::engine::Db;
 use crate::lock::lock;
@@ -23,6 +32,37 @@ struct State {
     /// The highest-numbered flush that succeeded, plus one.
     ok_below: u64,
     last_error: Option<String>,
+    /// When the last flush asked for without a linger started, and the mean interval
+    /// between such starts (an exponentially weighted mean, µs): when the next is due.
+    last_eager: Option<Instant>,
+    eager_interval_us: f64,
+}
+
+impl State {
+    /// Whether a writer that does not linger is expected to ask for a flush by
+    /// `deadline`: they have been coming at a mean interval that puts the next one
+    /// before it, and the last is not overdue by more than an interval (they stopped).
+    fn eager_expected(&self, now: Instant, deadline: Instant) -> bool {
+        let Some(last) = self.last_eager else { return false };
+        if self.eager_interval_us <= 0.0 {
+            return false;
+        }
+        let interval = Duration::from_micros(self.eager_interval_us as u64);
+        last + interval <= deadline && now.saturating_duration_since(last) <= interval * 2
+    }
+
+    /// Notes a writer that does not linger asking for a flush.
+    fn eager_asked(&mut self, now: Instant) {
+        if let Some(last) = self.last_eager {
+            let gap = now.saturating_duration_since(last).as_micros() as f64;
+            self.eager_interval_us = if self.eager_interval_us == 0.0 {
+                gap
+            } else {
+                0.8 * self.eager_interval_us + 0.2 * gap
+            };
+        }
+        self.last_eager = Some(now);
+    }
 }
 
 /// See the module docs.
@@ -36,9 +76,31 @@ impl GroupFlush {
     /// Returns once a flush of `db` that started after this call has ended, with its
     /// result.
     pub(super) fn flush(&self, db: &Db) -> Result<(), String> {
+        self.flush_after(db, None)
+    }
+
+    /// [`GroupFlush::flush`], but first waits up to `linger` for somebody else to start
+    /// the flush, when one that does not linger is expected within it (see the module
+    /// docs). The write is as durable when this returns as after `flush`.
+    pub(super) fn flush_lingering(&self, db: &Db, linger: Duration) -> Result<(), String> {
+        self.flush_after(db, Some(linger))
+    }
+
+    fn flush_after(&self, db: &Db, linger: Option<Duration>) -> Result<(), String> {
         let mut s = lock(&self.state);
         // The first flush to start from now on covers our write.
         let need = s.started;
+        let now = Instant::now();
+        // Lingering: until then, no flush is started for us, but one somebody else
+        // starts is waited for (its end wakes us, not its start: a wake-up fewer
+        // beside the flush).
+        let linger_until = match linger {
+            None => {
+                s.eager_asked(now);
+                None
+            }
+            Some(linger) => Some(now + linger).filter(|&d| s.eager_expected(now, d)),
+        };
         loop {
             if s.ended > need {
                 return if s.ok_below > need {
@@ -48,6 +110,15 @@ impl GroupFlush {
                 };
             }
             if !s.running {
+                let left = linger_until.map(|d| d.saturating_duration_since(Instant::now()));
+                if let Some(left) = left.filter(|l| !l.is_zero()) {
+                    s = self
+                        .ended
+                        .wait_timeout(s, left)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0;
+                    continue;
+                }
                 let number = s.started;
                 s.started += 1;
                 s.running = true;
@@ -74,20 +145,26 @@ mod tests {
 
     use super::*;
 
+    use crate::store::embedded::engine::{Engine, EngineOptions};
+
+    /// A database of `engine` in `dir`, flushed only when asked.
+    fn open(engine: Engine, dir: &std::path::Path) -> Arc<Db> {
+        let opts = EngineOptions {
+            path: dir,
+            cache_capacity_bytes: 1 << 20,
+            compression: false,
+            flush: crate::store::embedded::background_flush::Pacing::fixed(
+                std::time::Duration::from_secs(60),
+            ),
+        };
+        Arc::new(Db::open(engine, &opts).unwrap())
+    }
+
     #[test]
     fn concurrent_writers_share_flushes() {
-        use crate::store::embedded::engine::{Engine, EngineOptions};
         for engine in [Engine::Sled, Engine::Redb] {
             let dir = tempfile::tempdir().unwrap();
-            let opts = EngineOptions {
-                path: dir.path(),
-                cache_capacity_bytes: 1 << 20,
-                compression: false,
-                flush: crate::store::embedded::background_flush::Pacing::fixed(
-                    std::time::Duration::from_secs(60),
-                ),
-            };
-            let db = Arc::new(Db::open(engine, &opts).unwrap());
+            let db = open(engine, dir.path());
             let tree = db.open_tree("t").unwrap();
             let group = Arc::new(GroupFlush::default());
             let threads: Vec<_> = (0..16u32)
@@ -108,5 +185,71 @@ mod tests {
             assert!(flushes < 320, "{engine:?}: 320 durable writes took {flushes} flushes");
             assert!(flushes > 0);
         }
+    }
+
+    /// The gentle rate: an ack flushes every 4 ms, and a record is written 1 ms after
+    /// each ack's flush. Lingering, each record shares the next ack's flush: about one
+    /// flush per ack, where flushing at once makes two.
+    #[test]
+    fn a_lingering_writer_shares_the_next_ack_flush() {
+        const ACKS: u32 = 40;
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(Engine::Redb, dir.path());
+        let tree = db.open_tree("t").unwrap();
+        let group = Arc::new(GroupFlush::default());
+        let (flushed, acked) = std::sync::mpsc::channel::<()>();
+        let acker = {
+            let (db, tree, group) = (db.clone(), tree.clone(), group.clone());
+            std::thread::spawn(move || {
+                for i in 0..ACKS {
+                    tree.insert(i.to_be_bytes(), vec![1u8; 64]).unwrap();
+                    group.flush(&db).unwrap();
+                    let _ = flushed.send(());
+                    std::thread::sleep(Duration::from_millis(4));
+                }
+            })
+        };
+        let mut records = 0u32;
+        while acked.recv().is_ok() {
+            std::thread::sleep(Duration::from_millis(1));
+            tree.insert((1000 + records).to_be_bytes(), vec![2u8; 64]).unwrap();
+            group.flush_lingering(&db, Duration::from_millis(20)).unwrap();
+            records += 1;
+        }
+        acker.join().unwrap();
+        let flushes = lock(&group.state).started;
+        assert_eq!(records, ACKS);
+        assert!(
+            flushes <= u64::from(ACKS) * 5 / 4,
+            "{ACKS} acks and {records} records took {flushes} flushes (sharing: about {ACKS})"
+        );
+        assert_eq!(lock(&group.state).ended, flushes, "a flush did not end");
+    }
+
+    /// With no acks coming (none yet, or none for a while), a lingering writer does not
+    /// wait: it flushes at once.
+    #[test]
+    fn a_lingering_writer_alone_flushes_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(Engine::Redb, dir.path());
+        let tree = db.open_tree("t").unwrap();
+        let group = GroupFlush::default();
+        let linger = Duration::from_secs(2);
+        let took = |n: u32| {
+            tree.insert(n.to_be_bytes(), vec![0u8; 64]).unwrap();
+            let started = Instant::now();
+            group.flush_lingering(&db, linger).unwrap();
+            started.elapsed()
+        };
+        assert!(took(0) < linger / 2, "lingered with no ack ever seen");
+        // Acks every 10 ms, then none: after two intervals without one, no linger.
+        for n in 1..6u32 {
+            tree.insert(n.to_be_bytes(), vec![0u8; 64]).unwrap();
+            group.flush(&db).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(took(10) < linger / 2, "lingered after the acks stopped");
+        assert_eq!(lock(&group.state).started, 7);
     }
 }
