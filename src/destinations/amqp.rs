@@ -94,14 +94,23 @@ impl Amqp {
             Connection::connect_uri_with_config(uri, props, tls, runtime).await.map_err(|e| {
                 connect_error(format!("cannot connect to RabbitMQ at {}: {e}", self.display()))
             })?;
-        let channel = conn
-            .create_channel()
-            .await
-            .map_err(|e| format!("cannot open a channel on {}: {e}", self.display()))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| format!("cannot turn publisher confirms on at {}: {e}", self.display()))?;
+        let opened = async {
+            let channel = conn
+                .create_channel()
+                .await
+                .map_err(|e| format!("cannot open a channel on {}: {e}", self.display()))?;
+            channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| {
+                format!("cannot turn publisher confirms on at {}: {e}", self.display())
+            })?;
+            Ok::<_, String>(channel)
+        };
+        let channel = match opened.await {
+            Ok(channel) => channel,
+            Err(e) => {
+                close_aside(conn);
+                return Err(e);
+            }
+        };
         let closed = Arc::new(OnceLock::new());
         *slot = Some(Link {
             conn,
@@ -127,13 +136,18 @@ impl Amqp {
         };
         if let Some(Link { conn, closed, .. }) = taken {
             let _ = closed.set(why);
-            // Closed aside, for at most 5 s: a dead connection never answers the close.
-            tokio::spawn(async move {
-                let close = conn.close(200, "reopening".into());
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), close).await;
-            });
+            close_aside(conn);
         }
     }
+}
+
+/// Closes `conn` on a task of its own, for at most 5 s: a dead connection never
+/// answers the close.
+fn close_aside(conn: Connection) {
+    tokio::spawn(async move {
+        let close = conn.close(200, "reopening".into());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), close).await;
+    });
 }
 
 /// `message`'s headers as AMQP headers (long strings).
@@ -152,12 +166,10 @@ fn headers(message: &Message<'_>) -> FieldTable {
 impl Transport for Amqp {
     async fn send(&self, message: Message<'_>, _policy: &RetryPolicy) -> Answer {
         let started = Instant::now();
+        // A link that could not be opened was never kept: nothing to forget.
         let (channel, closed) = match self.channel(started).await {
             Ok(c) => c,
-            Err(e) => {
-                self.forget(|_| true, e.clone()).await;
-                return Answer::retry(e, started.elapsed());
-            }
+            Err(e) => return Answer::retry(e, started.elapsed()),
         };
         let key = self.routing_key.render(&message.names);
         let timestamp = std::time::SystemTime::now()

@@ -136,12 +136,20 @@ impl EmbeddedState {
         let out = lifecycle::record_attempts(&mut st, attempts, policy, bodies_before_us, |c| {
             self.claims.holds(&c.destination, c.event, c.token)
         })?;
-        self.apply(&st.into_changes())?;
+        let changes = st.into_changes();
+        // A record that releases the next delivery of a resource's queue is flushed at
+        // once: that delivery waits for it. Any other may wait for an ack's flush.
+        let releases = !changes.made_due().is_empty();
+        self.apply(&changes)?;
         for (claim, _) in attempts {
             self.release(claim);
         }
         drop(guard);
-        self.durable_lingering()?;
+        if releases {
+            self.durable()?;
+        } else {
+            self.durable_lingering()?;
+        }
         Ok(out)
     }
 

@@ -131,6 +131,24 @@ impl Changes {
     pub(crate) fn is_empty(&self) -> bool {
         *self == Self::default()
     }
+
+    /// The destinations with a delivery these changes make due now (new, replayed, or
+    /// released from its resource's queue: pending, and not pending before), each
+    /// once, sorted: whom to wake, and whose next delivery waits for this write.
+    pub(crate) fn made_due(&self) -> Vec<&str> {
+        let is_pending = |r: &Option<DeliveryRecord>| {
+            r.as_ref().is_some_and(|r| r.state == crate::store::DeliveryState::Pending)
+        };
+        let mut dests: Vec<&str> = self
+            .deliveries
+            .iter()
+            .filter(|(_, c)| is_pending(&c.after) && !is_pending(&c.before))
+            .map(|((_, dest), _)| dest.as_str())
+            .collect();
+        dests.sort_unstable();
+        dests.dedup();
+        dests
+    }
 }
 
 /// A [`View`] with the changes staged so far laid over it: a batch of decisions sees

@@ -450,6 +450,9 @@ fn a_finished_head_hands_the_turn_on_at_the_given_clock() {
         let mut st = Staged::new(&w);
         dispatch(&mut st, meta(10), &plan, 10).unwrap();
         let c = st.into_changes();
+        // Only the head is due; the others are held behind it.
+        let due: &[&str] = if *id == ids[0] { &["b"] } else { &[] };
+        assert_eq!(c.made_due(), due);
         w.apply(c);
     }
     w.check();
@@ -468,12 +471,28 @@ fn a_finished_head_hands_the_turn_on_at_the_given_clock() {
         class: AnswerClass::Success,
         jitter: 0.0,
     };
+    // A failed attempt of the next one: retried later, nothing made due now (a record
+    // that may wait for an ack's flush, `embedded/flush.rs`).
+    let failed = AttemptReport {
+        attempt: Attempt { status: Some(503), ..report.attempt.clone() },
+        class: AnswerClass::Retry { retry_after: None },
+        ..report.clone()
+    };
     let mut st = Staged::new(&w);
     record_attempt(&mut st, ids[0], "b", 10, &report, &policy()).unwrap();
     let c = st.into_changes();
+    // The head's success releases the next: due now, so the record is flushed at once.
+    assert_eq!(c.made_due(), ["b"]);
     w.apply(c);
     w.check();
     assert_eq!(states(&w), [DeliveryState::Delivered, DeliveryState::Pending, DeliveryState::Held]);
     // The next one is due when the attempt ended: the clock passed in, none read.
     assert_eq!(w.deliveries[&(ids[1], "b".to_owned())].next_attempt_us, Some(1_500));
+    let mut st = Staged::new(&w);
+    record_attempt(&mut st, ids[1], "b", 1_500, &failed, &policy()).unwrap();
+    let c = st.into_changes();
+    assert_eq!(c.made_due(), Vec::<&str>::new(), "a retry makes nothing due now");
+    w.apply(c);
+    w.check();
+    assert_eq!(states(&w)[1], DeliveryState::Retrying);
 }

@@ -20,7 +20,7 @@ use tokio_postgres::AsyncMessage;
 use super::cached::Cached;
 use super::PgState;
 use crate::store::lifecycle::Changes;
-use crate::store::{DeliveryState, StoreError, Wake};
+use crate::store::{StoreError, Wake};
 
 /// Wake-ups buffered per subscriber; one that falls further behind is told
 /// [`Wake::All`] (see `Store::wakeups`).
@@ -102,19 +102,7 @@ impl<'a> Notifier<'a> {
         if self.alone {
             return None;
         }
-        let mut dests: Vec<&str> = changes
-            .deliveries
-            .iter()
-            .filter(|(_, c)| {
-                let is_pending = |r: &Option<crate::store::DeliveryRecord>| {
-                    r.as_ref().is_some_and(|r| r.state == DeliveryState::Pending)
-                };
-                is_pending(&c.after) && !is_pending(&c.before)
-            })
-            .map(|((_, dest), _)| dest.as_str())
-            .collect();
-        dests.sort_unstable();
-        dests.dedup();
+        let dests = changes.made_due();
         (!dests.is_empty()).then_some(DueNotice {
             channel: self.channel,
             instance: self.instance,
