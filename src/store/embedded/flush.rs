@@ -32,8 +32,9 @@ struct State {
     /// The highest-numbered flush that succeeded, plus one.
     ok_below: u64,
     last_error: Option<String>,
-    /// When the last flush asked for without a linger started, and the mean interval
-    /// between such starts (an exponentially weighted mean, µs): when the next is due.
+    /// When a writer that does not linger (an ack's group) last asked for a flush, and
+    /// the mean interval between such asks (exponentially weighted, µs): when the next
+    /// is expected.
     last_eager: Option<Instant>,
     eager_interval_us: f64,
 }
