@@ -383,12 +383,4 @@ impl EmbeddedState {
     pub(super) fn size_on_disk(&self) -> Result<u64, StoreError> {
         self.db.size_on_disk()
     }
-
-    /// Waits for a shared fsync that starts after this call, whatever the durability
-    /// setting.
-    pub(super) fn flush_now(&self) -> Result<(), StoreError> {
-        self.flusher
-            .flush(&self.db)
-            .map_err(|message| StoreError::Backend { backend: self.db.engine().name(), message })
-    }
 }

@@ -10,8 +10,8 @@
 //!
 //! At a gentle rate nothing overlaps: each callback's ack flushes, and so does its
 //! attempt record a millisecond or two later, two `fdatasync`s per callback. A writer
-//! that can afford to wait a little ([`GroupFlush::flush_lingering`], the attempt
-//! records) waits, as PostgreSQL's `commit_delay` does, for the next flush somebody
+//! that can afford to wait a little (a `linger` given to [`GroupFlush::flush`]: the
+//! attempt records) waits, as PostgreSQL's `commit_delay` does, for the next flush somebody
 //! else starts, if the flushes that do not linger (the acks) have been coming often
 //! enough that one is expected within the linger; otherwise it flushes at once. Its
 //! write is durable when it returns either way: only who starts the flush changes.
@@ -20,7 +20,48 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::engine::Db;
+use super::EmbeddedState;
 use crate::lock::lock;
+use crate::store::StoreError;
+
+/// The most an attempt record waits to share an ack's flush, and so the most it adds
+/// before the next delivery in a resource's order is sent (one that releases that
+/// delivery does not wait). At 200 callbacks a second an ack's flush comes every 5 ms,
+/// about 3.5 ms after a record.
+const RECORD_LINGER: Duration = Duration::from_millis(5);
+
+/// How the embedded store's writes wait for durability, all through its one
+/// [`GroupFlush`].
+impl EmbeddedState {
+    /// Waits for a shared fsync that starts after this call, whatever the durability
+    /// setting.
+    pub(super) fn flush_now(&self) -> Result<(), StoreError> {
+        self.flushed(None)
+    }
+
+    /// Waits until everything written so far is durable, if the store is `durable`.
+    pub(super) fn durable(&self) -> Result<(), StoreError> {
+        if self.durable {
+            self.flushed(None)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::durable`] for a write that may wait up to [`RECORD_LINGER`] to share a
+    /// flush an ack is expected to start: an attempt record.
+    pub(super) fn durable_lingering(&self) -> Result<(), StoreError> {
+        if self.durable {
+            self.flushed(Some(RECORD_LINGER))?;
+        }
+        Ok(())
+    }
+
+    fn flushed(&self, linger: Option<Duration>) -> Result<(), StoreError> {
+        self.flusher
+            .flush(&self.db, linger)
+            .map_err(|message| StoreError::Backend { backend: self.db.engine().name(), message })
+    }
+}
 
 #[derive(Default)]
 struct State {
@@ -75,19 +116,10 @@ pub(super) struct GroupFlush {
 
 impl GroupFlush {
     /// Returns once a flush of `db` that started after this call has ended, with its
-    /// result.
-    pub(super) fn flush(&self, db: &Db) -> Result<(), String> {
-        self.flush_after(db, None)
-    }
-
-    /// [`GroupFlush::flush`], but first waits up to `linger` for somebody else to start
+    /// result. With a `linger`, first waits up to that long for somebody else to start
     /// the flush, when one that does not linger is expected within it (see the module
-    /// docs). The write is as durable when this returns as after `flush`.
-    pub(super) fn flush_lingering(&self, db: &Db, linger: Duration) -> Result<(), String> {
-        self.flush_after(db, Some(linger))
-    }
-
-    fn flush_after(&self, db: &Db, linger: Option<Duration>) -> Result<(), String> {
+    /// docs): the write is as durable when this returns either way.
+    fn flush(&self, db: &Db, linger: Option<Duration>) -> Result<(), String> {
         let mut s = lock(&self.state);
         // The first flush to start from now on covers our write.
         let need = s.started;
@@ -174,7 +206,7 @@ mod tests {
                     std::thread::spawn(move || {
                         for j in 0..20u32 {
                             tree.insert((i * 100 + j).to_be_bytes(), vec![0u8; 64]).unwrap();
-                            group.flush(&db).unwrap();
+                            group.flush(&db, None).unwrap();
                         }
                     })
                 })
@@ -204,7 +236,7 @@ mod tests {
             std::thread::spawn(move || {
                 for i in 0..ACKS {
                     tree.insert(i.to_be_bytes(), vec![1u8; 64]).unwrap();
-                    group.flush(&db).unwrap();
+                    group.flush(&db, None).unwrap();
                     let _ = flushed.send(());
                     std::thread::sleep(Duration::from_millis(4));
                 }
@@ -214,7 +246,7 @@ mod tests {
         while acked.recv().is_ok() {
             std::thread::sleep(Duration::from_millis(1));
             tree.insert((1000 + records).to_be_bytes(), vec![2u8; 64]).unwrap();
-            group.flush_lingering(&db, Duration::from_millis(20)).unwrap();
+            group.flush(&db, Some(Duration::from_millis(20))).unwrap();
             records += 1;
         }
         acker.join().unwrap();
@@ -239,14 +271,14 @@ mod tests {
         let took = |n: u32| {
             tree.insert(n.to_be_bytes(), vec![0u8; 64]).unwrap();
             let started = Instant::now();
-            group.flush_lingering(&db, linger).unwrap();
+            group.flush(&db, Some(linger)).unwrap();
             started.elapsed()
         };
         assert!(took(0) < linger / 2, "lingered with no ack ever seen");
         // Acks every 10 ms, then none: after two intervals without one, no linger.
         for n in 1..6u32 {
             tree.insert(n.to_be_bytes(), vec![0u8; 64]).unwrap();
-            group.flush(&db).unwrap();
+            group.flush(&db, None).unwrap();
             std::thread::sleep(Duration::from_millis(10));
         }
         std::thread::sleep(Duration::from_millis(100));

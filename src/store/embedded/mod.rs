@@ -66,10 +66,6 @@ use super::{
 /// `inbox` moved into `events` + `bodies` at dispatch) is migrated at open
 /// (`migrate.rs`); version 2 (`dedup` keyed by the hash alone) too (`dedup.rs`).
 const SCHEMA_VERSION: u32 = 3;
-/// The most an attempt record waits to share an ack's flush (`flush.rs`), and so the
-/// most it adds before the next delivery in a resource's order is sent. At 200
-/// callbacks a second an ack's flush comes every 5 ms, about 3.5 ms after a record.
-const RECORD_LINGER: Duration = Duration::from_millis(5);
 const SCHEMA_KEY: &[u8] = b"schema_version";
 
 /// Tree names.
@@ -364,25 +360,6 @@ impl EmbeddedState {
     /// The first event the audit ledger counts.
     pub(super) fn ledger_start(&self) -> EventId {
         EventId::new(self.ledger_start.load(Ordering::Relaxed))
-    }
-
-    /// Waits until everything written so far is durable, if the store is `durable`.
-    fn durable(&self) -> Result<(), StoreError> {
-        if self.durable {
-            self.flush_now()?;
-        }
-        Ok(())
-    }
-
-    /// [`Self::durable`] for a write that may wait up to [`RECORD_LINGER`] to share a
-    /// flush an ack is expected to start (`flush.rs`): an attempt record.
-    fn durable_lingering(&self) -> Result<(), StoreError> {
-        if self.durable {
-            self.flusher.flush_lingering(&self.db, RECORD_LINGER).map_err(|message| {
-                StoreError::Backend { backend: self.db.engine().name(), message }
-            })?;
-        }
-        Ok(())
     }
 }
 
