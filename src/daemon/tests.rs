@@ -22,10 +22,27 @@ fn thread_names() -> String {
     format!("{names:?}")
 }
 
-/// A port nobody listens on now (bound and let go: the relay binds it next).
+/// A port nobody holds now, below the kernel's ephemeral range: the relay binds it
+/// twenty times, and between two runs no other test's connection may take it as its
+/// local port (a port from `bind(0)` is ephemeral, and one did: the relay's bind
+/// failed in CI while the other tests ran beside this one).
 fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range");
+    let ephemeral = range
+        .ok()
+        .and_then(|r| r.split_whitespace().next().and_then(|low| low.parse::<u16>().ok()))
+        .unwrap_or(32768);
+    let low = 10_000u16;
+    assert!(
+        ephemeral > low + 1000,
+        "the ephemeral range starts at {ephemeral}: too low for this test"
+    );
+    let span = u32::from(ephemeral - low);
+    let start = std::process::id() % span;
+    (0..span)
+        .map(|i| low + ((start + i * 7919) % span) as u16)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .expect("a free port below the ephemeral range")
 }
 
 /// Whether the admin listener on `port` answers `/readyz` with 200: every part of
@@ -122,7 +139,14 @@ fn twenty_starts_and_stops_leave_no_thread_and_no_store_held() {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && text.contains("1 passed"), "alone: {text}");
+        // The child's panic first, alone: CI shows only a part of a long output.
+        let panic: String = text
+            .lines()
+            .skip_while(|l| !l.contains("panicked at"))
+            .take(12)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(out.status.success() && text.contains("1 passed"), "alone: {panic}\n\n{text}");
         eprintln!("{}", text.lines().filter(|l| l.contains("threads")).collect::<String>());
         return;
     }
