@@ -18,7 +18,10 @@
 //! and p99.9 (from the scheduled send), the relays' CPU per callback, and the SQL
 //! statements per callback the relays sent (`pg_stat_statements`, top-level
 //! statements of that setup's database, BEGIN and COMMIT included), with the most
-//! frequent ones, and the WAL flushes per callback (`pg_stat_wal.wal_sync`, server-wide).
+//! frequent ones, and the WAL flushes per callback (`pg_stat_wal.wal_sync`, server-wide),
+//! and where the slowest 1% fell: in a few seconds of the run (stalls) or spread over
+//! it (queueing), with the wall clock of the worst seconds to set beside the server's
+//! log (`BENCH_PG_OPTIONS="-c logging_collector=on -c log_directory=..."`).
 //!
 //! Run: `cargo bench --bench fleet` (env: BENCH_ROUNDS, BENCH_SECS (ingest);
 //! BENCH_LATENCY_SECS (20), BENCH_RATES ("200,1000"), BENCH_ONLY (setups whose label
@@ -27,14 +30,15 @@
 //! BENCH_PHASES ("throughput,latency"); BENCH_PG_OPTIONS (more server settings,
 //! `-c name=value ...`, to try one);
 //! BENCH_BASELINE=path/to/an/older/hookrelay adds its PostgreSQL setups, side by side,
-//! each on a database of its own, in the same interleaved rounds).
+//! each on a database of its own, in the same interleaved rounds; the build itself as
+//! its baseline shows the spread between two rounds of one build).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
 use common::arrivals::{start_sink, Arrivals};
 use common::env_or;
-use common::open_loop::{await_arrivals, cpu_seconds, offer, Latencies};
+use common::open_loop::{await_arrivals, cpu_seconds, offer, tail_shape, Latencies};
 use common::stats::median;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -400,6 +404,7 @@ async fn latency(server: &PgServer, rounds: usize) {
                     r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0,
                     r.relay_cpu_us, r.pg_cpu_us, r.statements, r.wal_syncs
                 );
+                eprintln!("    tail: {}", tail_shape(&offered, &arrivals));
                 for (calls, ms, rows, query) in top.iter().take(env_or("BENCH_TOP", 10)) {
                     let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
                     eprintln!(

@@ -124,6 +124,54 @@ impl Latencies {
     }
 }
 
+/// Where a run's slowest callbacks (end to end beyond its p99) fell: per second of the
+/// run, how many, and how much of their time was the ack's; spread evenly means
+/// queueing, a few seconds holding most of them means stalls. One line for a bench's
+/// log.
+#[allow(dead_code)] // Not every bench that includes the module prints it.
+pub fn tail_shape(offered: &Offered, arrivals: &Arrivals) -> String {
+    let seen = arrivals.lock().unwrap();
+    let mut e2e: Vec<(Duration, &Sent)> = offered
+        .sent
+        .iter()
+        .filter_map(|s| seen.get(&s.id).map(|t| (t.saturating_duration_since(s.due), s)))
+        .collect();
+    if e2e.is_empty() {
+        return "no deliveries".into();
+    }
+    e2e.sort_by_key(|(d, _)| *d);
+    let p99 = e2e[(e2e.len() - 1) * 99 / 100].0;
+    let slow: Vec<&(Duration, &Sent)> = e2e.iter().filter(|(d, _)| *d > p99).collect();
+    let mut per_second = std::collections::BTreeMap::<u64, usize>::new();
+    let mut acked = Duration::ZERO;
+    let mut total = Duration::ZERO;
+    for (d, s) in &slow {
+        *per_second.entry(s.due.saturating_duration_since(offered.start).as_secs()).or_default() +=
+            1;
+        acked += s.acked.saturating_duration_since(s.due);
+        total += *d;
+    }
+    let mut busiest: Vec<(u64, usize)> = per_second.into_iter().collect();
+    busiest.sort_by_key(|b| std::cmp::Reverse(b.1));
+    let seconds = busiest.len();
+    // The wall clock of those seconds, to set beside the server's logs.
+    let wall_start = std::time::SystemTime::now() - offered.start.elapsed();
+    let clock = |s: u64| {
+        let t = wall_start + Duration::from_secs(s);
+        let secs = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) % 86_400;
+        format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+    };
+    let top: Vec<String> =
+        busiest.iter().take(6).map(|(s, n)| format!("{s}s ({}): {n}", clock(*s))).collect();
+    format!(
+        "{} beyond p99 {:.1} ms, in {seconds} seconds of the run (busiest {}, UTC); the ack is {:.0}% of their time",
+        slow.len(),
+        p99.as_secs_f64() * 1e3,
+        top.join(", "),
+        100.0 * acked.as_secs_f64() / total.as_secs_f64().max(1e-9)
+    )
+}
+
 /// A process's user + system CPU time so far, in seconds.
 /// The bytes process `pid` has caused to be written to storage so far
 /// (`/proc/{pid}/io`, `write_bytes`: what reached the block layer, not what `write`
