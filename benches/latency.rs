@@ -11,8 +11,8 @@
 //! `fdatasync`, as the redo log makes an ack durable): the floor under the ack's tail.
 //!
 //! Also per contender: the relay's CPU per callback, its group commits per callback and
-//! their mean time (from its `/metrics`), and when the acks over 50 ms were sent (a
-//! stall shows as one cluster).
+//! their mean time (from its `/metrics`), when the acks over 50 ms were sent (a
+//! stall shows as one cluster), and where the slowest 1% end to end fell.
 //!
 //! Run: `cargo bench --bench latency` (env: BENCH_ROUNDS (3), BENCH_SECS (20),
 //! BENCH_RATE (200), BENCH_RESOURCES (50), BENCH_BASELINE; BENCH_STORAGE=`[storage]` lines
@@ -25,7 +25,7 @@ mod common;
 
 use common::arrivals::{start_sink, Arrivals, Contender};
 use common::env_or;
-use common::open_loop::{await_arrivals, cpu_seconds, offer, written_bytes, Latencies};
+use common::open_loop::{await_arrivals, cpu_seconds, offer, tail_shape, written_bytes, Latencies};
 use common::stats::median;
 
 use std::sync::Arc;
@@ -124,6 +124,7 @@ async fn run(
     if !seconds.is_empty() {
         eprintln!("  slow acks in seconds {seconds:?} of the run");
     }
+    eprintln!("  {} end to end: {}", c.label, tail_shape(&offered, arrivals));
     Run {
         seen: Latencies::of(&offered, arrivals),
         cpu_us,

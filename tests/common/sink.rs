@@ -182,21 +182,40 @@ impl Sink {
         sink
     }
 
-    /// Starts a sink on `addr` (e.g. the port of a sink that was stopped).
+    /// Starts a sink on `addr` (e.g. the port of a sink that was stopped). A port of
+    /// a stopped sink is an ephemeral one, which an outgoing connection may hold for a
+    /// moment as its local port (the relay's own retries to the stopped sink among
+    /// them): the bind is tried again for up to 10 s before the test fails.
     pub async fn start_on(addr: SocketAddr) -> Sink {
         let state = Arc::new(Mutex::new(State::default()));
-        let data = web::Data::from(state.clone());
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(data.clone())
-                .app_data(web::PayloadConfig::new(64 << 20))
-                .default_service(web::to(handle))
-        })
-        .workers(1)
-        .disable_signals()
-        .shutdown_timeout(1)
-        .bind(addr)
-        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let server = loop {
+            // The server is not `Send`: it lives in this block only, not across the
+            // wait below.
+            let e = {
+                let data = web::Data::from(state.clone());
+                let bound = HttpServer::new(move || {
+                    App::new()
+                        .app_data(data.clone())
+                        .app_data(web::PayloadConfig::new(64 << 20))
+                        .default_service(web::to(handle))
+                })
+                .workers(1)
+                .disable_signals()
+                .shutdown_timeout(1)
+                .bind(addr);
+                match bound {
+                    Ok(server) => break server,
+                    Err(e) => e,
+                }
+            };
+            assert!(
+                addr.port() != 0 && Instant::now() < deadline,
+                "the sink cannot listen on {addr}: {e}"
+            );
+            eprintln!("the sink's port {addr} is taken ({e}); trying again");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         let addr = server.addrs()[0];
         let server = server.run();
         let handle = server.handle();
