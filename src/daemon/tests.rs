@@ -23,9 +23,10 @@ fn thread_names() -> String {
 }
 
 /// A port nobody holds now, below the kernel's ephemeral range: the relay binds it
-/// twenty times, and between two runs no other test's connection may take it as its
-/// local port (a port from `bind(0)` is ephemeral, and one did: the relay's bind
-/// failed in CI while the other tests ran beside this one).
+/// twenty times, and between two runs no connection may take it as its local port. A
+/// port from `bind(0)` is ephemeral: another test's connection, or the next run's own
+/// ingress `bind(0)`, could take it, and the relay's bind would fail (the likeliest
+/// cause of this test's failure in CI beside the other tests).
 fn free_port() -> u16 {
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range");
     let ephemeral = range
