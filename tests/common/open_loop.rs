@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::arrivals::Arrivals;
-use super::stats::percentile_ms;
+use super::stats::{percentile, percentile_ms};
 
 /// The `n`th callback, about resource `n % resources` (about 1 KB).
 pub fn body(n: u64, resources: u64) -> String {
@@ -103,16 +103,11 @@ pub struct Latencies {
 impl Latencies {
     /// What `offered` saw, its deliveries as `arrivals` has them.
     pub fn of(offered: &Offered, arrivals: &Arrivals) -> Latencies {
-        let seen = arrivals.lock().unwrap();
         let mut ack: Vec<Duration> =
             offered.sent.iter().map(|s| s.acked.saturating_duration_since(s.due)).collect();
-        let mut e2e: Vec<Duration> = offered
-            .sent
-            .iter()
-            .filter_map(|s| seen.get(&s.id).map(|t| t.saturating_duration_since(s.due)))
-            .collect();
+        let e2e: Vec<Duration> =
+            end_to_end(offered, arrivals).into_iter().map(|(d, _)| d).collect();
         ack.sort();
-        e2e.sort();
         let q = |v: &[Duration]| {
             [percentile_ms(v, 0.5), percentile_ms(v, 0.99), percentile_ms(v, 0.999)]
         };
@@ -124,23 +119,28 @@ impl Latencies {
     }
 }
 
-/// Where a run's slowest callbacks (end to end beyond its p99) fell: per second of the
-/// run, how many, and how much of their time was the ack's; spread evenly means
-/// queueing, a few seconds holding most of them means stalls. One line for a bench's
-/// log.
-#[allow(dead_code)] // Not every bench that includes the module prints it.
-pub fn tail_shape(offered: &Offered, arrivals: &Arrivals) -> String {
+/// Each delivered callback's time end to end (from its scheduled send to the sink's
+/// receipt), shortest first.
+fn end_to_end<'a>(offered: &'a Offered, arrivals: &Arrivals) -> Vec<(Duration, &'a Sent)> {
     let seen = arrivals.lock().unwrap();
     let mut e2e: Vec<(Duration, &Sent)> = offered
         .sent
         .iter()
         .filter_map(|s| seen.get(&s.id).map(|t| (t.saturating_duration_since(s.due), s)))
         .collect();
-    if e2e.is_empty() {
-        return "no deliveries".into();
-    }
     e2e.sort_by_key(|(d, _)| *d);
-    let p99 = e2e[(e2e.len() - 1) * 99 / 100].0;
+    e2e
+}
+
+/// Where a run's slowest callbacks (end to end beyond its p99) fell: per second of the
+/// run, how many, and how much of their time was the ack's; spread evenly means
+/// queueing, a few seconds holding most of them means stalls. One line for a bench's
+/// log.
+#[allow(dead_code)] // Not every bench that includes the module prints it.
+pub fn tail_shape(offered: &Offered, arrivals: &Arrivals) -> String {
+    let e2e = end_to_end(offered, arrivals);
+    let sorted: Vec<Duration> = e2e.iter().map(|(d, _)| *d).collect();
+    let Some(p99) = percentile(&sorted, 0.99) else { return "no deliveries".into() };
     let slow: Vec<&(Duration, &Sent)> = e2e.iter().filter(|(d, _)| *d > p99).collect();
     let mut per_second = std::collections::BTreeMap::<u64, usize>::new();
     let mut acked = Duration::ZERO;
