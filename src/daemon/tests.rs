@@ -171,7 +171,9 @@ fn twenty_starts_and_stops_leave_no_thread_and_no_store_held() {
             // failure there came without its message: these say which bound it was).
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
             while !ready(admin).await {
-                assert!(!running.is_finished(), "the relay ended by itself");
+                if running.is_finished() {
+                    panic!("the relay ended by itself: {:?}", running.await);
+                }
                 assert!(tokio::time::Instant::now() < deadline, "not ready within 60 s");
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

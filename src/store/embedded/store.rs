@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::engine::read_scope;
 use super::{EmbeddedState, EmbeddedStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
@@ -18,20 +19,22 @@ use crate::store::{
 };
 
 impl EmbeddedStore {
-    /// Runs the read `f` on the blocking pool.
+    /// Runs the read `f` on the blocking pool, its lookups sharing their tables
+    /// (`engine::read_scope`).
     pub(super) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&EmbeddedState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
+        tokio::task::spawn_blocking(move || read_scope(|| f(&inner)))
             .await
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     /// Runs the write `f` on the blocking pool under the store's [`Health`]: refused
     /// once the store failed, watched while it runs, failing the store if sled fails,
-    /// and given up on (the caller gets an error) as soon as the store fails.
+    /// and given up on (the caller gets an error) as soon as the store fails. Its
+    /// lookups share their tables, as in [`EmbeddedStore::run`].
     ///
     /// [`Health`]: crate::store::Health
     pub(super) async fn write<T: Send + 'static>(
@@ -43,7 +46,8 @@ impl EmbeddedStore {
         health
             .or_failed(async move {
                 tokio::task::spawn_blocking(move || {
-                    inner.health.write(StoreError::is_engine_failure, || f(&inner))
+                    let f = || read_scope(|| f(&inner));
+                    inner.health.write(StoreError::is_engine_failure, f)
                 })
                 .await
                 .map_err(|e| StoreError::Task(e.to_string()))?

@@ -26,6 +26,7 @@ mod sled_kv;
 use std::ops::{Bound, Deref, RangeBounds};
 use std::path::Path;
 
+pub(crate) use self::redb_kv::read_scope;
 pub(crate) use self::redb_kv::FILE_NAME as REDB_FILE;
 use crate::store::StoreError;
 

@@ -32,6 +32,9 @@ use crate::store::StoreError;
 use checkpoint::{checkpoint, recover, start_checkpointer, REDO_TABLE};
 
 mod checkpoint;
+mod reads;
+
+pub(crate) use reads::read_scope;
 
 /// The database file in `storage.data_dir`.
 pub(crate) const FILE_NAME: &str = "hookrelay.redb";
@@ -261,6 +264,7 @@ impl RedbDb {
             Ok(value) => {
                 self.db.dirty.store(true, Ordering::Release);
                 txn.commit().map_err(err)?;
+                reads::committed();
                 if !ops.is_empty() {
                     self.db.redo.append(&writer, &ops);
                 }
@@ -297,6 +301,16 @@ impl Drop for Shared {
 }
 
 impl RedbTree {
+    /// Calls `f` with this table as last committed (shared within a read scope).
+    fn with_table<T>(
+        &self,
+        f: impl FnOnce(
+            &redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+        ) -> Result<T, redb::StorageError>,
+    ) -> Result<T, StoreError> {
+        reads::with_table(&self.db, self.def, self.name, f)
+    }
+
     fn read(&self) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>, StoreError> {
         self.db.begin_read().map_err(err)?.open_table(self.def).map_err(err)
     }
@@ -317,6 +331,7 @@ impl RedbTree {
         };
         self.db.dirty.store(true, Ordering::Release);
         txn.commit().map_err(err)?;
+        reads::committed();
         if !ops.is_empty() {
             self.db.redo.append(&writer, &ops);
         }
@@ -324,12 +339,12 @@ impl RedbTree {
     }
 
     pub(super) fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
-        Ok(self.read()?.get(key).map_err(err)?.map(|v| Bytes::Owned(v.value().to_vec())))
+        self.with_table(|t| Ok(t.get(key)?.map(|v| Bytes::Owned(v.value().to_vec()))))
     }
 
     /// Whether `key` is there, without copying its value (dispatch asks it per record).
     pub(super) fn contains_key(&self, key: &[u8]) -> Result<bool, StoreError> {
-        Ok(self.read()?.get(key).map_err(err)?.is_some())
+        self.with_table(|t| Ok(t.get(key)?.is_some()))
     }
 
     pub(super) fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Bytes>, StoreError> {
@@ -384,7 +399,7 @@ impl RedbTree {
     }
 
     pub(super) fn len(&self) -> Result<u64, StoreError> {
-        self.read()?.len().map_err(err)
+        self.with_table(ReadableTableMetadata::len)
     }
 }
 

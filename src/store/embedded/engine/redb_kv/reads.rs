@@ -1,0 +1,240 @@
+//! Reads that share a table within one store call: the table opened once per call
+//! and thread, not once per lookup.
+//!
+//! A lookup outside a transaction begins a read transaction, opens its table (a
+//! lookup in redb's table of tables) and drops both: measured at 5% of the relay's
+//! CPU under held ingest, where dispatch asks several tables per event
+//! (BENCHMARKS.md, "What the blocking pool's hops cost"). Inside a [`read_scope`] the
+//! thread keeps each table it opened until the scope ends, and uses it again until the
+//! thread commits a write.
+//!
+//! Invariant: a read in a scope sees every write committed before the scope first
+//! read its table, and every write this thread committed since. A scope is one store
+//! call: what the call wrote it reads back (each commit on this thread opens the
+//! tables again, [`committed`]); what other threads commit during the call, the next
+//! call sees, as if the call's reads had all come a moment earlier. That is all a
+//! lookup outside a transaction ever promised: the call's own transaction, not its
+//! lookups, decides (a store call never waits between two reads for another thread's
+//! commit). Under held ingest the committer commits every fraction of a millisecond,
+//! so a rule keyed to every commit would open the tables again at nearly every lookup.
+//! Nothing is kept past the scope: a read transaction held by an idle thread would
+//! keep redb from reusing the pages later commits free.
+
+use std::cell::{Cell, RefCell};
+use std::sync::{Arc, Weak};
+
+use redb::{ReadableDatabase, TableDefinition};
+
+use super::{err, Shared};
+use crate::store::StoreError;
+
+type Table = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+/// Says that this thread committed a write: the tables its scope keeps are opened
+/// again at their next read. Called after `commit()` returns.
+pub(super) fn committed() {
+    WRITES.with(|w| w.set(w.get().wrapping_add(1)));
+}
+
+/// A table kept by the scope: of which database (weak: its address is not reused while
+/// kept), which table, opened after how many of this thread's commits.
+struct Kept {
+    db: Weak<Shared>,
+    name: &'static str,
+    writes: u64,
+    table: Table,
+}
+
+/// The tables kept by this thread's scope, and how deep the scope is (a store call
+/// may call another).
+struct Scope {
+    depth: usize,
+    kept: Vec<Kept>,
+}
+
+thread_local! {
+    static SCOPE: RefCell<Scope> = const { RefCell::new(Scope { depth: 0, kept: Vec::new() }) };
+    /// This thread's commits so far ([`committed`]).
+    static WRITES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Runs `f` with reads on this thread sharing their tables (see the module's doc).
+/// Drops what it kept when the outermost scope ends, `f` panicking included.
+pub(crate) fn read_scope<T>(f: impl FnOnce() -> T) -> T {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            let dropped = SCOPE.with(|s| {
+                let mut s = s.borrow_mut();
+                s.depth -= 1;
+                if s.depth == 0 {
+                    std::mem::take(&mut s.kept)
+                } else {
+                    Vec::new()
+                }
+            });
+            // Dropped outside the borrow: a table's drop ends its read transaction.
+            drop(dropped);
+        }
+    }
+    SCOPE.with(|s| s.borrow_mut().depth += 1);
+    let _leave = Leave;
+    f()
+}
+
+/// Calls `f` with table `name` of `db`: the scope's if it kept it since this thread's
+/// last commit, else freshly opened (and kept, in a scope).
+pub(super) fn with_table<T>(
+    db: &Arc<Shared>,
+    def: TableDefinition<'static, &'static [u8], &'static [u8]>,
+    name: &'static str,
+    f: impl FnOnce(&Table) -> Result<T, redb::StorageError>,
+) -> Result<T, StoreError> {
+    let open = || -> Result<Table, StoreError> {
+        #[cfg(test)]
+        OPENED.with(|n| n.set(n.get() + 1));
+        db.begin_read().map_err(err)?.open_table(def).map_err(err)
+    };
+    let in_scope = SCOPE.with(|s| s.borrow().depth > 0);
+    if !in_scope {
+        return f(&open()?).map_err(err);
+    }
+    let writes = WRITES.with(Cell::get);
+    let key = Arc::as_ptr(db);
+    let is = |k: &Kept| std::ptr::eq(k.db.as_ptr(), key) && k.name == name;
+    let fresh = SCOPE.with(|s| s.borrow().kept.iter().any(|k| is(k) && k.writes == writes));
+    if !fresh {
+        let table = open()?;
+        let stale = SCOPE.with(|s| {
+            let mut s = s.borrow_mut();
+            let stale = s.kept.iter().position(is);
+            let kept = Kept { db: Arc::downgrade(db), name, writes, table };
+            match stale {
+                Some(i) => Some(std::mem::replace(&mut s.kept[i], kept)),
+                None => {
+                    s.kept.push(kept);
+                    None
+                }
+            }
+        });
+        drop(stale);
+    }
+    SCOPE.with(|s| {
+        let s = s.borrow();
+        let kept = s.kept.iter().find(|k| is(k));
+        match kept {
+            Some(k) => f(&k.table).map_err(err),
+            None => Err(StoreError::Task("a table kept by the read scope is gone".into())),
+        }
+    })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tables opened by this thread's reads, for the tests.
+    pub(super) static OPENED: Cell<usize> = const { Cell::new(0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::RedbDb;
+    use super::*;
+    use crate::store::embedded::background_flush::Pacing;
+    use crate::store::embedded::engine::{EngineOptions, Tree};
+
+    fn open(dir: &std::path::Path) -> RedbDb {
+        RedbDb::open(&EngineOptions {
+            path: dir,
+            cache_capacity_bytes: 1 << 20,
+            compression: false,
+            flush: Pacing::fixed(std::time::Duration::from_secs(3600)),
+        })
+        .expect("open redb")
+    }
+
+    fn opened() -> usize {
+        OPENED.with(Cell::get)
+    }
+
+    #[test]
+    fn lookups_in_a_scope_open_their_table_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        let tree = db.open_tree("t").expect("tree");
+        tree.insert(b"k", b"v").expect("insert");
+        let before = opened();
+        read_scope(|| {
+            for _ in 0..100 {
+                assert!(tree.contains_key(b"k").expect("read"));
+            }
+        });
+        assert_eq!(opened() - before, 1);
+        // Outside a scope, each lookup opens its own.
+        let before = opened();
+        for _ in 0..3 {
+            assert!(tree.get(b"k").expect("read").is_some());
+        }
+        assert_eq!(opened() - before, 3);
+    }
+
+    #[test]
+    fn a_scope_reads_its_own_writes_and_the_next_scope_everyone_s() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        let tree = db.open_tree("t").expect("tree");
+        let other = tree.clone();
+        read_scope(|| {
+            assert!(tree.get(b"a").expect("read").is_none());
+            // This thread's own write, read back.
+            tree.insert(b"a", b"1").expect("insert");
+            assert_eq!(tree.get(b"a").expect("read").as_deref(), Some(&b"1"[..]));
+            // Another thread's write during the scope: this scope's reads came first.
+            std::thread::spawn(move || other.insert(b"b", b"2").expect("insert"))
+                .join()
+                .expect("writer");
+            assert!(tree.get(b"b").expect("read").is_none());
+            // This thread's next write opens the table again: everything committed.
+            tree.remove(b"a").expect("remove");
+            assert!(tree.get(b"a").expect("read").is_none());
+            assert_eq!(tree.get(b"b").expect("read").as_deref(), Some(&b"2"[..]));
+            assert_eq!(tree.len().expect("len"), 1);
+            // A transaction's commit is this thread's write too.
+            let both = [Tree::Redb(tree.clone())];
+            db.transaction(&both.iter().collect::<Vec<_>>(), |t| {
+                t[0].insert(b"c", b"3")?;
+                Ok(())
+            })
+            .expect("transaction");
+            assert_eq!(tree.get(b"c").expect("read").as_deref(), Some(&b"3"[..]));
+            let other = tree.clone();
+            std::thread::spawn(move || other.insert(b"d", b"4").expect("insert"))
+                .join()
+                .expect("writer");
+            assert!(tree.get(b"d").expect("read").is_none());
+        });
+        // The next scope (the next store call) sees what others committed.
+        read_scope(|| assert_eq!(tree.get(b"d").expect("read").as_deref(), Some(&b"4"[..])));
+    }
+
+    #[test]
+    fn nothing_is_kept_after_the_scope_even_when_it_panics() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = open(dir.path());
+        let tree = db.open_tree("t").expect("tree");
+        let kept = || SCOPE.with(|s| (s.borrow().depth, s.borrow().kept.len()));
+        read_scope(|| {
+            read_scope(|| tree.contains_key(b"k").expect("read"));
+            // The inner scope's end keeps the outer one's tables.
+            assert_eq!(kept(), (1, 1));
+        });
+        assert_eq!(kept(), (0, 0));
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            read_scope(|| {
+                tree.contains_key(b"k").expect("read");
+                panic!("a store call that panics");
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(kept(), (0, 0));
+    }
+}
