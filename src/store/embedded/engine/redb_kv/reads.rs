@@ -5,22 +5,23 @@
 //! lookup in redb's table of tables) and drops both: measured at 5% of the relay's
 //! CPU under held ingest, where dispatch asks several tables per event
 //! (BENCHMARKS.md, "What the blocking pool's hops cost"). Inside a [`read_scope`] the
-//! thread keeps each table it opened until the scope ends, and uses it again until the
-//! thread commits a write.
+//! thread keeps each table it opened, and uses it again, until the thread commits a
+//! write or the scope ends.
 //!
 //! Invariant: a read in a scope sees every write committed before the scope first
 //! read its table, and every write this thread committed since. A scope is one store
-//! call: what the call wrote it reads back (each commit on this thread opens the
-//! tables again, [`committed`]); what other threads commit during the call, the next
+//! call: what the call wrote it reads back (each commit on this thread drops the
+//! tables kept, [`committed`]); what other threads commit during the call, the next
 //! call sees, as if the call's reads had all come a moment earlier. That is all a
 //! lookup outside a transaction ever promised: the call's own transaction, not its
 //! lookups, decides (a store call never waits between two reads for another thread's
 //! commit). Under held ingest the committer commits every fraction of a millisecond,
 //! so a rule keyed to every commit would open the tables again at nearly every lookup.
-//! Nothing is kept past the scope: a read transaction held by an idle thread would
-//! keep redb from reusing the pages later commits free.
+//! Nothing is kept past the scope or the thread's commit: a read transaction held by an
+//! idle thread, or by a call waiting for its write to be durable, would keep redb from
+//! reusing the pages later commits free.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use redb::{ReadableDatabase, TableDefinition};
@@ -30,18 +31,19 @@ use crate::store::StoreError;
 
 type Table = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
 
-/// Says that this thread committed a write: the tables its scope keeps are opened
-/// again at their next read. Called after `commit()` returns.
+/// Says that this thread committed a write: the tables its scope kept are dropped (the
+/// next read opens them again and sees the write). Called after `commit()` returns.
 pub(super) fn committed() {
-    WRITES.with(|w| w.set(w.get().wrapping_add(1)));
+    let dropped = SCOPE.with(|s| std::mem::take(&mut s.borrow_mut().kept));
+    // Dropped outside the borrow: a table's drop ends its read transaction.
+    drop(dropped);
 }
 
 /// A table kept by the scope: of which database (weak: its address is not reused while
-/// kept), which table, opened after how many of this thread's commits.
+/// kept), which table.
 struct Kept {
     db: Weak<Shared>,
     name: &'static str,
-    writes: u64,
     table: Table,
 }
 
@@ -54,8 +56,6 @@ struct Scope {
 
 thread_local! {
     static SCOPE: RefCell<Scope> = const { RefCell::new(Scope { depth: 0, kept: Vec::new() }) };
-    /// This thread's commits so far ([`committed`]).
-    static WRITES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Runs `f` with reads on this thread sharing their tables (see the module's doc).
@@ -82,8 +82,8 @@ pub(crate) fn read_scope<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Calls `f` with table `name` of `db`: the scope's if it kept it since this thread's
-/// last commit, else freshly opened (and kept, in a scope).
+/// Calls `f` with table `name` of `db`: the scope's if it kept it, else freshly opened
+/// (and kept, in a scope).
 pub(super) fn with_table<T>(
     db: &Arc<Shared>,
     def: TableDefinition<'static, &'static [u8], &'static [u8]>,
@@ -99,25 +99,11 @@ pub(super) fn with_table<T>(
     if !in_scope {
         return f(&open()?).map_err(err);
     }
-    let writes = WRITES.with(Cell::get);
     let key = Arc::as_ptr(db);
     let is = |k: &Kept| std::ptr::eq(k.db.as_ptr(), key) && k.name == name;
-    let fresh = SCOPE.with(|s| s.borrow().kept.iter().any(|k| is(k) && k.writes == writes));
-    if !fresh {
+    if !SCOPE.with(|s| s.borrow().kept.iter().any(is)) {
         let table = open()?;
-        let stale = SCOPE.with(|s| {
-            let mut s = s.borrow_mut();
-            let stale = s.kept.iter().position(is);
-            let kept = Kept { db: Arc::downgrade(db), name, writes, table };
-            match stale {
-                Some(i) => Some(std::mem::replace(&mut s.kept[i], kept)),
-                None => {
-                    s.kept.push(kept);
-                    None
-                }
-            }
-        });
-        drop(stale);
+        SCOPE.with(|s| s.borrow_mut().kept.push(Kept { db: Arc::downgrade(db), name, table }));
     }
     SCOPE.with(|s| {
         let s = s.borrow();
@@ -132,7 +118,7 @@ pub(super) fn with_table<T>(
 #[cfg(test)]
 thread_local! {
     /// Tables opened by this thread's reads, for the tests.
-    pub(super) static OPENED: Cell<usize> = const { Cell::new(0) };
+    pub(super) static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]
@@ -153,7 +139,7 @@ mod tests {
     }
 
     fn opened() -> usize {
-        OPENED.with(Cell::get)
+        OPENED.with(std::cell::Cell::get)
     }
 
     #[test]
@@ -217,7 +203,7 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_kept_after_the_scope_even_when_it_panics() {
+    fn nothing_is_kept_after_a_commit_or_the_scope_even_when_it_panics() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = open(dir.path());
         let tree = db.open_tree("t").expect("tree");
@@ -226,6 +212,9 @@ mod tests {
             read_scope(|| tree.contains_key(b"k").expect("read"));
             // The inner scope's end keeps the outer one's tables.
             assert_eq!(kept(), (1, 1));
+            // A commit drops them: nothing is held while the call waits for durability.
+            tree.insert(b"k", b"v").expect("insert");
+            assert_eq!(kept(), (1, 0));
         });
         assert_eq!(kept(), (0, 0));
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
