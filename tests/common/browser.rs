@@ -162,22 +162,35 @@ impl Browser {
 
     /// Waits until the text of the page's `main` contains `needle`; returns it.
     pub async fn wait_for_text(&self, needle: &str, timeout: Duration) -> String {
+        self.wait_for_text_where(&format!("{needle:?}"), |t| t.contains(needle), timeout).await
+    }
+
+    /// Waits until the text of the page's `main` satisfies `shown` (`what` says what
+    /// was awaited); returns it.
+    pub async fn wait_for_text_where(
+        &self,
+        what: &str,
+        shown: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let text = self.find("main").await.text().await;
-            if text.contains(needle) {
+            if shown(&text) {
                 return text;
             }
             assert!(
                 Instant::now() < deadline,
-                "{needle:?} not shown within {timeout:?}; shown: {text}"
+                "{what}: not shown within {timeout:?}; shown: {text}"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
-    /// Waits until the page's address ends with `suffix` (a form submitted and its
-    /// result loaded: text found before then may be the page the form was on).
+    /// Waits until the page's address ends with `suffix`. The console changes its
+    /// address before it fetches the page's data (`history.pushState`, then the
+    /// fetch): text read just after may still be the page the form was on; wait for
+    /// the new page's content ([`Browser::wait_for_text_where`]).
     pub async fn wait_for_url(&self, suffix: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
