@@ -46,8 +46,8 @@ impl EmbeddedStore {
         health
             .or_failed(async move {
                 tokio::task::spawn_blocking(move || {
-                    let f = || read_scope(|| f(&inner));
-                    inner.health.write(StoreError::is_engine_failure, f)
+                    let scoped = || read_scope(|| f(&inner));
+                    inner.health.write(StoreError::is_engine_failure, scoped)
                 })
                 .await
                 .map_err(|e| StoreError::Task(e.to_string()))?

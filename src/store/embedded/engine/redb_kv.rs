@@ -15,26 +15,24 @@
 //! events, measured); then the log's records after the checkpoint are applied again.
 
 use std::cell::RefCell;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
-    TableHandle,
-};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 
 use super::redo::{self, Ops, RedoLog};
 use super::Visit;
-use super::{Bytes, EngineOptions, Iter, Tree, TxError, TxResult, TxTree};
+use super::{Bytes, EngineOptions, Tree, TxError, TxResult, TxTree};
 use crate::store::StoreError;
 use checkpoint::{checkpoint, recover, start_checkpointer, REDO_TABLE};
 
 mod checkpoint;
 mod reads;
+mod tree;
 
 pub(crate) use reads::read_scope;
+pub(crate) use tree::{tx_get, tx_insert, tx_remove};
 
 /// The database file in `storage.data_dir`.
 pub(crate) const FILE_NAME: &str = "hookrelay.redb";
@@ -298,119 +296,4 @@ impl Drop for Shared {
             }
         }
     }
-}
-
-impl RedbTree {
-    /// Calls `f` with this table as last committed (shared within a read scope).
-    fn with_table<T>(
-        &self,
-        f: impl FnOnce(
-            &redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
-        ) -> Result<T, redb::StorageError>,
-    ) -> Result<T, StoreError> {
-        reads::with_table(&self.db, self.def, self.name, f)
-    }
-
-    fn read(&self) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>, StoreError> {
-        self.db.begin_read().map_err(err)?.open_table(self.def).map_err(err)
-    }
-
-    /// One non-durable write transaction on this table, its writes appended to the
-    /// redo log.
-    fn write<T>(
-        &self,
-        f: impl FnOnce(&mut TxTable<'_>) -> Result<T, redb::StorageError>,
-    ) -> Result<T, StoreError> {
-        let writer = self.db.redo.writer();
-        let mut txn = self.db.begin_write().map_err(err)?;
-        txn.set_durability(Durability::None).map_err(err)?;
-        let (out, ops) = {
-            let table = txn.open_table(self.def).map_err(err)?;
-            let mut table = TxTable { table, name: self.name, ops: Ops::default() };
-            (f(&mut table).map_err(err)?, table.ops)
-        };
-        self.db.dirty.store(true, Ordering::Release);
-        txn.commit().map_err(err)?;
-        reads::committed();
-        if !ops.is_empty() {
-            self.db.redo.append(&writer, &ops);
-        }
-        Ok(out)
-    }
-
-    pub(super) fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
-        self.with_table(|t| Ok(t.get(key)?.map(|v| Bytes::Owned(v.value().to_vec()))))
-    }
-
-    /// Whether `key` is there, without copying its value (dispatch asks it per record).
-    pub(super) fn contains_key(&self, key: &[u8]) -> Result<bool, StoreError> {
-        self.with_table(|t| Ok(t.get(key)?.is_some()))
-    }
-
-    pub(super) fn insert(&self, key: &[u8], value: &[u8]) -> Result<Option<Bytes>, StoreError> {
-        self.write(|t| t.insert(key, value))
-    }
-
-    pub(super) fn remove(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
-        self.write(|t| t.remove(key))
-    }
-
-    pub(super) fn apply_batch(&self, ops: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
-        self.write(|t| {
-            for (k, v) in &ops {
-                t.insert(k, v)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Removes every key of `ops`, then writes each with its new value, in one
-    /// transaction ([`super::Tree::apply_shrinking`]).
-    pub(super) fn apply_shrinking(&self, ops: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
-        self.write(|t| {
-            for (k, _) in &ops {
-                t.remove(k)?;
-            }
-            for (k, v) in &ops {
-                t.insert(k, v)?;
-            }
-            Ok(())
-        })
-    }
-
-    pub(super) fn range(&self, (lower, upper): (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Iter {
-        fn borrow(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-            match b {
-                Bound::Included(k) => Bound::Included(k.as_slice()),
-                Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
-                Bound::Unbounded => Bound::Unbounded,
-            }
-        }
-        let scan = self
-            .read()
-            .and_then(|t| t.range::<&[u8]>((borrow(&lower), borrow(&upper))).map_err(err));
-        match scan {
-            Ok(scan) => Box::new(scan.map(|item| {
-                let (k, v) = item.map_err(err)?;
-                Ok((Bytes::Owned(k.value().to_vec()), Bytes::Owned(v.value().to_vec())))
-            })),
-            Err(e) => Box::new(std::iter::once(Err(e))),
-        }
-    }
-
-    pub(super) fn len(&self) -> Result<u64, StoreError> {
-        self.with_table(ReadableTableMetadata::len)
-    }
-}
-
-pub(super) fn tx_get(t: &TxTable<'_>, key: &[u8]) -> TxResult<Option<Bytes>> {
-    Ok(t.table.get(key).map_err(abort)?.map(|v| Bytes::Owned(v.value().to_vec())))
-}
-
-pub(super) fn tx_insert(t: &mut TxTable<'_>, key: &[u8], value: &[u8]) -> TxResult<Option<Bytes>> {
-    t.insert(key, value).map_err(abort)
-}
-
-pub(super) fn tx_remove(t: &mut TxTable<'_>, key: &[u8]) -> TxResult<Option<Bytes>> {
-    t.remove(key).map_err(abort)
 }

@@ -24,9 +24,7 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
-use redb::{ReadableDatabase, TableDefinition};
-
-use super::{err, Shared};
+use super::{err, RedbTree, Shared};
 use crate::store::StoreError;
 
 type Table = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
@@ -82,36 +80,37 @@ pub(crate) fn read_scope<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Calls `f` with table `name` of `db`: the scope's if it kept it, else freshly opened
-/// (and kept, in a scope).
+/// Calls `f` with `tree`'s table: the scope's if it kept it, else freshly opened (and
+/// kept, in a scope).
 pub(super) fn with_table<T>(
-    db: &Arc<Shared>,
-    def: TableDefinition<'static, &'static [u8], &'static [u8]>,
-    name: &'static str,
+    tree: &RedbTree,
     f: impl FnOnce(&Table) -> Result<T, redb::StorageError>,
 ) -> Result<T, StoreError> {
-    let open = || -> Result<Table, StoreError> {
+    let open = || {
         #[cfg(test)]
         OPENED.with(|n| n.set(n.get() + 1));
-        db.begin_read().map_err(err)?.open_table(def).map_err(err)
+        tree.read()
     };
-    let in_scope = SCOPE.with(|s| s.borrow().depth > 0);
-    if !in_scope {
-        return f(&open()?).map_err(err);
-    }
-    let key = Arc::as_ptr(db);
-    let is = |k: &Kept| std::ptr::eq(k.db.as_ptr(), key) && k.name == name;
-    if !SCOPE.with(|s| s.borrow().kept.iter().any(is)) {
-        let table = open()?;
-        SCOPE.with(|s| s.borrow_mut().kept.push(Kept { db: Arc::downgrade(db), name, table }));
-    }
     SCOPE.with(|s| {
-        let s = s.borrow();
-        let kept = s.kept.iter().find(|k| is(k));
-        match kept {
-            Some(k) => f(&k.table).map_err(err),
-            None => Err(StoreError::Task("a table kept by the read scope is gone".into())),
+        // Neither opening a table nor `f` (one lookup) comes back here.
+        let mut s = s.borrow_mut();
+        if s.depth == 0 {
+            drop(s);
+            return f(&open()?).map_err(err);
         }
+        let (db, name) = (&tree.db, tree.name);
+        let kept = s
+            .kept
+            .iter()
+            .position(|k| std::ptr::eq(k.db.as_ptr(), Arc::as_ptr(db)) && k.name == name);
+        let i = match kept {
+            Some(i) => i,
+            None => {
+                s.kept.push(Kept { db: Arc::downgrade(db), name, table: open()? });
+                s.kept.len() - 1
+            }
+        };
+        f(&s.kept[i].table).map_err(err)
     })
 }
 
