@@ -90,6 +90,26 @@ pub(crate) struct Shared {
     observer: std::sync::OnceLock<Arc<dyn crate::store::StoreObserver>>,
 }
 
+impl Shared {
+    /// Commits `txn` without an fsync (visible, not yet durable), then says so to this
+    /// thread's read scope and appends `ops`, its writes, to the redo log: every write
+    /// outside a checkpoint ends here.
+    fn commit(
+        &self,
+        txn: redb::WriteTransaction,
+        writer: &redo::Writer<'_>,
+        ops: &Ops,
+    ) -> Result<(), StoreError> {
+        self.dirty.store(true, Ordering::Release);
+        txn.commit().map_err(err)?;
+        reads::committed();
+        if !ops.is_empty() {
+            self.redo.append(writer, ops);
+        }
+        Ok(())
+    }
+}
+
 impl std::ops::Deref for Shared {
     type Target = Database;
     fn deref(&self) -> &Database {
@@ -260,12 +280,7 @@ impl RedbDb {
         };
         match result {
             Ok(value) => {
-                self.db.dirty.store(true, Ordering::Release);
-                txn.commit().map_err(err)?;
-                reads::committed();
-                if !ops.is_empty() {
-                    self.db.redo.append(&writer, &ops);
-                }
+                self.db.commit(txn, &writer, &ops)?;
                 Ok(value)
             }
             // Dropping the transaction aborts it.

@@ -3,7 +3,6 @@
 //! inside one (`tx_*`).
 
 use std::ops::Bound;
-use std::sync::atomic::Ordering;
 
 use redb::{Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
@@ -44,12 +43,7 @@ impl RedbTree {
             let mut table = TxTable { table, name: self.name, ops: Ops::default() };
             (f(&mut table).map_err(err)?, table.ops)
         };
-        self.db.dirty.store(true, Ordering::Release);
-        txn.commit().map_err(err)?;
-        reads::committed();
-        if !ops.is_empty() {
-            self.db.redo.append(&writer, &ops);
-        }
+        self.db.commit(txn, &writer, &ops)?;
         Ok(out)
     }
 
