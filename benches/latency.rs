@@ -7,8 +7,10 @@
 //! to the answer) and end to end (from the scheduled send to the sink's receipt).
 //! Medians over rounds: the 2-core machine is shared and noisy.
 //!
-//! Each round also times the disk alone at the same rate (a 1 KiB append and its
-//! `fdatasync`, as the redo log makes an ack durable): the floor under the ack's tail.
+//! Each round also times the two floors under the ack at the same rate: the disk alone
+//! (a 1 KiB append and its `fdatasync`, as the redo log makes an ack durable) and the
+//! HTTP alone (the same callbacks, from the same client, to an actix-web server that
+//! answers 200 at once: the bench's sink).
 //!
 //! Also per contender: the relay's CPU per callback, its group commits per callback and
 //! their mean time (from its `/metrics`), when the acks over 50 ms were sent (a
@@ -212,7 +214,7 @@ fn main() {
             contenders.retain(|c| c.label.contains(&only));
         }
         let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
-        let mut floors: Vec<[f64; 3]> = Vec::new();
+        let (mut floors, mut https): (Vec<[f64; 3]>, Vec<[f64; 3]>) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             // The disk alone at the same rate, in each round beside the relays: the
             // part of an ack's tail that is the disk's own.
@@ -223,6 +225,17 @@ fn main() {
                 round + 1, floor[0], floor[1], floor[2]
             );
             floors.push(floor);
+            // The HTTP alone: the same client and callbacks, to the sink, which stores
+            // nothing and answers at once (no `webhook-id`: it counts no arrival).
+            let url = format!("http://{sink}/http-alone");
+            let base = 10_000_000 * (round as u64 + 1);
+            let offered = offer(&[url], "", rate, secs.min(10), resources, base).await;
+            let http = Latencies::of(&offered, &arrivals).ack;
+            eprintln!(
+                "round {}: the HTTP alone at {rate}/s: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms",
+                round + 1, http[0], http[1], http[2]
+            );
+            https.push(http);
             for (i, c) in contenders.iter().enumerate() {
                 // Distinct bodies every run: identical ones would be deduplicated.
                 let base = 10_000_000 * (round as u64 + 1) + 1_000_000 * (i as u64 + 1);
@@ -244,6 +257,11 @@ fn main() {
         println!(
             "| the disk alone: 1 KiB append + `fdatasync` at the same rate | {:.2} / {:.2} / {:.2} | | | | | | | |",
             floor(0), floor(1), floor(2)
+        );
+        let http = |i: usize| median(https.iter().map(|f| f[i]).collect());
+        println!(
+            "| the HTTP alone: the same callbacks to a server answering 200 at once | {:.2} / {:.2} / {:.2} | | | | | | | |",
+            http(0), http(1), http(2)
         );
         for (c, r) in contenders.iter().zip(&runs) {
             let m = |f: &dyn Fn(&Run) -> f64| median(r.iter().map(f).collect());

@@ -134,7 +134,9 @@ impl Relay {
             tracer.clone(),
             shaper.clone(),
         );
-        let dispatch = tokio::spawn(dispatcher.run(stop.clone()));
+        let dispatch = dispatcher
+            .start(stop.clone(), config.storage.backend())
+            .context("starting the dispatcher's thread (is the relay out of threads?)")?;
         tasks.insert(0, sup.watch("dispatcher", "dispatcher".into(), dispatch));
         tasks.extend(services(config, &store, base, &sup, &stop));
         let upstream = Arc::new(Current::new(reconciler));

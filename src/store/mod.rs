@@ -37,7 +37,7 @@ mod ticker;
 use std::path::Path;
 use std::sync::Arc;
 
-pub(crate) use self::embedded::{EmbeddedOptions, EmbeddedStore};
+pub(crate) use self::embedded::{run_calls_here, EmbeddedOptions, EmbeddedStore};
 pub(crate) use claims::ClaimTable;
 pub(crate) use commit::Committer;
 pub(crate) use contract::{

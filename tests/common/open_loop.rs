@@ -62,9 +62,11 @@ pub async fn offer(
                 .await
                 .ok()?;
             let acked = Instant::now();
-            let v: serde_json::Value = r.json().await.ok()?;
-            let id = format!("evt_{}_{dest}", v["id"].as_str()?);
-            Some(Sent { id, due: due.into_std(), acked })
+            // A relay answers with the event's id; a server that is not one (the
+            // HTTP floor) with none: its answers count for the ack alone.
+            let v: Option<serde_json::Value> = r.json().await.ok();
+            let id = v.as_ref().and_then(|v| Some(format!("evt_{}_{dest}", v["id"].as_str()?)));
+            Some(Sent { id: id.unwrap_or_default(), due: due.into_std(), acked })
         }));
     }
     let mut sent = Vec::new();

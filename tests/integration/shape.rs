@@ -278,6 +278,9 @@ async fn programs_that_never_end_and_bodies_nested_200_000_deep_cost_only_their_
     let alive = relay.client.get(format!("http://{}/healthz", relay.ingress)).send().await;
     assert_eq!(alive.unwrap().status(), 200);
     let before = thread_names(relay.pid());
+    // Dispatch on the embedded store has a thread of its own, running its store calls
+    // itself (src/dispatch/mod.rs, `Dispatcher::start`; a name has 15 characters here).
+    assert!(before.iter().any(|n| n == "hookrelay-dispa"), "{before:?}");
     let mut ids = Vec::new();
     for n in 0..5 {
         let body = format!(r#"{{"data":{{"type":"actions","id":"{n}"}}}}"#);

@@ -48,6 +48,7 @@ mod record;
 mod recount;
 pub(crate) use recount::Pace as CountPace;
 mod store;
+pub(crate) use store::run_calls_here;
 mod view;
 
 use crate::store::hex;

@@ -1,7 +1,9 @@
 //! The async [`Store`] contract over the blocking [`EmbeddedState`]: every call runs on
 //! tokio's blocking pool, so a slow disk (an fsync, a full device) never stalls a
-//! runtime thread. See BENCHMARKS.md for what the hop costs.
+//! runtime thread; or, on a thread of its own that asked for it ([`run_calls_here`]),
+//! right there. See BENCHMARKS.md for what the hop costs.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -18,23 +20,48 @@ use crate::store::{
     SharedState, StoreError, Upkeep,
 };
 
+thread_local! {
+    /// Whether this thread runs the store's calls itself ([`run_calls_here`]).
+    static HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Has the calling thread run the embedded store's calls itself instead of handing
+/// each to the blocking pool. For a thread that owns one long task and nothing else
+/// (the dispatcher's): the hop there and back wakes two threads per call, about 7% of
+/// a callback's CPU at 200/s (BENCHMARKS.md, "What the blocking pool's hops cost").
+/// Never for a runtime thread: a disk that hangs would stall it, and with it the
+/// health checks and the admin endpoints. On a store that fails, such a thread stays
+/// in its call until the disk answers; the relay's shutdown does not wait for it.
+pub(crate) fn run_calls_here() {
+    HERE.with(|here| here.set(true));
+}
+
+/// Whether the calling thread runs the store's calls itself.
+fn runs_calls_here() -> bool {
+    HERE.with(Cell::get)
+}
+
 impl EmbeddedStore {
-    /// Runs the read `f` on the blocking pool, its lookups sharing their tables
-    /// (`engine::read_scope`).
+    /// Runs the read `f` on the blocking pool (or here: [`run_calls_here`]), its
+    /// lookups sharing their tables (`engine::read_scope`).
     pub(super) async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&EmbeddedState) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        if runs_calls_here() {
+            return read_scope(|| f(&self.inner));
+        }
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || read_scope(|| f(&inner)))
             .await
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
-    /// Runs the write `f` on the blocking pool under the store's [`Health`]: refused
-    /// once the store failed, watched while it runs, failing the store if sled fails,
-    /// and given up on (the caller gets an error) as soon as the store fails. Its
-    /// lookups share their tables, as in [`EmbeddedStore::run`].
+    /// Runs the write `f` on the blocking pool (or here: [`run_calls_here`]) under the
+    /// store's [`Health`]: refused once the store failed, watched while it runs,
+    /// failing the store if the engine fails, and given up on (the caller gets an
+    /// error) as soon as the store fails. Its lookups share their tables, as in
+    /// [`EmbeddedStore::run`].
     ///
     /// [`Health`]: crate::store::Health
     pub(super) async fn write<T: Send + 'static>(
@@ -45,12 +72,16 @@ impl EmbeddedStore {
         let health = &self.inner.health;
         health
             .or_failed(async move {
-                tokio::task::spawn_blocking(move || {
+                let call = move || {
                     let scoped = || read_scope(|| f(&inner));
                     inner.health.write(StoreError::is_engine_failure, scoped)
-                })
-                .await
-                .map_err(|e| StoreError::Task(e.to_string()))?
+                };
+                if runs_calls_here() {
+                    return call();
+                }
+                tokio::task::spawn_blocking(call)
+                    .await
+                    .map_err(|e| StoreError::Task(e.to_string()))?
             })
             .await
     }
@@ -309,5 +340,52 @@ impl Audit for EmbeddedStore {
     ) -> Result<(), StoreError> {
         let (source, event) = (source.to_owned(), event.to_owned());
         self.write(move |s| s.add_triggered(hour, &source, &event, n)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::thread::{self, ThreadId};
+
+    use super::super::engine::Engine;
+    use super::super::testutil;
+    use super::*;
+
+    /// Where a read and a write of `store` ran.
+    async fn where_calls_run(store: &EmbeddedStore) -> (ThreadId, ThreadId) {
+        let read = store.run(|_| Ok(thread::current().id())).await.unwrap();
+        let write = store.write(|_| Ok(thread::current().id())).await.unwrap();
+        (read, write)
+    }
+
+    /// A thread that asked runs the calls itself, reads and writes alike, and a
+    /// failed store still refuses its writes; every other thread's calls go to the
+    /// blocking pool (a runtime thread never does the disk's work).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_thread_that_asked_runs_the_calls_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(testutil::open_on(Engine::Redb, dir.path()));
+        let runtime_thread = thread::current().id();
+        let (read, write) = where_calls_run(&store).await;
+        assert_ne!(read, runtime_thread);
+        assert_ne!(write, runtime_thread);
+
+        let (runtime, asked) = (tokio::runtime::Handle::current(), store.clone());
+        let (own, (read, write), refused) = thread::spawn(move || {
+            run_calls_here();
+            runtime.block_on(async {
+                let ran = where_calls_run(&asked).await;
+                asked.inner.health.fail("a test failed it".to_owned());
+                let refused = asked.write(|_| Ok(())).await;
+                (thread::current().id(), ran, refused)
+            })
+        })
+        .join()
+        .unwrap();
+        assert_eq!((read, write), (own, own));
+        assert!(matches!(refused, Err(StoreError::Failed(_))), "{refused:?}");
+        // The runtime's threads were not told: their calls still go to the pool.
+        assert_ne!(store.run(|_| Ok(thread::current().id())).await.unwrap(), runtime_thread);
     }
 }
