@@ -235,12 +235,10 @@ impl Dispatcher {
     }
 
     /// Starts dispatching until `stop`. On an embedded store the dispatcher has a
-    /// thread of its own, `hookrelay-dispatch`, which runs its store calls itself
-    /// (`store::run_calls_here`): a batch then wakes one thread, this one, where it woke
-    /// three (a runtime thread, the blocking pool's, the runtime's again). Its timers,
-    /// sockets and the tasks it spawns (the dedup purge) stay with the runtime.
+    /// thread of its own, `hookrelay-dispatch` (`store::own_thread`): a batch then
+    /// wakes one thread, this one, where it woke three (a runtime thread, the blocking
+    /// pool's, the runtime's again). The dedup purge it spawns stays with the runtime.
     /// PostgreSQL's calls are network round trips: there it is a task of the runtime.
-    /// The handle ends as the dispatcher does, a panic included.
     pub(crate) fn start(
         self,
         stop: Stop,
@@ -249,22 +247,7 @@ impl Dispatcher {
         if backend == StorageBackend::Postgres {
             return Ok(tokio::spawn(self.run(stop)));
         }
-        let runtime = tokio::runtime::Handle::current();
-        let (done, finished) = tokio::sync::oneshot::channel();
-        let thread =
-            std::thread::Builder::new().name("hookrelay-dispatch".to_owned()).spawn(move || {
-                crate::store::run_calls_here();
-                let run = std::panic::AssertUnwindSafe(|| runtime.block_on(self.run(stop)));
-                let _ = done.send(std::panic::catch_unwind(run));
-            })?;
-        Ok(tokio::spawn(async move {
-            let ended = finished.await;
-            // It has sent its last word: the join is immediate.
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-            if let Ok(Err(panic)) = ended {
-                std::panic::resume_unwind(panic);
-            }
-        }))
+        crate::store::own_thread::spawn("hookrelay-dispatch", self.run(stop))
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.

@@ -29,6 +29,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod memory;
 mod model;
 mod observer;
+pub(crate) mod own_thread;
 pub(crate) mod postgres;
 mod settle;
 mod tasks;
