@@ -214,7 +214,10 @@ fn main() {
             contenders.retain(|c| c.label.contains(&only));
         }
         let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
-        let (mut floors, mut https): (Vec<[f64; 3]>, Vec<[f64; 3]>) = (Vec::new(), Vec::new());
+        // Per round, p50/p99/p99.9 (ms): the disk alone, the HTTP alone, the load
+        // generator's lateness in the HTTP alone.
+        let mut floors: Vec<[f64; 3]> = Vec::new();
+        let (mut https, mut lates) = (floors.clone(), floors.clone());
         for round in 0..rounds {
             // The disk alone at the same rate, in each round beside the relays: the
             // part of an ack's tail that is the disk's own.
@@ -230,19 +233,21 @@ fn main() {
             let url = format!("http://{sink}/http-alone");
             let base = 10_000_000 * (round as u64 + 1);
             let offered = offer(&[url], "", rate, secs.min(10), resources, base).await;
-            let http = Latencies::of(&offered, &arrivals).ack;
+            let seen = Latencies::of(&offered, &arrivals);
+            let (http, late) = (seen.ack, seen.late);
             eprintln!(
-                "round {}: the HTTP alone at {rate}/s: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms",
-                round + 1, http[0], http[1], http[2]
+                "round {}: the HTTP alone at {rate}/s: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, of which the load generator's own lateness {:.2}/{:.2}/{:.2} ms",
+                round + 1, http[0], http[1], http[2], late[0], late[1], late[2]
             );
             https.push(http);
+            lates.push(late);
             for (i, c) in contenders.iter().enumerate() {
                 // Distinct bodies every run: identical ones would be deduplicated.
                 let base = 10_000_000 * (round as u64 + 1) + 1_000_000 * (i as u64 + 1);
                 let r = run(c, &arrivals, rate, secs, resources, base).await;
                 eprintln!(
-                    "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms, {:.1} KiB written/callback, {:.2} checkpoints/s of {:.2} ms",
-                    round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2], r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms, r.written_kib, r.checkpoints_per_s, r.checkpoint_ms
+                    "round {}: {}: ack p50/p99/p99.9 {:.2}/{:.2}/{:.2} ms, e2e {:.2}/{:.2}/{:.2} ms, {:.1}% delivered, CPU {:.0} µs/callback, {:.2} commits/callback of {:.2} ms, {:.1} KiB written/callback, {:.2} checkpoints/s of {:.2} ms, the load generator late p50/p99 {:.2}/{:.2} ms",
+                    round + 1, c.label, r.seen.ack[0], r.seen.ack[1], r.seen.ack[2], r.seen.e2e[0], r.seen.e2e[1], r.seen.e2e[2], r.seen.delivered * 100.0, r.cpu_us, r.commits, r.commit_ms, r.written_kib, r.checkpoints_per_s, r.checkpoint_ms, r.seen.late[0], r.seen.late[1]
                 );
                 runs[i].push(r);
                 if let Ok(path) = std::env::var("BENCH_LOGS") {
@@ -262,6 +267,11 @@ fn main() {
         println!(
             "| the HTTP alone: the same callbacks to a server answering 200 at once | {:.2} / {:.2} / {:.2} | | | | | | | |",
             http(0), http(1), http(2)
+        );
+        let late = |i: usize| median(lates.iter().map(|f| f[i]).collect());
+        println!(
+            "| of which the load generator's lateness (scheduled send to the send's start) | {:.2} / {:.2} / {:.2} | | | | | | | |",
+            late(0), late(1), late(2)
         );
         for (c, r) in contenders.iter().zip(&runs) {
             let m = |f: &dyn Fn(&Run) -> f64| median(r.iter().map(f).collect());
