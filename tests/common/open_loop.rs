@@ -48,38 +48,50 @@ pub async fn offer(
 ) -> Offered {
     let client = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
     let interval = Duration::from_nanos(1_000_000_000 / rate);
-    let start = tokio::time::Instant::now() + Duration::from_millis(100);
-    let mut tasks = Vec::new();
-    for i in 0..rate * secs {
-        let due = start + interval * i as u32;
-        tokio::time::sleep_until(due).await;
-        let (client, url, dest) =
-            (client.clone(), urls[i as usize % urls.len()].clone(), dest.to_owned());
-        let n = base + i;
-        tasks.push(tokio::spawn(async move {
-            let began = Instant::now();
-            let r = client
-                .post(&url)
-                .header("content-type", "application/json")
-                .body(body(n, resources))
-                .send()
-                .await
-                .ok()?;
-            let acked = Instant::now();
-            // A relay answers with the event's id; a server that is not one (the
-            // HTTP floor) with none: its answers count for the ack alone.
-            let v: Option<serde_json::Value> = r.json().await.ok();
-            let id = v.as_ref().and_then(|v| Some(format!("evt_{}_{dest}", v["id"].as_str()?)));
-            Some(Sent { id: id.unwrap_or_default(), due: due.into_std(), began, acked })
-        }));
-    }
+    let start = Instant::now() + Duration::from_millis(100);
+    let (urls, dest) = (urls.to_vec(), dest.to_owned());
+    // The sends are paced by a thread of their own, which sleeps to each one's due
+    // time (the kernel's timers: tens of µs late) and hands it to the runtime. Paced
+    // by tokio's timer (a millisecond's granularity), each send began 0.7-1.6 ms late
+    // at the median, and every latency counted from the due time carried that.
+    let runtime = tokio::runtime::Handle::current();
+    let pacer = std::thread::spawn(move || {
+        let mut tasks = Vec::new();
+        for i in 0..rate * secs {
+            let due = start + interval * i as u32;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let (client, url, dest) =
+                (client.clone(), urls[i as usize % urls.len()].clone(), dest.clone());
+            let n = base + i;
+            tasks.push(runtime.spawn(async move {
+                let began = Instant::now();
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body(n, resources))
+                    .send()
+                    .await
+                    .ok()?;
+                let acked = Instant::now();
+                // A relay answers with the event's id; a server that is not one (the
+                // HTTP floor) with none: its answers count for the ack alone.
+                let v: Option<serde_json::Value> = r.json().await.ok();
+                let id = v.as_ref().and_then(|v| Some(format!("evt_{}_{dest}", v["id"].as_str()?)));
+                Some(Sent { id: id.unwrap_or_default(), due, began, acked })
+            }));
+        }
+        tasks
+    });
+    let tasks = tokio::task::spawn_blocking(move || pacer.join().unwrap()).await.unwrap();
     let mut sent = Vec::new();
     for t in tasks {
         if let Some(x) = t.await.unwrap() {
             sent.push(x);
         }
     }
-    Offered { sent, offered: rate * secs, start: start.into_std() }
+    Offered { sent, offered: rate * secs, start }
 }
 
 /// Waits until every sent callback has arrived at the sink, or `within` has passed.
