@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
@@ -85,6 +85,9 @@ pub(crate) struct Shared {
     /// checkpoint commits only when there is something new (an idle relay does not
     /// fsync twice a second).
     dirty: AtomicBool,
+    /// How many writes were committed: a table a read scope kept is used again only
+    /// while this has not moved since it was opened (`reads`).
+    commits: AtomicU64,
     /// Hears of each checkpoint (its time is the wait it puts on writers), once the
     /// store has said where to report.
     observer: std::sync::OnceLock<Arc<dyn crate::store::StoreObserver>>,
@@ -102,6 +105,7 @@ impl Shared {
     ) -> Result<(), StoreError> {
         self.dirty.store(true, Ordering::Release);
         txn.commit().map_err(err)?;
+        self.commits.fetch_add(1, Ordering::AcqRel);
         reads::committed();
         if !ops.is_empty() {
             self.redo.append(writer, ops);
@@ -156,6 +160,7 @@ impl RedbDb {
             redo,
             dir: opts.path.to_owned(),
             dirty: AtomicBool::new(false),
+            commits: AtomicU64::new(0),
             observer: std::sync::OnceLock::new(),
         });
         let checkpointer = start_checkpointer(Arc::downgrade(&db), opts.flush);
