@@ -263,6 +263,11 @@ macro_rules! conformance {
             async fn counts_survive_concurrent_append_and_dispatch() {
                 super::dispatch::counts_survive_concurrent_append_and_dispatch(&mut $make).await;
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn appends_dispatch_and_attempts_race_on_one_resource() {
+                super::races::appends_dispatch_and_attempts_race_on_one_resource(&mut $make)
+                    .await;
+            }
             #[tokio::test]
             async fn dispatch_dedups_routes_and_schedules() {
                 super::dispatch::dispatch_dedups_routes_and_schedules(&mut $make).await;
@@ -423,5 +428,6 @@ mod dispatch;
 mod event_log;
 mod journal;
 mod model;
+mod races;
 mod shared_state;
 mod upkeep;

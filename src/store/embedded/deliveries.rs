@@ -48,15 +48,24 @@ impl EmbeddedState {
             let Some((due_us, event)) = keys::split_schedule_tail(&key[prefix.len()..]) else {
                 continue;
             };
-            if self.claims.is_claimed(dest, event, now_us) {
-                continue;
-            }
-            let Some(record) = View::delivery(self, event, dest)? else { continue };
-            if lifecycle::schedule_entry(&record) != Some(due_us) {
-                continue; // moved since the scan read its key
-            }
+            // Claimed before its record is read: a record read first could be one
+            // another worker has attempted, recorded and released meanwhile (a
+            // record is written before its claim is released), and the delivery would
+            // be sent twice. Read after the claim, it is either still due or seen moved.
             let Some(token) = self.claims.try_claim(dest, event, now_us, expires_us) else {
                 continue;
+            };
+            let record = match View::delivery(self, event, dest) {
+                Ok(Some(record)) if lifecycle::schedule_entry(&record) == Some(due_us) => record,
+                // Moved since the scan read its key.
+                Ok(_) => {
+                    self.claims.release(dest, event, token);
+                    continue;
+                }
+                Err(e) => {
+                    self.claims.release(dest, event, token);
+                    return Err(e);
+                }
             };
             // An ordered delivery may be superseded by a dispatch (`ordering =
             // "latest"`), which asks whether it is claimed under the lifecycle lock:
