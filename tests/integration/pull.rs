@@ -297,3 +297,71 @@ async fn the_documented_example_consumer_delivers_everything() {
     let _ = consumer.kill();
     let _ = consumer.wait();
 }
+
+/// Four consumers lease and acknowledge at once while callbacks arrive: each delivery
+/// is leased by exactly one of them, once, each resource's in order, all within 60 s.
+/// (The store's own race, a claim taken after its record was read, is narrower than an
+/// HTTP round trip: `store/conformance/races.rs` provokes it; this checks the whole
+/// path with real consumers.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_leasing_at_once_each_get_a_delivery_once_and_in_order() {
+    const RESOURCES: u64 = 40;
+    const SEQS: u64 = 5;
+    let total = (RESOURCES * SEQS) as usize;
+    let (_dir, relay) = start().await;
+    let relay = std::sync::Arc::new(relay);
+    let sender = {
+        let relay = relay.clone();
+        tokio::spawn(async move {
+            for seq in 0..SEQS {
+                for resource in 0..RESOURCES {
+                    let r = relay
+                        .callback(Some("ActionUpdated"), "application/json", body(resource, seq))
+                        .await;
+                    assert_eq!(r.status(), 200);
+                }
+            }
+        })
+    };
+    // Every lease any consumer got: (resource, seq), in the order they were leased.
+    let got: std::sync::Arc<std::sync::Mutex<Vec<(String, u64)>>> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let consumers: Vec<_> = (0..4)
+        .map(|_| {
+            let (relay, got) = (relay.clone(), got.clone());
+            tokio::spawn(async move {
+                while got.lock().unwrap().len() < total && Instant::now() < deadline {
+                    let leased = lease(&relay, "max=4&lease=30s").await;
+                    if leased.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
+                    for d in &leased {
+                        let shaped: Value =
+                            serde_json::from_str(d["body"].as_str().unwrap()).unwrap();
+                        let resource = shaped["resource"].as_str().unwrap().to_owned();
+                        got.lock().unwrap().push((resource, shaped["seq"].as_u64().unwrap()));
+                    }
+                    let (status, v) = pull(&relay, "ack", PULL_TOKEN, Some(ids(&leased))).await;
+                    assert_eq!(status, 200, "{v}");
+                    assert_eq!(v["settled"].as_u64(), Some(leased.len() as u64), "{v}");
+                }
+            })
+        })
+        .collect();
+    sender.await.unwrap();
+    for c in consumers {
+        c.await.unwrap();
+    }
+    let got = got.lock().unwrap().clone();
+    let mut per_resource: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (resource, seq) in &got {
+        per_resource.entry(resource.clone()).or_default().push(*seq);
+    }
+    let expected: Vec<u64> = (0..SEQS).collect();
+    for (resource, seqs) in &per_resource {
+        assert_eq!(seqs, &expected, "resource {resource}: leased once each, in order");
+    }
+    assert_eq!((per_resource.len(), got.len()), (RESOURCES as usize, total), "within 60 s");
+    assert!(lease(&relay, "max=10").await.is_empty(), "nothing left to lease");
+}
