@@ -20,6 +20,18 @@
 //!    length, checksum or number wrong): what was never synced was never acknowledged.
 //!    Then a checkpoint, and a new log with a new id: a log another store left (a
 //!    restore, a copy moved in) never carries the id and is never applied.
+//! 4. The file is **recycled**, never truncated to its header: after a checkpoint the
+//!    next records overwrite the old ones from the start, and the file is kept
+//!    zero-filled ahead of its last record ([`GROW_AT_LEAST`] at a time, synced with its
+//!    new size once). A sync then overwrites blocks the file already has, at a size
+//!    that does not change, so its `fdatasync` writes the data alone: no inode, no
+//!    block allocation (on ext4 without a journal an appending sync waited for three
+//!    writes, one of them the inode; an overwriting one for two; BENCHMARKS.md,
+//!    "The redo log recycled"). What the new records did not overwrite is zeros
+//!    (never a record) or records of earlier cycles, all numbered at or before the
+//!    checkpoint that ended their cycle, so never the next number of this one: the
+//!    read stops there as at a torn record. The file shrinks back to [`KEEP`] at a
+//!    checkpoint when a burst grew it past that.
 
 use std::fs::File;
 use std::io;
@@ -39,6 +51,13 @@ const HEADER: usize = 16;
 const RECORD_HEAD: usize = 16;
 const INSERT: u8 = 1;
 const REMOVE: u8 = 2;
+/// The log's file is zero-filled ahead by at least this (and at most by what it holds
+/// already, doubling), when a sync would write past what it has: a new store's log
+/// starts with it too (invariant 4).
+pub(super) const GROW_AT_LEAST: u64 = 1 << 20;
+/// What a checkpoint leaves of a file a burst grew larger: enough for the seconds
+/// between two checkpoints at a steady rate, not a burst's hundreds of MiB kept for good.
+pub(super) const KEEP: u64 = 16 << 20;
 
 /// The writes of one transaction, encoded as they are made (one allocation grows).
 #[derive(Default)]
@@ -174,7 +193,23 @@ pub(super) fn read(bytes: &[u8], id: u64, after: u64) -> Read<'_> {
         expect = Some(lsn + 1);
         at += RECORD_HEAD + len;
     }
-    Read::Records { records, torn: bytes.len() - at }
+    Read::Records { records, torn: torn(&bytes[at..], expect.unwrap_or(after + 1)) }
+}
+
+/// The bytes of a record numbered `next` that `rest` (where the read stopped) begins
+/// with but does not hold whole: a write the stop cut short. Zeros ahead of the log's
+/// end and an earlier cycle's records (invariant 4) are no torn write: 0.
+fn torn(rest: &[u8], next: u64) -> usize {
+    if rest.len() < RECORD_HEAD {
+        // Too short to tell its number: torn if anything was written there.
+        return if rest.iter().any(|b| *b != 0) { rest.len() } else { 0 };
+    }
+    let lsn = u64::from_le_bytes(rest[8..16].try_into().unwrap_or_default());
+    if lsn != next {
+        return 0;
+    }
+    let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+    rest.len().min(RECORD_HEAD.saturating_add(len))
 }
 
 /// The writes appended since the last sync, the last LSN handed out, and how many
@@ -186,10 +221,47 @@ struct Pending {
     since_checkpoint: usize,
 }
 
-/// The open log's file and where the next write goes.
+/// The open log's file, where the next write goes, and how far the file is written
+/// (zeros or an earlier cycle's records past `len`: invariant 4).
 struct Tail {
     file: File,
     len: u64,
+    allocated: u64,
+}
+
+impl Tail {
+    /// Makes the file hold at least `end` bytes, zero-filled past what it held and
+    /// synced with its new size, so that the syncs of the records written there change
+    /// no metadata. Best effort: on an error (a full disk) the file stays as it was,
+    /// and the records are appended past its end as they would be without this.
+    fn reserve(&mut self, end: u64) {
+        if end <= self.allocated {
+            return;
+        }
+        // Doubling from GROW_AT_LEAST, by 64 MiB at most a step.
+        let ahead = self.allocated.clamp(GROW_AT_LEAST, 64 << 20);
+        let grown = end.max(self.allocated.saturating_add(ahead)).next_multiple_of(GROW_AT_LEAST);
+        match zero_fill(&self.file, self.allocated, grown) {
+            Ok(()) => self.allocated = grown,
+            Err(e) => {
+                tracing::debug!(error = %e, "the redo log could not grow ahead; appending");
+                // Some zeros may be written: harmless past the last record (never read
+                // as one), and overwritten by the next records.
+            }
+        }
+    }
+}
+
+/// Writes zeros over `from..to` of `file` and syncs it, its size included.
+fn zero_fill(file: &File, from: u64, to: u64) -> io::Result<()> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_all()
 }
 
 /// The log a [`super::redb_kv::RedbDb`] writes (see the module docs).
@@ -223,12 +295,18 @@ impl RedoLog {
         header[..8].copy_from_slice(MAGIC);
         header[8..].copy_from_slice(&id.to_le_bytes());
         file.write_all_at(&header, 0)?;
+        // Zero-filled ahead from the start, best effort (invariant 4).
+        let allocated = match zero_fill(&file, HEADER as u64, GROW_AT_LEAST) {
+            Ok(()) => GROW_AT_LEAST,
+            Err(_) => HEADER as u64,
+        };
         file.sync_all()?;
+        let tail = Tail { file, len: HEADER as u64, allocated };
         std::fs::rename(&beside, &path)?;
         File::open(dir)?.sync_all()?;
         Ok(Self {
             writer: Mutex::new(()),
-            tail: Mutex::new(Tail { file, len: HEADER as u64 }),
+            tail: Mutex::new(tail),
             pending: Mutex::new(Pending::default()),
             id,
         })
@@ -281,10 +359,13 @@ impl RedoLog {
             // Every record so far is written and synced, or covered by a checkpoint.
             return Ok(());
         }
+        let end = tail.len + bytes.len() as u64;
+        tail.reserve(end);
         let written = tail.file.write_all_at(&bytes, tail.len).and_then(|()| tail.file.sync_data());
         match written {
             Ok(()) => {
-                tail.len += bytes.len() as u64;
+                tail.len = end;
+                tail.allocated = tail.allocated.max(end);
                 Ok(())
             }
             Err(e) => {
@@ -297,8 +378,9 @@ impl RedoLog {
     }
 
     /// After a checkpoint (invariant 2: under the writer lock, every record is covered
-    /// by it): the log emptied to its header. If the truncation fails, the records
-    /// stay, numbered at or before the checkpoint, and are skipped at replay.
+    /// by it): the log emptied, its next records written from the start over the old
+    /// ones (invariant 4), and the file shrunk to [`KEEP`] if a burst grew it past
+    /// that. If the shrinking fails, the file stays larger: nothing else changes.
     pub(super) fn emptied(&self, _writer: &Writer<'_>) -> io::Result<()> {
         let mut tail = lock(&self.tail);
         {
@@ -306,9 +388,19 @@ impl RedoLog {
             p.bytes.clear();
             p.since_checkpoint = 0;
         }
-        tail.file.set_len(HEADER as u64)?;
         tail.len = HEADER as u64;
+        if tail.allocated > KEEP {
+            tail.file.set_len(KEEP)?;
+            tail.allocated = KEEP;
+        }
         Ok(())
+    }
+
+    /// How far the records go: the file's bytes past this are zeros or an earlier
+    /// cycle's (invariant 4).
+    #[cfg(test)]
+    fn written_len(&self) -> usize {
+        lock(&self.tail).len as usize
     }
 
     /// The bytes the log's file takes on disk (its allocated blocks).
@@ -345,7 +437,9 @@ mod tests {
             log.append(&w, &ops_of(&[("records", &i.to_be_bytes(), Some(b"body"))]));
         }
         log.sync().unwrap();
-        let bytes = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+        let mut bytes = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+        assert!(bytes[log.written_len()..].iter().all(|b| *b == 0), "zeros past the records");
+        bytes.truncate(log.written_len());
         (dir, log, bytes)
     }
 
@@ -387,6 +481,25 @@ mod tests {
             assert_eq!(kept, vec![1, 2, 3, 4], "cut {cut}");
             assert_eq!(torn, last - cut, "cut {cut}");
         }
+        // The same cuts in a file zero-filled ahead, as the log's is: the same.
+        for cut in 1..last {
+            let mut zeroed = bytes.clone();
+            zeroed[bytes.len() - cut..].fill(0);
+            zeroed.extend_from_slice(&[0; 4096]);
+            let (kept, torn) = lsns(&read(&zeroed, 7, 0));
+            assert_eq!(kept, vec![1, 2, 3, 4], "cut {cut}");
+            // Its head whole: the record's length is torn; its number cut: nothing
+            // tells it from zeros.
+            if last - cut >= RECORD_HEAD {
+                assert_eq!(torn, last, "cut {cut}");
+            } else {
+                assert!(torn == last || torn == 0, "cut {cut}: {torn}");
+            }
+        }
+        // Zeros after the last record are no torn write.
+        let mut ahead = bytes.clone();
+        ahead.extend_from_slice(&[0; 4096]);
+        assert_eq!(lsns(&read(&ahead, 7, 0)), (vec![1, 2, 3, 4, 5], 0));
         // A flipped bit in record 3: 1 and 2 only.
         let mut bad = bytes.clone();
         let third = HEADER + 2 * last + RECORD_HEAD + 2;
@@ -428,7 +541,7 @@ mod tests {
         let (dir, log, _) = written(4);
         log.emptied(&log.writer()).unwrap();
         let bytes = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
-        assert_eq!(bytes.len(), HEADER);
+        assert_eq!(lsns(&read(&bytes, 7, 4)), (vec![], 0), "emptied: nothing after 4");
         {
             let w = log.writer();
             assert_eq!(log.last(&w), 4);
@@ -437,5 +550,82 @@ mod tests {
         log.sync().unwrap();
         let bytes = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
         assert_eq!(lsns(&read(&bytes, 7, 4)), (vec![5], 0));
+    }
+
+    /// The file's length, and its allocated bytes.
+    fn size(dir: &Path) -> (u64, u64) {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(dir.join(FILE_NAME)).unwrap();
+        (meta.len(), meta.blocks() * 512)
+    }
+
+    /// Invariant 4: cycles of records of every size, each checkpoint followed by the
+    /// next cycle written from the start over the last; at each checkpoint and after
+    /// each sync, the file read for the checkpoint gives exactly the records synced
+    /// since, never one of an earlier cycle, and no torn write.
+    #[test]
+    fn a_recycled_log_gives_back_only_the_records_since_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RedoLog::create(dir.path(), 7).unwrap();
+        let mut rng = fastrand::Rng::with_seed(44);
+        let mut checkpoint = 0;
+        for cycle in 0..40 {
+            let mut synced = Vec::new();
+            for _ in 0..rng.usize(0..6) {
+                {
+                    let w = log.writer();
+                    for _ in 0..rng.usize(1..4) {
+                        let value = vec![rng.u8(..); rng.usize(0..3000)];
+                        log.append(&w, &ops_of(&[("t", b"k", Some(&value))]));
+                    }
+                }
+                log.sync().unwrap();
+                synced = (checkpoint + 1..=log.last(&log.writer())).collect();
+                let bytes = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+                assert_eq!(lsns(&read(&bytes, 7, checkpoint)), (synced.clone(), 0), "{cycle}");
+            }
+            // Appended, never synced: not in the file.
+            log.append(&log.writer(), &ops_of(&[("t", b"unsynced", Some(b"v"))]));
+            let bytes = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+            assert_eq!(lsns(&read(&bytes, 7, checkpoint)), (synced, 0), "{cycle}");
+            // A checkpoint covers them all (the unsynced record included): nothing after.
+            let w = log.writer();
+            checkpoint = log.last(&w);
+            log.emptied(&w).unwrap();
+            drop(w);
+            let bytes = std::fs::read(dir.path().join(FILE_NAME)).unwrap();
+            assert_eq!(lsns(&read(&bytes, 7, checkpoint)), (vec![], 0), "{cycle}");
+        }
+    }
+
+    /// Syncs within what the file holds change neither its length nor its blocks (so
+    /// `fdatasync` writes no metadata); one past it grows it ahead; a checkpoint after a
+    /// burst shrinks it to KEEP.
+    #[test]
+    fn the_file_is_grown_ahead_and_shrunk_after_a_burst() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = RedoLog::create(dir.path(), 7).unwrap();
+        let created = size(dir.path());
+        assert_eq!(created, (GROW_AT_LEAST, GROW_AT_LEAST), "zero-filled ahead at its creation");
+        for _ in 0..50 {
+            log.append(&log.writer(), &ops_of(&[("t", b"k", Some(&[1; 1000]))]));
+            log.sync().unwrap();
+        }
+        assert_eq!(size(dir.path()), created, "50 KiB of records in the first MiB");
+        // A burst past KEEP: the file grows ahead of it, in steps.
+        let burst = vec![2u8; 1 << 20];
+        for _ in 0..(KEEP >> 20) + 2 {
+            log.append(&log.writer(), &ops_of(&[("t", b"k", Some(&burst))]));
+            log.sync().unwrap();
+            let (len, _) = size(dir.path());
+            assert!(len >= log.written_len() as u64 && len % GROW_AT_LEAST == 0, "{len}");
+        }
+        assert!(size(dir.path()).0 > KEEP);
+        log.emptied(&log.writer()).unwrap();
+        assert_eq!(size(dir.path()).0, KEEP, "shrunk at the checkpoint");
+        // The next cycle overwrites: the size stays.
+        log.append(&log.writer(), &ops_of(&[("t", b"k", Some(&[3; 1000]))]));
+        log.sync().unwrap();
+        assert_eq!(size(dir.path()).0, KEEP);
     }
 }
