@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
@@ -81,19 +81,23 @@ pub(crate) struct Shared {
     db: Database,
     redo: RedoLog,
     dir: PathBuf,
-    /// Set by every non-durable commit, cleared by a checkpoint: the periodic
-    /// checkpoint commits only when there is something new (an idle relay does not
-    /// fsync twice a second).
-    dirty: AtomicBool,
     /// How many writes were committed: a table a read scope kept is used again only
     /// while this has not moved since it was opened (`reads`).
     commits: AtomicU64,
+    /// The count of `commits` the last checkpoint covered: while it is the count, there
+    /// is nothing new to checkpoint (an idle relay does not fsync twice a second).
+    checkpointed: AtomicU64,
     /// Hears of each checkpoint (its time is the wait it puts on writers), once the
     /// store has said where to report.
     observer: std::sync::OnceLock<Arc<dyn crate::store::StoreObserver>>,
 }
 
 impl Shared {
+    /// Whether writes were committed since the last checkpoint.
+    fn dirty(&self) -> bool {
+        self.commits.load(Ordering::Acquire) != self.checkpointed.load(Ordering::Acquire)
+    }
+
     /// Commits `txn` without an fsync (visible, not yet durable), then says so to this
     /// thread's read scope and appends `ops`, its writes, to the redo log: every write
     /// outside a checkpoint ends here.
@@ -103,7 +107,6 @@ impl Shared {
         writer: &redo::Writer<'_>,
         ops: &Ops,
     ) -> Result<(), StoreError> {
-        self.dirty.store(true, Ordering::Release);
         txn.commit().map_err(err)?;
         self.commits.fetch_add(1, Ordering::AcqRel);
         reads::committed();
@@ -159,7 +162,7 @@ impl RedbDb {
             db,
             redo,
             dir: opts.path.to_owned(),
-            dirty: AtomicBool::new(false),
+            checkpointed: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             observer: std::sync::OnceLock::new(),
         });
@@ -309,7 +312,7 @@ impl Drop for Shared {
     /// and a durable state past the checkpoint's record would have the log's records
     /// applied again over later writes (`redo.rs`, invariant 2).
     fn drop(&mut self) {
-        if self.dirty.load(Ordering::Acquire) {
+        if self.dirty() {
             if let Err(e) = checkpoint(self) {
                 tracing::warn!(error = %e, "redb's checkpoint at close failed: the next open \
                                             applies the redo log again");

@@ -71,8 +71,8 @@ fn durable_commit(db: &Database, id: u64, lsn: u64) -> Result<(), StoreError> {
 /// writers.
 pub(super) fn checkpoint(shared: &Shared) -> Result<Duration, StoreError> {
     let writer = shared.redo.writer();
-    // Cleared first: a commit after this point sets it again for the next checkpoint.
-    shared.dirty.store(false, Ordering::Release);
+    // Every commit holds the writer lock: the count is exact until it is released.
+    let covers = shared.commits.load(Ordering::Acquire);
     let lsn = shared.redo.last(&writer);
     let began = std::time::Instant::now();
     let committed = durable_commit(&shared.db, shared.redo.id(), lsn);
@@ -82,14 +82,12 @@ pub(super) fn checkpoint(shared: &Shared) -> Result<Duration, StoreError> {
     if let Some(observer) = shared.observer.get() {
         observer.checkpoint(took, committed.is_ok());
     }
-    if let Err(e) = committed {
-        // Not checkpointed: the next one tries again (the log still holds it all).
-        shared.dirty.store(true, Ordering::Release);
-        return Err(e);
-    }
+    // Not checkpointed: the next one tries again (the log still holds it all).
+    committed?;
+    shared.checkpointed.store(covers, Ordering::Release);
     if let Err(e) = shared.redo.emptied(&writer) {
-        tracing::warn!(error = %e, "emptying redb's redo log after a checkpoint failed: it \
-                                    grows until a later checkpoint empties it");
+        tracing::warn!(error = %e, "shrinking redb's redo log after a checkpoint failed: it \
+                                    keeps its size until a later checkpoint shrinks it");
     }
     Ok(took)
 }
@@ -176,7 +174,7 @@ pub(super) fn start_checkpointer(
     let look = pacing.shortest().min(CHECKPOINT_LOOK);
     let spawned = crate::store::Ticker::start("redb-checkpoint", look, move || {
         let Some(db) = db.upgrade() else { return ControlFlow::Break(()) };
-        let due = last.elapsed() >= pacing.period() && db.dirty.load(Ordering::Acquire);
+        let due = last.elapsed() >= pacing.period() && db.dirty();
         if due || db.redo.since_checkpoint() >= CHECKPOINT_BYTES {
             last = std::time::Instant::now();
             match checkpoint(&db) {
@@ -194,5 +192,37 @@ pub(super) fn start_checkpointer(
                                         emptied only when the database closes");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::RedbDb;
+    use crate::store::embedded::background_flush::Pacing;
+    use crate::store::embedded::engine::EngineOptions;
+
+    /// Whether there is anything to checkpoint follows the commits: nothing after the
+    /// open, something after a write, nothing after its checkpoint, and the count a
+    /// checkpoint covers is the one under the writer lock (a write after it is new).
+    #[test]
+    fn only_commits_since_the_last_checkpoint_make_the_store_dirty() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = RedbDb::open(&EngineOptions {
+            path: dir.path(),
+            cache_capacity_bytes: 1 << 20,
+            compression: false,
+            flush: Pacing::fixed(std::time::Duration::from_secs(3600)),
+        })
+        .expect("open redb");
+        assert!(!db.db.dirty(), "nothing written since the open's checkpoint");
+        let tree = db.open_tree("t").expect("tree");
+        tree.insert(b"a", b"1").expect("insert");
+        assert!(db.db.dirty());
+        db.checkpoint().expect("checkpoint");
+        assert!(!db.db.dirty(), "checkpointed");
+        tree.insert(b"b", b"2").expect("insert");
+        assert!(db.db.dirty(), "a write after the checkpoint");
+        db.checkpoint().expect("checkpoint");
+        assert!(!db.db.dirty());
     }
 }
