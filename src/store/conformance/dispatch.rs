@@ -97,18 +97,14 @@ pub(super) async fn counts_survive_concurrent_append_and_dispatch(h: &mut dyn Ha
     let planner: crate::store::Planner = Arc::new(|pending: &[PendingEvent]| {
         pending
             .iter()
-            .map(|p| {
-                let mut hash = [0u8; 16];
-                hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
-                DispatchPlan {
-                    latest: Vec::new(),
-                    filtered: Vec::new(),
-                    id: p.id,
-                    dedup: Some(DedupKey { hash, window_us: 600 * S }),
-                    destinations: Vec::new(),
-                    ordered: Vec::new(),
-                    resource: None,
-                }
+            .map(|p| DispatchPlan {
+                latest: Vec::new(),
+                filtered: Vec::new(),
+                id: p.id,
+                dedup: Some(own_key(p.id)),
+                destinations: Vec::new(),
+                ordered: Vec::new(),
+                resource: None,
             })
             .collect()
     });

@@ -210,6 +210,13 @@ fn policy() -> RetryPolicy {
     }
 }
 
+/// A dedup key of `id`'s own: no other event is a copy of it.
+fn own_key(id: EventId) -> DedupKey {
+    let mut hash = [0u8; 16];
+    hash[..8].copy_from_slice(&id.raw().to_be_bytes());
+    DedupKey { hash, window_us: 600 * S }
+}
+
 /// Appends `events` one after the other; returns their ids.
 async fn append_all(store: &SharedStore, events: Vec<NewEvent>) -> Vec<EventId> {
     let mut ids = Vec::new();

@@ -93,13 +93,11 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
                 let mut key = [0u8; 16];
                 key[..resource.len().min(16)]
                     .copy_from_slice(&resource.as_bytes()[..resource.len().min(16)]);
-                let mut hash = [0u8; 16];
-                hash[..8].copy_from_slice(&p.id.raw().to_be_bytes());
                 DispatchPlan {
                     latest: Vec::new(),
                     filtered: Vec::new(),
                     id: p.id,
-                    dedup: Some(DedupKey { hash, window_us: 600 * S }),
+                    dedup: Some(own_key(p.id)),
                     destinations: vec!["o".into(), "free".into()],
                     ordered: vec!["o".into()],
                     resource: Some(key),
