@@ -33,7 +33,7 @@ impl InternalEvent for CommitGroup {
     }
 }
 
-/// redb's checkpoint (`store/embedded/engine/redo.rs`): its time is what it adds to the
+/// redb's checkpoint (`store/embedded/engine/redo/`): its time is what it adds to the
 /// tail of every write waiting for it; a failed one is a storage error (the redo log
 /// keeps every write until the next succeeds).
 pub(crate) struct Checkpoint {

@@ -19,7 +19,7 @@ pub(crate) trait StoreObserver: Send + Sync + 'static {
     /// follows, in words.
     fn trouble(&self, kind: Trouble, what: &str, error: &dyn std::fmt::Display);
     /// The embedded store on redb made its writes durable in the database file (a
-    /// checkpoint, `embedded/engine/redo.rs`) after `took`, writers waiting meanwhile.
+    /// checkpoint, `embedded/engine/redo/`) after `took`, writers waiting meanwhile.
     fn checkpoint(&self, _took: Duration, _ok: bool) {}
 }
 

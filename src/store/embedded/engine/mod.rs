@@ -16,7 +16,7 @@
 //!
 //! Writes outside a transaction are atomic one by one; nothing is durable until
 //! [`Db::flush`] returns (sled: its log fsynced; redb: its redo log fsynced,
-//! `redo.rs`).
+//! `redo/mod.rs`).
 
 pub(crate) mod current;
 mod redb_kv;

@@ -1,5 +1,5 @@
 //! redb 4 under the embedded backend: one file (`{data_dir}/hookrelay.redb`), a table
-//! per tree, bytes to bytes, with its redo log beside it (`redo.rs`).
+//! per tree, bytes to bytes, with its redo log beside it (`redo/mod.rs`).
 //!
 //! Every write commits without an fsync (`Durability::None`: visible to readers, not
 //! yet durable) and appends its writes to the redo log; [`RedbDb::flush`] makes them
@@ -310,7 +310,7 @@ impl Drop for Shared {
     /// A last checkpoint before redb closes: a database closed cleanly leaves an empty
     /// log. It must come first: redb's close makes pending commits durable on its own,
     /// and a durable state past the checkpoint's record would have the log's records
-    /// applied again over later writes (`redo.rs`, invariant 2).
+    /// applied again over later writes (`redo/mod.rs`, invariant 2).
     fn drop(&mut self) {
         if self.dirty() {
             if let Err(e) = checkpoint(self) {

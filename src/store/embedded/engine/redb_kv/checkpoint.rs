@@ -1,4 +1,4 @@
-//! redb's checkpoints and its recovery at open (`../redo.rs` says the invariants):
+//! redb's checkpoints and its recovery at open (`../redo/mod.rs` says the invariants):
 //! what makes the log's records durable in the database file itself, empties the log,
 //! and applies again, after a crash, what the file does not hold yet.
 
@@ -17,7 +17,7 @@ use crate::store::embedded::background_flush::Pacing;
 use crate::store::StoreError;
 
 /// The table where a checkpoint writes which log it covers and up to which record
-/// (`redo.rs`): the engine's own, never one of the store's trees.
+/// (`redo/mod.rs`): the engine's own, never one of the store's trees.
 pub(super) const REDO_TABLE: &str = "redo";
 const REDO_KEY: &[u8] = b"checkpoint";
 /// Records logged since the last checkpoint that make the next one due before its
@@ -66,7 +66,7 @@ fn durable_commit(db: &Database, id: u64, lsn: u64) -> Result<(), StoreError> {
     txn.commit().map_err(err)
 }
 
-/// A checkpoint (`redo.rs`, invariant 2): under the writer lock, a durable commit
+/// A checkpoint (`redo/mod.rs`, invariant 2): under the writer lock, a durable commit
 /// recording the last record, then the log emptied. Returns how long it held the
 /// writers.
 pub(super) fn checkpoint(shared: &Shared) -> Result<Duration, StoreError> {
@@ -93,7 +93,7 @@ pub(super) fn checkpoint(shared: &Shared) -> Result<Duration, StoreError> {
 }
 
 /// At open: the records of the log after the last checkpoint applied again
-/// (`redo.rs`, invariant 3), a checkpoint of them, and a new log.
+/// (`redo/mod.rs`, invariant 3), a checkpoint of them, and a new log.
 pub(super) fn recover(db: &Database, dir: &Path) -> Result<RedoLog, StoreError> {
     let path = dir.join(redo::FILE_NAME);
     let bytes = match std::fs::read(&path) {
@@ -163,7 +163,7 @@ fn replay(db: &Database, records: &[redo::Record<'_>]) -> Result<usize, StoreErr
 }
 
 /// Checkpoints at most every `pacing`'s period while the database is open and written
-/// to, and sooner once [`CHECKPOINT_BYTES`] of records were logged (`redo.rs`), on a
+/// to, and sooner once [`CHECKPOINT_BYTES`] of records were logged (`redo/mod.rs`), on a
 /// thread the [`super::RedbDb`] owns: it stops with it. Each checkpoint's length moves
 /// the period (`../../background_flush.rs`).
 pub(super) fn start_checkpointer(
