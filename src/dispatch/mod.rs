@@ -5,7 +5,7 @@
 mod dedup;
 mod plan;
 mod purge;
-mod resource;
+pub(crate) mod resource;
 mod route;
 mod wake;
 

@@ -202,9 +202,14 @@ fn report(class: AnswerClass, at_us: u64) -> AttemptReport {
 
 /// One second between attempts, dead after the third of a round.
 fn policy() -> RetryPolicy {
+    retrying_every(Duration::from_secs(1))
+}
+
+/// `every` between attempts, dead after the third of a round.
+fn retrying_every(every: Duration) -> RetryPolicy {
     RetryPolicy {
-        initial_backoff: Duration::from_secs(1),
-        max_backoff: Duration::from_secs(1),
+        initial_backoff: every,
+        max_backoff: every,
         max_attempts: 3,
         ..RetryPolicy::default()
     }

@@ -34,12 +34,7 @@ fn answers(i: usize) -> &'static [AnswerClass] {
 
 /// Retries due within milliseconds, so that a retried head holds its resource briefly.
 fn quick_retries() -> RetryPolicy {
-    RetryPolicy {
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(5),
-        max_attempts: 3,
-        ..RetryPolicy::default()
-    }
+    retrying_every(Duration::from_millis(5))
 }
 
 /// One attempt as a worker saw it: which event (its index, from its body), of which
@@ -84,15 +79,13 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
             appended.store(true, Ordering::SeqCst);
         })
     };
-    // Each event its own dedup key; its resource's key from the body's resource.
+    // Each event its own dedup key; its resource key by the rule dispatch uses.
     let planner: crate::store::Planner = Arc::new(|pending: &[PendingEvent]| {
         pending
             .iter()
             .map(|p| {
                 let resource = p.meta.resource.as_deref().expect("every event has a resource");
-                let mut key = [0u8; 16];
-                key[..resource.len().min(16)]
-                    .copy_from_slice(&resource.as_bytes()[..resource.len().min(16)]);
+                let key = crate::dispatch::resource::key(&p.meta.source, resource);
                 DispatchPlan {
                     latest: Vec::new(),
                     filtered: Vec::new(),

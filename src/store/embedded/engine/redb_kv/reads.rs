@@ -11,8 +11,9 @@
 //! Invariant: a read in a scope sees every write committed before it, as a lookup
 //! with its own read transaction would. A rule reads under the store's `lifecycle`
 //! lock, then writes what it decided in a transaction of its own: a read that missed
-//! the previous holder's commit would write back what that commit changed (seen under load: a delivery sent twice, its record
-//! from before its attempt written again). So a kept table is used again only while
+//! the previous holder's commit would write back what that commit changed (seen under
+//! load: a delivery sent twice, its record from before its attempt written again).
+//! So a kept table is used again only while
 //! the database's commit count has not moved since it was opened (read before the
 //! opening: a commit in between makes it open again, never read stale). It saves the
 //! most where writes are rare between lookups (a store call between commits); under

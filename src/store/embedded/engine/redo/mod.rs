@@ -1,10 +1,10 @@
 //! The redo log in front of redb (`{data_dir}/redo.log`): every committed write
 //! transaction appended to it, in commit order, so that a write is made durable by one
-//! append and one `fdatasync` of the log (shared by the writers waiting, `../flush.rs`)
+//! append and one `fdatasync` of the log (shared by the writers waiting, `embedded/flush.rs`)
 //! instead of a durable redb commit (two fsyncs, and redb's allocator state saved:
 //! 39% of a callback's CPU at 200/s, BENCHMARKS.md "Where the CPU goes").
 //!
-//! Invariants, which `redb_kv.rs` keeps and the tests below and in `tests.rs` check:
+//! Invariants, which `redb_kv.rs` keeps and `tests.rs` here and `engine/tests.rs` check:
 //! 1. A record is appended only after its transaction committed, by the writer that
 //!    holds [`RedoLog::writer`] from the transaction's start: the log's order is the
 //!    commit order, and the log holds nothing that did not commit.
@@ -140,12 +140,15 @@ impl RedoLog {
         header[..8].copy_from_slice(MAGIC);
         header[8..].copy_from_slice(&id.to_le_bytes());
         file.write_all_at(&header, 0)?;
-        // Zero-filled ahead from the start, best effort (invariant 4).
+        // Zero-filled ahead from the start, best effort (invariant 4); synced with the
+        // header by the fill, or on its own when the fill failed.
         let allocated = match zero_fill(&file, HEADER as u64, GROW_AT_LEAST) {
             Ok(()) => GROW_AT_LEAST,
-            Err(_) => HEADER as u64,
+            Err(_) => {
+                file.sync_all()?;
+                HEADER as u64
+            }
         };
-        file.sync_all()?;
         let tail = Tail { file, len: HEADER as u64, allocated };
         std::fs::rename(&beside, &path)?;
         File::open(dir)?.sync_all()?;
