@@ -5,7 +5,7 @@
 mod dedup;
 mod plan;
 mod purge;
-pub(crate) mod resource;
+mod resource;
 mod route;
 mod wake;
 

@@ -79,13 +79,16 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
             appended.store(true, Ordering::SeqCst);
         })
     };
-    // Each event its own dedup key; its resource key by the rule dispatch uses.
+    // Each event its own dedup key; its resource key its resource's name (the store
+    // sits below dispatch, whose rule it may not call: any distinct keys do).
     let planner: crate::store::Planner = Arc::new(|pending: &[PendingEvent]| {
         pending
             .iter()
             .map(|p| {
                 let resource = p.meta.resource.as_deref().expect("every event has a resource");
-                let key = crate::dispatch::resource::key(&p.meta.source, resource);
+                let mut key = [0u8; 16];
+                key[..resource.len().min(16)]
+                    .copy_from_slice(&resource.as_bytes()[..resource.len().min(16)]);
                 DispatchPlan {
                     latest: Vec::new(),
                     filtered: Vec::new(),
