@@ -334,6 +334,19 @@ impl Relay {
         // Commits what is queued, then makes everything durable, in what is left of the
         // grace: a disk that fills now can stall the flush.
         let left = grace.saturating_sub(started.elapsed()).max(for_close);
+        let others = let_go(&store, HOLDERS_WAIT.min(left / 4)).await;
+        if others > 0 {
+            crate::internal_events::taxonomy::degraded(
+                &metrics,
+                Stage::Relay,
+                ErrorType::Stalled,
+                "parts of the relay still hold the store after their stop; closing it anyway",
+                &format_args!(
+                    "{others} holders left after {HOLDERS_WAIT:?}: the store's file stays open \
+                     until they end"
+                ),
+            );
+        }
         let closed = tokio::time::timeout(left, store.close()).await;
         let context = if durable {
             "final flush (every acknowledged callback was already durable before its answer: \
@@ -349,6 +362,22 @@ impl Relay {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Longest the stop waits for the store's other holders to let go before closing it.
+const HOLDERS_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits, at most `bound`, until the caller's is the only handle on `store`; returns
+/// how many others are left. Every part was joined before, but one may still be letting
+/// go of its handle (actix's workers drop their app data after answering the stop):
+/// a store closed and dropped while another handle lives keeps its file open, and the
+/// engine's last checkpoint waits for that handle's end.
+async fn let_go(store: &SharedStore, bound: Duration) -> usize {
+    let deadline = tokio::time::Instant::now() + bound;
+    while Arc::strong_count(store) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Arc::strong_count(store) - 1
 }
 
 /// The share of `shutdown.grace` kept for closing the store (its final flush).
@@ -416,4 +445,27 @@ fn services(
     let task = tokio::spawn(crate::audit::watch(store.clone(), metrics.clone(), stop.clone()));
     tasks.push(sup.watch("audit", "audit check".into(), task));
     tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stop waits for a handle let go of shortly after, and not past its bound
+    /// for one kept: it says how many are left.
+    #[tokio::test]
+    async fn the_stop_waits_for_the_stores_other_holders_within_a_bound() {
+        let store: SharedStore = Arc::new(crate::store::memory::MemoryStore::default());
+        let late = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(late);
+        });
+        assert_eq!(let_go(&store, Duration::from_secs(5)).await, 0);
+        let kept = store.clone();
+        let began = tokio::time::Instant::now();
+        assert_eq!(let_go(&store, Duration::from_millis(100)).await, 1);
+        assert!(began.elapsed() >= Duration::from_millis(100));
+        drop(kept);
+    }
 }

@@ -9,6 +9,8 @@ mod pacer;
 mod recorder;
 mod watchdog;
 mod worker;
+#[cfg(test)]
+mod worker_tests;
 
 pub(crate) use circuit::Phase;
 
@@ -287,6 +289,7 @@ impl Destinations {
             fleet: relay.fleet.clone(),
             space: relay.space.clone(),
             pause_read: std::sync::Mutex::new(None),
+            attempts: std::sync::Mutex::default(),
             state: state.clone(),
             store: self.store.clone(),
             metrics: relay.metrics.clone(),

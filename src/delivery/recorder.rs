@@ -62,10 +62,12 @@ async fn record_while_held(
 
 type Reply = oneshot::Sender<Result<AttemptWrite, String>>;
 
-/// Handle to a destination's recorder task; the task ends when every handle is gone.
-#[derive(Clone)]
+/// A destination's recorder task and its owner: the worker sends through it, and
+/// [`Recorder::close`] ends the task and waits for it (the task holds the store, which
+/// must be closed by nobody else's leave: `daemon/relay.rs`).
 pub(super) struct Recorder {
     tx: mpsc::Sender<(Claim, AttemptReport, Reply)>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Recorder {
@@ -76,7 +78,7 @@ impl Recorder {
         metrics: Arc<Metrics>,
     ) -> Self {
         let (tx, mut rx) = mpsc::channel::<(Claim, AttemptReport, Reply)>(MAX_GROUP * 4);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut group = vec![first];
                 while group.len() < MAX_GROUP {
@@ -103,7 +105,18 @@ impl Recorder {
                 }
             }
         });
-        Self { tx }
+        Self { tx, task }
+    }
+
+    /// Ends the task once it has recorded what was sent, and waits for it.
+    pub(super) async fn close(self) {
+        let Self { tx, task } = self;
+        drop(tx);
+        if let Err(e) = task.await {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
     }
 
     /// Records one attempt (with whatever else finishes meanwhile).

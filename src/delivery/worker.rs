@@ -41,6 +41,9 @@ pub(super) struct Worker {
     pub(super) space: Arc<crate::space::Space>,
     /// Records finished attempts in groups.
     pub(super) recorder: Recorder,
+    /// The attempts started and not yet joined: the worker owns them, and its run
+    /// ends only after each has ended (each holds the worker, and with it the store).
+    pub(super) attempts: std::sync::Mutex<tokio::task::JoinSet<()>>,
     pub(super) state: Arc<DestinationState>,
     /// When the pause state was last read from the store.
     pub(super) pause_read: std::sync::Mutex<Option<Instant>>,
@@ -76,8 +79,24 @@ impl Worker {
         // short stays scheduled and is made again).
         let waiting = lock(&this.state.pacer).drain();
         this.release(waiting).await;
-        while this.state.in_flight() > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut attempts = std::mem::take(&mut *lock(&this.attempts));
+        while let Some(ended) = attempts.join_next().await {
+            if let Err(e) = ended {
+                if e.is_panic() {
+                    let what = format!("an attempt of {} panicked", this.state.dest.name);
+                    taxonomy::failed(
+                        &this.metrics,
+                        Stage::Delivery,
+                        ErrorType::TaskDied,
+                        &what,
+                        &e,
+                    );
+                }
+            }
+        }
+        // Every attempt has ended and let go of the worker: the recorder ends last.
+        if let Ok(worker) = Arc::try_unwrap(this) {
+            worker.recorder.close().await;
         }
     }
 
@@ -242,7 +261,10 @@ impl Worker {
                     lock(&self.state.in_flight_tokens).insert(claim.token);
                     self.progress(now.at);
                     let this = self.clone();
-                    tokio::spawn(async move {
+                    let mut attempts = lock(&self.attempts);
+                    // Those ended are let go of here: the set holds only what runs.
+                    while attempts.try_join_next().is_some() {}
+                    attempts.spawn(async move {
                         let token = claim.token;
                         this.attempt(claim, permit, probe).await;
                         lock(&this.state.in_flight_tokens).remove(&token);

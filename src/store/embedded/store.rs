@@ -5,6 +5,7 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,6 +20,11 @@ use crate::store::{
     JournalEntry, LedgerReading, NewEvent, PendingEvent, QueueChange, QueueStats, Recorded,
     SharedState, StoreError, Upkeep,
 };
+
+/// Longest the close waits for calls still running on the blocking pool whose callers
+/// gave up on them (a disk that hangs keeps one for longer: then the process's exit
+/// ends it).
+const CALLS_END: Duration = Duration::from_secs(5);
 
 thread_local! {
     /// Whether this thread runs the store's calls itself ([`run_calls_here`]).
@@ -317,6 +323,13 @@ impl Upkeep for EmbeddedStore {
             })
             .await;
         self.inner.watchdog.stop();
+        // A call whose caller gave up on it (a timeout, a stop) still runs on the
+        // blocking pool, holding the state: the database (its file, its lock) is let go
+        // of when the last holder is, so the close waits for them, bounded.
+        let deadline = tokio::time::Instant::now() + CALLS_END;
+        while Arc::strong_count(&self.inner) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         flushed
     }
 }
@@ -357,6 +370,32 @@ mod tests {
         let read = store.run(|_| Ok(thread::current().id())).await.unwrap();
         let write = store.write(|_| Ok(thread::current().id())).await.unwrap();
         (read, write)
+    }
+
+    /// A call its caller gave up on still runs on the blocking pool, holding the
+    /// database: the close waits for it, so that the file is free once the store is
+    /// dropped. Seen in the daemon's start-and-stop test as "in use by another
+    /// process" when a relay was started again at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_close_waits_for_calls_given_up_on_and_the_file_is_free_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = testutil::open_on(Engine::Redb, dir.path());
+        let (began, running) = std::sync::mpsc::channel();
+        let mut slow = Box::pin(store.run(move |_| {
+            let _ = began.send(());
+            thread::sleep(Duration::from_millis(400));
+            Ok(())
+        }));
+        tokio::select! {
+            _ = &mut slow => panic!("the slow call ended before it was given up on"),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        running.recv_timeout(Duration::from_secs(5)).expect("the slow call began");
+        drop(slow);
+        store.close().await.expect("close");
+        drop(store);
+        let again = EmbeddedStore::open(&testutil::options(Engine::Redb, dir.path()));
+        assert!(again.is_ok(), "opened again at once: {:?}", again.err());
     }
 
     /// A thread that asked runs the calls itself, reads and writes alike, and a
