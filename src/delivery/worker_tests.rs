@@ -56,7 +56,7 @@ async fn a_stopped_worker_finishes_its_attempt_and_leaves_nothing_holding_the_st
     );
     let path = dir.path().join("hookrelay.toml");
     std::fs::write(&path, text).expect("write the config");
-    let config = crate::daemon::load::config(&path, &Default::default()).expect("the config");
+    let config = crate::config::Config::load(&path, &Default::default()).expect("the config");
 
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let store: SharedStore = Arc::new(MemoryStore::default());
