@@ -448,6 +448,7 @@ async fn latency(server: &PgServer, rounds: usize) {
     }
 }
 fn main() {
+    common::write_back_dirty_pages();
     let rounds: usize = env_or("BENCH_ROUNDS", 3);
     let secs = Duration::from_secs(env_or("BENCH_SECS", 5));
     let phases: String = env_or("BENCH_PHASES", "throughput,latency".to_owned());

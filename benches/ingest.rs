@@ -40,6 +40,7 @@ fn main() {
         bare_server();
         return;
     }
+    common::write_back_dirty_pages();
     let rounds: usize = env_or("BENCH_ROUNDS", 3);
     let secs: u64 = env_or("BENCH_SECS", 4);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();

@@ -185,6 +185,7 @@ fn disk_alone(rate: u64, secs: u64, size: usize) -> [f64; 3] {
 }
 
 fn main() {
+    common::write_back_dirty_pages();
     let rounds: usize = env_or("BENCH_ROUNDS", 3);
     let secs: u64 = env_or("BENCH_SECS", 20);
     let rate: u64 = env_or("BENCH_RATE", 200);

@@ -170,6 +170,17 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// Has the kernel write back every dirty page now, before a benchmark's rounds: a
+/// build just made leaves hundreds of MB dirty, which the kernel writes back 30 s
+/// later (`vm.dirty_expire_centisecs`), in the middle of a round, where every
+/// `fdatasync` of the relay waits behind it. Seen twice as a 100-200 ms stall of the
+/// ack 8-9 s into the first round, each time right after a release build, and never
+/// in three runs started without one (BENCHMARKS.md).
+pub fn write_back_dirty_pages() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() }
+}
+
 pub fn binary() -> &'static str {
     // HOOKRELAY_TEST_BIN: a long run (`chaos --minutes 30`) on a copy of the binary,
     // unaffected by builds made meanwhile.
