@@ -334,7 +334,8 @@ impl Relay {
         // Commits what is queued, then makes everything durable, in what is left of the
         // grace: a disk that fills now can stall the flush.
         let left = grace.saturating_sub(started.elapsed()).max(for_close);
-        let others = let_go(&store, HOLDERS_WAIT.min(left / 4)).await;
+        let waited = HOLDERS_WAIT.min(left / 4);
+        let others = let_go(&store, waited).await;
         if others > 0 {
             crate::internal_events::taxonomy::degraded(
                 &metrics,
@@ -342,8 +343,8 @@ impl Relay {
                 ErrorType::Stalled,
                 "parts of the relay still hold the store after their stop; closing it anyway",
                 &format_args!(
-                    "{others} holders left after {HOLDERS_WAIT:?}: the store's file stays open \
-                     until they end"
+                    "{others} holders left after {waited:?}: the store's file stays open until \
+                     they end"
                 ),
             );
         }
