@@ -23,9 +23,11 @@ pub(crate) trait Dispatch: Send + Sync {
     async fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError>;
     /// Dispatches the events of `plans` by [`lifecycle::dispatch`] at `now_us`, in one
     /// atomic write. An event no longer in the inbox is [`DispatchVerdict::Gone`]: a
-    /// crash, or another relay, can neither lose an event nor dispatch it twice. Need
-    /// not be durable on return: a dispatch lost in a crash is redone from the inbox,
-    /// and an attempt's durable record makes the dispatch before it durable too.
+    /// crash, or another relay, can neither lose an event nor dispatch it twice. So is
+    /// one whose row another transaction holds (PostgreSQL skips locked rows): it stays
+    /// in the inbox for a later pass. Need not be durable on return: a dispatch lost in
+    /// a crash is redone from the inbox, and an attempt's durable record makes the
+    /// dispatch before it durable too.
     ///
     /// [`lifecycle::dispatch`]: crate::store::lifecycle::dispatch
     async fn dispatch(
