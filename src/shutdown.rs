@@ -1,4 +1,4 @@
-//! Waiting for the signal to stop.
+//! Waiting for the signal to stop, and for what the stopped parts shared to be let go of.
 
 /// Resolves with the name of the first SIGTERM or SIGINT received.
 pub(crate) async fn signal() -> std::io::Result<&'static str> {
@@ -56,5 +56,48 @@ impl Stop {
     /// Why stopping was requested, once it was.
     pub(crate) fn reason(&self) -> Option<&'static str> {
         *self.0.borrow()
+    }
+}
+
+/// Waits, at most `bound`, until the caller's is the only handle on `shared`; returns
+/// how many others are left. For a stop that has joined every part but must not go on
+/// while one is still letting go of what it shared: a store closed and dropped while
+/// another handle lives keeps its file open (the daemon's stop waits for actix's
+/// workers, which drop their app data after answering their stop; the embedded
+/// store's close, for calls given up on that still run on the blocking pool).
+pub(crate) async fn let_go<T: ?Sized>(
+    shared: &std::sync::Arc<T>,
+    bound: std::time::Duration,
+) -> usize {
+    let deadline = tokio::time::Instant::now() + bound;
+    while std::sync::Arc::strong_count(shared) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    std::sync::Arc::strong_count(shared) - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::let_go;
+
+    /// A handle let go of shortly after is waited for; one kept is not waited for
+    /// past the bound, and is counted.
+    #[tokio::test]
+    async fn the_wait_for_other_holders_ends_when_they_let_go_or_at_its_bound() {
+        let shared = Arc::new(());
+        let late = shared.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(late);
+        });
+        assert_eq!(let_go(&shared, Duration::from_secs(5)).await, 0);
+        let kept = shared.clone();
+        let began = tokio::time::Instant::now();
+        assert_eq!(let_go(&shared, Duration::from_millis(100)).await, 1);
+        assert!(began.elapsed() >= Duration::from_millis(100));
+        drop(kept);
     }
 }

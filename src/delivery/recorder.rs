@@ -64,7 +64,7 @@ type Reply = oneshot::Sender<Result<AttemptWrite, String>>;
 
 /// A destination's recorder task and its owner: the worker sends through it, and
 /// [`Recorder::close`] ends the task and waits for it (the task holds the store, which
-/// must be closed by nobody else's leave: `daemon/relay.rs`).
+/// the relay closes only once nothing else holds it: `daemon/relay/stop.rs`).
 pub(super) struct Recorder {
     tx: mpsc::Sender<(Claim, AttemptReport, Reply)>,
     task: tokio::task::JoinHandle<()>,

@@ -1,6 +1,6 @@
 //! A worker as an owner: its stop lets the attempts in flight finish and be recorded,
 //! and its run ends only once every task it started has, so that nothing of it still
-//! holds the store (the relay closes the store after: `daemon/relay.rs`).
+//! holds the store (the relay closes the store after: `daemon/relay/stop.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,14 +13,14 @@
 //! lock, then writes what it decided in a transaction of its own: a read that missed
 //! the previous holder's commit would write back what that commit changed (seen under
 //! load: a delivery sent twice, its record from before its attempt written again).
-//! So a kept table is used again only while
-//! the database's commit count has not moved since it was opened (read before the
-//! opening: a commit in between makes it open again, never read stale). It saves the
-//! most where writes are rare between lookups (a store call between commits); under
-//! held ingest, where the committer commits every fraction of a millisecond, it keeps
-//! little. Nothing is kept past the scope or the thread's own commit: a read
-//! transaction held by an idle thread, or by a call waiting for its write to be
-//! durable, would keep redb from reusing the pages later commits free.
+//! So a kept table is used again only while the database's commit count has not moved
+//! since it was opened (read before the opening: a commit in between makes it open
+//! again, never read stale). It saves the most where writes are rare between lookups
+//! (a store call between commits); under held ingest, where the committer commits
+//! every fraction of a millisecond, it keeps little. Nothing is kept past the scope or
+//! the thread's own commit: a read transaction held by an idle thread, or by a call
+//! waiting for its write to be durable, would keep redb from reusing the pages later
+//! commits free.
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
