@@ -160,7 +160,8 @@ impl Waiting {
 }
 
 /// Where the store reports: group commits are counted in the metrics, and each stored
-/// group wakes the dispatcher, so dispatch follows ingest without a polling delay; a
+/// group that left events in the inbox wakes the dispatcher, so dispatch follows
+/// ingest without a polling delay; a
 /// failed store turns the relay unready at once and stops it.
 pub(super) struct Commits {
     pub(super) metrics: Arc<Metrics>,
@@ -177,9 +178,9 @@ impl StoreObserver for Commits {
     }
     fn group(&self, size: usize, took: std::time::Duration, ok: bool) {
         self.metrics.group(size, took, ok);
-        if ok {
-            self.wake.notify_one();
-        }
+    }
+    fn waiting(&self) {
+        self.wake.notify_one();
     }
     fn stored(&self, meta: &crate::store::EventMeta) {
         self.metrics.stored(meta);

@@ -23,8 +23,11 @@ use crate::lock::Current;
 use crate::metrics::Metrics;
 use crate::shape;
 use crate::shutdown::Stop;
-use crate::store::{DispatchVerdict, SharedStore, DISPATCH_LEAD};
-use crate::telemetry::trace;
+use crate::store::{
+    CommitDispatch, DispatchPlan, DispatchVerdict, DispatchWrite, PendingEvent, SharedStore,
+    StoreError, DISPATCH_LEAD,
+};
+use crate::telemetry::{trace, Tracer};
 
 use plan::PlanRules;
 use purge::purge_dedup;
@@ -78,7 +81,7 @@ pub(crate) struct Dispatcher {
     /// Below the free-space floor, dispatch (a write) waits for space.
     space: Arc<crate::space::Space>,
     /// Each event's dispatch span.
-    tracer: Arc<crate::telemetry::Tracer>,
+    tracer: Arc<Tracer>,
     /// Where the filters run: never inside the store's write.
     shaper: Arc<shape::Shaper>,
 }
@@ -92,7 +95,7 @@ impl Dispatcher {
         metrics: Arc<Metrics>,
         wake: Arc<Notify>,
         space: Arc<crate::space::Space>,
-        tracer: Arc<crate::telemetry::Tracer>,
+        tracer: Arc<Tracer>,
         shaper: Arc<shape::Shaper>,
     ) -> Self {
         Self { store, rules, metrics, wake, space, tracer, shaper }
@@ -115,7 +118,19 @@ impl Dispatcher {
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
+    /// Meanwhile an embedded store's committer dispatches what it stored when no
+    /// callback waits ([`AfterCommits`]), and wakes this task only for the rest.
     async fn run(self, mut stop: Stop) {
+        let after_commits = AfterCommits {
+            rules: self.rules.clone(),
+            metrics: self.metrics.clone(),
+            space: self.space.clone(),
+            tracer: self.tracer.clone(),
+        };
+        let _lent = self
+            .store
+            .dispatch_after_commits(Some(Arc::new(after_commits)))
+            .then(|| Lent(self.store.clone()));
         let purger = tokio::spawn(purge_dedup(
             self.store.clone(),
             self.metrics.clone(),
@@ -214,10 +229,8 @@ impl Dispatcher {
             // Read, plan and dispatch in one store call (one hop for a blocking
             // backend); durable when it returns, as configured: the store's business.
             let rules = in_force.clone();
-            let planner: crate::store::Planner = Arc::new(move |pending| {
-                let routes = rules.0.routes(pending);
-                rules.0.plans(pending, routes, Vec::new())
-            });
+            let planner: crate::store::Planner =
+                Arc::new(move |pending| rules.0.plans_unfiltered(pending));
             self.store.dispatch_next(BATCH, planner, now).await?
         } else {
             // Filters run in the shaping processes, bounded, and never inside the
@@ -239,25 +252,84 @@ impl Dispatcher {
         if pending.is_empty() {
             return Ok(0);
         }
+        let batch = Batch { pending: &pending, plans: &plans, outcomes: &outcomes };
+        batch.report(&in_force.1, &self.metrics, &self.tracer, now);
+        let gone = outcomes.iter().filter(|o| matches!(o, DispatchVerdict::Gone)).count();
+        Ok(if gone == pending.len() { 0 } else { pending.len() })
+    }
+}
 
+/// A dispatched batch: the events read, their plans and what dispatch made of them.
+struct Batch<'a> {
+    pending: &'a [PendingEvent],
+    plans: &'a [DispatchPlan],
+    outcomes: &'a [DispatchVerdict],
+}
+
+impl Batch<'_> {
+    /// Each event's internal event and dispatch span (begun at `now`), and a wake-up
+    /// for each destination given a delivery: the one report of a batch, whichever
+    /// thread dispatched it.
+    fn report(&self, destinations: &Destinations, metrics: &Metrics, tracer: &Tracer, now: u64) {
         let done = crate::clock::now_us();
         let mut woken = std::collections::HashSet::new();
-        for ((event, plan), outcome) in pending.iter().zip(&plans).zip(&outcomes) {
-            EventDispatched { event, plan, outcome }.emit(&self.metrics);
+        for ((event, plan), outcome) in self.pending.iter().zip(self.plans).zip(self.outcomes) {
+            EventDispatched { event, plan, outcome }.emit(metrics);
             if !matches!(outcome, DispatchVerdict::Gone) {
                 let (id, meta) = (event.id, &event.meta);
-                self.tracer.record(|salt| trace::dispatch(salt, id, meta, outcome, now, done));
+                tracer.record(|salt| trace::dispatch(salt, id, meta, outcome, now, done));
             }
             if let DispatchVerdict::Dispatched { .. } = outcome {
                 for dest in &plan.destinations {
                     if woken.insert(dest.as_str()) {
-                        in_force.1.wake(dest);
+                        destinations.wake(dest);
                     }
                 }
             }
         }
-        let gone = outcomes.iter().filter(|o| matches!(o, DispatchVerdict::Gone)).count();
-        Ok(if gone == pending.len() { 0 } else { pending.len() })
+    }
+}
+
+/// The dispatcher's rules and reports lent to the committer of an embedded store
+/// (`store::CommitDispatch`): at a gentle rate the thread that stored an event
+/// dispatches it, as this dispatcher would have, instead of waking it.
+struct AfterCommits {
+    rules: Arc<DispatchRules>,
+    metrics: Arc<Metrics>,
+    space: Arc<crate::space::Space>,
+    tracer: Arc<Tracer>,
+}
+
+impl CommitDispatch for AfterCommits {
+    fn dispatch(
+        &self,
+        pending: &[PendingEvent],
+        write: DispatchWrite<'_>,
+    ) -> Result<bool, StoreError> {
+        let in_force = self.rules.0.load();
+        let rules = &in_force.0;
+        // Filters are asked in the shaping processes, never inside a store's write; the
+        // free-space budget is measured on the blocking pool: the dispatcher's, both.
+        if !rules.filters.is_empty() || !self.space.try_admit(DISPATCH_BYTES) {
+            return Ok(false);
+        }
+        let now = crate::clock::now_us();
+        let plans = rules.plans_unfiltered(pending);
+        let outcomes = write(&plans, now)?;
+        let batch = Batch { pending, plans: &plans, outcomes: &outcomes };
+        batch.report(&in_force.1, &self.metrics, &self.tracer, now);
+        Ok(true)
+    }
+}
+
+/// Takes back from the store what the dispatcher lent its committer, when the
+/// dispatcher's task ends (a panic included): the rules hold the destinations, which
+/// hold the store.
+struct Lent(SharedStore);
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        self.0.dispatch_after_commits(None);
     }
 }
 

@@ -83,6 +83,12 @@ impl PlanRules {
         Routes { destinations: routes, to_filter: batch, at }
     }
 
+    /// The plans of a batch when no destination has a filter (`filters` is empty): the
+    /// dispatcher's one call and the committer's (`AfterCommits`).
+    pub(super) fn plans_unfiltered(&self, pending: &[PendingEvent]) -> Vec<DispatchPlan> {
+        self.plans(pending, self.routes(pending), Vec::new())
+    }
+
     /// The plans of a batch, from its routes and its filters' answers (one list of
     /// destinations filtered out per event asked, in the order of `to_filter`).
     pub(super) fn plans(

@@ -129,6 +129,16 @@ impl Space {
         !self.below_floor() && crate::lock::lock(&self.budget).take(bytes)
     }
 
+    /// [`Space::admit`] without measuring: false when the budget has run out (or below
+    /// the floor), for a writer that cannot wait and has another way (the committer's
+    /// dispatch leaves the events to the dispatcher, which measures).
+    pub(crate) fn try_admit(&self, bytes: u64) -> bool {
+        if !self.local || (self.min_free_bytes == 0 && self.min_free_percent <= 0.0) {
+            return true;
+        }
+        !self.below_floor() && crate::lock::lock(&self.budget).take(bytes)
+    }
+
     /// No admission: the store is not on this machine's disks (its server guards its
     /// own space).
     pub(crate) fn remote(metrics: Arc<Metrics>) -> Self {

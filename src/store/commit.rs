@@ -40,18 +40,31 @@ pub(crate) struct Committer {
 pub(crate) type WriteGroup =
     Box<dyn FnMut(&[NewEvent]) -> Result<Vec<EventId>, StoreError> + Send + 'static>;
 
+/// Runs after a written group of a few callbacks (its size given) is answered, when no
+/// callback waits for the next group (the embedded store's dispatch of what it stored,
+/// `store::CommitDispatch`); returns whether events are left waiting for the
+/// dispatcher. Not run while callbacks queue, nor after a larger group: under load the
+/// acks come first, and the dispatcher's own thread, beside the committer, batches
+/// better (held ingest lost 12% when the committer took its share, BENCHMARKS.md).
+pub(crate) type AfterGroup = Box<dyn FnMut(usize) -> bool + Send + 'static>;
+
+/// The largest group after which [`AfterGroup`] runs: at a gentle rate a group is one
+/// or two callbacks; under held ingest, ten or more.
+const AFTER_GROUP_MAX: usize = 4;
+
 impl Committer {
     /// Starts the committer thread over `write`.
     pub(crate) fn start(
         backend: &'static str,
         write: WriteGroup,
+        after: Option<AfterGroup>,
         max_batch: usize,
         observer: Arc<dyn StoreObserver>,
         health: Arc<Health>,
     ) -> Result<(Self, std::thread::JoinHandle<()>), StoreError> {
         // Enough room for every worker's connections without unbounded growth.
         let (tx, rx) = mpsc::channel(max_batch.max(1) * 8);
-        let task = Task { write, max_batch: max_batch.max(1), observer, rx };
+        let task = Task { write, after, max_batch: max_batch.max(1), observer, rx };
         let thread = std::thread::Builder::new()
             .name("hookrelay-committer".into())
             .spawn(move || task.run())
@@ -111,6 +124,7 @@ impl Committer {
 
 struct Task {
     write: WriteGroup,
+    after: Option<AfterGroup>,
     max_batch: usize,
     observer: Arc<dyn StoreObserver>,
     rx: mpsc::Receiver<Command>,
@@ -148,12 +162,14 @@ impl Task {
         }
     }
 
-    /// Writes one group, then answers its waiters. Both vectors are left empty, their
-    /// capacity kept for the next group.
+    /// Writes one group, then answers its waiters; then, after a small group when no
+    /// callback waits, runs [`AfterGroup`], and tells the observer when events wait for
+    /// the dispatcher. Both
+    /// vectors are left empty, their capacity kept for the next group.
     fn commit(&mut self, events: &mut Vec<NewEvent>, waiters: &mut Vec<Reply>) {
-        let started = Instant::now();
+        let (started, size) = (Instant::now(), events.len());
         let result = (self.write)(events);
-        self.observer.group(events.len(), started.elapsed(), result.is_ok());
+        self.observer.group(size, started.elapsed(), result.is_ok());
         match result {
             Ok(ids) => {
                 for ((id, event), reply) in
@@ -161,6 +177,13 @@ impl Task {
                 {
                     self.observer.stored(&event.meta);
                     let _ = reply.send(Ok(id));
+                }
+                let waiting = match self.after.as_mut() {
+                    Some(after) if size <= AFTER_GROUP_MAX && self.rx.is_empty() => after(size),
+                    _ => true,
+                };
+                if waiting {
+                    self.observer.waiting();
                 }
             }
             Err(e) => {
@@ -183,11 +206,12 @@ mod tests {
     use super::*;
     use crate::store::{EventMeta, Writers};
 
-    /// Counts groups and stored events.
+    /// Counts groups, stored events and groups that left events waiting.
     #[derive(Default)]
     struct Seen {
         groups: Mutex<Vec<(usize, bool)>>,
         stored: AtomicUsize,
+        waiting: AtomicUsize,
     }
 
     impl StoreObserver for Seen {
@@ -199,6 +223,9 @@ mod tests {
         }
         fn failed(&self, _reason: &str) {}
         fn trouble(&self, _: crate::store::Trouble, _: &str, _: &dyn std::fmt::Display) {}
+        fn waiting(&self) {
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn healthy() -> Arc<Health> {
@@ -227,9 +254,15 @@ mod tests {
     async fn concurrent_submits_share_groups() {
         let written = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Seen::default());
-        let (committer, _thread) =
-            Committer::start("test", slow_write(written.clone()), 512, seen.clone(), healthy())
-                .unwrap();
+        let (committer, _thread) = Committer::start(
+            "test",
+            slow_write(written.clone()),
+            None,
+            512,
+            seen.clone(),
+            healthy(),
+        )
+        .unwrap();
         let submits: Vec<_> = (0..64)
             .map(|_| {
                 let c = committer.clone();
@@ -250,12 +283,62 @@ mod tests {
         assert!(committer.submit(event()).await.is_err(), "closed");
     }
 
+    /// What runs after a group runs after small groups only, each once written; a
+    /// group it does not run after, or that it says left events, wakes the
+    /// dispatcher.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_a_group_runs_only_after_small_written_groups() {
+        let written = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Seen::default());
+        // The sizes it ran after, and the events written when it ran.
+        let ran: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
+        let (log, count) = (ran.clone(), written.clone());
+        let after: AfterGroup = Box::new(move |size| {
+            log.lock().unwrap().push((size, count.load(Ordering::SeqCst)));
+            // Says events are left after every other group.
+            log.lock().unwrap().len() % 2 == 0
+        });
+        let (committer, _thread) = Committer::start(
+            "test",
+            slow_write(written.clone()),
+            Some(after),
+            512,
+            seen.clone(),
+            healthy(),
+        )
+        .unwrap();
+        // One alone: answered, then the hook.
+        committer.submit(event()).await.unwrap();
+        // Then 64 at once: groups larger than the bound.
+        let submits: Vec<_> = (0..64)
+            .map(|_| {
+                let c = committer.clone();
+                tokio::spawn(async move { c.submit(event()).await })
+            })
+            .collect();
+        for s in submits {
+            s.await.unwrap().unwrap();
+        }
+        committer.close().await;
+        let ran = ran.lock().unwrap().clone();
+        let groups = seen.groups.lock().unwrap().clone();
+        assert_eq!(ran.first(), Some(&(1, 1)), "after the first group, once it was written");
+        assert!(ran.iter().all(|(size, _)| *size <= AFTER_GROUP_MAX), "{ran:?}");
+        assert!(groups.iter().any(|(size, _)| *size > AFTER_GROUP_MAX), "{groups:?}");
+        let left = ran.iter().enumerate().filter(|(i, _)| (i + 1) % 2 == 0).count();
+        assert_eq!(
+            seen.waiting.load(Ordering::SeqCst),
+            groups.len() - ran.len() + left,
+            "groups {groups:?}, ran after {ran:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_failed_write_fails_every_waiter_of_its_group() {
         let seen = Arc::new(Seen::default());
         let write: WriteGroup = Box::new(|_: &[NewEvent]| Err(StoreError::Injected("disk full")));
         let (committer, _thread) =
-            Committer::start("test", write, 8, seen.clone(), healthy()).unwrap();
+            Committer::start("test", write, None, 8, seen.clone(), healthy()).unwrap();
         let err = committer.submit(event()).await.unwrap_err();
         assert!(err.to_string().contains("disk full"), "{err}");
         assert_eq!(*seen.groups.lock().unwrap(), [(1, false)]);
@@ -280,7 +363,8 @@ mod tests {
             })
         });
         let (committer, _thread) =
-            Committer::start("test", write, 8, Arc::new(Seen::default()), health.clone()).unwrap();
+            Committer::start("test", write, None, 8, Arc::new(Seen::default()), health.clone())
+                .unwrap();
         let started = std::time::Instant::now();
         let err = committer.submit(event()).await.unwrap_err();
         assert!(matches!(err, StoreError::Failed(_)), "{err}");

@@ -42,9 +42,9 @@ pub(crate) use self::embedded::{run_calls_here, EmbeddedOptions, EmbeddedStore};
 pub(crate) use claims::ClaimTable;
 pub(crate) use commit::Committer;
 pub(crate) use contract::{
-    owner_silence, Audit, Coordination, DeliveryQueue, Dispatch, EventFilter, EventLog, Exclusive,
-    Fleet, Journal, JournalEntry, JournalFilter, LedgerReading, Planner, QueueChange, SharedState,
-    Store, Upkeep, Wake, CLAIM_MARGIN, DISPATCH_LEAD,
+    owner_silence, Audit, CommitDispatch, Coordination, DeliveryQueue, Dispatch, DispatchWrite,
+    EventFilter, EventLog, Exclusive, Fleet, Journal, JournalEntry, JournalFilter, LedgerReading,
+    Planner, QueueChange, SharedState, Store, Upkeep, Wake, CLAIM_MARGIN, DISPATCH_LEAD,
 };
 pub(crate) use counts::QueueCounts;
 pub(crate) use deliveries::{

@@ -11,6 +11,10 @@ pub(crate) trait StoreObserver: Send + Sync + 'static {
     fn group(&self, size: usize, took: Duration, ok: bool);
     /// One event of a written group.
     fn stored(&self, meta: &EventMeta);
+    /// A written group left events waiting for the dispatcher (after the group's
+    /// callers are answered; not when the committer dispatched them itself,
+    /// `store::CommitDispatch`).
+    fn waiting(&self) {}
     /// The store stopped taking writes (see [`super::Health`]); called once, from
     /// whichever thread saw it first. The store never recovers in this process.
     fn failed(&self, reason: &str);

@@ -45,6 +45,35 @@ struct Seen {
     destination: &'static str,
 }
 
+/// A committer that dispatches what it stored (`Dispatch::dispatch_after_commits`, the
+/// embedded store), racing the dispatcher for the same events: it leaves every third
+/// batch to the dispatcher, so both paths take turns on each resource.
+struct RacingCommitter {
+    planner: crate::store::Planner,
+    now: Box<dyn Fn() -> u64 + Send + Sync>,
+    dispatched: Arc<AtomicUsize>,
+    offered: AtomicUsize,
+    /// Events it dispatched itself.
+    took: AtomicUsize,
+}
+
+impl crate::store::CommitDispatch for RacingCommitter {
+    fn dispatch(
+        &self,
+        pending: &[PendingEvent],
+        write: crate::store::DispatchWrite<'_>,
+    ) -> Result<bool, crate::store::StoreError> {
+        if self.offered.fetch_add(1, Ordering::SeqCst) % 3 == 2 {
+            return Ok(false);
+        }
+        let verdicts = write(&(self.planner)(pending), (self.now)())?;
+        let taken = verdicts.iter().filter(|v| !matches!(v, DispatchVerdict::Gone)).count();
+        self.dispatched.fetch_add(taken, Ordering::SeqCst);
+        self.took.fetch_add(taken, Ordering::SeqCst);
+        Ok(true)
+    }
+}
+
 /// The index the appender wrote into the claimed event's body.
 fn index_of(claim: &crate::store::Claim) -> usize {
     let body = claim.body.as_ref().expect("a claimed event has its body");
@@ -53,7 +82,9 @@ fn index_of(claim: &crate::store::Claim) -> usize {
 }
 
 /// An ordered destination `o` (per resource) and an unordered one `free`, fed by one
-/// appender and one dispatcher while `WORKERS` workers of each claim and record. Every
+/// appender and one dispatcher (and, where the store's committer dispatches what it
+/// stored, that committer too: [`RacingCommitter`]) while `WORKERS` workers of each
+/// claim and record. Every
 /// attempt must be recorded (never stale, never a lost claim: nobody else holds one),
 /// every delivery attempted exactly as many times as its answers say, each resource's
 /// attempts at `o` in the order of its events, and everything final within [`WITHIN`].
@@ -102,6 +133,15 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
             .collect()
     });
     let dispatched = Arc::new(AtomicUsize::new(0));
+    let committer = RacingCommitter {
+        planner: planner.clone(),
+        now: Box::new(now),
+        dispatched: dispatched.clone(),
+        offered: AtomicUsize::new(0),
+        took: AtomicUsize::new(0),
+    };
+    let committer = Arc::new(committer);
+    let committer_dispatches = store.dispatch_after_commits(Some(committer.clone()));
     let dispatcher = {
         let (store, appended, dispatched) = (store.clone(), appended.clone(), dispatched.clone());
         tokio::spawn(async move {
@@ -185,6 +225,13 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
             store.queue_stats("o").await,
             store.queue_stats("free").await,
         );
+    }
+    store.dispatch_after_commits(None);
+    if committer_dispatches {
+        // Both paths took part (else the race was not run).
+        let (offered, took) =
+            (committer.offered.load(Ordering::SeqCst), committer.took.load(Ordering::SeqCst));
+        assert!(offered >= 3 && took > 0, "the committer took {took} in {offered} batches");
     }
     let seen = seen.lock().unwrap().clone();
     // Each event dispatched once: never twice, none left in the inbox.

@@ -12,6 +12,32 @@ use crate::store::{DispatchPlan, DispatchVerdict, InboxStats, PendingEvent, Stor
 /// runs it. A batch at a time: the filters of a whole batch run in one hand-over.
 pub(crate) type Planner = Arc<dyn Fn(&[PendingEvent]) -> Vec<DispatchPlan> + Send + Sync>;
 
+/// The store's dispatch of a batch at `now_us`, on the calling thread, as
+/// [`Dispatch::dispatch`] does it.
+pub(crate) type DispatchWrite<'a> =
+    &'a mut dyn FnMut(&[DispatchPlan], u64) -> Result<Vec<DispatchVerdict>, StoreError>;
+
+/// Dispatch the committer does itself, right after it answered a group, when no
+/// callback waits for the next one (the embedded store; see
+/// [`Dispatch::dispatch_after_commits`]). At a gentle rate an event is then dispatched
+/// on the thread that stored it, instead of that thread waking the dispatcher's: a
+/// hand-off between threads cost about 7% of a callback's CPU at 200/s
+/// (BENCHMARKS.md). The dispatcher's rules, its reports and its wake-ups are the
+/// same: the dispatcher lends them.
+pub(crate) trait CommitDispatch: Send + Sync {
+    /// Plans `pending` (the oldest events waiting, in order), dispatches them through
+    /// `write` and reports them as the dispatcher reports a batch: true. False, having
+    /// written nothing, when they must wait for the dispatcher: filters to ask in the
+    /// shaping processes, or no room for the write under the free-space floor. The
+    /// write's error, unreported: the events stay for the dispatcher, which meets it
+    /// and says so.
+    fn dispatch(
+        &self,
+        pending: &[PendingEvent],
+        write: DispatchWrite<'_>,
+    ) -> Result<bool, StoreError>;
+}
+
 /// The inbox and dedup: read by the dispatcher (one per fleet, see
 /// [`DISPATCH_LEAD`](super::DISPATCH_LEAD)), purged by its timer.
 #[async_trait]
@@ -52,6 +78,13 @@ pub(crate) trait Dispatch: Send + Sync {
         let plans = plan(&pending);
         let outcomes = self.dispatch(plans.clone(), now_us).await?;
         Ok((pending, plans, outcomes))
+    }
+    /// Has the backend's committer dispatch the events it stored through `hook` when
+    /// it can ([`CommitDispatch`]), or no longer (`None`: the dispatcher stopped).
+    /// False when the backend never does (the default): its commits wake the
+    /// dispatcher, as they do when the hook declines.
+    fn dispatch_after_commits(&self, _hook: Option<Arc<dyn CommitDispatch>>) -> bool {
+        false
     }
     /// Deletes dedup keys whose window ended before `now_us`; returns how many.
     async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError>;

@@ -39,7 +39,7 @@ mod upkeep;
 pub(crate) use audit::{Audit, LedgerReading};
 pub(crate) use coordination::{Coordination, Exclusive, Fleet, Wake, DISPATCH_LEAD};
 pub(crate) use delivery_queue::{owner_silence, DeliveryQueue, QueueChange, CLAIM_MARGIN};
-pub(crate) use dispatch::{Dispatch, Planner};
+pub(crate) use dispatch::{CommitDispatch, Dispatch, DispatchWrite, Planner};
 pub(crate) use event_log::{EventFilter, EventLog};
 pub(crate) use journal::{Journal, JournalEntry, JournalFilter};
 pub(crate) use shared_state::SharedState;

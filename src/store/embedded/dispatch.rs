@@ -4,15 +4,53 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::codec::{decode_meta, parse_meta, split_record};
+use super::engine::read_scope;
 use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, Staged};
-use crate::store::{DispatchPlan, DispatchVerdict, EventId, PendingEvent, StoreError};
+use crate::store::{
+    CommitDispatch, DispatchPlan, DispatchVerdict, EventId, PendingEvent, StoreError,
+};
 
 impl EmbeddedState {
+    /// The committer's dispatch of the `group` it stored, on its thread, after the
+    /// group's callers are answered (`Dispatch::dispatch_after_commits`): a write like
+    /// any other, under the store's health. Only when the inbox holds that group alone:
+    /// a backlog is the dispatcher's, which was woken for it (two readers of the same
+    /// batch would both read it, and one find it `Gone`). Returns whether events are
+    /// left for the dispatcher: a backlog, no hook, a hook that declines or fails (the
+    /// dispatcher meets the same failure and reports it).
+    pub(super) fn dispatch_after_commit(&self, group: usize) -> bool {
+        let Some(hook) = lock(&self.commit_dispatch).clone() else { return true };
+        let run = || {
+            let pending = self.pending(group + 1)?;
+            if pending.is_empty() {
+                return Ok(false);
+            }
+            if pending.len() > group {
+                return Ok(true);
+            }
+            let dispatched =
+                hook.dispatch(&pending, &mut |plans, now| self.dispatch(plans, now))?;
+            Ok(!dispatched)
+        };
+        // A panic in the dispatcher's rules is the dispatcher's to meet (its task is
+        // supervised), never the committer's, which every ack needs.
+        let call = std::panic::AssertUnwindSafe(|| {
+            self.health.write(StoreError::is_engine_failure, || read_scope(run))
+        });
+        !matches!(std::panic::catch_unwind(call), Ok(Ok(false)))
+    }
+
+    /// Lends the dispatcher's rules to the committer, or takes them back (`None`).
+    pub(super) fn set_commit_dispatch(&self, hook: Option<Arc<dyn CommitDispatch>>) {
+        *lock(&self.commit_dispatch) = hook;
+    }
+
     /// The first `limit` events awaiting dispatch, oldest first.
     pub(super) fn pending(&self, limit: usize) -> Result<Vec<PendingEvent>, StoreError> {
         let mut out = Vec::new();
@@ -173,5 +211,133 @@ mod tests {
         inner.committed.fetch_max(id.raw(), Ordering::AcqRel);
         let pending: Vec<EventId> = inner.pending(10).unwrap().iter().map(|p| p.id).collect();
         assert_eq!(pending, [id]);
+    }
+
+    /// Counts the groups that left events waiting for the dispatcher.
+    #[derive(Default)]
+    struct Waits(std::sync::atomic::AtomicUsize);
+
+    impl crate::store::StoreObserver for Waits {
+        fn group(&self, _: usize, _: std::time::Duration, _: bool) {}
+        fn stored(&self, _: &crate::store::EventMeta) {}
+        fn failed(&self, _: &str) {}
+        fn trouble(&self, _: crate::store::Trouble, _: &str, _: &dyn std::fmt::Display) {}
+        fn waiting(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// What the test's dispatcher does with a batch the committer offers it.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        Dispatch,
+        Decline,
+        Panic,
+    }
+
+    /// The dispatcher's side, as the test drives it: the batches it dispatched.
+    struct Hook {
+        mode: std::sync::Mutex<Mode>,
+        batches: std::sync::Mutex<Vec<Vec<EventId>>>,
+    }
+
+    impl crate::store::CommitDispatch for Hook {
+        fn dispatch(
+            &self,
+            pending: &[crate::store::PendingEvent],
+            write: crate::store::DispatchWrite<'_>,
+        ) -> Result<bool, crate::store::StoreError> {
+            let mode = *self.mode.lock().unwrap();
+            match mode {
+                Mode::Decline => return Ok(false),
+                Mode::Panic => panic!("the dispatcher's rules panicked"),
+                Mode::Dispatch => {}
+            }
+            let plans: Vec<_> = pending.iter().map(|p| plan_for(p.id)).collect();
+            write(&plans, 1_000)?;
+            self.batches.lock().unwrap().push(pending.iter().map(|p| p.id).collect());
+            Ok(true)
+        }
+    }
+
+    /// The test's plan of an event: to destination `a`, no dedup key.
+    fn plan_for(id: EventId) -> crate::store::DispatchPlan {
+        crate::store::DispatchPlan { dedup: None, ..crate::store::fixtures::plan(id, 0, &["a"]) }
+    }
+
+    /// Waits up to 5 s for `done`.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "not within 5 s: {what}");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
+    /// With the dispatcher's rules lent, the committer dispatches each group it
+    /// stored (after answering it) and does not wake the dispatcher; a batch the
+    /// rules decline, or panic on, is left in the inbox and wakes it, and the
+    /// committer goes on answering callbacks; a backlog is left to the dispatcher;
+    /// the rules taken back, every group wakes it again. On both engines.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_committer_dispatches_what_it_stored_and_wakes_the_dispatcher_for_the_rest() {
+        use crate::store::{Dispatch, EventLog, EventStatus, Upkeep};
+        use std::sync::Arc;
+        for engine in [super::super::Engine::Redb, super::super::Engine::Sled] {
+            let dir = tempfile::tempdir().unwrap();
+            let waits = Arc::new(Waits::default());
+            let opts = super::super::EmbeddedOptions {
+                observer: waits.clone(),
+                ..super::super::testutil::options(engine, dir.path())
+            };
+            let store = super::super::EmbeddedStore::open(&opts).unwrap();
+            let hook = Arc::new(Hook {
+                mode: std::sync::Mutex::new(Mode::Dispatch),
+                batches: std::sync::Mutex::default(),
+            });
+            assert!(store.dispatch_after_commits(Some(hook.clone())));
+            let waited = || waits.0.load(Ordering::SeqCst);
+            let append = |at| store.append(crate::store::fixtures::received("demo", "A", at, "{}"));
+            let set = |mode| *hook.mode.lock().unwrap() = mode;
+
+            let first = append(1_000).await.unwrap();
+            until("the first event dispatched", || hook.batches.lock().unwrap().len() == 1).await;
+            assert_eq!(hook.batches.lock().unwrap()[0], [first]);
+            let event = store.event(first).await.unwrap().unwrap();
+            assert_eq!(event.meta.status, EventStatus::Dispatched, "{engine:?}");
+            assert!(store.pending(10).await.unwrap().is_empty());
+            assert_eq!(waited(), 0, "{engine:?}: the dispatcher was woken for nothing");
+
+            set(Mode::Decline);
+            let declined = append(2_000).await.unwrap();
+            until("the dispatcher woken for the declined", || waited() == 1).await;
+            set(Mode::Panic);
+            let panicked = append(3_000).await.unwrap();
+            until("the dispatcher woken for the one the rules panicked on", || waited() == 2).await;
+            let pending: Vec<_> = store.pending(10).await.unwrap().iter().map(|p| p.id).collect();
+            assert_eq!(pending, [declined, panicked], "{engine:?}: left in the inbox");
+
+            // The committer survived the panic: the next group is stored. The inbox
+            // held more than that group: a backlog, left to the dispatcher.
+            set(Mode::Dispatch);
+            let next = append(4_000).await.unwrap();
+            until("the dispatcher woken for the backlog", || waited() == 3).await;
+            let pending: Vec<_> = store.pending(10).await.unwrap().iter().map(|p| p.id).collect();
+            assert_eq!(pending, [declined, panicked, next], "{engine:?}: a backlog taken");
+            assert_eq!(hook.batches.lock().unwrap().len(), 1, "{engine:?}");
+            // Once the dispatcher has it, the committer's next group is its own again.
+            store.dispatch(pending.iter().map(|&id| plan_for(id)).collect(), 1_000).await.unwrap();
+            let alone = append(5_000).await.unwrap();
+            until("a group alone dispatched", || hook.batches.lock().unwrap().len() == 2).await;
+            assert_eq!(hook.batches.lock().unwrap()[1], [alone]);
+            assert_eq!(waited(), 3, "{engine:?}");
+
+            assert!(store.dispatch_after_commits(None));
+            let last = append(6_000).await.unwrap();
+            until("the dispatcher woken once the rules are taken back", || waited() == 4).await;
+            let pending: Vec<_> = store.pending(10).await.unwrap().iter().map(|p| p.id).collect();
+            assert_eq!(pending, [last], "{engine:?}");
+            store.close().await.unwrap();
+        }
     }
 }

@@ -169,6 +169,9 @@ pub(super) struct EmbeddedState {
     health: Arc<Health>,
     /// The write watchdog's thread, stopped at close (and when the state goes).
     watchdog: super::Ticker,
+    /// The dispatcher's rules lent to the committer while the dispatcher runs
+    /// (`Dispatch::dispatch_after_commits`).
+    commit_dispatch: Mutex<Option<Arc<dyn crate::store::CommitDispatch>>>,
 }
 
 /// How to open the store.
@@ -277,6 +280,7 @@ impl EmbeddedStore {
             durable: opts.durable,
             watchdog: Health::start_watchdog(&health)?,
             health,
+            commit_dispatch: Mutex::new(None),
         };
         // What the open wrote (a schema version, a migration, new trees) is durable
         // from here.
@@ -285,11 +289,13 @@ impl EmbeddedStore {
         let inner = Arc::new(inner);
         let count_thread = recount::start(&inner, opts.count_pace)?;
         let writer = inner.clone();
+        let dispatcher = inner.clone();
         let (committer, thread) = Committer::start(
             opts.engine.name(),
             Box::new(move |events| {
                 writer.health.write(StoreError::is_engine_failure, || writer.append(events))
             }),
+            Some(Box::new(move |group| dispatcher.dispatch_after_commit(group))),
             opts.commit_max_batch,
             opts.observer.clone(),
             inner.health.clone(),

@@ -5,6 +5,7 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,10 +15,10 @@ use super::{EmbeddedState, EmbeddedStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
 use crate::store::{
-    Audit, Claim, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord, Dispatch,
-    DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord, InboxStats,
-    JournalEntry, LedgerReading, NewEvent, PendingEvent, QueueChange, QueueStats, Recorded,
-    SharedState, StoreError, Upkeep,
+    Audit, Claim, CommitDispatch, Coordination, DeadLetterFilter, DeliveryQueue, DeliveryRecord,
+    Dispatch, DispatchPlan, DispatchVerdict, EventFilter, EventId, EventLog, EventRecord,
+    InboxStats, JournalEntry, LedgerReading, NewEvent, PendingEvent, QueueChange, QueueStats,
+    Recorded, SharedState, StoreError, Upkeep,
 };
 
 /// Longest the close waits for calls still running on the blocking pool whose callers
@@ -160,6 +161,11 @@ impl Dispatch for EmbeddedStore {
             Ok((pending, plans, outcomes))
         })
         .await
+    }
+
+    fn dispatch_after_commits(&self, hook: Option<Arc<dyn CommitDispatch>>) -> bool {
+        self.inner.set_commit_dispatch(hook);
+        true
     }
 
     async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
@@ -309,6 +315,9 @@ impl Upkeep for EmbeddedStore {
         // was acknowledged is durable already. What is queued is committed first;
         // later appends fail. A count still going behind the open stops.
         self.inner.counts.close();
+        // What the dispatcher lent is given back (it holds the relay's destinations,
+        // which hold the store), had the dispatcher not taken it back itself.
+        self.inner.set_commit_dispatch(None);
         // It ends after the chunk it reads (the count's close frees it).
         let count = crate::lock::lock(&self.count_thread).take();
         if let Some(count) = count {

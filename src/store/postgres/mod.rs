@@ -245,6 +245,7 @@ impl PostgresStore {
                     .health
                     .write(|_| false, || runtime.block_on(writer.bounded(writer.append(events))))
             }),
+            None,
             opts.commit_max_batch,
             opts.observer.clone(),
             health,
