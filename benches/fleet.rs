@@ -18,8 +18,9 @@
 //! and p99.9 (from the scheduled send), the relays' CPU per callback, and the SQL
 //! statements per callback the relays sent (`pg_stat_statements`, top-level
 //! statements of that setup's database, BEGIN and COMMIT included), with the most
-//! frequent ones, and the WAL flushes per callback (`pg_stat_wal.wal_sync`, server-wide),
-//! and where the slowest 1% fell: in a few seconds of the run (stalls) or spread over
+//! frequent ones, the WAL flushes per callback (`pg_stat_wal.wal_sync`, server-wide),
+//! the row updates per callback of `events` and `deliveries` with their share of HOT
+//! updates (`pg_stat_user_tables`), and where the slowest 1% fell: in a few seconds of the run (stalls) or spread over
 //! it (queueing), with the wall clock of the worst seconds to set beside the server's
 //! log (`BENCH_PG_OPTIONS="-c logging_collector=on -c log_directory=..."`).
 //!
@@ -270,6 +271,40 @@ async fn wal_syncs(client: &tokio_postgres::Client) -> f64 {
     row.get(0)
 }
 
+/// Row updates made so far in the database at `url`, per table (`events`,
+/// `deliveries`): (table, updates, of which HOT). A HOT update writes no index entry
+/// and keeps the row's new version on its page; any other writes the whole row again
+/// with an entry in every index. PostgreSQL publishes these counts about a second late.
+async fn row_updates(url: &str) -> Vec<(String, i64, i64)> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+        .query(
+            "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables \
+             WHERE relname IN ('events', 'deliveries') ORDER BY relname",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// The updates per callback of each table between `before` and `after`
+/// ([`row_updates`]), and the share of them that were HOT.
+fn updates_line(before: &[(String, i64, i64)], after: &[(String, i64, i64)], n: f64) -> String {
+    after
+        .iter()
+        .map(|(table, upd, hot)| {
+            let (upd0, hot0) = before.iter().find(|b| &b.0 == table).map_or((0, 0), |b| (b.1, b.2));
+            let (upd, hot) = ((upd - upd0) as f64, (hot - hot0) as f64);
+            format!("{table} {:.2}/callback, {:.0}% HOT", upd / n, 100.0 * hot / upd.max(1.0))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// One open-loop run's figures: latencies, CPU per callback (µs) of the relays and of
 /// PostgreSQL, SQL statements and WAL flushes per callback.
 #[derive(Clone, Copy, Default)]
@@ -369,6 +404,10 @@ async fn latency(server: &PgServer, rounds: usize) {
                 let relay_cpu0: f64 = pids.iter().copied().map(cpu_seconds).sum();
                 let pg_cpu0 = postgres_cpu_seconds();
                 let syncs0 = wal_syncs(&stats).await;
+                let updates0 = match &c.db {
+                    Some(url) => row_updates(url).await,
+                    None => Vec::new(),
+                };
                 let watch = std::env::var("BENCH_WATCH").is_ok().then(|| {
                     let ports: Vec<String> =
                         c.relays.iter().map(|r| format!("http://{}", r.admin)).collect();
@@ -405,6 +444,12 @@ async fn latency(server: &PgServer, rounds: usize) {
                     r.relay_cpu_us, r.pg_cpu_us, r.statements, r.wal_syncs
                 );
                 eprintln!("    tail: {}", tail_shape(&offered, &arrivals));
+                if let Some(url) = &c.db {
+                    // The server publishes its table counts about a second late.
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    let updates = updates_line(&updates0, &row_updates(url).await, n);
+                    eprintln!("    row updates: {updates}");
+                }
                 for (calls, ms, rows, query) in top.iter().take(env_or("BENCH_TOP", 10)) {
                     let query: String = query.split_whitespace().collect::<Vec<_>>().join(" ");
                     eprintln!(

@@ -107,8 +107,7 @@ impl Space {
     /// False below the floor: the writer must not write. Always true for a store that
     /// is not on this machine.
     pub(crate) async fn admit(self: &Arc<Self>, bytes: u64) -> bool {
-        // No floor configured (min_free_bytes and min_free_percent 0): no admission.
-        if !self.local || (self.min_free_bytes == 0 && self.min_free_percent <= 0.0) {
+        if self.unguarded() {
             return true;
         }
         if crate::lock::lock(&self.budget).take(bytes) {
@@ -133,10 +132,13 @@ impl Space {
     /// the floor), for a writer that cannot wait and has another way (the committer's
     /// dispatch leaves the events to the dispatcher, which measures).
     pub(crate) fn try_admit(&self, bytes: u64) -> bool {
-        if !self.local || (self.min_free_bytes == 0 && self.min_free_percent <= 0.0) {
-            return true;
-        }
-        !self.below_floor() && crate::lock::lock(&self.budget).take(bytes)
+        self.unguarded() || (!self.below_floor() && crate::lock::lock(&self.budget).take(bytes))
+    }
+
+    /// No admission at all: the store is elsewhere, or no floor is configured
+    /// (`min_free_bytes` and `min_free_percent` 0).
+    fn unguarded(&self) -> bool {
+        !self.local || (self.min_free_bytes == 0 && self.min_free_percent <= 0.0)
     }
 
     /// No admission: the store is not on this machine's disks (its server guards its
@@ -289,5 +291,22 @@ mod tests {
         assert_eq!(Space::new(dir.path(), 1, 0.0, metrics()).next_look(), INTERVAL);
         assert!(full.describe().contains("below the floor"), "{}", full.describe());
         assert!(statvfs(Path::new("/no/such/dir")).is_err());
+    }
+
+    /// Admission without measuring (the committer's dispatch): always with no floor,
+    /// never before a measurement has granted a budget nor below the floor, and only
+    /// within the budget a measurement granted.
+    #[test]
+    fn admission_without_measuring_takes_from_the_budget_only() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Space::new(dir.path(), 0, 0.0, metrics()).try_admit(u64::MAX / 64));
+        let guarded = Space::new(dir.path(), 1, 0.0, metrics());
+        assert!(!guarded.try_admit(1), "admitted before any measurement");
+        guarded.check().unwrap();
+        assert!(guarded.try_admit(1024), "refused within the budget a measurement granted");
+        assert!(!guarded.try_admit(u64::MAX / 64), "admitted past the budget");
+        let full = Space::new(dir.path(), 0, 100.0, metrics());
+        full.check().unwrap();
+        assert!(!full.try_admit(1), "admitted below the floor");
     }
 }
