@@ -27,7 +27,8 @@
 //! Run: `cargo bench --bench fleet` (env: BENCH_ROUNDS, BENCH_SECS (ingest);
 //! BENCH_LATENCY_SECS (20), BENCH_RATES ("200,1000"), BENCH_ONLY (setups whose label
 //! holds it), BENCH_WATCH (prints the inbox and pending deliveries every 500 ms),
-//! BENCH_TOP (the most frequent statements printed per run, 10);
+//! BENCH_TOP (the most frequent statements printed per run, 10); BENCH_SQL (statements
+//! run in each PostgreSQL setup's database once its relays made their schema);
 //! BENCH_PHASES ("throughput,latency"); BENCH_PG_OPTIONS (more server settings,
 //! `-c name=value ...`, to try one);
 //! BENCH_BASELINE=path/to/an/older/hookrelay adds its PostgreSQL setups, side by side,
@@ -383,6 +384,18 @@ async fn latency(server: &PgServer, rounds: usize) {
         let url = db.map(|name| server.database(name));
         let dest = format!("lat{i}");
         contenders.push((contender(label.clone(), bin, *n, url, &dest, &sink).await, dest, *db));
+    }
+    // BENCH_SQL: statements run in each PostgreSQL setup's database once its relays
+    // have made their schema (a storage setting to try, say).
+    if let Ok(sql) = std::env::var("BENCH_SQL") {
+        for (c, _, _) in &contenders {
+            if let Some(url) = &c.db {
+                let (client, connection) =
+                    tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+                tokio::spawn(connection);
+                client.batch_execute(&sql).await.unwrap();
+            }
+        }
     }
     let stats = stats_client(server).await;
     let mut runs = vec![vec![Vec::<Run>::new(); contenders.len()]; rates.len()];
