@@ -307,8 +307,14 @@ mod tests {
             healthy(),
         )
         .unwrap();
-        // One alone: answered, then the hook.
+        // One alone, nothing behind it: the hook runs after it (waited for, so that the
+        // burst below does not queue behind it and skip it).
         committer.submit(event()).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while ran.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the hook never ran after a lone group");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         // Then 64 at once: groups larger than the bound.
         let submits: Vec<_> = (0..64)
             .map(|_| {

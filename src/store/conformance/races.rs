@@ -93,23 +93,6 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
     let start = Instant::now();
     let now = move || 1_000 * S + start.elapsed().as_micros() as u64;
     let appended = Arc::new(AtomicBool::new(false));
-    let appender = {
-        let (store, appended) = (store.clone(), appended.clone());
-        tokio::spawn(async move {
-            for i in 0..EVENTS {
-                let body = format!("{{\"i\":{i}}}");
-                let event = about(
-                    received("demo", "ActionUpdated", now(), &body),
-                    &format!("actions/{}", i % RESOURCES),
-                );
-                store.append(event).await.unwrap();
-                if i % 16 == 0 {
-                    tokio::task::yield_now().await;
-                }
-            }
-            appended.store(true, Ordering::SeqCst);
-        })
-    };
     // Each event its own dedup key; its resource key its resource's name (the store
     // sits below dispatch, whose rule it may not call: any distinct keys do).
     let planner: crate::store::Planner = Arc::new(|pending: &[PendingEvent]| {
@@ -142,9 +125,36 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
     };
     let committer = Arc::new(committer);
     let committer_dispatches = store.dispatch_after_commits(Some(committer.clone()));
+    // The appender starts once the committer dispatches (where it does), and the
+    // dispatcher once `ALONE` events are appended: the committer meets the first ones
+    // alone (it declines the third, which leaves a backlog to the dispatcher), so that
+    // it takes part whatever the threads' timing.
+    const ALONE: usize = 30;
+    let appends = Arc::new(AtomicUsize::new(0));
+    let appender = {
+        let (store, appended, appends) = (store.clone(), appended.clone(), appends.clone());
+        tokio::spawn(async move {
+            for i in 0..EVENTS {
+                let body = format!("{{\"i\":{i}}}");
+                let event = about(
+                    received("demo", "ActionUpdated", now(), &body),
+                    &format!("actions/{}", i % RESOURCES),
+                );
+                store.append(event).await.unwrap();
+                appends.fetch_add(1, Ordering::SeqCst);
+                if i % 16 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            appended.store(true, Ordering::SeqCst);
+        })
+    };
     let dispatcher = {
         let (store, appended, dispatched) = (store.clone(), appended.clone(), dispatched.clone());
         tokio::spawn(async move {
+            while appends.load(Ordering::SeqCst) < ALONE {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             loop {
                 let done = appended.load(Ordering::SeqCst);
                 let (pending, _, verdicts) =
