@@ -67,6 +67,26 @@ pub(crate) struct DestinationState {
     pub(crate) route: Route,
 }
 
+/// An attempt on the books ([`DestinationState::attempt_started`]) until it ends, by
+/// any way: dropped, it takes the attempt off them (its claim's token out of
+/// `in_flight_tokens`, the count down). A panicked attempt, whose record was not
+/// written, also marks its claim for the next look to give back (held until its lease
+/// ran out before, and counted in flight for good).
+struct OnTheBooks {
+    state: Arc<DestinationState>,
+    token: u64,
+}
+
+impl Drop for OnTheBooks {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.state.unknown_claims.store(true, Ordering::SeqCst);
+        }
+        crate::lock::lock(&self.state.in_flight_tokens).remove(&self.token);
+        self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// A destination's route and order, as configured: the sources and event names it
 /// takes (`*` globs; empty: all) and its `ordering` (`none`, `per-resource`, `latest`).
 pub(crate) struct Route {
@@ -144,6 +164,14 @@ impl DestinationState {
 
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Puts an attempt of the claim `token` on the books (counted in flight, its
+    /// claim held) until the returned guard goes.
+    fn attempt_started(self: &Arc<Self>, token: u64) -> OnTheBooks {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        crate::lock::lock(&self.in_flight_tokens).insert(token);
+        OnTheBooks { state: self.clone(), token }
     }
 
     /// Where the circuit stands.

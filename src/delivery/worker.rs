@@ -257,18 +257,15 @@ impl Worker {
                         lock(&self.state.pacer).not_started(now, claim, probe);
                         return Ok(MAX_IDLE);
                     };
-                    self.state.in_flight.fetch_add(1, Ordering::SeqCst);
-                    lock(&self.state.in_flight_tokens).insert(claim.token);
+                    let books = self.state.attempt_started(claim.token);
                     self.progress(now.at);
                     let this = self.clone();
                     let mut attempts = lock(&self.attempts);
                     // Those ended are let go of here: the set holds only what runs.
                     while attempts.try_join_next().is_some() {}
                     attempts.spawn(async move {
-                        let token = claim.token;
+                        let _books = books;
                         this.attempt(claim, permit, probe).await;
-                        lock(&this.state.in_flight_tokens).remove(&token);
-                        this.state.in_flight.fetch_sub(1, Ordering::SeqCst);
                     });
                 }
                 Step::Idle => {

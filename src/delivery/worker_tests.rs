@@ -98,3 +98,43 @@ async fn a_stopped_worker_finishes_its_attempt_and_leaves_nothing_holding_the_st
         "the attempt in flight at the stop was recorded: {records:?}"
     );
 }
+
+/// An attempt that panics is taken off the books all the same: its claim's token out
+/// of the in-flight set, the count down, and the claim marked for the next look to
+/// give back; one that ends by itself marks nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicked_attempt_is_taken_off_the_books_and_its_claim_given_back() {
+    use std::sync::atomic::Ordering;
+    let text = "[storage]\ndata_dir = \"/nonexistent\"\n[[sources]]\nname = \"demo\"\n\
+                token = \"0123456789abcdef0123\"\n[[destinations]]\nname = \"crm\"\n\
+                url = \"http://127.0.0.1:9/hooks\"\n";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("hookrelay.toml");
+    std::fs::write(&path, text).expect("write the config");
+    let config = crate::config::Config::load(&path, &Default::default()).expect("the config");
+    let client = crate::destinations::client().expect("the HTTP client");
+    let state = Arc::new(
+        super::DestinationState::new(&config.destinations[0], &config, &client, false)
+            .expect("the destination's state"),
+    );
+    let held = |state: &super::DestinationState, token: u64| {
+        crate::lock::lock(&state.in_flight_tokens).contains(&token)
+    };
+
+    let books = state.attempt_started(7);
+    assert_eq!((state.in_flight(), held(&state, 7)), (1, true));
+    let ended = tokio::spawn(async move {
+        let _books = books;
+        panic!("a bug in an attempt");
+    })
+    .await;
+    assert!(ended.is_err_and(|e| e.is_panic()), "the attempt's task did not panic");
+    assert_eq!((state.in_flight(), held(&state, 7)), (0, false), "still on the books");
+    assert!(state.unknown_claims.load(Ordering::SeqCst), "its claim is not given back");
+
+    state.unknown_claims.store(false, Ordering::SeqCst);
+    let books = state.attempt_started(8);
+    tokio::spawn(async move { drop(books) }).await.expect("an attempt that ends");
+    assert_eq!((state.in_flight(), held(&state, 8)), (0, false));
+    assert!(!state.unknown_claims.load(Ordering::SeqCst), "a claim given back for nothing");
+}
