@@ -124,7 +124,10 @@ async fn a_panicked_attempt_is_taken_off_the_books_and_its_claim_given_back() {
     let books = state.attempt_started(7);
     assert_eq!((state.in_flight(), held(&state, 7)), (1, true));
     let ended = tokio::spawn(async move {
+        // Held across an await, as the worker's attempt holds it: in the task's state,
+        // not on the stack of the poll that panics.
         let _books = books;
+        tokio::task::yield_now().await;
         panic!("a bug in an attempt");
     })
     .await;
