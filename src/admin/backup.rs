@@ -3,11 +3,14 @@
 //! Journalled: a backup holds every body, and who took one is a question with weight.
 
 use std::io::Write;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use super::AdminState;
 use crate::access::journal::Action;
@@ -25,10 +28,15 @@ pub(super) async fn download(state: web::Data<AdminState>, who: super::Who) -> H
         );
     }
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let out = Chunks { tx: tx.clone(), buf: Vec::with_capacity(CHUNK) };
+    let out = Chunks {
+        tx: tx.clone(),
+        buf: Vec::with_capacity(CHUNK),
+        stopping: state.backups.stop.subscribe(),
+        runtime: tokio::runtime::Handle::current(),
+    };
     let store = state.store.clone();
     let who = who.into_inner();
-    tokio::spawn(async move {
+    state.backups.spawn(async move {
         let taken = store.backup(Box::new(out)).await;
         let (count, result) = match &taken {
             Ok((entries, _, _)) => (*entries, Ok(())),
@@ -36,7 +44,8 @@ pub(super) async fn download(state: web::Data<AdminState>, who: super::Who) -> H
         };
         if let Err(e) = &taken {
             // The response ends without its checksum: the file it makes fails its check.
-            let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+            // Not waited for: a client that stopped reading has the channel full.
+            let _ = tx.try_send(Err(std::io::Error::other(e.to_string())));
         }
         let target = match &taken {
             Ok((_, bytes, sha256)) => serde_json::json!({ "bytes": bytes, "sha256": sha256 }),
@@ -52,11 +61,62 @@ pub(super) async fn download(state: web::Data<AdminState>, who: super::Who) -> H
         .streaming(body)
 }
 
+/// The backups being streamed, with an owner: the relay's stop ends them
+/// ([`Backups::stop`]) before it stops the admin listener. Without it, a client that
+/// stopped reading held the listener's graceful stop, and so the relay's, for the
+/// whole grace, and the backup cut then was never journalled (the store was closed
+/// under it).
+pub(crate) struct Backups {
+    running: Mutex<Vec<JoinHandle<()>>>,
+    /// Set by the stop: each backup's next write fails.
+    stop: watch::Sender<bool>,
+}
+
+impl Default for Backups {
+    fn default() -> Self {
+        Self { running: Mutex::default(), stop: watch::Sender::new(false) }
+    }
+}
+
+impl Backups {
+    /// Runs a backup's task, owned by this set.
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut running = crate::lock::lock(&self.running);
+        running.retain(|h| !h.is_finished());
+        running.push(tokio::spawn(task));
+    }
+
+    /// Ends every backup running (its next write fails, "the relay is stopping", a
+    /// write waiting for its client too) and waits up to `within` for each to end and
+    /// journal itself; aborts those left. Returns how many were running: their
+    /// connections are the caller's to cut (their bodies end without a checksum).
+    pub(crate) async fn stop(&self, within: Duration) -> usize {
+        self.stop.send_replace(true);
+        let running: Vec<JoinHandle<()>> = std::mem::take(&mut *crate::lock::lock(&self.running))
+            .into_iter()
+            .filter(|h| !h.is_finished())
+            .collect();
+        let ended = running.len();
+        let deadline = tokio::time::Instant::now() + within;
+        for mut task in running {
+            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
+        ended
+    }
+}
+
 /// The backup's bytes, handed to the response in chunks; writing fails once the
-/// client is gone (the backup stops). Used on the blocking pool only.
+/// client is gone or the relay stops (the backup stops). Used on the blocking pool
+/// only.
 struct Chunks {
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
     buf: Vec<u8>,
+    /// The owner's stop ([`Backups::stop`]).
+    stopping: watch::Receiver<bool>,
+    /// Where a chunk waits for room in the channel, or for the stop.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Chunks {
@@ -65,8 +125,17 @@ impl Chunks {
             return Ok(());
         }
         let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
-            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        let (tx, stopping) = (&self.tx, &mut self.stopping);
+        self.runtime.block_on(async {
+            tokio::select! {
+                sent = tx.send(Ok(chunk)) => sent.map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+                }),
+                // Not `Interrupted`, which `write_all` retries.
+                _ = stopping.wait_for(|stop| *stop) => {
+                    Err(std::io::Error::other("the backup was cut: the relay is stopping"))
+                }
+            }
         })
     }
 }

@@ -26,6 +26,7 @@ use crate::metrics::Metrics;
 use crate::store::SharedStore;
 
 pub(crate) use crate::api::error;
+pub(crate) use backup::Backups;
 
 use crate::readiness::Readiness;
 
@@ -48,6 +49,8 @@ pub(crate) struct AdminState {
     pub(crate) reloads: reload::Reloads,
     /// The destinations' last hour (the console's charts).
     pub(crate) history: Arc<history::History>,
+    /// The backups being streamed, ended by the relay's stop.
+    pub(crate) backups: Arc<Backups>,
 }
 
 /// Who is asking: the holder the guard (`access/guard.rs`) put in the request, with

@@ -64,6 +64,8 @@ pub(super) struct Relay {
     export: Option<Export>,
     ingress: Listener,
     admin: Listener,
+    /// The backups being streamed by the admin listener: ended before it stops.
+    backups: Arc<crate::admin::Backups>,
 }
 
 impl Relay {
@@ -150,7 +152,9 @@ impl Relay {
             stop.clone(),
         );
         tasks.push(sup.watch("history", "destination history".into(), tokio::spawn(sampling)));
+        let backups = Arc::new(crate::admin::Backups::default());
         let admin = AdminState {
+            backups: backups.clone(),
             destinations: current.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
@@ -225,6 +229,7 @@ impl Relay {
             export,
             ingress,
             admin,
+            backups,
         })
     }
 

@@ -153,3 +153,55 @@ async fn a_backup_of_redb_under_load_restores_and_delivers_what_it_owed() {
 async fn a_backup_of_sled_under_load_restores_and_delivers_what_it_owed() {
     a_backup_taken_under_load_restores_and_delivers_what_it_owed("sled").await;
 }
+
+/// A backup whose client stopped reading does not hold the relay's stop: at SIGTERM
+/// the backup ends, is journalled (as not finished), its connection is cut, and the
+/// relay exits well within its grace, with every callback still there after. (It held
+/// the stop for the whole grace, and the cut backup went unjournalled.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_client_stopped_reading_ends_at_the_stop_and_is_journalled() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::config(&dir.path().join("data"), "")
+        .replace("[shutdown]\ngrace = \"5s\"", "[shutdown]\ngrace = \"60s\"");
+    assert!(text.contains("grace = \"60s\""), "{text}");
+    let relay = Relay::start(dir.path(), &text).await;
+    // 40 MiB of bodies: far more than the response's channel and the sockets hold.
+    let pad = "x".repeat(1 << 20);
+    for n in 0..40 {
+        let body = format!(r#"{{"data":{{"type":"actions","id":"{n}"}},"pad":"{pad}"}}"#);
+        let answer = relay.callback(Some("ActionCreated"), "application/json", body).await;
+        assert_eq!(answer.status(), 200);
+    }
+    // The client asks for a backup and reads nothing.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(relay.admin).await.unwrap();
+    let ask = format!(
+        "GET /admin/backup HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer {}\r\n\r\n",
+        common::ADMIN_TOKEN
+    );
+    stalled.write_all(ask.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let asked = Instant::now();
+    relay.signal(libc::SIGTERM);
+    let mut relay = relay;
+    let status = tokio::task::spawn_blocking(move || {
+        let status = relay.wait_exit(Duration::from_secs(90));
+        (status, relay)
+    });
+    let (status, relay) = status.await.unwrap();
+    let took = asked.elapsed();
+    assert!(status.success(), "{}", relay.logs());
+    assert!(took < Duration::from_secs(20), "the stop took {took:?} of its 60 s grace");
+    drop(stalled);
+
+    // Journalled, as not finished; and every callback is still there.
+    let relay = Relay::start(dir.path(), &text).await;
+    let (_, journal) = relay.admin_get("/admin/journal?action=backup").await;
+    let entries = journal["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{journal}");
+    assert_ne!(entries[0]["result"], "ok", "{journal}");
+    assert_eq!(relay.all_event_ids().await.len(), 40);
+}

@@ -12,7 +12,8 @@ use crate::internal_events::{InternalEvent, ShuttingDown};
 impl Relay {
     /// Stops every part in order and waits for each, within `grace`: the ingress
     /// finishes its callbacks, the background tasks end, the operational events and the
-    /// last traces go out, the admin listener stops, the shaping processes end, and the
+    /// last traces go out, the backups being streamed end, the admin listener stops,
+    /// the shaping processes end, and the
     /// store commits what is queued and makes it durable ([`CLOSE_SHARE`] of the grace
     /// is kept for that).
     pub(in crate::daemon) async fn stop(
@@ -21,8 +22,18 @@ impl Relay {
         grace: Duration,
         durable: bool,
     ) -> anyhow::Result<()> {
-        let Self { metrics, readiness, store, trigger, tasks, flow, operational, shaper, .. } =
-            self;
+        let Self {
+            metrics,
+            readiness,
+            store,
+            trigger,
+            tasks,
+            flow,
+            operational,
+            shaper,
+            backups,
+            ..
+        } = self;
         let (export, ingress, admin) = (self.export, self.ingress, self.admin);
         ShuttingDown { reason: &ended.reason, grace }.emit(&metrics);
         crate::notify::notify("STOPPING=1\nSTATUS=draining");
@@ -43,7 +54,15 @@ impl Relay {
             if let Some(export) = export {
                 export.finish(EXPORT_FINISH, &metrics).await;
             }
-            admin.stop(true).await;
+            // A backup being streamed ends first, and journals itself while the store
+            // is open: its client may have stopped reading, and would hold the
+            // listener's graceful stop for the whole grace. Its connection is then
+            // cut (its body ends without a checksum), with the listener's others.
+            if backups.stop(BACKUPS_END).await > 0 {
+                admin.stop(false).await;
+            } else {
+                admin.stop(true).await;
+            }
             shaper.close().await;
         };
         if tokio::time::timeout(grace - for_close, drain).await.is_err() {
@@ -112,3 +131,7 @@ const CLOSE_SHARE: f64 = 0.25;
 
 /// Longest the last traces may take to be exported at shutdown (within the grace).
 const EXPORT_FINISH: Duration = Duration::from_secs(5);
+
+/// Longest a backup being streamed may take to end and journal itself at the stop
+/// (it ends at its next write: milliseconds).
+const BACKUPS_END: Duration = Duration::from_secs(2);
