@@ -3,14 +3,12 @@
 //! Journalled: a backup holds every body, and who took one is a question with weight.
 
 use std::io::Write;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 
 use super::AdminState;
 use crate::access::journal::Action;
@@ -36,7 +34,7 @@ pub(super) async fn download(state: web::Data<AdminState>, who: super::Who) -> H
     };
     let store = state.store.clone();
     let who = who.into_inner();
-    state.backups.spawn(async move {
+    state.backups.tasks.spawn(async move {
         let taken = store.backup(Box::new(out)).await;
         let (count, result) = match &taken {
             Ok((entries, _, _)) => (*entries, Ok(())),
@@ -67,43 +65,25 @@ pub(super) async fn download(state: web::Data<AdminState>, who: super::Who) -> H
 /// whole grace, and the backup cut then was never journalled (the store was closed
 /// under it).
 pub(crate) struct Backups {
-    running: Mutex<Vec<JoinHandle<()>>>,
+    tasks: crate::store::Tasks,
     /// Set by the stop: each backup's next write fails.
     stop: watch::Sender<bool>,
 }
 
 impl Default for Backups {
     fn default() -> Self {
-        Self { running: Mutex::default(), stop: watch::Sender::new(false) }
+        Self { tasks: crate::store::Tasks::default(), stop: watch::Sender::new(false) }
     }
 }
 
 impl Backups {
-    /// Runs a backup's task, owned by this set.
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        let mut running = crate::lock::lock(&self.running);
-        running.retain(|h| !h.is_finished());
-        running.push(tokio::spawn(task));
-    }
-
     /// Ends every backup running (its next write fails, "the relay is stopping", a
     /// write waiting for its client too) and waits up to `within` for each to end and
     /// journal itself; aborts those left. Returns how many were running: their
     /// connections are the caller's to cut (their bodies end without a checksum).
     pub(crate) async fn stop(&self, within: Duration) -> usize {
         self.stop.send_replace(true);
-        let running: Vec<JoinHandle<()>> = std::mem::take(&mut *crate::lock::lock(&self.running))
-            .into_iter()
-            .filter(|h| !h.is_finished())
-            .collect();
-        let ended = running.len();
-        let deadline = tokio::time::Instant::now() + within;
-        for mut task in running {
-            if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
-                task.abort();
-            }
-        }
-        ended
+        self.tasks.finish(within).await
     }
 }
 

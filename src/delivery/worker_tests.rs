@@ -42,6 +42,13 @@ async fn slow_sink(slow: Duration) -> (u16, tokio::sync::oneshot::Receiver<()>) 
     (port, arrived)
 }
 
+/// The configuration `text`, loaded as the relay loads it (from a file in `dir`).
+fn load(dir: &std::path::Path, text: &str) -> crate::config::Config {
+    let path = dir.join("hookrelay.toml");
+    std::fs::write(&path, text).expect("write the config");
+    crate::config::Config::load(&path, &Default::default()).expect("the config")
+}
+
 /// Stopped while an attempt is in flight, the worker waits for its answer and its
 /// record, and when its run ends the store is held by none of its tasks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,9 +61,7 @@ async fn a_stopped_worker_finishes_its_attempt_and_leaves_nothing_holding_the_st
          \"http://127.0.0.1:{port}/hooks\"\n",
         dir.path().join("data").display().to_string()
     );
-    let path = dir.path().join("hookrelay.toml");
-    std::fs::write(&path, text).expect("write the config");
-    let config = crate::config::Config::load(&path, &Default::default()).expect("the config");
+    let config = load(dir.path(), &text);
 
     let metrics = Arc::new(Metrics::new().expect("metrics"));
     let store: SharedStore = Arc::new(MemoryStore::default());
@@ -109,9 +114,7 @@ async fn a_panicked_attempt_is_taken_off_the_books_and_its_claim_given_back() {
                 token = \"0123456789abcdef0123\"\n[[destinations]]\nname = \"crm\"\n\
                 url = \"http://127.0.0.1:9/hooks\"\n";
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("hookrelay.toml");
-    std::fs::write(&path, text).expect("write the config");
-    let config = crate::config::Config::load(&path, &Default::default()).expect("the config");
+    let config = load(dir.path(), text);
     let client = crate::destinations::client().expect("the HTTP client");
     let state = Arc::new(
         super::DestinationState::new(&config.destinations[0], &config, &client, false)

@@ -1,7 +1,8 @@
-//! A store's async tasks with an owner: spawned through [`Tasks`], stopped (aborted
-//! and waited for) at the store's close or when the store is dropped, so a closed
-//! store leaves no task behind to renew a lease or hold a database connection (the
-//! PostgreSQL lease renewal and its notification listener run on one).
+//! Async tasks with an owner: spawned through [`Tasks`], stopped (aborted, or let end
+//! within a bound first: [`Tasks::finish`]) and waited for. A store's, at its close or
+//! when it is dropped, so a closed store leaves no task behind to renew a lease or
+//! hold a database connection (the PostgreSQL lease renewal and its notification
+//! listener run on one); the admin's backups, at the relay's stop.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -41,6 +42,26 @@ impl Tasks {
         for handle in running {
             let _ = handle.await;
         }
+    }
+
+    /// Lets every task end by itself within `within` (the caller has told them to),
+    /// then aborts those left and waits until each has ended; a task spawned after it
+    /// is aborted at once. Returns how many were running when it was called.
+    pub(crate) async fn finish(&self, within: std::time::Duration) -> usize {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+        let running: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.running))
+            .into_iter()
+            .filter(|h| !h.is_finished())
+            .collect();
+        let ended = running.len();
+        let deadline = tokio::time::Instant::now() + within;
+        for mut handle in running {
+            if tokio::time::timeout_at(deadline, &mut handle).await.is_err() {
+                handle.abort();
+                let _ = handle.await;
+            }
+        }
+        ended
     }
 
     /// How many are running (tests).
@@ -88,5 +109,27 @@ mod tests {
         tasks.spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "a task after the stop ran");
+    }
+
+    /// `finish` lets a task that ends by itself within the bound finish its work, and
+    /// aborts one that does not; it counts both.
+    #[tokio::test]
+    async fn finish_lets_tasks_end_within_the_bound_and_aborts_the_rest() {
+        let tasks = Tasks::default();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let held = Arc::new(());
+        let mine = held.clone();
+        tasks.spawn(async move {
+            let _mine = mine;
+            std::future::pending::<()>().await
+        });
+        assert_eq!(tasks.finish(Duration::from_secs(1)).await, 2);
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst), "cut before it ended");
+        assert_eq!(Arc::strong_count(&held), 1, "the endless one was not aborted");
     }
 }
