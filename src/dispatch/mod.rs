@@ -118,10 +118,10 @@ impl Dispatcher {
     }
 
     /// Dispatches until `stop`; what is left in the inbox is dispatched after restart.
-    /// Meanwhile an embedded store's committer dispatches what it stored when no
-    /// callback waits ([`AfterCommits`]), and wakes this task only for the rest.
+    /// Meanwhile an embedded store's committer dispatches what it stores when no
+    /// callback waits ([`WithCommits`]), and wakes this task only for the rest.
     async fn run(self, mut stop: Stop) {
-        let after_commits = AfterCommits {
+        let with_commits = WithCommits {
             rules: self.rules.clone(),
             metrics: self.metrics.clone(),
             space: self.space.clone(),
@@ -129,7 +129,7 @@ impl Dispatcher {
         };
         let _lent = self
             .store
-            .dispatch_after_commits(Some(Arc::new(after_commits)))
+            .dispatch_with_commits(Some(Arc::new(with_commits)))
             .then(|| Lent(self.store.clone()));
         let purger = tokio::spawn(purge_dedup(
             self.store.clone(),
@@ -291,16 +291,17 @@ impl Batch<'_> {
 }
 
 /// The dispatcher's rules and reports lent to the committer of an embedded store
-/// (`store::CommitDispatch`): at a gentle rate the thread that stored an event
-/// dispatches it, as this dispatcher would have, instead of waking it.
-struct AfterCommits {
+/// (`store::CommitDispatch`): at a gentle rate the thread that stores an event
+/// dispatches it in the same write, as this dispatcher would have, instead of waking
+/// it.
+struct WithCommits {
     rules: Arc<DispatchRules>,
     metrics: Arc<Metrics>,
     space: Arc<crate::space::Space>,
     tracer: Arc<Tracer>,
 }
 
-impl CommitDispatch for AfterCommits {
+impl CommitDispatch for WithCommits {
     fn dispatch(
         &self,
         pending: &[PendingEvent],
@@ -329,7 +330,7 @@ struct Lent(SharedStore);
 
 impl Drop for Lent {
     fn drop(&mut self) {
-        self.0.dispatch_after_commits(None);
+        self.0.dispatch_with_commits(None);
     }
 }
 

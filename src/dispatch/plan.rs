@@ -84,7 +84,7 @@ impl PlanRules {
     }
 
     /// The plans of a batch when no destination has a filter (`filters` is empty): the
-    /// dispatcher's one call and the committer's (`AfterCommits`).
+    /// dispatcher's one call and the committer's (`WithCommits`).
     pub(super) fn plans_unfiltered(&self, pending: &[PendingEvent]) -> Vec<DispatchPlan> {
         self.plans(pending, self.routes(pending), Vec::new())
     }

@@ -36,35 +36,52 @@ pub(crate) struct Committer {
     health: Arc<Health>,
 }
 
-/// Writes one group, returning the ids in order.
+/// Writes one group. Told whether the group is *quiet* ([`quiet`]): a few callbacks
+/// with none waiting behind them, which a write may dispatch along with storing them
+/// (the embedded store, `store::CommitDispatch`).
 pub(crate) type WriteGroup =
-    Box<dyn FnMut(&[NewEvent]) -> Result<Vec<EventId>, StoreError> + Send + 'static>;
+    Box<dyn FnMut(&[NewEvent], bool) -> Result<Written, StoreError> + Send + 'static>;
 
-/// Runs after a written group of a few callbacks (its size given) is answered, when no
-/// callback waits for the next group (the embedded store's dispatch of what it stored,
-/// `store::CommitDispatch`); returns whether events are left waiting for the
-/// dispatcher. Not run while callbacks queue, nor after a larger group: under load the
-/// acks come first, and the dispatcher's own thread, beside the committer, batches
-/// better (held ingest lost 12% when the committer took its share, BENCHMARKS.md).
-pub(crate) type AfterGroup = Box<dyn FnMut(usize) -> bool + Send + 'static>;
+/// A group written: its ids in order, and whether it left events waiting for the
+/// dispatcher (false when the write dispatched them itself), which then is woken.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub(crate) ids: Vec<EventId>,
+    pub(crate) waiting: bool,
+}
 
-/// The largest group after which [`AfterGroup`] runs: at a gentle rate a group is one
-/// or two callbacks; under held ingest, ten or more.
-const AFTER_GROUP_MAX: usize = 4;
+impl Written {
+    /// A group stored and left in the inbox for the dispatcher.
+    pub(crate) fn waiting(ids: Vec<EventId>) -> Self {
+        Self { ids, waiting: true }
+    }
+}
+
+/// The largest group a write may dispatch itself: at a gentle rate a group is one or
+/// two callbacks; under held ingest, ten or more.
+const QUIET_GROUP_MAX: usize = 4;
+
+/// Whether a group of `size` with `queued` callbacks behind it is quiet: the write
+/// may dispatch it as it stores it. Not while callbacks queue, nor for a larger
+/// group: under load the acks come first, and the dispatcher's own thread, beside the
+/// committer, batches better (held ingest lost 12% when the committer took its
+/// share, BENCHMARKS.md).
+fn quiet(size: usize, queued: bool) -> bool {
+    size <= QUIET_GROUP_MAX && !queued
+}
 
 impl Committer {
     /// Starts the committer thread over `write`.
     pub(crate) fn start(
         backend: &'static str,
         write: WriteGroup,
-        after: Option<AfterGroup>,
         max_batch: usize,
         observer: Arc<dyn StoreObserver>,
         health: Arc<Health>,
     ) -> Result<(Self, std::thread::JoinHandle<()>), StoreError> {
         // Enough room for every worker's connections without unbounded growth.
         let (tx, rx) = mpsc::channel(max_batch.max(1) * 8);
-        let task = Task { write, after, max_batch: max_batch.max(1), observer, rx };
+        let task = Task { write, max_batch: max_batch.max(1), observer, rx };
         let thread = std::thread::Builder::new()
             .name("hookrelay-committer".into())
             .spawn(move || task.run())
@@ -124,7 +141,6 @@ impl Committer {
 
 struct Task {
     write: WriteGroup,
-    after: Option<AfterGroup>,
     max_batch: usize,
     observer: Arc<dyn StoreObserver>,
     rx: mpsc::Receiver<Command>,
@@ -162,27 +178,22 @@ impl Task {
         }
     }
 
-    /// Writes one group, then answers its waiters; then, after a small group when no
-    /// callback waits, runs [`AfterGroup`], and tells the observer when events wait for
-    /// the dispatcher. Both
-    /// vectors are left empty, their capacity kept for the next group.
+    /// Writes one group (quiet or not, see [`quiet`]), then answers its waiters, and
+    /// tells the observer when events wait for the dispatcher. Both vectors are left
+    /// empty, their capacity kept for the next group.
     fn commit(&mut self, events: &mut Vec<NewEvent>, waiters: &mut Vec<Reply>) {
         let (started, size) = (Instant::now(), events.len());
-        let result = (self.write)(events);
+        let result = (self.write)(events, quiet(size, !self.rx.is_empty()));
         self.observer.group(size, started.elapsed(), result.is_ok());
         match result {
-            Ok(ids) => {
+            Ok(written) => {
                 for ((id, event), reply) in
-                    ids.into_iter().zip(events.drain(..)).zip(waiters.drain(..))
+                    written.ids.into_iter().zip(events.drain(..)).zip(waiters.drain(..))
                 {
                     self.observer.stored(&event.meta);
                     let _ = reply.send(Ok(id));
                 }
-                let waiting = match self.after.as_mut() {
-                    Some(after) if size <= AFTER_GROUP_MAX && self.rx.is_empty() => after(size),
-                    _ => true,
-                };
-                if waiting {
+                if written.waiting {
                     self.observer.waiting();
                 }
             }
@@ -243,10 +254,12 @@ mod tests {
 
     /// A write that takes a while, like an fsync, and numbers the events.
     fn slow_write(written: Arc<AtomicUsize>) -> WriteGroup {
-        Box::new(move |events: &[NewEvent]| {
+        Box::new(move |events: &[NewEvent], _quiet| {
             std::thread::sleep(Duration::from_millis(20));
             let first = written.fetch_add(events.len(), Ordering::SeqCst) as u64;
-            Ok((0..events.len() as u64).map(|i| EventId::new(first + i + 1)).collect())
+            Ok(Written::waiting(
+                (0..events.len() as u64).map(|i| EventId::new(first + i + 1)).collect(),
+            ))
         })
     }
 
@@ -254,15 +267,9 @@ mod tests {
     async fn concurrent_submits_share_groups() {
         let written = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Seen::default());
-        let (committer, _thread) = Committer::start(
-            "test",
-            slow_write(written.clone()),
-            None,
-            512,
-            seen.clone(),
-            healthy(),
-        )
-        .unwrap();
+        let (committer, _thread) =
+            Committer::start("test", slow_write(written.clone()), 512, seen.clone(), healthy())
+                .unwrap();
         let submits: Vec<_> = (0..64)
             .map(|_| {
                 let c = committer.clone();
@@ -283,39 +290,29 @@ mod tests {
         assert!(committer.submit(event()).await.is_err(), "closed");
     }
 
-    /// What runs after a group runs after small groups only, each once written; a
-    /// group it does not run after, or that it says left events, wakes the
-    /// dispatcher.
+    /// A write is told its group is quiet only when the group is small and no
+    /// callback waits behind it (a lone callback is); a group it does not dispatch
+    /// itself wakes the dispatcher, one it dispatched does not.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn after_a_group_runs_only_after_small_written_groups() {
-        let written = Arc::new(AtomicUsize::new(0));
+    async fn a_write_may_dispatch_only_small_groups_with_nothing_queued_behind() {
         let seen = Arc::new(Seen::default());
-        // The sizes it ran after, and the events written when it ran.
-        let ran: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
-        let (log, count) = (ran.clone(), written.clone());
-        let after: AfterGroup = Box::new(move |size| {
-            log.lock().unwrap().push((size, count.load(Ordering::SeqCst)));
-            // Says events are left after every other group.
-            log.lock().unwrap().len() % 2 == 0
+        // Each group's size and whether it was quiet.
+        let told: Arc<Mutex<Vec<(usize, bool)>>> = Arc::default();
+        let (log, written) = (told.clone(), Arc::new(AtomicUsize::new(0)));
+        let mut slow = slow_write(written);
+        let write: WriteGroup = Box::new(move |events: &[NewEvent], quiet| {
+            let mut told = log.lock().unwrap();
+            told.push((events.len(), quiet));
+            let mut group = slow(events, quiet)?;
+            // Dispatches every other quiet group itself.
+            group.waiting = !quiet || told.iter().filter(|(_, q)| *q).count() % 2 == 0;
+            Ok(group)
         });
-        let (committer, _thread) = Committer::start(
-            "test",
-            slow_write(written.clone()),
-            Some(after),
-            512,
-            seen.clone(),
-            healthy(),
-        )
-        .unwrap();
-        // One alone, nothing behind it: the hook runs after it (waited for, so that the
-        // burst below does not queue behind it and skip it).
+        let (committer, _thread) =
+            Committer::start("test", write, 512, seen.clone(), healthy()).unwrap();
+        // One alone, nothing behind it.
         committer.submit(event()).await.unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while ran.lock().unwrap().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "the hook never ran after a lone group");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        // Then 64 at once: groups larger than the bound.
+        // Then 64 at once: groups larger than the bound, and callbacks queued behind.
         let submits: Vec<_> = (0..64)
             .map(|_| {
                 let c = committer.clone();
@@ -326,25 +323,26 @@ mod tests {
             s.await.unwrap().unwrap();
         }
         committer.close().await;
-        let ran = ran.lock().unwrap().clone();
-        let groups = seen.groups.lock().unwrap().clone();
-        assert_eq!(ran.first(), Some(&(1, 1)), "after the first group, once it was written");
-        assert!(ran.iter().all(|(size, _)| *size <= AFTER_GROUP_MAX), "{ran:?}");
-        assert!(groups.iter().any(|(size, _)| *size > AFTER_GROUP_MAX), "{groups:?}");
-        let left = ran.iter().enumerate().filter(|(i, _)| (i + 1) % 2 == 0).count();
+        let told = told.lock().unwrap().clone();
+        assert_eq!(told.first(), Some(&(1, true)), "a lone callback is quiet: {told:?}");
+        assert!(told.iter().all(|(size, quiet)| !quiet || *size <= QUIET_GROUP_MAX), "{told:?}");
+        assert!(told.iter().any(|(size, quiet)| *size > QUIET_GROUP_MAX && !quiet), "{told:?}");
+        let quiet = told.iter().filter(|(_, q)| *q).count();
+        let dispatched = quiet.div_ceil(2);
         assert_eq!(
             seen.waiting.load(Ordering::SeqCst),
-            groups.len() - ran.len() + left,
-            "groups {groups:?}, ran after {ran:?}"
+            told.len() - dispatched,
+            "only the groups the write dispatched itself leave the dispatcher asleep: {told:?}"
         );
     }
 
     #[tokio::test]
     async fn a_failed_write_fails_every_waiter_of_its_group() {
         let seen = Arc::new(Seen::default());
-        let write: WriteGroup = Box::new(|_: &[NewEvent]| Err(StoreError::Injected("disk full")));
+        let write: WriteGroup =
+            Box::new(|_: &[NewEvent], _| Err(StoreError::Injected("disk full")));
         let (committer, _thread) =
-            Committer::start("test", write, None, 8, seen.clone(), healthy()).unwrap();
+            Committer::start("test", write, 8, seen.clone(), healthy()).unwrap();
         let err = committer.submit(event()).await.unwrap_err();
         assert!(err.to_string().contains("disk full"), "{err}");
         assert_eq!(*seen.groups.lock().unwrap(), [(1, false)]);
@@ -362,15 +360,14 @@ mod tests {
         let _watchdog = Health::start_watchdog(&health).unwrap();
         let guard = health.clone();
         // Blocks like sled's flush on a full tmpfs did: for ever.
-        let write: WriteGroup = Box::new(move |_: &[NewEvent]| {
+        let write: WriteGroup = Box::new(move |_: &[NewEvent], _| {
             guard.write(StoreError::is_engine_failure, || {
                 std::thread::park();
-                Ok(Vec::new())
+                Ok(Written::waiting(Vec::new()))
             })
         });
         let (committer, _thread) =
-            Committer::start("test", write, None, 8, Arc::new(Seen::default()), health.clone())
-                .unwrap();
+            Committer::start("test", write, 8, Arc::new(Seen::default()), health.clone()).unwrap();
         let started = std::time::Instant::now();
         let err = committer.submit(event()).await.unwrap_err();
         assert!(matches!(err, StoreError::Failed(_)), "{err}");

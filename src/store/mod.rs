@@ -40,7 +40,7 @@ use std::sync::Arc;
 
 pub(crate) use self::embedded::{run_calls_here, EmbeddedOptions, EmbeddedStore};
 pub(crate) use claims::ClaimTable;
-pub(crate) use commit::Committer;
+pub(crate) use commit::{Committer, Written};
 pub(crate) use contract::{
     owner_silence, Audit, CommitDispatch, Coordination, DeliveryQueue, Dispatch, DispatchWrite,
     EventFilter, EventLog, Exclusive, Fleet, Journal, JournalEntry, JournalFilter, LedgerReading,

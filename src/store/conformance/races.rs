@@ -45,7 +45,7 @@ struct Seen {
     destination: &'static str,
 }
 
-/// A committer that dispatches what it stored (`Dispatch::dispatch_after_commits`, the
+/// A committer that dispatches what it stored (`Dispatch::dispatch_with_commits`, the
 /// embedded store), racing the dispatcher for the same events: it leaves every third
 /// batch to the dispatcher, so both paths take turns on each resource.
 struct RacingCommitter {
@@ -124,7 +124,7 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
         took: AtomicUsize::new(0),
     };
     let committer = Arc::new(committer);
-    let committer_dispatches = store.dispatch_after_commits(Some(committer.clone()));
+    let committer_dispatches = store.dispatch_with_commits(Some(committer.clone()));
     // The appender starts once the committer dispatches (where it does), and the
     // dispatcher once `ALONE` events are appended: the committer meets the first ones
     // alone (it declines the third, which leaves a backlog to the dispatcher), so that
@@ -236,7 +236,7 @@ pub(super) async fn appends_dispatch_and_attempts_race_on_one_resource(h: &mut d
             store.queue_stats("free").await,
         );
     }
-    store.dispatch_after_commits(None);
+    store.dispatch_with_commits(None);
     if committer_dispatches {
         // Both paths took part (else the race was not run).
         let (offered, took) =

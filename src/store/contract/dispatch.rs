@@ -17,20 +17,23 @@ pub(crate) type Planner = Arc<dyn Fn(&[PendingEvent]) -> Vec<DispatchPlan> + Sen
 pub(crate) type DispatchWrite<'a> =
     &'a mut dyn FnMut(&[DispatchPlan], u64) -> Result<Vec<DispatchVerdict>, StoreError>;
 
-/// Dispatch the committer does itself, right after it answered a group, when no
-/// callback waits for the next one (the embedded store; see
-/// [`Dispatch::dispatch_after_commits`]). At a gentle rate an event is then dispatched
-/// on the thread that stored it, instead of that thread waking the dispatcher's: a
-/// hand-off between threads cost about 7% of a callback's CPU at 200/s
-/// (BENCHMARKS.md). The dispatcher's rules, its reports and its wake-ups are the
-/// same: the dispatcher lends them.
+/// Dispatch the committer does itself, in the transaction that stores a quiet group (a
+/// few callbacks, none waiting behind them: `store::commit`) when the inbox held
+/// nothing before it (the embedded store; see [`Dispatch::dispatch_with_commits`]).
+/// At a gentle rate an event is then stored and dispatched by one write on the thread
+/// that stored it, instead of that thread waking the dispatcher's (a hand-off between
+/// threads cost about 7% of a callback's CPU at 200/s) and a second write
+/// (BENCHMARKS.md). The ack waits for the plan, tens of µs. The dispatcher's rules,
+/// its reports and its wake-ups are the same: the dispatcher lends them.
 pub(crate) trait CommitDispatch: Send + Sync {
-    /// Plans `pending` (the oldest events waiting, in order), dispatches them through
-    /// `write` and reports them as the dispatcher reports a batch: true. False, having
-    /// written nothing, when they must wait for the dispatcher: filters to ask in the
-    /// shaping processes, or no room for the write under the free-space floor. The
-    /// write's error, unreported: the events stay for the dispatcher, which meets it
-    /// and says so.
+    /// Plans `pending` (the group's events, in order), dispatches them through `write`
+    /// and reports them as the dispatcher reports a batch: true. `write` returns once
+    /// the events and their dispatch are durable, so the report may wake the workers.
+    /// False, having written nothing, when they must wait for the dispatcher: filters
+    /// to ask in the shaping processes, or no room for the write under the free-space
+    /// floor. The write's error, unreported: the store says whether the events were
+    /// stored (its committer then stores them as any group, for the dispatcher, which
+    /// meets the error and says so).
     fn dispatch(
         &self,
         pending: &[PendingEvent],
@@ -79,11 +82,11 @@ pub(crate) trait Dispatch: Send + Sync {
         let outcomes = self.dispatch(plans.clone(), now_us).await?;
         Ok((pending, plans, outcomes))
     }
-    /// Has the backend's committer dispatch the events it stored through `hook` when
+    /// Has the backend's committer dispatch the events it stores through `hook` when
     /// it can ([`CommitDispatch`]), or no longer (`None`: the dispatcher stopped).
     /// False when the backend never does (the default): its commits wake the
     /// dispatcher, as they do when the hook declines.
-    fn dispatch_after_commits(&self, _hook: Option<Arc<dyn CommitDispatch>>) -> bool {
+    fn dispatch_with_commits(&self, _hook: Option<Arc<dyn CommitDispatch>>) -> bool {
         false
     }
     /// Deletes dedup keys whose window ended before `now_us`; returns how many.

@@ -33,26 +33,43 @@ fn marker(r: &DeliveryRecord) -> u8 {
 /// deliveries, schedule, ordering.
 type Trees<'a, 't> = &'a [TxTree<'t>; 6];
 
-/// The writes of `changes` (and the dispatch cursor, when it moves) inside a
-/// transaction over [`Trees`] and, when a delivery enters or leaves `dead`,
-/// `dead_letters`; dedup keys filed as seen at `now_us`. Returns how many dedup keys
-/// it added (net of the renewed keys it moved between buckets).
+/// What a rule's transaction writes besides its [`Changes`].
+#[derive(Default)]
+pub(super) struct Alongside<'a> {
+    /// Where the dispatch cursor moves: every id up to it is settled once the
+    /// outcomes are written.
+    pub(super) cursor: Option<u64>,
+    /// An admin's journal entry (a key and value of the `journal` tree): the change
+    /// and its entry, all or nothing.
+    pub(super) journal: Option<([u8; 16], Vec<u8>)>,
+    /// A group of events stored by the same transaction that dispatches them
+    /// (`records` keys and values, written first: `dispatch.rs`).
+    pub(super) appended: &'a [(Vec<u8>, Vec<u8>)],
+}
+
+/// The writes of `changes` (with the events `appended` and the dispatch `cursor`,
+/// when it moves) inside a transaction over [`Trees`] and, when a delivery enters or
+/// leaves `dead`, `dead_letters`; dedup keys filed as seen at `now_us`. Returns how
+/// many dedup keys it added (net of the renewed keys it moved between buckets).
 fn write(
     state: &EmbeddedState,
     changes: &Changes,
     edits: &LedgerEdits,
-    cursor: Option<u64>,
+    alongside: &Alongside<'_>,
     now_us: u64,
     [records, outcomes, dedup, deliveries, schedule, ordering]: Trees<'_, '_>,
     dead: Option<&TxTree<'_>>,
 ) -> TxResult<i64> {
+    for (key, value) in alongside.appended {
+        records.insert(key, value.as_slice())?;
+    }
     // The event's record stays as ingest wrote it: only the verdict is written, keyed
     // by the event's resource when it has one (which indexes it by resource).
     for (id, meta) in &changes.dispatched {
         let key = keys::outcome(*id, meta.resource.as_deref());
         outcomes.insert(key, encode(&DispatchRecord::of(meta))?)?;
     }
-    if let Some(cursor) = cursor {
+    if let Some(cursor) = alongside.cursor {
         outcomes.insert(CURSOR_KEY, cursor.to_be_bytes())?;
     }
     let new_keys = state.write_dedup(dedup, changes.dedup.iter(), now_us)?;
@@ -121,7 +138,7 @@ impl EmbeddedState {
     /// Writes `changes` atomically, then updates the in-memory counts. The caller
     /// holds the lifecycle lock; durability is the caller's next step.
     pub(super) fn apply(&self, changes: &Changes) -> Result<(), StoreError> {
-        self.apply_with(changes, None, None, crate::clock::now_us())
+        self.apply_with(changes, Alongside::default(), crate::clock::now_us())
     }
 
     /// [`EmbeddedState::apply`], moving the dispatch cursor to `cursor` in the same
@@ -133,7 +150,7 @@ impl EmbeddedState {
         cursor: Option<u64>,
         now_us: u64,
     ) -> Result<(), StoreError> {
-        self.apply_with(changes, cursor, None, now_us)
+        self.apply_with(changes, Alongside { cursor, ..Alongside::default() }, now_us)
     }
 
     /// [`EmbeddedState::apply`], adding `journal` (a key and value of the `journal`
@@ -143,19 +160,41 @@ impl EmbeddedState {
         changes: &Changes,
         journal: Option<([u8; 16], Vec<u8>)>,
     ) -> Result<(), StoreError> {
-        self.apply_with(changes, None, journal, crate::clock::now_us())
+        self.apply_with(
+            changes,
+            Alongside { journal, ..Alongside::default() },
+            crate::clock::now_us(),
+        )
     }
 
     /// `now_us` files the dedup keys, which only dispatch writes.
     fn apply_with(
         &self,
         changes: &Changes,
-        cursor: Option<u64>,
-        journal: Option<([u8; 16], Vec<u8>)>,
+        alongside: Alongside<'_>,
         now_us: u64,
     ) -> Result<(), StoreError> {
-        if changes.is_empty() && cursor.is_none() && journal.is_none() {
-            return Ok(());
+        let cursor = alongside.cursor;
+        let Some(new_keys) = self.transact(changes, alongside, now_us)? else { return Ok(()) };
+        self.applied(changes, cursor, new_keys);
+        Ok(())
+    }
+
+    /// The transaction of [`EmbeddedState::apply_with`]: `changes` and what goes
+    /// `alongside` them written, the in-memory counts not moved yet
+    /// ([`EmbeddedState::applied`] does, once the caller has done its part). Returns
+    /// the dedup keys added, or `None` when there was nothing to write.
+    pub(super) fn transact(
+        &self,
+        changes: &Changes,
+        alongside: Alongside<'_>,
+        now_us: u64,
+    ) -> Result<Option<i64>, StoreError> {
+        let nothing_alongside = alongside.cursor.is_none()
+            && alongside.journal.is_none()
+            && alongside.appended.is_empty();
+        if changes.is_empty() && nothing_alongside {
+            return Ok(None);
         }
         // A sled transaction costs more for every tree it spans: `dead_letters` joins
         // only when a delivery enters or leaves `dead` (never at dispatch), `journal`
@@ -173,7 +212,7 @@ impl EmbeddedState {
         if dead_letters {
             trees.push(&self.dead_letters);
         }
-        if journal.is_some() {
+        if alongside.journal.is_some() {
             trees.push(&self.journal);
         }
         let new_keys = self.db.transaction(&trees, |t| {
@@ -182,11 +221,17 @@ impl EmbeddedState {
                 TxError::Abort(StoreError::Task("a transaction without its six trees".into()))
             })?;
             let (dead, rest) = rest.split_at(usize::from(dead_letters));
-            if let (Some((key, value)), Some(tree)) = (&journal, rest.first()) {
+            if let (Some((key, value)), Some(tree)) = (&alongside.journal, rest.first()) {
                 tree.insert(key, value.as_slice())?;
             }
-            write(self, changes, &edits, cursor, now_us, six, dead.first())
+            write(self, changes, &edits, &alongside, now_us, six, dead.first())
         })?;
+        Ok(Some(new_keys))
+    }
+
+    /// The in-memory side of a transaction of `changes` that moved the cursor to
+    /// `cursor` and added `new_keys` dedup keys. The caller holds the lifecycle lock.
+    pub(super) fn applied(&self, changes: &Changes, cursor: Option<u64>, new_keys: i64) {
         if let Some(cursor) = cursor {
             self.cursor.fetch_max(cursor, Ordering::AcqRel);
         }
@@ -198,6 +243,5 @@ impl EmbeddedState {
         self.untally(changes, &left);
         self.dedup_count.fetch_add(new_keys, Ordering::Relaxed);
         self.counts.apply(changes);
-        Ok(())
     }
 }

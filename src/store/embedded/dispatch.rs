@@ -6,44 +6,118 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::apply::Alongside;
 use super::codec::{decode_meta, parse_meta, split_record};
-use super::engine::read_scope;
+use super::events::Group;
 use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::{self, Staged};
 use crate::store::{
-    CommitDispatch, DispatchPlan, DispatchVerdict, EventId, PendingEvent, StoreError,
+    CommitDispatch, DispatchPlan, DispatchVerdict, EventId, EventStatus, PendingEvent, StoreError,
+    Written,
 };
 
 impl EmbeddedState {
-    /// The committer's dispatch of the `group` it stored, on its thread, after the
-    /// group's callers are answered (`Dispatch::dispatch_after_commits`): a write like
-    /// any other, under the store's health. Only when the inbox holds that group alone:
-    /// a backlog is the dispatcher's, which was woken for it (two readers of the same
-    /// batch would both read it, and one find it `Gone`). Returns whether events are
-    /// left for the dispatcher: a backlog, no hook, a hook that declines or fails (the
-    /// dispatcher meets the same failure and reports it).
-    pub(super) fn dispatch_after_commit(&self, group: usize) -> bool {
-        let Some(hook) = lock(&self.commit_dispatch).clone() else { return true };
-        let run = || {
-            let pending = self.pending(group + 1)?;
-            if pending.is_empty() {
-                return Ok(false);
-            }
-            if pending.len() > group {
-                return Ok(true);
-            }
-            let dispatched =
-                hook.dispatch(&pending, &mut |plans, now| self.dispatch(plans, now))?;
-            Ok(!dispatched)
+    /// The committer's dispatch of a quiet `group` (`store::commit`) in the transaction
+    /// that stores it, through the dispatcher's rules lent to it: one write instead
+    /// of two, and no hand-off to the dispatcher's thread (BENCHMARKS.md). The caller
+    /// holds `last_id` (the group's ids end at `last`).
+    ///
+    /// Only when the inbox held nothing before the group (the cursor at the committed
+    /// watermark): a backlog is the dispatcher's, oldest first. `None` when the group is
+    /// to be stored as any other and left to the dispatcher: no hook, a backlog,
+    /// nothing received, a hook that declines, or one that fails or panics before the
+    /// transaction committed (the dispatcher meets the same failure and reports it).
+    /// A failure after the commit is the group's: its fsync.
+    pub(super) fn append_dispatched(
+        &self,
+        group: &Group<'_>,
+        last: u64,
+    ) -> Result<Option<Written>, StoreError> {
+        let Some(hook) = lock(&self.commit_dispatch).clone() else { return Ok(None) };
+        if self.cursor.load(Ordering::Acquire) != self.committed.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let pending: Vec<PendingEvent> = group
+            .events()
+            .filter(|(_, ev)| ev.meta.status == EventStatus::Received)
+            .map(|(id, ev)| PendingEvent {
+                id,
+                meta: ev.meta.clone(),
+                body: ev.body.clone().unwrap_or_default(),
+            })
+            .collect();
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        // Whether the transaction committed, and the write's result.
+        let mut stored = false;
+        let mut result = None;
+        let reported = {
+            let mut write = |plans: &[DispatchPlan], now_us| {
+                if result.is_some() {
+                    return Err(StoreError::Task("a group dispatched twice".into()));
+                }
+                let verdicts = self.store_dispatched(group, last, plans, now_us, &mut stored);
+                result = Some(verdicts.as_ref().map(drop).map_err(StoreError::duplicate));
+                verdicts
+            };
+            // A panic in the dispatcher's rules is the dispatcher's to meet (its task
+            // is supervised), never the committer's, which every ack needs.
+            let call = std::panic::AssertUnwindSafe(|| hook.dispatch(&pending, &mut write));
+            matches!(std::panic::catch_unwind(call), Ok(Ok(true)))
         };
-        // A panic in the dispatcher's rules is the dispatcher's to meet (its task is
-        // supervised), never the committer's, which every ack needs.
-        let call = std::panic::AssertUnwindSafe(|| {
-            self.health.write(StoreError::is_engine_failure, || read_scope(run))
-        });
-        !matches!(std::panic::catch_unwind(call), Ok(Ok(false)))
+        match (stored, result) {
+            (false, _) => Ok(None),
+            (true, Some(Err(e))) => Err(e),
+            // The rules' report ran (and woke the workers), unless it panicked: then the
+            // dispatcher is woken, and the workers find their deliveries at their poll.
+            (true, _) => Ok(Some(Written { ids: group.ids.clone(), waiting: !reported })),
+        }
+    }
+
+    /// The lent rules' `write` for [`EmbeddedState::append_dispatched`]: decides
+    /// `plans` under the lifecycle lock with each event's meta from the group (its
+    /// record is not stored yet), writes the group and the decisions in one
+    /// transaction (`stored` set once it committed), moves the counts as an append
+    /// then a dispatch would, and returns once the group is durable: the rules' report
+    /// then wakes the workers, and a delivery must not leave before its event is
+    /// durable.
+    fn store_dispatched(
+        &self,
+        group: &Group<'_>,
+        last: u64,
+        plans: &[DispatchPlan],
+        now_us: u64,
+        stored: &mut bool,
+    ) -> Result<Vec<DispatchVerdict>, StoreError> {
+        let guard = lock(&self.lifecycle);
+        self.dedup_buckets.forget_found();
+        let mut st = Staged::new(self);
+        let mut verdicts = Vec::with_capacity(plans.len());
+        for plan in plans {
+            let event = group
+                .events()
+                .find(|(id, ev)| *id == plan.id && ev.meta.status == EventStatus::Received);
+            let Some((_, ev)) = event else {
+                verdicts.push(DispatchVerdict::Gone);
+                continue;
+            };
+            verdicts.push(lifecycle::dispatch(&mut st, ev.meta.clone(), plan, now_us)?);
+        }
+        let changes = st.into_changes();
+        let cursor = settled_through(group, &changes.dispatched);
+        let alongside = Alongside { cursor, journal: None, appended: &group.records };
+        let new_keys = self.transact(&changes, alongside, now_us)?.unwrap_or(0);
+        *stored = true;
+        // As the append would, then as the dispatch would: the group tallied in the
+        // inbox, then taken out of it.
+        self.published(group.events, &group.ids, last)?;
+        self.applied(&changes, cursor, new_keys);
+        drop(guard);
+        self.durable()?;
+        Ok(verdicts)
     }
 
     /// Lends the dispatcher's rules to the committer, or takes them back (`None`).
@@ -152,192 +226,22 @@ impl EmbeddedState {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::Ordering;
-
-    use crate::store::EventId;
-
-    /// sled's iterators are not snapshots: a group's later id can be seen before an
-    /// earlier one. The cursor, which steps over settled records, must not pass an id
-    /// whose group is not all written yet, or that event is never dispatched.
-    #[test]
-    fn the_cursor_never_passes_an_id_whose_group_is_not_written_yet() {
-        use crate::store::fixtures::received;
-        let dir = tempfile::tempdir().unwrap();
-        let store = super::super::testutil::open(dir.path());
-        let inner = &store.inner;
-        let (first, second) = (EventId::new(1_000), EventId::new(1_001));
-        // Mid-group: the second event (stored final: rejected) is visible, the first
-        // is not yet.
-        let mut rejected = received("demo", "TaskCreated", 1_001, "").meta;
-        rejected.status = crate::store::EventStatus::Rejected;
-        inner
-            .records
-            .insert(second.to_key(), super::super::codec::encode_record(&rejected, None).unwrap())
-            .unwrap();
-        assert!(inner.pending(10).unwrap().is_empty());
-        assert!(
-            inner.cursor.load(Ordering::Acquire) < first.raw(),
-            "the cursor passed an id whose group is not written yet"
-        );
-        // The group is written and published.
-        let meta = received("demo", "TaskCreated", 1_000, "{}").meta;
-        inner
-            .records
-            .insert(first.to_key(), super::super::codec::encode_record(&meta, Some(b"{}")).unwrap())
-            .unwrap();
-        inner.committed.fetch_max(second.raw(), Ordering::AcqRel);
-        let pending: Vec<EventId> = inner.pending(10).unwrap().iter().map(|p| p.id).collect();
-        assert_eq!(pending, [first], "the first event is still found");
-    }
-
-    /// An event written but not yet published by its append (its group not yet
-    /// tallied in the ledger's `waiting`) is not dispatched: a dispatch in between
-    /// would leave it counted as waiting for ever.
-    #[test]
-    fn an_event_is_not_dispatched_before_its_group_is_published() {
-        use crate::store::fixtures::received;
-        let dir = tempfile::tempdir().unwrap();
-        let store = super::super::testutil::open(dir.path());
-        let inner = &store.inner;
-        let id = EventId::new(2_000);
-        let meta = received("demo", "TaskCreated", 2_000, "{}").meta;
-        inner
-            .records
-            .insert(id.to_key(), super::super::codec::encode_record(&meta, Some(b"{}")).unwrap())
-            .unwrap();
-        assert!(inner.pending(10).unwrap().is_empty(), "taken before its append ended");
-        inner.committed.fetch_max(id.raw(), Ordering::AcqRel);
-        let pending: Vec<EventId> = inner.pending(10).unwrap().iter().map(|p| p.id).collect();
-        assert_eq!(pending, [id]);
-    }
-
-    /// Counts the groups that left events waiting for the dispatcher.
-    #[derive(Default)]
-    struct Waits(std::sync::atomic::AtomicUsize);
-
-    impl crate::store::StoreObserver for Waits {
-        fn group(&self, _: usize, _: std::time::Duration, _: bool) {}
-        fn stored(&self, _: &crate::store::EventMeta) {}
-        fn failed(&self, _: &str) {}
-        fn trouble(&self, _: crate::store::Trouble, _: &str, _: &dyn std::fmt::Display) {}
-        fn waiting(&self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    /// What the test's dispatcher does with a batch the committer offers it.
-    #[derive(Clone, Copy, PartialEq)]
-    enum Mode {
-        Dispatch,
-        Decline,
-        Panic,
-    }
-
-    /// The dispatcher's side, as the test drives it: the batches it dispatched.
-    struct Hook {
-        mode: std::sync::Mutex<Mode>,
-        batches: std::sync::Mutex<Vec<Vec<EventId>>>,
-    }
-
-    impl crate::store::CommitDispatch for Hook {
-        fn dispatch(
-            &self,
-            pending: &[crate::store::PendingEvent],
-            write: crate::store::DispatchWrite<'_>,
-        ) -> Result<bool, crate::store::StoreError> {
-            let mode = *self.mode.lock().unwrap();
-            match mode {
-                Mode::Decline => return Ok(false),
-                Mode::Panic => panic!("the dispatcher's rules panicked"),
-                Mode::Dispatch => {}
-            }
-            let plans: Vec<_> = pending.iter().map(|p| plan_for(p.id)).collect();
-            write(&plans, 1_000)?;
-            self.batches.lock().unwrap().push(pending.iter().map(|p| p.id).collect());
-            Ok(true)
-        }
-    }
-
-    /// The test's plan of an event: to destination `a`, no dedup key.
-    fn plan_for(id: EventId) -> crate::store::DispatchPlan {
-        crate::store::DispatchPlan { dedup: None, ..crate::store::fixtures::plan(id, 0, &["a"]) }
-    }
-
-    /// Waits up to 5 s for `done`.
-    async fn until(what: &str, done: impl Fn() -> bool) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !done() {
-            assert!(std::time::Instant::now() < deadline, "not within 5 s: {what}");
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-    }
-
-    /// With the dispatcher's rules lent, the committer dispatches each group it
-    /// stored (after answering it) and does not wake the dispatcher; a batch the
-    /// rules decline, or panic on, is left in the inbox and wakes it, and the
-    /// committer goes on answering callbacks; a backlog is left to the dispatcher;
-    /// the rules taken back, every group wakes it again. On both engines.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_committer_dispatches_what_it_stored_and_wakes_the_dispatcher_for_the_rest() {
-        use crate::store::{Dispatch, EventLog, EventStatus, Upkeep};
-        use std::sync::Arc;
-        for engine in [super::super::Engine::Redb, super::super::Engine::Sled] {
-            let dir = tempfile::tempdir().unwrap();
-            let waits = Arc::new(Waits::default());
-            let opts = super::super::EmbeddedOptions {
-                observer: waits.clone(),
-                ..super::super::testutil::options(engine, dir.path())
-            };
-            let store = super::super::EmbeddedStore::open(&opts).unwrap();
-            let hook = Arc::new(Hook {
-                mode: std::sync::Mutex::new(Mode::Dispatch),
-                batches: std::sync::Mutex::default(),
-            });
-            assert!(store.dispatch_after_commits(Some(hook.clone())));
-            let waited = || waits.0.load(Ordering::SeqCst);
-            let append = |at| store.append(crate::store::fixtures::received("demo", "A", at, "{}"));
-            let set = |mode| *hook.mode.lock().unwrap() = mode;
-
-            let first = append(1_000).await.unwrap();
-            until("the first event dispatched", || hook.batches.lock().unwrap().len() == 1).await;
-            assert_eq!(hook.batches.lock().unwrap()[0], [first]);
-            let event = store.event(first).await.unwrap().unwrap();
-            assert_eq!(event.meta.status, EventStatus::Dispatched, "{engine:?}");
-            assert!(store.pending(10).await.unwrap().is_empty());
-            assert_eq!(waited(), 0, "{engine:?}: the dispatcher was woken for nothing");
-
-            set(Mode::Decline);
-            let declined = append(2_000).await.unwrap();
-            until("the dispatcher woken for the declined", || waited() == 1).await;
-            set(Mode::Panic);
-            let panicked = append(3_000).await.unwrap();
-            until("the dispatcher woken for the one the rules panicked on", || waited() == 2).await;
-            let pending: Vec<_> = store.pending(10).await.unwrap().iter().map(|p| p.id).collect();
-            assert_eq!(pending, [declined, panicked], "{engine:?}: left in the inbox");
-
-            // The committer survived the panic: the next group is stored. The inbox
-            // held more than that group: a backlog, left to the dispatcher.
-            set(Mode::Dispatch);
-            let next = append(4_000).await.unwrap();
-            until("the dispatcher woken for the backlog", || waited() == 3).await;
-            let pending: Vec<_> = store.pending(10).await.unwrap().iter().map(|p| p.id).collect();
-            assert_eq!(pending, [declined, panicked, next], "{engine:?}: a backlog taken");
-            assert_eq!(hook.batches.lock().unwrap().len(), 1, "{engine:?}");
-            // Once the dispatcher has it, the committer's next group is its own again.
-            store.dispatch(pending.iter().map(|&id| plan_for(id)).collect(), 1_000).await.unwrap();
-            let alone = append(5_000).await.unwrap();
-            until("a group alone dispatched", || hook.batches.lock().unwrap().len() == 2).await;
-            assert_eq!(hook.batches.lock().unwrap()[1], [alone]);
-            assert_eq!(waited(), 3, "{engine:?}");
-
-            assert!(store.dispatch_after_commits(None));
-            let last = append(6_000).await.unwrap();
-            until("the dispatcher woken once the rules are taken back", || waited() == 4).await;
-            let pending: Vec<_> = store.pending(10).await.unwrap().iter().map(|p| p.id).collect();
-            assert_eq!(pending, [last], "{engine:?}");
-            store.close().await.unwrap();
-        }
-    }
+/// Where the cursor moves once a group stored with its dispatch is written: through
+/// its events in order as long as each is settled (final as stored, or `dispatched`).
+/// `None` when its first event is left waiting.
+fn settled_through(
+    group: &Group<'_>,
+    dispatched: &std::collections::BTreeMap<EventId, crate::store::EventMeta>,
+) -> Option<u64> {
+    group
+        .events()
+        .take_while(|(id, ev)| {
+            ev.meta.status != EventStatus::Received || dispatched.contains_key(id)
+        })
+        .last()
+        .map(|(id, _)| id.raw())
 }
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;

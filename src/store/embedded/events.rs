@@ -9,55 +9,99 @@ use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
-use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError};
+use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError, Written};
+
+/// A group of events as the committer hands it over, with ids assigned and records
+/// encoded, not written yet.
+pub(super) struct Group<'a> {
+    pub(super) events: &'a [NewEvent],
+    pub(super) ids: Vec<EventId>,
+    /// Each event's `records` key and value, in id order.
+    pub(super) records: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl<'a> Group<'a> {
+    /// Assigns the ids after `last` (moving it to the group's last) and encodes the
+    /// records, each event once with its body.
+    fn new(events: &'a [NewEvent], last: &mut u64) -> Result<Self, StoreError> {
+        let mut group = Group {
+            events,
+            ids: Vec::with_capacity(events.len()),
+            records: Vec::with_capacity(events.len()),
+        };
+        for ev in events {
+            let id = EventId::allocate(*last, ev.meta.received_at_us);
+            *last = id.raw();
+            group.ids.push(id);
+            // Only the ingress appends: anything but `received` is final already.
+            let body = match ev.meta.status {
+                EventStatus::Received => Some(ev.body.as_deref().unwrap_or_default()),
+                _ => None,
+            };
+            group.records.push((id.to_key().to_vec(), encode_record(&ev.meta, body)?));
+        }
+        Ok(group)
+    }
+
+    /// The group's events with their ids.
+    pub(super) fn events(&self) -> impl Iterator<Item = (EventId, &'a NewEvent)> + '_ {
+        self.ids.iter().copied().zip(self.events)
+    }
+}
 
 impl EmbeddedState {
     /// Assigns ids and writes the group into `records` in one atomic batch, each event
-    /// once with its body; then waits for durability.
-    pub(super) fn append(&self, batch: &[NewEvent]) -> Result<Vec<EventId>, StoreError> {
-        let mut records = Batch::default();
-        let mut received: i64 = 0;
-        let mut ids = Vec::with_capacity(batch.len());
+    /// once with its body; a `quiet` group (`store::commit`) dispatched in the same
+    /// transaction when it can be (`dispatch.rs`). Then waits for durability.
+    pub(super) fn append(&self, batch: &[NewEvent], quiet: bool) -> Result<Written, StoreError> {
         // Held across the write: ids reach the tree in the order they were handed out,
         // so a visible id means every lower one is visible too (the dispatch cursor
         // relies on it).
         let mut last = lock(&self.last_id);
-        for ev in batch {
-            let id = EventId::allocate(*last, ev.meta.received_at_us);
-            *last = id.raw();
-            ids.push(id);
-            // Only the ingress appends: anything but `received` is final already.
-            let body = match ev.meta.status {
-                EventStatus::Received => {
-                    received += 1;
-                    Some(ev.body.as_deref().unwrap_or_default())
-                }
-                _ => None,
-            };
-            records.insert(id.to_key(), encode_record(&ev.meta, body)?);
+        let group = Group::new(batch, &mut last)?;
+        if quiet {
+            if let Some(written) = self.append_dispatched(&group, *last)? {
+                return Ok(written);
+            }
         }
-        self.records.apply_batch(records)?;
-        // The ledger's counts of the group, and the inbox tally (still under
-        // `last_id`: a ledger reading sees the group whole or not at all).
+        let Group { ids, records, .. } = group;
+        self.records.apply_batch(Batch::of(records))?;
+        self.published(batch, &ids, *last)?;
+        drop(last);
+        self.durable()?;
+        Ok(Written::waiting(ids))
+    }
+
+    /// After a group's records are written: the ledger's counts of the group, the
+    /// inbox tally, and the committed watermark moved to `last`. The caller holds
+    /// `last_id`: a ledger reading sees the group whole or not at all, and the
+    /// watermark only moves forward.
+    pub(super) fn published(
+        &self,
+        batch: &[NewEvent],
+        ids: &[EventId],
+        last: u64,
+    ) -> Result<(), StoreError> {
         let start = self.ledger_start();
         let mut edits = LedgerEdits::new();
+        let mut received = 0;
         {
             let mut waiting = lock(&self.waiting);
             for (id, ev) in ids.iter().zip(batch) {
                 ledger::appended(&mut edits, *id, &ev.meta, start);
-                if ev.meta.status == EventStatus::Received && *id >= start {
-                    *waiting.entry(super::ledger::waiting_key(*id, &ev.meta)).or_insert(0) += 1;
+                if ev.meta.status == EventStatus::Received {
+                    received += 1;
+                    if *id >= start {
+                        *waiting.entry(super::ledger::waiting_key(*id, &ev.meta)).or_insert(0) += 1;
+                    }
                 }
             }
         }
-        self.add_appended(&edits, batch.len(), *last)?;
-        // The whole group is written: the dispatch cursor may pass it now (still under
-        // `last_id`, so the watermark only moves forward).
-        self.committed.fetch_max(*last, Ordering::AcqRel);
+        self.add_appended(&edits, batch.len(), last)?;
+        // The whole group is written: the dispatch cursor may pass it now.
+        self.committed.fetch_max(last, Ordering::AcqRel);
         self.inbox_count.fetch_add(received, Ordering::Relaxed);
-        drop(last);
-        self.durable()?;
-        Ok(ids)
+        Ok(())
     }
 
     pub(super) fn event(&self, id: EventId) -> Result<Option<EventRecord>, StoreError> {

@@ -171,7 +171,7 @@ pub(super) struct EmbeddedState {
     /// The write watchdog's thread, stopped at close (and when the state goes).
     watchdog: super::Ticker,
     /// The dispatcher's rules lent to the committer while the dispatcher runs
-    /// (`Dispatch::dispatch_after_commits`).
+    /// (`Dispatch::dispatch_with_commits`).
     commit_dispatch: Mutex<Option<Arc<dyn crate::store::CommitDispatch>>>,
 }
 

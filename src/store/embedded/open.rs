@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::engine::{Db, EngineOptions, Tree};
+use super::engine::{read_scope, Db, EngineOptions, Tree};
 use super::{
     apply, background_flush, dedup, flush, ledger, migrate, recount, EmbeddedOptions,
     EmbeddedState, EmbeddedStore, CURSOR_KEY, DEAD_LETTERS, DEDUP, DELIVERIES, JOURNAL, META,
@@ -108,13 +108,14 @@ impl EmbeddedStore {
         let inner = Arc::new(inner);
         let count_thread = recount::start(&inner, opts.count_pace)?;
         let writer = inner.clone();
-        let dispatcher = inner.clone();
         let (committer, thread) = Committer::start(
             opts.engine.name(),
-            Box::new(move |events| {
-                writer.health.write(StoreError::is_engine_failure, || writer.append(events))
+            Box::new(move |events, quiet| {
+                // A quiet group's dispatch reads in the write (`dispatch.rs`): its
+                // lookups share their tables.
+                let append = || read_scope(|| writer.append(events, quiet));
+                writer.health.write(StoreError::is_engine_failure, append)
             }),
-            Some(Box::new(move |group| dispatcher.dispatch_after_commit(group))),
             opts.commit_max_batch,
             opts.observer.clone(),
             inner.health.clone(),

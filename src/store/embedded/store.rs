@@ -163,7 +163,7 @@ impl Dispatch for EmbeddedStore {
         .await
     }
 
-    fn dispatch_after_commits(&self, hook: Option<Arc<dyn CommitDispatch>>) -> bool {
+    fn dispatch_with_commits(&self, hook: Option<Arc<dyn CommitDispatch>>) -> bool {
         self.inner.set_commit_dispatch(hook);
         true
     }

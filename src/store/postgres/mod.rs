@@ -238,14 +238,14 @@ impl PostgresStore {
         let runtime = tokio::runtime::Handle::current();
         let (committer, thread) = Committer::start(
             "postgres",
-            Box::new(move |events| {
+            Box::new(move |events, _quiet| {
                 // A lost connection is not the end of the store: the next group
                 // reconnects (no fail-stop on PostgreSQL's errors).
-                writer
+                let ids = writer
                     .health
-                    .write(|_| false, || runtime.block_on(writer.bounded(writer.append(events))))
+                    .write(|_| false, || runtime.block_on(writer.bounded(writer.append(events))))?;
+                Ok(crate::store::Written::waiting(ids))
             }),
-            None,
             opts.commit_max_batch,
             opts.observer.clone(),
             health,

@@ -118,6 +118,11 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
+    /// A batch of these keys and values, taken as they are (no copy).
+    pub(crate) fn of(ops: Vec<(Vec<u8>, Vec<u8>)>) -> Self {
+        Self { ops }
+    }
+
     pub(crate) fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
         self.ops.push((key.as_ref().to_vec(), value.as_ref().to_vec()));
     }
