@@ -12,7 +12,7 @@ pub(crate) trait StoreObserver: Send + Sync + 'static {
     /// One event of a written group.
     fn stored(&self, meta: &EventMeta);
     /// A written group left events waiting for the dispatcher (after the group's
-    /// callers are answered; not when the committer dispatched them itself,
+    /// callers are answered; not when the committer dispatched them in the write,
     /// `store::CommitDispatch`).
     fn waiting(&self) {}
     /// The store stopped taking writes (see [`super::Health`]); called once, from

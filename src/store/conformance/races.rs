@@ -45,9 +45,10 @@ struct Seen {
     destination: &'static str,
 }
 
-/// A committer that dispatches what it stored (`Dispatch::dispatch_with_commits`, the
-/// embedded store), racing the dispatcher for the same events: it leaves every third
-/// batch to the dispatcher, so both paths take turns on each resource.
+/// A committer that dispatches what it stores (`Dispatch::dispatch_with_commits`, the
+/// embedded store) beside the dispatcher: it declines every third group, which leaves
+/// a backlog to the dispatcher, so both paths take turns on each resource's queue
+/// while the workers claim and record.
 struct RacingCommitter {
     planner: crate::store::Planner,
     now: Box<dyn Fn() -> u64 + Send + Sync>,
