@@ -252,10 +252,10 @@ fn the_redo_log_is_applied_to_its_own_database_only() {
 
 #[test]
 fn the_successor_of_a_prefix_bounds_it() {
-    assert_eq!(super::successor(b"ab"), Some(b"ac".to_vec()));
-    assert_eq!(super::successor(&[1, 0xff]), Some(vec![2]));
-    assert_eq!(super::successor(&[0xff, 0xff]), None);
-    assert_eq!(super::successor(b""), None);
+    assert_eq!(super::tree::successor(b"ab"), Some(b"ac".to_vec()));
+    assert_eq!(super::tree::successor(&[1, 0xff]), Some(vec![2]));
+    assert_eq!(super::tree::successor(&[0xff, 0xff]), None);
+    assert_eq!(super::tree::successor(b""), None);
 }
 
 #[test]
