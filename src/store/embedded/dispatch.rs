@@ -12,10 +12,10 @@ use super::events::Group;
 use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
-use crate::store::lifecycle::{self, Staged};
+use crate::store::lifecycle::{self, Changes, Staged};
 use crate::store::{
-    CommitDispatch, DispatchPlan, DispatchVerdict, EventId, EventStatus, PendingEvent, StoreError,
-    Written,
+    CommitDispatch, DispatchPlan, DispatchVerdict, EventId, EventMeta, EventStatus, PendingEvent,
+    StoreError, Written,
 };
 
 impl EmbeddedState {
@@ -93,20 +93,12 @@ impl EmbeddedState {
         stored: &mut bool,
     ) -> Result<Vec<DispatchVerdict>, StoreError> {
         let guard = lock(&self.lifecycle);
-        self.dedup_buckets.forget_found();
-        let mut st = Staged::new(self);
-        let mut verdicts = Vec::with_capacity(plans.len());
-        for plan in plans {
+        let (changes, verdicts) = self.decide(plans, now_us, |id| {
             let event = group
                 .events()
-                .find(|(id, ev)| *id == plan.id && ev.meta.status == EventStatus::Received);
-            let Some((_, ev)) = event else {
-                verdicts.push(DispatchVerdict::Gone);
-                continue;
-            };
-            verdicts.push(lifecycle::dispatch(&mut st, ev.meta.clone(), plan, now_us)?);
-        }
-        let changes = st.into_changes();
+                .find(|(at, ev)| *at == id && ev.meta.status == EventStatus::Received);
+            Ok(event.map(|(_, ev)| ev.meta.clone()))
+        })?;
         let cursor = settled_through(group, &changes.dispatched);
         let alongside = Alongside { cursor, journal: None, appended: &group.records };
         let new_keys = self.transact(&changes, alongside, now_us)?.unwrap_or(0);
@@ -176,30 +168,47 @@ impl EmbeddedState {
         now_us: u64,
     ) -> Result<Vec<DispatchVerdict>, StoreError> {
         let guard = lock(&self.lifecycle);
-        self.dedup_buckets.forget_found();
-        let mut st = Staged::new(self);
-        let mut outcomes = Vec::with_capacity(plans.len());
-        for plan in plans {
-            let key = plan.id.to_key();
-            let corrupt =
-                |reason: String| StoreError::Corrupt { table: RECORDS, key: hex(&key), reason };
-            let value = match self.records.get(key)? {
-                Some(v) if self.awaits_dispatch(&key, &v)? => v,
-                _ => {
-                    outcomes.push(DispatchVerdict::Gone);
-                    continue;
+        let (changes, outcomes) = self.decide(plans, now_us, |id| {
+            let key = id.to_key();
+            match self.records.get(key)? {
+                // No outcome yet (just checked): the meta as stored is the event's.
+                Some(value) if self.awaits_dispatch(&key, &value)? => {
+                    decode_meta(&value).map(Some).map_err(|reason| StoreError::Corrupt {
+                        table: RECORDS,
+                        key: hex(&key),
+                        reason,
+                    })
                 }
-            };
-            // No outcome yet (just checked): the meta as stored is the event's.
-            let meta = decode_meta(&value).map_err(corrupt)?;
-            outcomes.push(lifecycle::dispatch(&mut st, meta, plan, now_us)?);
-        }
-        let changes = st.into_changes();
+                _ => Ok(None),
+            }
+        })?;
         let cursor = self.cursor_after(&changes.dispatched.keys().copied().collect())?;
         self.apply_dispatch(&changes, cursor, now_us)?;
         drop(guard);
         // Not flushed here (see `Store::dispatch`): the next durable write covers it.
         Ok(outcomes)
+    }
+
+    /// The one rule of dispatch over `plans` at `now_us`, for the inbox's events and
+    /// for a group being stored alike: each event whose meta `meta_of` gives (one that
+    /// awaits dispatch) decided by [`lifecycle::dispatch`], the others `Gone`. The
+    /// caller holds the lifecycle lock and writes the changes.
+    fn decide(
+        &self,
+        plans: &[DispatchPlan],
+        now_us: u64,
+        mut meta_of: impl FnMut(EventId) -> Result<Option<EventMeta>, StoreError>,
+    ) -> Result<(Changes, Vec<DispatchVerdict>), StoreError> {
+        self.dedup_buckets.forget_found();
+        let mut st = Staged::new(self);
+        let mut verdicts = Vec::with_capacity(plans.len());
+        for plan in plans {
+            verdicts.push(match meta_of(plan.id)? {
+                Some(meta) => lifecycle::dispatch(&mut st, meta, plan, now_us)?,
+                None => DispatchVerdict::Gone,
+            });
+        }
+        Ok((st.into_changes(), verdicts))
     }
 
     /// Where the cursor can move once `dispatched` have their outcomes: over every
