@@ -39,7 +39,8 @@ impl StoreMetrics {
         Ok(Self {
             store_commit_duration: r.histogram(
                 "hookrelay_store_commit_duration_seconds",
-                "Time to write one group of events and, when durable, fsync it.",
+                "Time to write one group of events (at a gentle rate on an embedded store, with \
+                 their dispatch) and, when durable, fsync it.",
                 LATENCY_BUCKETS,
             )?,
             store_commit_batch_size: r.histogram(
