@@ -64,16 +64,11 @@ pub(super) async fn download(state: web::Data<AdminState>, who: super::Who) -> H
 /// stopped reading held the listener's graceful stop, and so the relay's, for the
 /// whole grace, and the backup cut then was never journalled (the store was closed
 /// under it).
+#[derive(Default)]
 pub(crate) struct Backups {
     tasks: crate::store::Tasks,
     /// Set by the stop: each backup's next write fails.
     stop: watch::Sender<bool>,
-}
-
-impl Default for Backups {
-    fn default() -> Self {
-        Self { tasks: crate::store::Tasks::default(), stop: watch::Sender::new(false) }
-    }
 }
 
 impl Backups {

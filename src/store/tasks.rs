@@ -32,16 +32,10 @@ impl Tasks {
         running.push(handle);
     }
 
-    /// Aborts every task and waits until each has ended (its resources dropped).
+    /// Aborts every task and waits until each has ended (its resources dropped):
+    /// [`Tasks::finish`] with no time to end by itself.
     pub(crate) async fn stop(&self) {
-        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-        let running = std::mem::take(&mut *lock(&self.running));
-        for handle in &running {
-            handle.abort();
-        }
-        for handle in running {
-            let _ = handle.await;
-        }
+        self.finish(std::time::Duration::ZERO).await;
     }
 
     /// Lets every task end by itself within `within` (the caller has told them to),

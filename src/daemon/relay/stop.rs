@@ -58,11 +58,8 @@ impl Relay {
             // is open: its client may have stopped reading, and would hold the
             // listener's graceful stop for the whole grace. Its connection is then
             // cut (its body ends without a checksum), with the listener's others.
-            if backups.stop(BACKUPS_END).await > 0 {
-                admin.stop(false).await;
-            } else {
-                admin.stop(true).await;
-            }
+            let none_cut = backups.stop(BACKUPS_END).await == 0;
+            admin.stop(none_cut).await;
             shaper.close().await;
         };
         if tokio::time::timeout(grace - for_close, drain).await.is_err() {

@@ -22,7 +22,7 @@ impl EmbeddedState {
     /// The committer's dispatch of a quiet `group` (`store::commit`) in the transaction
     /// that stores it, through the dispatcher's rules lent to it: one write instead
     /// of two, and no hand-off to the dispatcher's thread (BENCHMARKS.md). The caller
-    /// holds `last_id` (the group's ids end at `last`).
+    /// holds `last_id`.
     ///
     /// Only when the inbox held nothing before the group (the cursor at the committed
     /// watermark): a backlog is the dispatcher's, oldest first. `None` when the group is
@@ -33,7 +33,6 @@ impl EmbeddedState {
     pub(super) fn append_dispatched(
         &self,
         group: &Group<'_>,
-        last: u64,
     ) -> Result<Option<Written>, StoreError> {
         let Some(hook) = lock(&self.commit_dispatch).clone() else { return Ok(None) };
         if self.cursor.load(Ordering::Acquire) != self.committed.load(Ordering::Acquire) {
@@ -59,7 +58,7 @@ impl EmbeddedState {
                 if result.is_some() {
                     return Err(StoreError::Task("a group dispatched twice".into()));
                 }
-                let verdicts = self.store_dispatched(group, last, plans, now_us, &mut stored);
+                let verdicts = self.store_dispatched(group, plans, now_us, &mut stored);
                 result = Some(verdicts.as_ref().map(drop).map_err(StoreError::duplicate));
                 verdicts
             };
@@ -87,7 +86,6 @@ impl EmbeddedState {
     fn store_dispatched(
         &self,
         group: &Group<'_>,
-        last: u64,
         plans: &[DispatchPlan],
         now_us: u64,
         stored: &mut bool,
@@ -105,7 +103,7 @@ impl EmbeddedState {
         *stored = true;
         // As the append would, then as the dispatch would: the group tallied in the
         // inbox, then taken out of it.
-        self.published(group.events, &group.ids, last)?;
+        self.published(group)?;
         self.applied(&changes, cursor, new_keys);
         drop(guard);
         self.durable()?;

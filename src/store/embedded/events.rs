@@ -18,6 +18,8 @@ pub(super) struct Group<'a> {
     pub(super) ids: Vec<EventId>,
     /// Each event's `records` key and value, in id order.
     pub(super) records: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The last id handed out once the group has its ids (its last event's).
+    pub(super) last: u64,
 }
 
 impl<'a> Group<'a> {
@@ -28,6 +30,7 @@ impl<'a> Group<'a> {
             events,
             ids: Vec::with_capacity(events.len()),
             records: Vec::with_capacity(events.len()),
+            last: *last,
         };
         for ev in events {
             let id = EventId::allocate(*last, ev.meta.received_at_us);
@@ -40,6 +43,7 @@ impl<'a> Group<'a> {
             };
             group.records.push((id.to_key().to_vec(), encode_record(&ev.meta, body)?));
         }
+        group.last = *last;
         Ok(group)
     }
 
@@ -58,48 +62,42 @@ impl EmbeddedState {
         // so a visible id means every lower one is visible too (the dispatch cursor
         // relies on it).
         let mut last = lock(&self.last_id);
-        let group = Group::new(batch, &mut last)?;
+        let mut group = Group::new(batch, &mut last)?;
         if quiet {
-            if let Some(written) = self.append_dispatched(&group, *last)? {
+            if let Some(written) = self.append_dispatched(&group)? {
                 return Ok(written);
             }
         }
-        let Group { ids, records, .. } = group;
-        self.records.apply_batch(Batch::of(records))?;
-        self.published(batch, &ids, *last)?;
+        self.records.apply_batch(Batch::of(std::mem::take(&mut group.records)))?;
+        self.published(&group)?;
         drop(last);
         self.durable()?;
-        Ok(Written::waiting(ids))
+        Ok(Written::waiting(group.ids))
     }
 
     /// After a group's records are written: the ledger's counts of the group, the
-    /// inbox tally, and the committed watermark moved to `last`. The caller holds
-    /// `last_id`: a ledger reading sees the group whole or not at all, and the
-    /// watermark only moves forward.
-    pub(super) fn published(
-        &self,
-        batch: &[NewEvent],
-        ids: &[EventId],
-        last: u64,
-    ) -> Result<(), StoreError> {
+    /// inbox tally, and the committed watermark moved to the group's last id. The
+    /// caller holds `last_id`: a ledger reading sees the group whole or not at all,
+    /// and the watermark only moves forward.
+    pub(super) fn published(&self, group: &Group<'_>) -> Result<(), StoreError> {
         let start = self.ledger_start();
         let mut edits = LedgerEdits::new();
         let mut received = 0;
         {
             let mut waiting = lock(&self.waiting);
-            for (id, ev) in ids.iter().zip(batch) {
-                ledger::appended(&mut edits, *id, &ev.meta, start);
+            for (id, ev) in group.events() {
+                ledger::appended(&mut edits, id, &ev.meta, start);
                 if ev.meta.status == EventStatus::Received {
                     received += 1;
-                    if *id >= start {
-                        *waiting.entry(super::ledger::waiting_key(*id, &ev.meta)).or_insert(0) += 1;
+                    if id >= start {
+                        *waiting.entry(super::ledger::waiting_key(id, &ev.meta)).or_insert(0) += 1;
                     }
                 }
             }
         }
-        self.add_appended(&edits, batch.len(), last)?;
+        self.add_appended(&edits, group.events.len(), group.last)?;
         // The whole group is written: the dispatch cursor may pass it now.
-        self.committed.fetch_max(last, Ordering::AcqRel);
+        self.committed.fetch_max(group.last, Ordering::AcqRel);
         self.inbox_count.fetch_add(received, Ordering::Relaxed);
         Ok(())
     }
