@@ -9,38 +9,73 @@
 //! backend's blocking write directly: one hop from the handler and back, which
 //! measured 0.1–0.16 ms per group less than an async task hopping to the blocking pool
 //! (BENCHMARKS.md).
+//!
+//! A backend may also hand the committer *riders* ([`Committer::ride`]): writes that
+//! can wait a little (the embedded store's attempt records), written in the next
+//! group's write, its transaction and its fsync. A rider waits beside the channel,
+//! without waking the committer, when a group is expected within [`RECORD_LINGER`]
+//! ([`Cadence`]); when none is, or none came by then, it wakes the committer, which
+//! writes it alone.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::cadence::{Cadence, RECORD_LINGER};
 use super::{EventId, Health, NewEvent, StoreError, StoreObserver};
+use crate::lock::lock;
 
 type Reply = oneshot::Sender<Result<EventId, StoreError>>;
+
+/// The rider of a backend that has none (PostgreSQL): never made.
+pub(crate) enum NoRider {}
 
 // `Close` is sent once per process; boxing `Append` would cost an allocation per callback.
 #[allow(clippy::large_enum_variant)]
 enum Command {
     Append(NewEvent, Reply),
+    /// Riders wait (see the module docs): write them, with a group or alone.
+    Riders,
     /// Commit everything queued before this, and stop.
     Close(oneshot::Sender<()>),
 }
 
+/// What the committer shares with its handles beside the channel.
+struct Shared<R> {
+    /// The riders waiting for the next write; `None` once the committer stopped.
+    riders: Mutex<Option<Vec<R>>>,
+    /// When the groups come: whether a rider waits for the next.
+    groups: Mutex<Cadence>,
+}
+
 /// Handle to the committer thread; cheap to clone.
-#[derive(Clone)]
-pub(crate) struct Committer {
+pub(crate) struct Committer<R: Send + 'static = NoRider> {
     tx: mpsc::Sender<Command>,
+    shared: Arc<Shared<R>>,
     backend: &'static str,
     /// Callers stop waiting as soon as the store fails (a group that never returns).
     health: Arc<Health>,
 }
 
-/// Writes one group. Told whether the group is *quiet* ([`quiet`]): a few callbacks
-/// with none waiting behind them, which a write may dispatch along with storing them
-/// (the embedded store, `store::CommitDispatch`).
-pub(crate) type WriteGroup =
-    Box<dyn FnMut(&[NewEvent], bool) -> Result<Written, StoreError> + Send + 'static>;
+impl<R: Send + 'static> Clone for Committer<R> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            shared: self.shared.clone(),
+            backend: self.backend,
+            health: self.health.clone(),
+        }
+    }
+}
+
+/// Writes one group, and the riders that came with it. Told whether the group is
+/// *quiet* ([`quiet`]): a few callbacks with none waiting behind them, which a write
+/// may dispatch along with storing them (the embedded store, `store::CommitDispatch`).
+/// The group may be empty when riders came alone. The write answers its riders
+/// itself, whatever becomes of the group.
+pub(crate) type WriteGroup<R = NoRider> =
+    Box<dyn FnMut(&[NewEvent], bool, Vec<R>) -> Result<Written, StoreError> + Send + 'static>;
 
 /// A group written: its ids in order, and whether it left events waiting for the
 /// dispatcher (false when the write dispatched them itself), which then is woken.
@@ -70,38 +105,70 @@ fn quiet(size: usize, queued: bool) -> bool {
     size <= QUIET_GROUP_MAX && !queued
 }
 
-impl Committer {
+impl<R: Send + 'static> Committer<R> {
     /// Starts the committer thread over `write`.
     pub(crate) fn start(
         backend: &'static str,
-        write: WriteGroup,
+        write: WriteGroup<R>,
         max_batch: usize,
         observer: Arc<dyn StoreObserver>,
         health: Arc<Health>,
     ) -> Result<(Self, std::thread::JoinHandle<()>), StoreError> {
         // Enough room for every worker's connections without unbounded growth.
         let (tx, rx) = mpsc::channel(max_batch.max(1) * 8);
-        let task = Task { write, max_batch: max_batch.max(1), observer, rx };
+        let shared = Arc::new(Shared {
+            riders: Mutex::new(Some(Vec::new())),
+            groups: Mutex::new(Cadence::default()),
+        });
+        let task =
+            Task { write, max_batch: max_batch.max(1), observer, rx, shared: shared.clone() };
         let thread = std::thread::Builder::new()
             .name("hookrelay-committer".into())
             .spawn(move || task.run())
             .map_err(|e| StoreError::Task(format!("cannot start the committer thread: {e}")))?;
-        Ok((Self { tx, backend, health }, thread))
+        Ok((Self { tx, shared, backend, health }, thread))
+    }
+
+    fn stopped(&self) -> StoreError {
+        StoreError::Backend { backend: self.backend, message: "the store is closed".into() }
     }
 
     /// Stores `event` (with whatever arrives meanwhile) and returns its id once the
     /// group is written as durably as the write makes it. Fails at once if the store
     /// has failed, and as soon as it fails while this waits.
     pub(crate) async fn submit(&self, event: NewEvent) -> Result<EventId, StoreError> {
-        let stopped =
-            || StoreError::Backend { backend: self.backend, message: "the store is closed".into() };
         self.health
             .or_failed(async {
                 let (reply, answer) = oneshot::channel();
-                self.tx.send(Command::Append(event, reply)).await.map_err(|_| stopped())?;
-                answer.await.map_err(|_| stopped())?
+                self.tx.send(Command::Append(event, reply)).await.map_err(|_| self.stopped())?;
+                answer.await.map_err(|_| self.stopped())?
             })
             .await
+    }
+
+    /// Hands `rider` to the committer, to be written with the next group (see the
+    /// module docs), and returns what the write answers on `answer`, the rider's own
+    /// way to be answered. Fails if the committer has stopped.
+    pub(crate) async fn ride<T>(
+        &self,
+        rider: R,
+        mut answer: oneshot::Receiver<T>,
+    ) -> Result<T, StoreError> {
+        let now = Instant::now();
+        let linger_until = {
+            let mut riders = lock(&self.shared.riders);
+            riders.as_mut().ok_or_else(|| self.stopped())?.push(rider);
+            lock(&self.shared.groups).linger_until(now, RECORD_LINGER)
+        };
+        if let Some(until) = linger_until {
+            let waited = tokio::time::timeout_at(until.into(), &mut answer).await;
+            if let Ok(answered) = waited {
+                return answered.map_err(|_| self.stopped());
+            }
+        }
+        // No group expected, or none came in time: the committer writes it now.
+        self.tx.send(Command::Riders).await.map_err(|_| self.stopped())?;
+        answer.await.map_err(|_| self.stopped())
     }
 
     /// Commits what is queued and stops the thread.
@@ -139,51 +206,99 @@ impl Committer {
     }
 }
 
-struct Task {
-    write: WriteGroup,
+/// What the committer has taken from its channel for the next write.
+struct Next {
+    events: Vec<NewEvent>,
+    waiters: Vec<Reply>,
+    close: Option<oneshot::Sender<()>>,
+}
+
+impl Next {
+    fn take(&mut self, cmd: Command) {
+        match cmd {
+            Command::Append(event, reply) => {
+                self.events.push(event);
+                self.waiters.push(reply);
+            }
+            // Only a wake-up: every write takes the riders waiting.
+            Command::Riders => {}
+            Command::Close(ack) => self.close = Some(ack),
+        }
+    }
+}
+
+struct Task<R> {
+    write: WriteGroup<R>,
     max_batch: usize,
     observer: Arc<dyn StoreObserver>,
     rx: mpsc::Receiver<Command>,
+    shared: Arc<Shared<R>>,
 }
 
-impl Task {
+impl<R: Send + 'static> Task<R> {
     fn run(mut self) {
-        let mut events: Vec<NewEvent> = Vec::new();
-        let mut waiters: Vec<Reply> = Vec::new();
+        let mut next = Next { events: Vec::new(), waiters: Vec::new(), close: None };
         while let Some(first) = self.rx.blocking_recv() {
-            let mut close = None;
-            let mut next = Some(first);
-            while let Some(cmd) = next.take() {
-                match cmd {
-                    Command::Append(event, reply) => {
-                        events.push(event);
-                        waiters.push(reply);
-                    }
-                    Command::Close(ack) => {
-                        close = Some(ack);
-                        break;
-                    }
-                }
-                if events.len() < self.max_batch {
-                    next = self.rx.try_recv().ok();
-                }
+            next.take(first);
+            self.take_queued(&mut next);
+            if !next.events.is_empty() {
+                lock(&self.shared.groups).noted(Instant::now());
             }
-            if !events.is_empty() {
-                self.commit(&mut events, &mut waiters);
-            }
-            if let Some(ack) = close {
+            self.commit(&mut next);
+            if let Some(ack) = next.close.take() {
+                self.stop();
                 let _ = ack.send(());
                 return;
             }
         }
+        self.stop();
     }
 
-    /// Writes one group (quiet or not, see [`quiet`]), then answers its waiters, and
-    /// tells the observer when events wait for the dispatcher. Both vectors are left
-    /// empty, their capacity kept for the next group.
-    fn commit(&mut self, events: &mut Vec<NewEvent>, waiters: &mut Vec<Reply>) {
+    /// No rider is taken from now on: the last ones written, any later one refused.
+    fn stop(&mut self) {
+        let last = lock(&self.shared.riders).take().unwrap_or_default();
+        if !last.is_empty() {
+            self.write_group(&mut Vec::new(), &mut Vec::new(), last);
+        }
+    }
+
+    /// Takes what is queued, up to a group of `max_batch` or a close.
+    fn take_queued(&mut self, next: &mut Next) {
+        while next.events.len() < self.max_batch && next.close.is_none() {
+            match self.rx.try_recv() {
+                Ok(cmd) => next.take(cmd),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Writes the group taken (quiet or not, see [`quiet`]) with the riders waiting,
+    /// if either there is.
+    fn commit(&mut self, next: &mut Next) {
+        let riders = std::mem::take(lock(&self.shared.riders).get_or_insert_with(Vec::new));
+        if !next.events.is_empty() || !riders.is_empty() {
+            self.write_group(&mut next.events, &mut next.waiters, riders);
+        }
+    }
+
+    /// Writes one group with `riders`, then answers the group's waiters, and tells
+    /// the observer when events wait for the dispatcher. The vectors are left empty,
+    /// their capacity kept for the next.
+    fn write_group(
+        &mut self,
+        events: &mut Vec<NewEvent>,
+        waiters: &mut Vec<Reply>,
+        riders: Vec<R>,
+    ) {
         let (started, size) = (Instant::now(), events.len());
-        let result = (self.write)(events, quiet(size, !self.rx.is_empty()));
+        let result = (self.write)(events, quiet(size, !self.rx.is_empty()), riders);
+        if size == 0 {
+            // Riders alone: no group to count or answer.
+            if let Err(e) = result {
+                tracing::error!(error = %e, "writing attempt records alone failed");
+            }
+            return;
+        }
         self.observer.group(size, started.elapsed(), result.is_ok());
         match result {
             Ok(written) => {
@@ -254,7 +369,7 @@ mod tests {
 
     /// A write that takes a while, like an fsync, and numbers the events.
     fn slow_write(written: Arc<AtomicUsize>) -> WriteGroup {
-        Box::new(move |events: &[NewEvent], _quiet| {
+        Box::new(move |events: &[NewEvent], _quiet, _: Vec<NoRider>| {
             std::thread::sleep(Duration::from_millis(20));
             let first = written.fetch_add(events.len(), Ordering::SeqCst) as u64;
             Ok(Written::waiting(
@@ -300,10 +415,10 @@ mod tests {
         let told: Arc<Mutex<Vec<(usize, bool)>>> = Arc::default();
         let (log, written) = (told.clone(), Arc::new(AtomicUsize::new(0)));
         let mut slow = slow_write(written);
-        let write: WriteGroup = Box::new(move |events: &[NewEvent], quiet| {
+        let write: WriteGroup = Box::new(move |events: &[NewEvent], quiet, riders| {
             let mut told = log.lock().unwrap();
             told.push((events.len(), quiet));
-            let mut group = slow(events, quiet)?;
+            let mut group = slow(events, quiet, riders)?;
             // Dispatches every other quiet group itself.
             group.waiting = !quiet || told.iter().filter(|(_, q)| *q).count() % 2 == 0;
             Ok(group)
@@ -336,11 +451,79 @@ mod tests {
         );
     }
 
+    /// A rider of the tests: answered with the size of the group it was written with.
+    type Told = oneshot::Sender<usize>;
+
+    /// A write that answers each rider with its group's size, after a sync's time.
+    fn answering_write() -> WriteGroup<Told> {
+        let mut next = 0u64;
+        Box::new(move |events: &[NewEvent], _quiet, riders: Vec<Told>| {
+            std::thread::sleep(Duration::from_micros(300));
+            for rider in riders {
+                let _ = rider.send(events.len());
+            }
+            let ids = events.iter().map(|_| {
+                next += 1;
+                EventId::new(next)
+            });
+            Ok(Written::waiting(ids.collect()))
+        })
+    }
+
+    /// A rider with no group in sight is written alone, without waiting; riders that
+    /// come between groups arriving at a steady rhythm ride the next group's write,
+    /// and wake the committer only when it did not come in time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rider_rides_the_next_group_when_one_is_expected_and_goes_alone_otherwise() {
+        let (committer, thread) =
+            Committer::start("test", answering_write(), 64, Arc::new(Seen::default()), healthy())
+                .unwrap();
+        let ride = |committer: &Committer<Told>| {
+            let (tx, rx) = oneshot::channel();
+            let committer = committer.clone();
+            async move { committer.ride(tx, rx).await.unwrap() }
+        };
+        let started = std::time::Instant::now();
+        assert_eq!(ride(&committer).await, 0, "no group ever came: written alone");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Groups every 2 ms, and a rider right after each: the next group is
+        // expected well within the linger.
+        let mut shared = 0;
+        let rounds = 40;
+        for _ in 0..rounds {
+            committer.submit(event()).await.unwrap();
+            let rider = tokio::spawn(ride(&committer));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            committer.submit(event()).await.unwrap();
+            if rider.await.unwrap() > 0 {
+                shared += 1;
+            }
+        }
+        assert!(shared >= rounds / 2, "only {shared} of {rounds} riders rode a group");
+        // A group expected that does not come: the rider is written alone, once its
+        // linger is over.
+        committer.submit(event()).await.unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(ride(&committer).await, 0, "no group came: written alone");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // The groups stopped long ago: a rider no longer waits for one.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(ride(&committer).await, 0, "the groups stopped: written alone");
+        // A rider waiting at the close is written by it; later ones are refused.
+        let (tx, rx) = oneshot::channel();
+        lock(&committer.shared.riders).as_mut().unwrap().push(tx);
+        committer.close().await;
+        assert_eq!(rx.await, Ok(0), "a rider waiting at the close");
+        let (tx, rx) = oneshot::channel();
+        assert!(committer.ride(tx, rx).await.is_err(), "closed");
+        thread.join().unwrap();
+    }
+
     #[tokio::test]
     async fn a_failed_write_fails_every_waiter_of_its_group() {
         let seen = Arc::new(Seen::default());
         let write: WriteGroup =
-            Box::new(|_: &[NewEvent], _| Err(StoreError::Injected("disk full")));
+            Box::new(|_: &[NewEvent], _, _| Err(StoreError::Injected("disk full")));
         let (committer, _thread) =
             Committer::start("test", write, 8, seen.clone(), healthy()).unwrap();
         let err = committer.submit(event()).await.unwrap_err();
@@ -360,7 +543,7 @@ mod tests {
         let _watchdog = Health::start_watchdog(&health).unwrap();
         let guard = health.clone();
         // Blocks like sled's flush on a full tmpfs did: for ever.
-        let write: WriteGroup = Box::new(move |_: &[NewEvent], _| {
+        let write: WriteGroup = Box::new(move |_: &[NewEvent], _, _| {
             guard.write(StoreError::is_engine_failure, || {
                 std::thread::park();
                 Ok(Written::waiting(Vec::new()))

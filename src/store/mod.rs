@@ -12,6 +12,7 @@
 //! trait on every backend.
 
 pub(crate) mod backup;
+mod cadence;
 mod claims;
 mod commit;
 #[cfg(test)]

@@ -134,6 +134,9 @@ impl EmbeddedState {
         }
     }
 
+    /// Records `attempts` in a transaction of their own: those of ordered deliveries,
+    /// whose record may release the next delivery of a resource's queue (the others
+    /// ride the committer's next group: `ride.rs`).
     pub(super) fn record_attempts(
         &self,
         attempts: &[(Claim, AttemptReport)],

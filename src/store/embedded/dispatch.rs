@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::apply::Alongside;
 use super::codec::{decode_meta, parse_meta, split_record};
 use super::events::Group;
+use super::ride::Riders;
 use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
@@ -30,9 +31,11 @@ impl EmbeddedState {
     /// nothing received, a hook that declines, or one that fails or panics before the
     /// transaction committed (the dispatcher meets the same failure and reports it).
     /// A failure after the commit is the group's: its fsync.
+    /// The `riders` are recorded in the same transaction when it commits.
     pub(super) fn append_dispatched(
         &self,
         group: &Group<'_>,
+        riders: &mut Riders,
     ) -> Result<Option<Written>, StoreError> {
         let Some(hook) = lock(&self.commit_dispatch).clone() else { return Ok(None) };
         if self.cursor.load(Ordering::Acquire) != self.committed.load(Ordering::Acquire) {
@@ -58,7 +61,7 @@ impl EmbeddedState {
                 if result.is_some() {
                     return Err(StoreError::Task("a group dispatched twice".into()));
                 }
-                let verdicts = self.store_dispatched(group, plans, now_us, &mut stored);
+                let verdicts = self.store_dispatched(group, riders, plans, now_us, &mut stored);
                 result = Some(verdicts.as_ref().map(drop).map_err(StoreError::duplicate));
                 verdicts
             };
@@ -86,17 +89,22 @@ impl EmbeddedState {
     fn store_dispatched(
         &self,
         group: &Group<'_>,
+        riders: &mut Riders,
         plans: &[DispatchPlan],
         now_us: u64,
         stored: &mut bool,
     ) -> Result<Vec<DispatchVerdict>, StoreError> {
         let guard = lock(&self.lifecycle);
-        let (changes, verdicts) = self.decide(plans, now_us, |id| {
+        // The riders' records first, as if written just before: the dispatch sees them.
+        let mut st = Staged::new(self);
+        let staged = riders.stage(self, &mut st);
+        let verdicts = self.decide_on(&mut st, plans, now_us, |id| {
             let event = group
                 .events()
                 .find(|(at, ev)| *at == id && ev.meta.status == EventStatus::Received);
             Ok(event.map(|(_, ev)| ev.meta.clone()))
         })?;
+        let changes = st.into_changes();
         let cursor = settled_through(group, &changes.dispatched);
         let alongside = Alongside { cursor, journal: None, appended: &group.records };
         let new_keys = self.transact(&changes, alongside, now_us)?.unwrap_or(0);
@@ -105,6 +113,7 @@ impl EmbeddedState {
         // inbox, then taken out of it.
         self.published(group)?;
         self.applied(&changes, cursor, new_keys);
+        riders.written(self, staged);
         drop(guard);
         self.durable()?;
         Ok(verdicts)
@@ -195,18 +204,30 @@ impl EmbeddedState {
         &self,
         plans: &[DispatchPlan],
         now_us: u64,
-        mut meta_of: impl FnMut(EventId) -> Result<Option<EventMeta>, StoreError>,
+        meta_of: impl FnMut(EventId) -> Result<Option<EventMeta>, StoreError>,
     ) -> Result<(Changes, Vec<DispatchVerdict>), StoreError> {
-        self.dedup_buckets.forget_found();
         let mut st = Staged::new(self);
+        let verdicts = self.decide_on(&mut st, plans, now_us, meta_of)?;
+        Ok((st.into_changes(), verdicts))
+    }
+
+    /// [`EmbeddedState::decide`] on changes already staged in `st` (riders' records).
+    fn decide_on(
+        &self,
+        st: &mut Staged<'_, Self>,
+        plans: &[DispatchPlan],
+        now_us: u64,
+        mut meta_of: impl FnMut(EventId) -> Result<Option<EventMeta>, StoreError>,
+    ) -> Result<Vec<DispatchVerdict>, StoreError> {
+        self.dedup_buckets.forget_found();
         let mut verdicts = Vec::with_capacity(plans.len());
         for plan in plans {
             verdicts.push(match meta_of(plan.id)? {
-                Some(meta) => lifecycle::dispatch(&mut st, meta, plan, now_us)?,
+                Some(meta) => lifecycle::dispatch(st, meta, plan, now_us)?,
                 None => DispatchVerdict::Gone,
             });
         }
-        Ok((st.into_changes(), verdicts))
+        Ok(verdicts)
     }
 
     /// Where the cursor can move once `dispatched` have their outcomes: over every

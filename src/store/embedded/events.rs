@@ -3,12 +3,15 @@
 
 use std::sync::atomic::Ordering;
 
+use super::apply::Alongside;
 use super::codec::{encode_record, split_record};
 use super::engine::Batch;
+use super::ride::{Rider, Riders};
 use super::{EmbeddedState, RECORDS};
 use crate::lock::lock;
 use crate::store::hex;
 use crate::store::lifecycle::ledger::{self, LedgerEdits};
+use crate::store::lifecycle::Staged;
 use crate::store::{EventFilter, EventId, EventRecord, EventStatus, NewEvent, StoreError, Written};
 
 /// A group of events as the committer hands it over, with ids assigned and records
@@ -57,22 +60,65 @@ impl EmbeddedState {
     /// Assigns ids and writes the group into `records` in one atomic batch, each event
     /// once with its body; a `quiet` group (`store::commit`) dispatched in the same
     /// transaction when it can be (`dispatch.rs`). Then waits for durability.
-    pub(super) fn append(&self, batch: &[NewEvent], quiet: bool) -> Result<Written, StoreError> {
+    ///
+    /// The `riders` (attempts' records, `ride.rs`) are written in the same
+    /// transaction, and answered once it is durable: with their outcomes, or with the
+    /// write's error. The batch may be empty when they came alone.
+    pub(super) fn append(
+        &self,
+        batch: &[NewEvent],
+        quiet: bool,
+        riders: Vec<Rider>,
+    ) -> Result<Written, StoreError> {
+        let mut riders = Riders::new(riders);
+        let written = self.append_with(batch, quiet && !batch.is_empty(), &mut riders);
+        riders.finish(&written);
+        written
+    }
+
+    fn append_with(
+        &self,
+        batch: &[NewEvent],
+        quiet: bool,
+        riders: &mut Riders,
+    ) -> Result<Written, StoreError> {
         // Held across the write: ids reach the tree in the order they were handed out,
         // so a visible id means every lower one is visible too (the dispatch cursor
         // relies on it).
         let mut last = lock(&self.last_id);
         let mut group = Group::new(batch, &mut last)?;
         if quiet {
-            if let Some(written) = self.append_dispatched(&group)? {
+            if let Some(written) = self.append_dispatched(&group, riders)? {
                 return Ok(written);
             }
         }
-        self.records.apply_batch(Batch::of(std::mem::take(&mut group.records)))?;
-        self.published(&group)?;
+        if riders.is_empty() {
+            self.records.apply_batch(Batch::of(std::mem::take(&mut group.records)))?;
+            self.published(&group)?;
+        } else {
+            self.store_with_riders(&group, riders)?;
+        }
         drop(last);
         self.durable()?;
         Ok(Written::waiting(group.ids))
+    }
+
+    /// Writes `group` (possibly empty) and the `riders`' records in one transaction,
+    /// left for the dispatcher. The caller holds `last_id`, and makes it durable.
+    fn store_with_riders(&self, group: &Group<'_>, riders: &mut Riders) -> Result<(), StoreError> {
+        let guard = lock(&self.lifecycle);
+        let mut st = Staged::new(self);
+        let staged = riders.stage(self, &mut st);
+        let changes = st.into_changes();
+        let alongside = Alongside { cursor: None, journal: None, appended: &group.records };
+        let new_keys = self.transact(&changes, alongside, crate::clock::now_us())?.unwrap_or(0);
+        if !group.ids.is_empty() {
+            self.published(group)?;
+        }
+        self.applied(&changes, None, new_keys);
+        riders.written(self, staged);
+        drop(guard);
+        Ok(())
     }
 
     /// After a group's records are written: the ledger's counts of the group, the

@@ -8,13 +8,15 @@
 //! a writer flushes at once. Callers are on the blocking pool, never on a runtime
 //! thread.
 //!
-//! At a gentle rate nothing overlaps: each callback's ack flushes, and so does its
-//! attempt record a millisecond or two later, two `fdatasync`s per callback. A writer
-//! that can afford to wait a little (a `linger` given to [`GroupFlush::flush`]: the
-//! attempt records) waits, as PostgreSQL's `commit_delay` does, for the next flush somebody
-//! else starts, if the flushes that do not linger (the acks) have been coming often
-//! enough that one is expected within the linger; otherwise it flushes at once. Its
-//! write is durable when it returns either way: only who starts the flush changes.
+//! At a gentle rate nothing overlaps: each callback's ack flushes, and so would its
+//! attempt record a millisecond or two later, two `fdatasync`s per callback. Most
+//! records ride the next group's write instead (`ride.rs`); a writer that writes on
+//! its own but can afford to wait a little (a `linger` given to [`GroupFlush::flush`]:
+//! an ordered delivery's record) waits, as PostgreSQL's `commit_delay` does, for the
+//! next flush somebody else starts, if the flushes that do not linger (the acks) have
+//! been coming often enough that one is expected within the linger (`store::cadence`);
+//! otherwise it flushes at once. Its write is durable when it returns either way: only
+//! who starts the flush changes.
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -22,13 +24,8 @@ use std::time::{Duration, Instant};
 use super::engine::Db;
 use super::EmbeddedState;
 use crate::lock::lock;
+use crate::store::cadence::{Cadence, RECORD_LINGER};
 use crate::store::StoreError;
-
-/// The most an attempt record waits to share an ack's flush, and so the most it adds
-/// before the next delivery in a resource's order is sent (one that releases that
-/// delivery does not wait). At 200 callbacks a second an ack's flush comes every 5 ms,
-/// about 3.5 ms after a record.
-const RECORD_LINGER: Duration = Duration::from_millis(5);
 
 /// How the embedded store's writes wait for durability, all through its one
 /// [`GroupFlush`].
@@ -73,38 +70,9 @@ struct State {
     /// The highest-numbered flush that succeeded, plus one.
     ok_below: u64,
     last_error: Option<String>,
-    /// When a writer that does not linger (an ack's group) last asked for a flush, and
-    /// the mean interval between such asks (exponentially weighted, µs): when the next
-    /// is expected.
-    last_eager: Option<Instant>,
-    eager_interval_us: f64,
-}
-
-impl State {
-    /// Whether a writer that does not linger is expected to ask for a flush by
-    /// `deadline`: they have been coming at a mean interval that puts the next one
-    /// before it, and the last is not overdue by more than an interval (they stopped).
-    fn eager_expected(&self, now: Instant, deadline: Instant) -> bool {
-        let Some(last) = self.last_eager else { return false };
-        if self.eager_interval_us <= 0.0 {
-            return false;
-        }
-        let interval = Duration::from_micros(self.eager_interval_us as u64);
-        last + interval <= deadline && now.saturating_duration_since(last) <= interval * 2
-    }
-
-    /// Notes a writer that does not linger asking for a flush.
-    fn eager_asked(&mut self, now: Instant) {
-        if let Some(last) = self.last_eager {
-            let gap = now.saturating_duration_since(last).as_micros() as f64;
-            self.eager_interval_us = if self.eager_interval_us == 0.0 {
-                gap
-            } else {
-                0.8 * self.eager_interval_us + 0.2 * gap
-            };
-        }
-        self.last_eager = Some(now);
-    }
+    /// When the writers that do not linger (the acks' groups) ask for a flush: when
+    /// the next is expected.
+    eager: Cadence,
 }
 
 /// See the module docs.
@@ -129,10 +97,10 @@ impl GroupFlush {
         // beside the flush).
         let linger_until = match linger {
             None => {
-                s.eager_asked(now);
+                s.eager.noted(now);
                 None
             }
-            Some(linger) => Some(now + linger).filter(|&d| s.eager_expected(now, d)),
+            Some(linger) => s.eager.linger_until(now, linger),
         };
         loop {
             if s.ended > need {

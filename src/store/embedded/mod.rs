@@ -47,6 +47,7 @@ mod migrate;
 mod open;
 mod record;
 mod recount;
+mod ride;
 pub(crate) use recount::Pace as CountPace;
 mod store;
 pub(crate) use store::run_calls_here;
@@ -108,7 +109,7 @@ const PAUSED_PREFIX: &[u8] = b"paused/";
 pub(crate) struct EmbeddedStore {
     inner: Arc<EmbeddedState>,
     /// Appends go through group commit on its own thread.
-    committer: Committer,
+    committer: Committer<ride::Rider>,
     committer_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
     /// The count behind the open, while it runs: stopped and joined at close.
     count_thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,

@@ -110,10 +110,10 @@ impl EmbeddedStore {
         let writer = inner.clone();
         let (committer, thread) = Committer::start(
             opts.engine.name(),
-            Box::new(move |events, quiet| {
-                // A quiet group's dispatch reads in the write (`dispatch.rs`): its
-                // lookups share their tables.
-                let append = || read_scope(|| writer.append(events, quiet));
+            Box::new(move |events, quiet, riders| {
+                // A quiet group's dispatch reads in the write (`dispatch.rs`), and so
+                // do the riders' rules (`ride.rs`): their lookups share their tables.
+                let append = || read_scope(|| writer.append(events, quiet, riders));
                 writer.health.write(StoreError::is_engine_failure, append)
             }),
             opts.commit_max_batch,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::engine::read_scope;
+use super::ride::Rider;
 use super::{EmbeddedState, EmbeddedStore};
 use crate::config::RetryPolicy;
 use crate::store::lifecycle::AttemptReport;
@@ -240,7 +241,15 @@ impl DeliveryQueue for EmbeddedStore {
         bodies_before_us: Option<u64>,
     ) -> Result<Recorded, StoreError> {
         let policy = policy.clone();
-        self.write(move |s| s.record_attempts(&attempts, &policy, bodies_before_us)).await
+        if !Rider::may_ride(&attempts) {
+            return self
+                .write(move |s| s.record_attempts(&attempts, &policy, bodies_before_us))
+                .await;
+        }
+        // With the committer's next group (`ride.rs`).
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let rider = Rider { attempts, policy, bodies_before_us, reply };
+        self.inner.health.or_failed(async { self.committer.ride(rider, answer).await? }).await
     }
 
     async fn deliveries_of(&self, event: EventId) -> Result<Vec<DeliveryRecord>, StoreError> {

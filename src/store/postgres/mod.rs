@@ -238,7 +238,7 @@ impl PostgresStore {
         let runtime = tokio::runtime::Handle::current();
         let (committer, thread) = Committer::start(
             "postgres",
-            Box::new(move |events, _quiet| {
+            Box::new(move |events, _quiet, _riders| {
                 // A lost connection is not the end of the store: the next group
                 // reconnects (no fail-stop on PostgreSQL's errors).
                 let ids = writer
