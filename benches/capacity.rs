@@ -22,13 +22,13 @@
 //! At each point: the relay's resident memory (RSS) and its high-water mark, the data
 //! directory's bytes per event and as a multiple of the body bytes, the p99 of the ack
 //! latency (and p99.9, with redb's checkpoints during it: how many, their mean time)
-//! under a steady 200 callbacks/s for 10 s, then a crash (SIGKILL) and the
+//! under a steady 200 callbacks/s for 10 s (`BENCH_PROBE_SECS`; with the dedup keys the purge removed meanwhile), then a crash (SIGKILL) and the
 //! time from the restart to `/readyz` answering 200, with the RSS once ready and 20 s
 //! later. The slope per retained event (RSS and disk) is printed between points.
 //!
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
 //! `1000000`; `BENCH_CASES`, default `kept,backlog` (`flood`, `pruned` on demand); `BENCH_BACKENDS`, default
-//! `sled,redb`; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
+//! `sled,redb`; `BENCH_PROBE_SECS`, the probe's length, default 10; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
 //! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_DEDUP_WINDOW`,
 //! the source's `dedup_window` (10 min by default: a shorter one reaches the steady
 //! state of the dedup purge, keys expiring as fast as they come, in a shorter fill);
@@ -59,6 +59,12 @@ const CONNECTIONS: usize = 64;
 /// The steady load the ack latency is measured under.
 const PROBE_RATE: u64 = 200;
 const PROBE_SECS: u64 = 10;
+
+/// The probe's length in seconds: [`PROBE_SECS`], or `BENCH_PROBE_SECS` (a minute holds
+/// one pass of the dedup purge for certain).
+fn probe_secs() -> u64 {
+    env_or("BENCH_PROBE_SECS", PROBE_SECS)
+}
 /// How long a restart of a large store may take before the bench gives up.
 const START_BOUND: Duration = Duration::from_secs(900);
 
@@ -140,6 +146,14 @@ struct Probe {
     ack_p999: Duration,
     checkpoints: f64,
     checkpoint_ms: f64,
+    /// Expired dedup keys the purge removed during it (`None`: a build without the
+    /// counter).
+    purged: Option<f64>,
+}
+
+/// Dedup keys purged so far, from `/metrics`.
+async fn purged(relay: &common::Relay) -> Option<f64> {
+    common::metric(&relay.metrics().await, "hookrelay_dedup_keys_purged_total", &[])
 }
 
 /// redb's checkpoints so far and their total time (s), from `/metrics`.
@@ -150,11 +164,12 @@ async fn checkpoints(relay: &common::Relay) -> (f64, f64) {
 /// Callbacks `from..` sent at [`PROBE_RATE`] for [`PROBE_SECS`]: what [`Probe`] says.
 async fn probe(relay: &common::Relay, from: u64) -> Probe {
     let (count0, sum0) = checkpoints(relay).await;
+    let purged0 = purged(relay).await;
     let client = reqwest::Client::new();
     let url = relay.hook_url(Some("ActionUpdated"));
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / PROBE_RATE));
     let mut tasks = tokio::task::JoinSet::new();
-    for n in from..from + PROBE_RATE * PROBE_SECS {
+    for n in from..from + PROBE_RATE * probe_secs() {
         tick.tick().await;
         let (client, url) = (client.clone(), url.clone());
         tasks.spawn(async move {
@@ -175,12 +190,14 @@ async fn probe(relay: &common::Relay, from: u64) -> Probe {
     }
     took.sort();
     let (count1, sum1) = checkpoints(relay).await;
+    let purged = purged(relay).await.zip(purged0).map(|(after, before)| after - before);
     let made = count1 - count0;
     Probe {
         ack_p99: took[took.len() * 99 / 100],
         ack_p999: took[took.len() * 999 / 1000],
         checkpoints: made,
         checkpoint_ms: if made > 0.0 { (sum1 - sum0) / made * 1e3 } else { 0.0 },
+        purged,
     }
 }
 
@@ -349,7 +366,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         let data = dir.path().join("data");
         let (disk, length) = (blocks_under(&data), bytes_under(&data));
         let probe = probe(&relay, 2_000_000_000 + sent_probe).await;
-        sent_probe += PROBE_RATE * PROBE_SECS;
+        sent_probe += PROBE_RATE * probe_secs();
         if name == "flood" {
             let inbox = common::metric(&relay.metrics().await, "hookrelay_inbox_events", &[]);
             eprintln!("{backend} {name} at {point}: inbox {inbox:?} undispatched at the kill");
@@ -386,7 +403,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         };
         eprintln!(
             "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies; files {} MB long), \
-             p99 ack {:.1} ms (p99.9 {:.1} ms; {} checkpoints of {:.1} ms during it), restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
+             p99 ack {:.1} ms (p99.9 {:.1} ms; {} checkpoints of {:.1} ms and {} dedup keys purged during it), restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
             p.fill_rate,
             p.rss >> 20,
             p.hwm >> 20,
@@ -397,6 +414,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
             p.probe.ack_p999.as_secs_f64() * 1e3,
             p.probe.checkpoints,
             p.probe.checkpoint_ms,
+            p.probe.purged.map_or("?".to_owned(), |n| n.to_string()),
             p.restart.as_secs_f64(),
             p.counted.as_secs_f64(),
             p.rss_ready >> 20,
@@ -453,12 +471,12 @@ fn main() {
             body(1).len(),
             env_or("BENCH_CONNECTIONS", CONNECTIONS)
         );
-        println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s (p99.9; checkpoints during it, mean) | restart to ready (counted) | RSS once ready, +20 s |");
+        println!("| build | backend | case | events | fill (events/s) | RSS (peak) | data dir | disk / bodies | p99 ack at {PROBE_RATE}/s (p99.9; checkpoints during it, mean; dedup keys purged) | restart to ready (counted) | RSS once ready, +20 s |");
         println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (label, name, points) in &rows {
             for p in points {
                 println!(
-                    "| {label} | {name} | {} | {:.0} | {} MB ({} MB) | {} MB | {:.2}x | {:.1} ms ({:.1} ms; {}, {:.1} ms) | {:.1} s ({:.1} s) | {} MB, {} MB |",
+                    "| {label} | {name} | {} | {:.0} | {} MB ({} MB) | {} MB | {:.2}x | {:.1} ms ({:.1} ms; {}, {:.1} ms; {}) | {:.1} s ({:.1} s) | {} MB, {} MB |",
                     p.events,
                     p.fill_rate,
                     p.rss >> 20,
@@ -469,6 +487,7 @@ fn main() {
                     p.probe.ack_p999.as_secs_f64() * 1e3,
                     p.probe.checkpoints,
                     p.probe.checkpoint_ms,
+                    p.probe.purged.map_or("?".to_owned(), |n| n.to_string()),
                     p.restart.as_secs_f64(),
                     p.counted.as_secs_f64(),
                     p.rss_ready >> 20,

@@ -358,12 +358,46 @@ mod tests {
         let now = 2_000 * S;
         let cutoff = purge_cutoff(&store, now).await.unwrap();
         assert_eq!(cutoff, 110 * S, "the oldest receive time waiting, not the wall clock");
-        store.purge_dedup(cutoff).await.unwrap();
+        store.purge_dedup(cutoff, usize::MAX).await.unwrap();
         let outcome = store.dispatch(vec![plan(copy, 7, &["a"])], now).await.unwrap();
         assert!(matches!(outcome[..], [DispatchVerdict::Duplicate { .. }]), "{outcome:?}");
         assert_eq!(store.event(copy).await.unwrap().unwrap().meta.status, EventStatus::Duplicate);
         // With the inbox empty, the wall clock: the key (window ended at 700 s) goes.
         assert_eq!(purge_cutoff(&store, now).await.unwrap(), now);
-        assert_eq!(store.purge_dedup(now).await.unwrap(), 1);
+        assert_eq!(store.purge_dedup(now, usize::MAX).await.unwrap(), 1);
+    }
+
+    /// A pass removes every expired key in steps of [`super::purge::PURGE_STEP`],
+    /// counted as it goes, and leaves the live ones; at the stop it ends after the step
+    /// it is in, leaving the rest to the next start.
+    #[tokio::test]
+    async fn a_purge_pass_goes_in_steps_and_ends_at_the_stop() {
+        use super::purge::{purge_pass, PURGE_STEP};
+        let metrics = Arc::new(crate::metrics::Metrics::new().unwrap());
+        let space = crate::space::Space::remote(metrics.clone());
+        let store: SharedStore = Arc::new(MemoryStore::default());
+        // 1,300 keys whose windows (600 s) end at 700 s, and 5 that end an hour on.
+        let mut plans = Vec::new();
+        for n in 0..1_305u32 {
+            let at = if n < 1_300 { 100 * S } else { 3_600 * S };
+            let id = store.append(received("demo", "ActionCreated", at, "{}")).await.unwrap();
+            let mut p = plan(id, 0, &["a"]);
+            let mut hash = [0u8; 16];
+            hash[..4].copy_from_slice(&n.to_be_bytes());
+            p.dedup = Some(crate::store::DedupKey { hash, window_us: 600 * S });
+            plans.push((p, at));
+        }
+        for (p, at) in plans {
+            store.dispatch(vec![p], at).await.unwrap();
+        }
+        let (trigger, stop) = crate::shutdown::StopTrigger::new();
+        trigger.stop();
+        let first = purge_pass(&store, &metrics, &space, 2_000 * S, &stop).await.unwrap();
+        assert_eq!(first, PURGE_STEP, "a stopped pass ends after its step");
+        let (_running, stop) = crate::shutdown::StopTrigger::new();
+        let rest = purge_pass(&store, &metrics, &space, 2_000 * S, &stop).await.unwrap();
+        assert_eq!(rest, 1_300 - PURGE_STEP);
+        assert_eq!(store.dedup_len().await.unwrap(), 5, "the live keys stay");
+        assert_eq!(metrics.dispatch.dedup_keys_purged.get(), 1_300, "counted step by step");
     }
 }

@@ -5,13 +5,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::internal_events::taxonomy::{self, ErrorType, Stage};
-use crate::internal_events::{DedupKeysCounted, InternalEvent};
+use crate::internal_events::{DedupKeysCounted, DedupKeysPurged, InternalEvent};
 use crate::metrics::Metrics;
 use crate::shutdown::Stop;
 use crate::store::SharedStore;
 
 /// How often expired dedup keys are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(60);
+/// Keys one step of a pass removes, in one write: a few pages of the dedup index,
+/// about a millisecond of the writer. A burst leaves a whole bucket to expire at once
+/// (millions of keys after a fast fill): in steps, a pass shows its progress
+/// (`hookrelay_dedup_keys_purged_total`) and ends at the stop after the step it is in,
+/// where one call held the stop back until the bucket was gone. Pausing between steps
+/// was measured and did not shorten the acks' tail during a purge (BENCHMARKS.md,
+/// "The 10 M tail: not the purge, not the pacing's state").
+pub(super) const PURGE_STEP: usize = 512;
 /// What one purge of expired dedup keys writes, about (sled logs each delete).
 const PURGE_BYTES: u64 = 256 << 10;
 /// The purge's clock. The dedup verdict compares receive times (a key holds against
@@ -45,7 +53,7 @@ pub(super) async fn purge_dedup(
             Ok(true) => {
                 let now = crate::clock::now_us();
                 let purged = match purge_cutoff(&store, now).await {
-                    Ok(cutoff) => store.purge_dedup(cutoff).await,
+                    Ok(cutoff) => purge_pass(&store, &metrics, &space, cutoff, &stop).await,
                     Err(e) => Err(e),
                 };
                 match purged {
@@ -82,6 +90,27 @@ pub(super) async fn purge_dedup(
         tokio::select! {
             _ = tokio::time::sleep(PURGE_INTERVAL) => {}
             _ = stop.wait() => return,
+        }
+    }
+}
+
+/// One pass: steps of [`PURGE_STEP`] keys until a step finds fewer (nothing more to
+/// purge at `cutoff`, or keys renewed meanwhile, which the next pass takes). Ends early
+/// at the stop or below the free-space floor; returns the keys removed.
+pub(super) async fn purge_pass(
+    store: &SharedStore,
+    metrics: &Metrics,
+    space: &crate::space::Space,
+    cutoff: u64,
+    stop: &Stop,
+) -> Result<usize, crate::store::StoreError> {
+    let mut purged = 0;
+    loop {
+        let removed = store.purge_dedup(cutoff, PURGE_STEP).await?;
+        DedupKeysPurged(removed).emit(metrics);
+        purged += removed;
+        if removed < PURGE_STEP || space.below_floor() || stop.is_stopped() {
+            return Ok(purged);
         }
     }
 }

@@ -99,3 +99,14 @@ impl InternalEvent for DedupKeysCounted {
         m.dispatch.dedup_keys.set(i64::try_from(self.0).unwrap_or(i64::MAX));
     }
 }
+
+/// Expired dedup keys removed by one step of a purge pass: counted as they go, so that
+/// a long pass shows while it runs (and what it costs the acks can be read beside it).
+pub(crate) struct DedupKeysPurged(pub(crate) usize);
+
+impl InternalEvent for DedupKeysPurged {
+    const FAMILIES: &'static [&'static str] = &["hookrelay_dedup_keys_purged_total"];
+    fn emit(self, m: &Metrics) {
+        m.dispatch.dedup_keys_purged.inc_by(u64::try_from(self.0).unwrap_or(u64::MAX));
+    }
+}

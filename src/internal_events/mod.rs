@@ -26,7 +26,7 @@ pub(crate) use delivery::{
     DestinationRecovered, DestinationStalled, RemovedDestinationFound, RemovedDestinationRetired,
     TransformFailed,
 };
-pub(crate) use dispatch::{DedupKeysCounted, DispatchLead, EventDispatched};
+pub(crate) use dispatch::{DedupKeysCounted, DedupKeysPurged, DispatchLead, EventDispatched};
 pub(crate) use ingress::{
     CallbackClosed, CallbackNotStored, CallbackRefused, CallbackStored, Closed,
 };

@@ -1,6 +1,6 @@
 //! Dispatch: what became of each event, the dedup keys, which relay dispatches.
 
-use prometheus::{IntCounterVec, IntGauge};
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
 
 use super::{MetricsError, Registrar};
 #[allow(unused_imports)]
@@ -14,6 +14,7 @@ pub(crate) struct DispatchMetrics {
     pub(crate) deliveries_filtered: IntCounterVec,
     pub(crate) deliveries_superseded: IntCounterVec,
     pub(crate) dedup_keys: IntGauge,
+    pub(crate) dedup_keys_purged: IntCounter,
     pub(crate) dispatch_leader: IntGauge,
 }
 
@@ -51,6 +52,11 @@ impl DispatchMetrics {
             dedup_keys: r.gauge(
                 "hookrelay_dedup_keys",
                 "Keys in the deduplication index. On the embedded store it includes expired keys not yet purged: they go with their bucket, up to one `dedup_window` after they expire.",
+            )?,
+            dedup_keys_purged: r.counter(
+                "hookrelay_dedup_keys_purged_total",
+                "Expired dedup keys removed by the purge (one relay of a fleet purges for all), \
+                 counted step by step as a pass goes.",
             )?,
             dispatch_leader: r.gauge(
                 "hookrelay_dispatch_leader",

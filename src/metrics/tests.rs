@@ -77,6 +77,7 @@ fn touch_all(m: &Metrics) {
         v.with_label_values(&["demo", "ActionCreated"]).inc();
     }
     m.dispatch.dedup_keys.set(1);
+    m.dispatch.dedup_keys_purged.inc();
     m.delivery.deliveries.with_label_values(&["crm", "success"]).inc();
     m.delivery.delivery_attempt_duration.with_label_values(&["crm"]).observe(0.01);
     m.delivery.delivery_lag.with_label_values(&["crm"]).observe(0.01);

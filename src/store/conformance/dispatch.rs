@@ -63,13 +63,13 @@ pub(super) async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
     // Key 7 (renewed by ids[2]) ends at 1,300 s, key 8 a second later. A store may
     // purge a key up to one window after it ends (the embedded one purges by
     // bucket), never before: key 8 still holds at 1,300 s.
-    let purged = store.purge_dedup(1_300 * S).await.unwrap();
+    let purged = store.purge_dedup(1_300 * S, usize::MAX).await.unwrap();
     assert!(purged <= 1, "purged {purged} keys at 1,300 s: a live one went");
     assert_eq!(store.dedup_len().await.unwrap(), 2 - purged as u64);
     let late = append_all(&store, vec![received("demo", "ActionCreated", 1_300 * S, "{}")]).await;
     let verdict = store.dispatch(vec![plan(late[0], 8, &["a"])], 1_300 * S).await.unwrap();
     assert_eq!(verdict, [DispatchVerdict::Duplicate { original: ids[3] }], "key 8 held");
-    assert_eq!(store.purge_dedup(1_301 * S + 600 * S).await.unwrap(), 2 - purged);
+    assert_eq!(store.purge_dedup(1_301 * S + 600 * S, usize::MAX).await.unwrap(), 2 - purged);
     assert_eq!(store.dedup_len().await.unwrap(), 0);
 }
 

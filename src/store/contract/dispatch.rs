@@ -89,8 +89,11 @@ pub(crate) trait Dispatch: Send + Sync {
     fn dispatch_with_commits(&self, _hook: Option<Arc<dyn CommitDispatch>>) -> bool {
         false
     }
-    /// Deletes dedup keys whose window ended before `now_us`; returns how many.
-    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError>;
+    /// Deletes up to `limit` dedup keys whose window ended before `now_us`, in one
+    /// write; returns how many. A purge pass calls it until it returns 0, so that no
+    /// single write holds the writer (and the acks behind it) for long, however many
+    /// keys a burst left to expire at once.
+    async fn purge_dedup(&self, now_us: u64, limit: usize) -> Result<usize, StoreError>;
     /// Dedup keys currently held.
     async fn dedup_len(&self) -> Result<u64, StoreError>;
 }

@@ -150,51 +150,57 @@ impl EmbeddedState {
         Ok(added)
     }
 
-    /// Removes every key of the buckets that ended by `now_us` (every key in them
-    /// expired), a chunk per transaction, each made durable before the next (on redb
-    /// the pages a non-durable commit frees wait for the next durable one). Reads
-    /// only what it removes.
-    pub(super) fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
-        /// Keys removed per transaction.
-        const CHUNK: usize = 512;
+    /// Removes up to `limit` keys of the buckets that ended by `now_us` (every key in
+    /// them expired), earliest bucket first and in key order, in one transaction made
+    /// durable before it returns (on redb the pages a non-durable commit frees wait
+    /// for the next durable one); returns how many. Reads only what it removes; a
+    /// bucket it emptied is forgotten.
+    pub(super) fn purge_dedup(&self, now_us: u64, limit: usize) -> Result<usize, StoreError> {
         let ended: Vec<u64> = lock(&self.dedup_buckets.ends).range(..=now_us).copied().collect();
-        let mut purged = 0;
+        let (mut chunk, mut emptied) = (Vec::new(), Vec::new());
         for end in ended {
-            loop {
-                let chunk = self
-                    .dedup
-                    .range(bucket_range(end))
-                    .take(CHUNK)
-                    .map(|item| item.map(|(key, _)| key))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if chunk.is_empty() {
-                    break;
-                }
-                let removed = self.db.transaction(&[&self.dedup], |t| {
-                    let mut removed = 0;
-                    for key in &chunk {
-                        // A key dispatch rewrote here meanwhile (a backlog's
-                        // callback, whose window had ended) is expired too.
-                        if t[0].remove(key)?.is_some() {
-                            removed += 1;
-                        }
-                    }
-                    Ok(removed)
-                })?;
-                purged += removed;
-                self.dedup_count.fetch_sub(super::apply::signed(removed as u64), Ordering::Relaxed);
-                if removed > 0 {
-                    self.durable()?;
-                }
+            let want = limit.saturating_sub(chunk.len());
+            if want == 0 {
+                break;
             }
+            let before = chunk.len();
+            for item in self.dedup.range(bucket_range(end)).take(want) {
+                chunk.push(item?.0);
+            }
+            if chunk.len() - before < want {
+                emptied.push(end);
+            }
+        }
+        let removed = if chunk.is_empty() {
+            0
+        } else {
+            self.db.transaction(&[&self.dedup], |t| {
+                let mut removed = 0;
+                for key in &chunk {
+                    // A key dispatch rewrote here meanwhile (a backlog's callback,
+                    // whose window had ended) is expired too.
+                    if t[0].remove(key)?.is_some() {
+                        removed += 1;
+                    }
+                }
+                Ok(removed)
+            })?
+        };
+        self.dedup_count.fetch_sub(super::apply::signed(removed as u64), Ordering::Relaxed);
+        if removed > 0 {
+            self.durable()?;
+        }
+        if !emptied.is_empty() {
             // Forgotten only if still empty under the lifecycle lock: dispatch writes
             // under it, and may just have filed a backlog's key here.
             let _rules = lock(&self.lifecycle);
-            if self.dedup.range(bucket_range(end)).next().transpose()?.is_none() {
-                lock(&self.dedup_buckets.ends).remove(&end);
+            for end in emptied {
+                if self.dedup.range(bucket_range(end)).next().transpose()?.is_none() {
+                    lock(&self.dedup_buckets.ends).remove(&end);
+                }
             }
         }
-        Ok(purged)
+        Ok(removed)
     }
 
     /// Moves the keys of layout 2 (the hash alone) under their buckets: at the open

@@ -169,8 +169,8 @@ impl Dispatch for EmbeddedStore {
         true
     }
 
-    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
-        self.write(move |s| s.purge_dedup(now_us)).await
+    async fn purge_dedup(&self, now_us: u64, limit: usize) -> Result<usize, StoreError> {
+        self.write(move |s| s.purge_dedup(now_us, limit)).await
     }
 
     async fn dedup_len(&self) -> Result<u64, StoreError> {

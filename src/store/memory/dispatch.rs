@@ -48,11 +48,15 @@ impl Dispatch for MemoryStore {
         Ok(outcomes)
     }
 
-    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
+    async fn purge_dedup(&self, now_us: u64, limit: usize) -> Result<usize, StoreError> {
         let mut d = lock(&self.data);
-        let before = d.dedup.len();
-        d.dedup.retain(|_, e| e.until_us > now_us);
-        Ok(before - d.dedup.len())
+        let mut left = limit;
+        d.dedup.retain(|_, e| {
+            let goes = left > 0 && e.until_us <= now_us;
+            left -= usize::from(goes);
+            !goes
+        });
+        Ok(limit - left)
     }
 
     async fn dedup_len(&self) -> Result<u64, StoreError> {

@@ -120,11 +120,16 @@ impl Dispatch for PostgresStore {
         .await
     }
 
-    async fn purge_dedup(&self, now_us: u64) -> Result<usize, StoreError> {
+    async fn purge_dedup(&self, now_us: u64, limit: usize) -> Result<usize, StoreError> {
         self.write(async {
             let client = self.client().await?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             let n = client
-                .cached_execute("DELETE FROM dedup WHERE until_us <= $1", &[&sql_us(now_us)])
+                .cached_execute(
+                    "DELETE FROM dedup WHERE hash IN \
+                     (SELECT hash FROM dedup WHERE until_us <= $1 ORDER BY until_us LIMIT $2)",
+                    &[&sql_us(now_us), &limit],
+                )
                 .await?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })

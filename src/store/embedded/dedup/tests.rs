@@ -97,7 +97,8 @@ fn lookups_find_keys_in_any_bucket_and_a_renewed_key_moves() {
 }
 
 /// The purge removes every key of the buckets that ended, across several chunks,
-/// leaves every key whose window is still open, and forgets the buckets it emptied.
+/// leaves every key whose window is still open, and forgets the buckets it emptied;
+/// a step removes no more than it is asked to.
 /// A backlog's key filed later in a bucket that ended is found, then purged.
 #[test]
 fn the_purge_removes_the_buckets_that_ended_and_nothing_live() {
@@ -115,9 +116,13 @@ fn the_purge_removes_the_buckets_that_ended_and_nothing_live() {
         write(state, &live, T0 + 50 * MINUTE);
         let buckets = state.dedup_buckets.len();
         // Nothing has ended yet just after the first windows end: their bucket has not.
-        assert_eq!(state.purge_dedup(T0).unwrap(), 0, "{engine:?}");
-        let purged = state.purge_dedup(T0 + 11 * MINUTE).unwrap();
-        assert_eq!(purged, 3_000, "{engine:?}");
+        assert_eq!(state.purge_dedup(T0, 512).unwrap(), 0, "{engine:?}");
+        // In steps of at most 512 keys, each a write of its own, across buckets.
+        let steps: Vec<usize> = std::iter::from_fn(|| {
+            Some(state.purge_dedup(T0 + 11 * MINUTE, 512).unwrap()).filter(|&n| n > 0)
+        })
+        .collect();
+        assert_eq!(steps, [512, 512, 512, 512, 512, 440], "{engine:?}");
         assert!(state.dedup_buckets.len() < buckets, "{engine:?}: emptied buckets forgotten");
         assert_eq!(state.dedup.len().unwrap(), 2_000, "{engine:?}");
         assert_eq!(state.dedup_count.load(std::sync::atomic::Ordering::Relaxed), 2_000);
@@ -129,7 +134,7 @@ fn the_purge_removes_the_buckets_that_ended_and_nothing_live() {
         // bucket that ended. It is found until the next purge.
         write(state, &[(hash(7), entry(9_000, T0 + 1))], T0 + 12 * MINUTE);
         assert_eq!(state.dedup_entry(&hash(7)).unwrap(), Some(entry(9_000, T0 + 1)));
-        assert_eq!(state.purge_dedup(T0 + 12 * MINUTE).unwrap(), 1, "{engine:?}");
+        assert_eq!(state.purge_dedup(T0 + 12 * MINUTE, 512).unwrap(), 1, "{engine:?}");
         assert_eq!(state.dedup_entry(&hash(7)).unwrap(), None);
     }
 }
@@ -177,7 +182,7 @@ fn a_layout_2_store_is_upgraded_at_open_and_keeps_its_keys() {
         }
         assert_eq!(state.dedup_entry(&hash(9_999)).unwrap(), None);
         assert_eq!(
-            state.purge_dedup(now + 3 * window).unwrap(),
+            state.purge_dedup(now + 3 * window, usize::MAX).unwrap(),
             2_500,
             "{engine:?}: every key purged once its bucket ended"
         );
