@@ -196,6 +196,7 @@ fn every_event_touches_the_families_it_declares_and_every_family_is_accounted_fo
         s,
     );
     check(vec![DedupKeysCounted(3)], s);
+    check(vec![DedupKeysPurged(512), DedupKeysPurged(0)], s);
 
     let m = meta();
     check(vec![AttemptFinished { destination: "crm", took }], s);
