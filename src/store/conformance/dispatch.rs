@@ -69,8 +69,29 @@ pub(super) async fn dispatch_dedups_routes_and_schedules(h: &mut dyn Harness) {
     let late = append_all(&store, vec![received("demo", "ActionCreated", 1_300 * S, "{}")]).await;
     let verdict = store.dispatch(vec![plan(late[0], 8, &["a"])], 1_300 * S).await.unwrap();
     assert_eq!(verdict, [DispatchVerdict::Duplicate { original: ids[3] }], "key 8 held");
-    assert_eq!(store.purge_dedup(1_301 * S + 600 * S, usize::MAX).await.unwrap(), 2 - purged);
+    // A step removes no more than its limit; the steps together remove the rest.
+    let mut steps = Vec::new();
+    loop {
+        let n = store.purge_dedup(1_301 * S + 600 * S, 1).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        steps.push(n);
+    }
+    assert_eq!(steps, vec![1; 2 - purged], "steps of one key");
     assert_eq!(store.dedup_len().await.unwrap(), 0);
+    // Five keys whose windows ended long ago, purged two at a time: 2, 2, 1, then none.
+    let at = 2_000 * S;
+    let more: Vec<_> = (0..5).map(|_| received("demo", "ActionCreated", at, "{}")).collect();
+    let ids = append_all(&store, more).await;
+    let plans = ids.iter().zip(20u8..).map(|(id, hash)| plan(*id, hash, &["a"])).collect();
+    store.dispatch(plans, at).await.unwrap();
+    let later = at + 3 * 600 * S;
+    let mut steps = Vec::new();
+    for _ in 0..4 {
+        steps.push(store.purge_dedup(later, 2).await.unwrap());
+    }
+    assert_eq!(steps, [2, 2, 1, 0], "a step removes no more than its limit");
 }
 
 /// The inbox and dedup counts end where the data is when appends and dispatch race:
