@@ -21,15 +21,17 @@
 //!
 //! At each point: the relay's resident memory (RSS) and its high-water mark, the data
 //! directory's bytes per event and as a multiple of the body bytes, the p99 of the ack
-//! latency (and p99.9, with redb's checkpoints during it: how many, their mean time)
-//! under a steady 200 callbacks/s for 10 s (`BENCH_PROBE_SECS`; with the dedup keys the purge removed meanwhile), then a crash (SIGKILL) and the
-//! time from the restart to `/readyz` answering 200, with the RSS once ready and 20 s
-//! later. The slope per retained event (RSS and disk) is printed between points.
+//! latency (and p99.9, with redb's checkpoints during it: how many, their mean time,
+//! and the dedup keys the purge removed meanwhile) under a steady 200 callbacks/s for
+//! 10 s (`BENCH_PROBE_SECS`), then a crash (SIGKILL) and the time from the restart to
+//! `/readyz` answering 200, with the RSS once ready and 20 s later. The slope per
+//! retained event (RSS and disk) is printed between points.
 //!
 //! Run: `cargo bench --bench capacity` (env: `BENCH_POINTS`, comma-separated, default
 //! `1000000`; `BENCH_CASES`, default `kept,backlog` (`flood`, `pruned` on demand); `BENCH_BACKENDS`, default
-//! `sled,redb`; `BENCH_PROBE_SECS`, the probe's length, default 10; `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by
-//! default; `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_DEDUP_WINDOW`,
+//! `sled,redb`; `BENCH_PROBE_SECS`, the probe's length, default 10;
+//! `BENCH_MEMORY_LIMIT`, bytes: redb's `storage.memory_limit_bytes`, unset by default;
+//! `BENCH_CONNECTIONS`, the fill's connections, default 64; `BENCH_DEDUP_WINDOW`,
 //! the source's `dedup_window` (10 min by default: a shorter one reaches the steady
 //! state of the dedup purge, keys expiring as fast as they come, in a shorter fill);
 //! `BENCH_BASELINE`, an older build measured the same way after this one;

@@ -19,7 +19,7 @@ const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// where one call held the stop back until the bucket was gone. Pausing between steps
 /// was measured and did not shorten the acks' tail during a purge (BENCHMARKS.md,
 /// "The 10 M tail: not the purge, not the pacing's state").
-pub(super) const PURGE_STEP: usize = 512;
+const PURGE_STEP: usize = 512;
 /// What one purge of expired dedup keys writes, about (sled logs each delete).
 const PURGE_BYTES: u64 = 256 << 10;
 /// The purge's clock. The dedup verdict compares receive times (a key holds against
@@ -27,10 +27,7 @@ const PURGE_BYTES: u64 = 256 << 10;
 /// ended before the receive time of every event still waiting in the inbox, not
 /// merely before now: with a backlog older than the window, a copy received inside
 /// the window was otherwise dispatched after its key was purged, and delivered twice.
-pub(super) async fn purge_cutoff(
-    store: &SharedStore,
-    now_us: u64,
-) -> Result<u64, crate::store::StoreError> {
+async fn purge_cutoff(store: &SharedStore, now_us: u64) -> Result<u64, crate::store::StoreError> {
     let oldest = store.pending(1).await?.first().map(|p| p.meta.received_at_us);
     Ok(oldest.map_or(now_us, |received| received.min(now_us)))
 }
@@ -97,7 +94,7 @@ pub(super) async fn purge_dedup(
 /// One pass: steps of [`PURGE_STEP`] keys until a step finds fewer (nothing more to
 /// purge at `cutoff`, or keys renewed meanwhile, which the next pass takes). Ends early
 /// at the stop or below the free-space floor; returns the keys removed.
-pub(super) async fn purge_pass(
+async fn purge_pass(
     store: &SharedStore,
     metrics: &Metrics,
     space: &crate::space::Space,
@@ -112,5 +109,73 @@ pub(super) async fn purge_pass(
         if removed < PURGE_STEP || space.below_floor() || stop.is_stopped() {
             return Ok(purged);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::purge_cutoff;
+    use crate::store::fixtures::{plan, received};
+    use crate::store::memory::MemoryStore;
+    use crate::store::{DispatchVerdict, EventStatus, SharedStore};
+
+    const S: u64 = 1_000_000;
+
+    /// An original dispatched, its copy received 10 s later but still in the inbox
+    /// behind a backlog when the window (600 s) has passed by the wall clock: the
+    /// purge keeps the key, and the copy is found a duplicate.
+    #[tokio::test]
+    async fn a_copy_waiting_in_the_inbox_keeps_its_key_from_the_purge() {
+        let store: SharedStore = Arc::new(MemoryStore::default());
+        let original =
+            store.append(received("demo", "ActionCreated", 100 * S, "{}")).await.unwrap();
+        store.dispatch(vec![plan(original, 7, &["a"])], 100 * S).await.unwrap();
+        let copy = store.append(received("demo", "ActionCreated", 110 * S, "{}")).await.unwrap();
+        let now = 2_000 * S;
+        let cutoff = purge_cutoff(&store, now).await.unwrap();
+        assert_eq!(cutoff, 110 * S, "the oldest receive time waiting, not the wall clock");
+        store.purge_dedup(cutoff, usize::MAX).await.unwrap();
+        let outcome = store.dispatch(vec![plan(copy, 7, &["a"])], now).await.unwrap();
+        assert!(matches!(outcome[..], [DispatchVerdict::Duplicate { .. }]), "{outcome:?}");
+        assert_eq!(store.event(copy).await.unwrap().unwrap().meta.status, EventStatus::Duplicate);
+        // With the inbox empty, the wall clock: the key (window ended at 700 s) goes.
+        assert_eq!(purge_cutoff(&store, now).await.unwrap(), now);
+        assert_eq!(store.purge_dedup(now, usize::MAX).await.unwrap(), 1);
+    }
+
+    /// A pass removes every expired key in steps of [`super::PURGE_STEP`],
+    /// counted as it goes, and leaves the live ones; at the stop it ends after the step
+    /// it is in, leaving the rest to the next start.
+    #[tokio::test]
+    async fn a_purge_pass_goes_in_steps_and_ends_at_the_stop() {
+        use super::{purge_pass, PURGE_STEP};
+        let metrics = Arc::new(crate::metrics::Metrics::new().unwrap());
+        let space = crate::space::Space::remote(metrics.clone());
+        let store: SharedStore = Arc::new(MemoryStore::default());
+        // 1,300 keys whose windows (600 s) end at 700 s, and 5 that end an hour on.
+        let mut plans = Vec::new();
+        for n in 0..1_305u32 {
+            let at = if n < 1_300 { 100 * S } else { 3_600 * S };
+            let id = store.append(received("demo", "ActionCreated", at, "{}")).await.unwrap();
+            let mut p = plan(id, 0, &["a"]);
+            let mut hash = [0u8; 16];
+            hash[..4].copy_from_slice(&n.to_be_bytes());
+            p.dedup = Some(crate::store::DedupKey { hash, window_us: 600 * S });
+            plans.push((p, at));
+        }
+        for (p, at) in plans {
+            store.dispatch(vec![p], at).await.unwrap();
+        }
+        let (trigger, stop) = crate::shutdown::StopTrigger::new();
+        trigger.stop();
+        let first = purge_pass(&store, &metrics, &space, 2_000 * S, &stop).await.unwrap();
+        assert_eq!(first, PURGE_STEP, "a stopped pass ends after its step");
+        let (_running, stop) = crate::shutdown::StopTrigger::new();
+        let rest = purge_pass(&store, &metrics, &space, 2_000 * S, &stop).await.unwrap();
+        assert_eq!(rest, 1_300 - PURGE_STEP);
+        assert_eq!(store.dedup_len().await.unwrap(), 5, "the live keys stay");
+        assert_eq!(metrics.dispatch.dedup_keys_purged.get(), 1_300, "counted step by step");
     }
 }
