@@ -36,7 +36,12 @@
 //! state of the dedup purge, keys expiring as fast as they come, in a shorter fill);
 //! `BENCH_BASELINE`, an older build measured the same way after this one;
 //! `BENCH_RESTART_BASELINE`, an older build restarted on the same files at each point,
-//! in turn with this one, [`RESTART_ROUNDS`] times each: medians side by side).
+//! in turn with this one, [`RESTART_ROUNDS`] times each: medians side by side;
+//! `BENCH_PROBE_BASELINE`, an older build probed on the same files at each point, in
+//! turn with this one after a restart, [`RESTART_ROUNDS`] times each, with
+//! `BENCH_PROBE_ENV` and `BENCH_PROBE_BASELINE_ENV` (`KEY=VALUE;...`) in each one's
+//! environment: the same build under two settings; `BENCH_FILLED`, the data directory
+//! of an earlier fill, probed in place instead of filling one).
 //! The restart is timed to `/readyz` and to the inbox and every queue counted
 //! (`counting` false in `/admin/destinations` and the inbox gauge present: a large
 //! backlog or inbox is counted behind the open).
@@ -151,6 +156,35 @@ struct Probe {
     /// Expired dedup keys the purge removed during it (`None`: a build without the
     /// counter).
     purged: Option<f64>,
+    /// Bytes the checkpoint thread handed to the kernel during it, per checkpoint:
+    /// redb's pages left in its write buffer for the checkpoint to write, under the
+    /// writer lock; and the bytes every other thread wrote (the redo log, and pages
+    /// redb's buffer evicted early), per callback.
+    checkpoint_bytes: f64,
+    other_bytes: f64,
+}
+
+/// Bytes written through `write`-family calls (`wchar`) by the threads of `pid` named
+/// `name`, and by all the others: from `/proc/{pid}/task/*/io`.
+fn written_by(pid: i32, name: &str) -> (u64, u64) {
+    let (mut named, mut others) = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (0, 0) };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let io = std::fs::read_to_string(path.join("io")).unwrap_or_default();
+        let wchar = io
+            .lines()
+            .find_map(|l| l.strip_prefix("wchar:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if comm.trim() == name {
+            named += wchar;
+        } else {
+            others += wchar;
+        }
+    }
+    (named, others)
 }
 
 /// Dedup keys purged so far, from `/metrics`.
@@ -167,6 +201,7 @@ async fn checkpoints(relay: &common::Relay) -> (f64, f64) {
 async fn probe(relay: &common::Relay, from: u64) -> Probe {
     let (count0, sum0) = checkpoints(relay).await;
     let purged0 = purged(relay).await;
+    let written0 = written_by(relay.pid(), "redb-checkpoint");
     let client = reqwest::Client::new();
     let url = relay.hook_url(Some("ActionUpdated"));
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / PROBE_RATE));
@@ -194,12 +229,20 @@ async fn probe(relay: &common::Relay, from: u64) -> Probe {
     let (count1, sum1) = checkpoints(relay).await;
     let purged = purged(relay).await.zip(purged0).map(|(after, before)| after - before);
     let made = count1 - count0;
+    let written1 = written_by(relay.pid(), "redb-checkpoint");
+    let sent = (PROBE_RATE * probe_secs()) as f64;
     Probe {
         ack_p99: took[took.len() * 99 / 100],
         ack_p999: took[took.len() * 999 / 1000],
         checkpoints: made,
         checkpoint_ms: if made > 0.0 { (sum1 - sum0) / made * 1e3 } else { 0.0 },
         purged,
+        checkpoint_bytes: if made > 0.0 {
+            written1.0.saturating_sub(written0.0) as f64 / made
+        } else {
+            0.0
+        },
+        other_bytes: written1.1.saturating_sub(written0.1) as f64 / sent,
     }
 }
 
@@ -277,8 +320,81 @@ async fn restart_rounds(
     })
 }
 
-/// Rounds of [`restart_rounds`].
+/// Rounds of [`restart_rounds`] and [`probe_rounds`].
 const RESTART_ROUNDS: usize = 3;
+
+/// Probes on the same files, this build and `BENCH_PROBE_BASELINE` in turn,
+/// [`RESTART_ROUNDS`] each, each started anew and given [`PROBE_SETTLE`] before its
+/// probe: whether a difference in the tail is the files the fill left or the build
+/// serving them. Prints every round and the medians; leaves `relay` the last started.
+async fn probe_rounds(
+    relay: &mut common::Relay,
+    builds: [&str; 2],
+    (backend, case, point): (&str, &str, u64),
+    dir: &Path,
+    text: &str,
+    sent_probe: &mut u64,
+) {
+    let mut seen: [Vec<Probe>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..RESTART_ROUNDS {
+        for (i, bin) in builds.iter().enumerate().rev() {
+            relay.kill();
+            let extra = probe_env(["BENCH_PROBE_ENV", "BENCH_PROBE_BASELINE_ENV"][i]);
+            *relay = start_with(bin, backend, case, dir, text, &extra).await.0;
+            tokio::time::sleep(PROBE_SETTLE).await;
+            let p = probe(relay, 2_000_000_000 + *sent_probe).await;
+            *sent_probe += PROBE_RATE * probe_secs();
+            eprintln!(
+                "{backend} {case} at {point}, probe round {round}, {}: p99 ack {:.1} ms (p99.9 {:.1}); \
+                 {} checkpoints of {:.1} ms writing {:.0} KiB each; {:.0} B per callback by other threads",
+                ["this build", "baseline"][i],
+                p.ack_p99.as_secs_f64() * 1e3,
+                p.ack_p999.as_secs_f64() * 1e3,
+                p.checkpoints,
+                p.checkpoint_ms,
+                p.checkpoint_bytes / 1024.0,
+                p.other_bytes,
+            );
+            seen[i].push(p);
+        }
+    }
+    for (i, mut probes) in seen.into_iter().enumerate() {
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let mut p99: Vec<f64> = probes.iter().map(|p| p.ack_p99.as_secs_f64() * 1e3).collect();
+        let mut ms: Vec<f64> = probes.iter().map(|p| p.checkpoint_ms).collect();
+        let mut kib: Vec<f64> = probes.iter().map(|p| p.checkpoint_bytes / 1024.0).collect();
+        let mut count: Vec<f64> = probes.iter_mut().map(|p| p.checkpoints).collect();
+        eprintln!(
+            "{backend} {case} at {point}, {} on the same files, medians of {RESTART_ROUNDS}: p99 ack {:.1} ms, \
+             {} checkpoints of {:.1} ms writing {:.0} KiB each",
+            ["this build", "baseline"][i],
+            median(&mut p99),
+            median(&mut count),
+            median(&mut ms),
+            median(&mut kib),
+        );
+    }
+}
+
+/// The variables of `name` (`KEY=VALUE;KEY=VALUE`), for one side of [`probe_rounds`]:
+/// the same build probed under two settings.
+fn probe_env(name: &str) -> Vec<(String, String)> {
+    let text = std::env::var(name).unwrap_or_default();
+    text.split(';')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').expect("BENCH_PROBE_ENV: KEY=VALUE;KEY=VALUE");
+            (k.trim().to_owned(), v.trim().to_owned())
+        })
+        .collect()
+}
+
+/// How long a relay of [`probe_rounds`] runs before its probe: the restart's own work
+/// (counting the queues, the first checkpoint) out of it.
+const PROBE_SETTLE: Duration = Duration::from_secs(20);
 
 /// Waits until the relay has dispatched everything (the backlog case: every event a
 /// pending delivery, none left in the inbox, as the case means; a flood leaves the
@@ -321,6 +437,18 @@ async fn start(
     dir: &Path,
     text: &str,
 ) -> (common::Relay, Duration) {
+    start_with(bin, backend, case, dir, text, &[]).await
+}
+
+/// [`start`], with `extra` variables in the relay's environment (a probe round's).
+async fn start_with(
+    bin: &str,
+    backend: &str,
+    case: &str,
+    dir: &Path,
+    text: &str,
+    extra: &[(String, String)],
+) -> (common::Relay, Duration) {
     let started = Instant::now();
     let limit = std::env::var("BENCH_MEMORY_LIMIT").ok().filter(|_| backend == "redb");
     let mut env = vec![("HOOKRELAY__STORAGE__BACKEND", backend)];
@@ -332,6 +460,7 @@ async fn start(
     if let Some(limit) = &limit {
         env.push(("HOOKRELAY__STORAGE__MEMORY_LIMIT_BYTES", limit.as_str()));
     }
+    env.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let relay = common::Relay::start_listening_within(bin, dir, text, &env, START_BOUND).await;
     relay.wait_ready_within(START_BOUND).await;
     (relay, started.elapsed())
@@ -341,20 +470,38 @@ async fn start(
 async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point> {
     let sink = Sink::start_counting().await;
     let dir = tempfile::tempdir().unwrap();
+    let filled = std::env::var("BENCH_FILLED").ok();
+    if let Some(filled) = &filled {
+        // The store of an earlier fill, served in place: no fill, the points' numbers only
+        // label the output.
+        std::os::unix::fs::symlink(filled, dir.path().join("data")).unwrap();
+    }
     let text = config(dir.path(), &sink);
     let (mut relay, _) = start(bin, backend, name, dir.path(), &text).await;
     let backlog = name == "backlog" || name == "flood";
     if backlog {
         assert_eq!(relay.admin_post("/admin/destinations/crm/pause", None).await.0, 200);
     }
-    let (mut stored, mut body_bytes, mut sent_probe) = (0u64, 0u64, 0u64);
+    let (mut stored, mut body_bytes) = (0u64, 0u64);
+    // A filled store's earlier probes used the first numbers: new ones, or the window
+    // would deduplicate them.
+    let mut sent_probe = match filled {
+        Some(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_secs() * 1_000_000),
+        None => 0,
+    };
     let mut out = Vec::new();
     for &point in points {
         let fill_from = stored;
         let started = Instant::now();
-        body_bytes += fill(&mut relay, 1_000_000_000 + stored, 1_000_000_000 + point).await;
+        if filled.is_none() {
+            body_bytes += fill(&mut relay, 1_000_000_000 + stored, 1_000_000_000 + point).await;
+        }
         stored = point;
-        if name == "flood" {
+        if filled.is_some() {
+            // Nothing sent: nothing to wait for.
+        } else if name == "flood" {
             // Killed with the inbox as it stands (below).
         } else if backlog {
             dispatched(&relay).await;
@@ -369,6 +516,11 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         let (disk, length) = (blocks_under(&data), bytes_under(&data));
         let probe = probe(&relay, 2_000_000_000 + sent_probe).await;
         sent_probe += PROBE_RATE * probe_secs();
+        if let Ok(baseline) = std::env::var("BENCH_PROBE_BASELINE") {
+            let builds = [bin, baseline.as_str()];
+            let at = (backend, name, point);
+            probe_rounds(&mut relay, builds, at, dir.path(), &text, &mut sent_probe).await;
+        }
         if name == "flood" {
             let inbox = common::metric(&relay.metrics().await, "hookrelay_inbox_events", &[]);
             eprintln!("{backend} {name} at {point}: inbox {inbox:?} undispatched at the kill");
@@ -405,7 +557,7 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         };
         eprintln!(
             "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies; files {} MB long), \
-             p99 ack {:.1} ms (p99.9 {:.1} ms; {} checkpoints of {:.1} ms and {} dedup keys purged during it), restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
+             p99 ack {:.1} ms (p99.9 {:.1} ms; {} checkpoints of {:.1} ms writing {:.0} KiB each, {:.0} B written per callback by other threads, and {} dedup keys purged during it), restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
             p.fill_rate,
             p.rss >> 20,
             p.hwm >> 20,
@@ -416,6 +568,8 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
             p.probe.ack_p999.as_secs_f64() * 1e3,
             p.probe.checkpoints,
             p.probe.checkpoint_ms,
+            p.probe.checkpoint_bytes / 1024.0,
+            p.probe.other_bytes,
             p.probe.purged.map_or("?".to_owned(), |n| n.to_string()),
             p.restart.as_secs_f64(),
             p.counted.as_secs_f64(),

@@ -191,7 +191,8 @@ pub(crate) struct StorageConfig {
     /// applies again); a checkpoint comes sooner once 1 MiB of writes were logged. In
     /// `durable` mode on redb, where the log makes each write durable and writers wait
     /// while a checkpoint runs, the shortest period: checkpoints come up to 5 s apart
-    /// while each holds the writers under 10 ms, and sooner when they take longer.
+    /// while each holds the writers under 10 ms or under twice what one at this period
+    /// took, and at this period again when one takes longer.
     #[schemars(with = "crate::config::duration::Text")]
     #[serde(with = "duration")]
     pub(crate) flush_interval: Duration,

@@ -18,23 +18,33 @@
 //!   200/s, 500 ms made 11.5 ms ones and 11.4 ms (BENCHMARKS.md, "Checkpoints paced by
 //!   their own length").
 //!
-//! So the period follows what the checkpoints take: after one that held the writers
-//! longer than [`STALL_BUDGET`] it drops to `flush_interval` at once (a burst of
-//! scattered writes is when the next would be longer still); after one within the
-//! budget it doubles, up to [`LONGEST_PERIOD`]. A store whose checkpoints stay short
-//! keeps the longest period; one whose checkpoints grow with the period settles near
-//! `flush_interval`; after a quiet spell (short checkpoints) the first busy one may be
-//! long, bounded by the 1 MiB trigger, and the next ones are short again.
+//! A checkpoint's fixed part grows with the store too: each durable commit saves redb's
+//! allocator state, a bitmap of every page of the file (about 0.5 MiB written per 4 GiB
+//! region). On a 10 M-event store (12 GiB) a checkpoint writes 2.5-3.5 MiB however
+//! short its period, 7.5-11 ms, and a period of 2 s costs a few ms more than one of
+//! 500 ms (BENCHMARKS.md, "The 10 M tail is the store's, not the build's").
+//!
+//! So the period follows what the checkpoints take, measured against what one at the
+//! floor takes (the fixed part and the floor's own pages): after one that held the
+//! writers longer than twice that (and longer than [`STALL_BUDGET`]) it drops to
+//! `flush_interval` at once (a burst of scattered writes is when the next would be
+//! longer still); after one within it, the period doubles, up to [`LONGEST_PERIOD`].
+//! A store whose checkpoints stay short keeps the longest period; one whose
+//! checkpoints grow with the period climbs from the floor until a checkpoint costs
+//! twice one at the floor, and starts again from there; one whose checkpoints are
+//! mostly their fixed part stays long, where that part is paid least often. After a
+//! quiet spell (short checkpoints) the first busy one may be long, bounded by the 1 MiB
+//! trigger, and the next ones are short again.
 
 use std::time::Duration;
 
 use super::Engine;
 
-/// The longest a checkpoint should hold the writers: about twice the fixed cost of a
-/// durable redb commit on the bench machine's disk, so that a checkpoint's own pages
-/// cost at most as much as its syncs. On a disk where even the fixed cost is longer,
-/// the period stays at its floor, `flush_interval`, as it was before pacing; on one
-/// where even 5 s of pages take less, at the longest.
+/// The least a checkpoint may hold the writers before the period drops to the floor:
+/// about twice the fixed cost of a durable redb commit of a small store on the bench
+/// machine's disk, so that a checkpoint's own pages cost at most as much as its syncs.
+/// A store whose checkpoints take longer even at the floor is measured there instead
+/// ([`Pacing::checkpointed`]).
 const STALL_BUDGET: Duration = Duration::from_millis(10);
 
 /// The longest period between a durable relay's checkpoints: what a small store's
@@ -49,6 +59,9 @@ pub(crate) struct Pacing {
     /// The shortest and longest the period may be: equal when it is fixed.
     floor: Duration,
     ceiling: Duration,
+    /// What the last checkpoint made at the floor took (zero before one): the
+    /// checkpoint's fixed part on this store, and the floor's own pages.
+    at_floor: Duration,
 }
 
 impl Pacing {
@@ -60,7 +73,7 @@ impl Pacing {
         match engine {
             Engine::Redb if durable => {
                 let ceiling = flush_interval.max(LONGEST_PERIOD);
-                Pacing { period: ceiling, floor: flush_interval, ceiling }
+                Pacing { period: ceiling, floor: flush_interval, ceiling, at_floor: Duration::ZERO }
             }
             _ => Pacing::fixed(flush_interval),
         }
@@ -68,7 +81,7 @@ impl Pacing {
 
     /// Always `period`.
     pub(crate) fn fixed(period: Duration) -> Self {
-        Pacing { period, floor: period, ceiling: period }
+        Pacing { period, floor: period, ceiling: period, at_floor: Duration::ZERO }
     }
 
     /// How long after the last checkpoint the next one is due.
@@ -81,11 +94,17 @@ impl Pacing {
         self.floor
     }
 
-    /// After a checkpoint that held the writers for `took`: the floor when it took
-    /// longer than [`STALL_BUDGET`] (fewer pages each from now on), else twice as late,
-    /// up to the ceiling.
+    /// After a checkpoint that held the writers for `took`, made `self.period()` after
+    /// the last: the floor when it took longer than twice a checkpoint at the floor
+    /// (and longer than [`STALL_BUDGET`]): fewer pages each from now on; else twice as
+    /// late, up to the ceiling. One at the floor sets that measure and never exceeds
+    /// it, so the period climbs from the floor until a checkpoint costs twice as much.
     pub(crate) fn checkpointed(&mut self, took: Duration) {
-        self.period = if took > STALL_BUDGET {
+        if self.period == self.floor {
+            self.at_floor = took;
+        }
+        let budget = STALL_BUDGET.max(self.at_floor.saturating_mul(2));
+        self.period = if took > budget {
             self.floor
         } else {
             self.period.saturating_mul(2).min(self.ceiling)
@@ -105,6 +124,20 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     proptest! {
+        /// On any store whose checkpoints grow with their period no faster than in
+        /// proportion ([`model`]), no checkpoint after the first at the floor holds the
+        /// writers longer than twice the most a checkpoint at the floor may take before
+        /// the period drops: the budget at the floor times two, the cost of the climb.
+        #[test]
+        fn no_checkpoint_exceeds_twice_its_budget(fixed_ms in 0u32..40, per_s_ms in 0u32..60) {
+            let floor = model(fixed_ms, per_s_ms, 500 * MS);
+            let budget = STALL_BUDGET.max(floor * 2);
+            for period in periods_of(fixed_ms, per_s_ms) {
+                let took = model(fixed_ms, per_s_ms, period);
+                prop_assert!(took <= budget * 2, "{took:?} at {period:?}, budget {budget:?}");
+            }
+        }
+
         /// Whatever the checkpoints take, the period stays within `flush_interval` and
         /// the longest; a fixed pacing never moves.
         #[test]
@@ -130,8 +163,9 @@ mod tests {
         }
     }
 
-    /// A long checkpoint brings the period down to `flush_interval` at once; short ones
-    /// (the budget itself included) take it back up to the longest, doubling.
+    /// A long checkpoint brings the period down to `flush_interval` at once; from there
+    /// it climbs while a checkpoint takes at most twice one at the floor (the budget
+    /// at least), back to the longest.
     #[test]
     fn a_long_checkpoint_brings_the_next_sooner_and_short_ones_later() {
         let mut pacing = Pacing::of(Engine::Redb, 500 * MS, true);
@@ -140,8 +174,10 @@ mod tests {
         assert_eq!(pacing.period(), LONGEST_PERIOD, "the budget itself is within it");
         pacing.checkpointed(46 * MS);
         assert_eq!(pacing.period(), 500 * MS);
-        pacing.checkpointed(STALL_BUDGET + MS);
-        assert_eq!(pacing.period(), 500 * MS);
+        pacing.checkpointed(11 * MS);
+        assert_eq!(pacing.period(), 1_000 * MS, "one at the floor is within twice itself");
+        pacing.checkpointed(23 * MS);
+        assert_eq!(pacing.period(), 500 * MS, "over twice the one at the floor (11 ms)");
         let periods: Vec<_> = (0..5)
             .map(|_| {
                 pacing.checkpointed(7 * MS);
@@ -149,6 +185,42 @@ mod tests {
             })
             .collect();
         assert_eq!(periods, [1_000, 2_000, 4_000, 5_000, 5_000]);
+    }
+
+    /// A checkpoint of `fixed_ms` plus `per_s_ms` for each second of its period: how
+    /// long one takes on a store, to the µs.
+    fn model(fixed_ms: u32, per_s_ms: u32, period: Duration) -> Duration {
+        let per_s = u64::from(per_s_ms);
+        MS * fixed_ms + Duration::from_micros(per_s * period.as_millis() as u64)
+    }
+
+    /// The periods the pacing goes through after a first long checkpoint, on a store
+    /// whose checkpoints follow [`model`]; from 500 ms to 5 s, 40 checkpoints.
+    fn periods_of(fixed_ms: u32, per_s_ms: u32) -> Vec<Duration> {
+        let mut pacing = Pacing::of(Engine::Redb, 500 * MS, true);
+        pacing.checkpointed(Duration::from_secs(1));
+        (0..40)
+            .map(|_| {
+                let period = pacing.period();
+                pacing.checkpointed(model(fixed_ms, per_s_ms, period));
+                period
+            })
+            .collect()
+    }
+
+    /// A store whose checkpoints are mostly their fixed part (a 10 M-event store: 8 ms
+    /// of allocator state and syncs, 2 ms per second of pages) climbs to the longest
+    /// period and stays: it pays the fixed part a tenth as often as at the floor. One
+    /// whose checkpoints grow with the period (3 ms and 10 ms per second) climbs to
+    /// where one costs twice one at the floor (2 s: 23 ms against 8) and starts again.
+    #[test]
+    fn the_period_rests_where_the_fixed_part_is_paid_least_often_within_twice_the_floor() {
+        let large = periods_of(8, 2);
+        assert_eq!(large[..4], [500 * MS, 1_000 * MS, 2_000 * MS, 4_000 * MS]);
+        assert!(large[4..].iter().all(|p| *p == LONGEST_PERIOD), "{large:?}");
+        let scattered = periods_of(3, 10);
+        assert_eq!(scattered[..4], [500 * MS, 1_000 * MS, 2_000 * MS, 500 * MS], "{scattered:?}");
+        assert!(scattered.iter().all(|p| *p <= 2_000 * MS), "{scattered:?}");
     }
 
     /// Each of redb's checkpoints: when it ended, and its length, in order.
