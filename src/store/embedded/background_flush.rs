@@ -20,7 +20,7 @@
 //!
 //! A checkpoint's fixed part grows with the store too: each durable commit saves redb's
 //! allocator state, a bitmap of every page of the file (about 0.5 MiB written per 4 GiB
-//! region). On a 10 M-event store (12 GiB) a checkpoint writes 2.5-3.5 MiB however
+//! region). On a 10 M-event store (12 GiB) a checkpoint writes 2.1-3.7 MiB however
 //! short its period, 7.5-11 ms, and a period of 2 s costs a few ms more than one of
 //! 500 ms (BENCHMARKS.md, "The 10 M tail is the store's, not the build's").
 //!
