@@ -379,20 +379,14 @@ async fn case(bin: &str, backend: &str, name: &str, points: &[u64]) -> Vec<Point
         };
         eprintln!(
             "{backend} {name} at {point}: filled at {:.0}/s, RSS {} MB (peak {}), disk {} MB ({:.2}x the bodies; files {} MB long), \
-             p99 ack {:.1} ms (p99.9 {:.1} ms; {} checkpoints of {:.1} ms writing {:.0} KiB each, {:.0} B written per callback by other threads, and {} dedup keys purged during it), restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
+             {}, restart to ready {:.1} s (counted {:.1} s), RSS {} MB once ready, {} MB 20 s later{}",
             p.fill_rate,
             p.rss >> 20,
             p.hwm >> 20,
             p.disk >> 20,
             p.disk as f64 / p.body_bytes as f64,
             p.length >> 20,
-            p.probe.ack_p99.as_secs_f64() * 1e3,
-            p.probe.ack_p999.as_secs_f64() * 1e3,
-            p.probe.checkpoints,
-            p.probe.checkpoint_ms,
-            p.probe.checkpoint_bytes / 1024.0,
-            p.probe.other_bytes,
-            p.probe.purged.map_or("?".to_owned(), |n| n.to_string()),
+            p.probe.summary(),
             p.restart.as_secs_f64(),
             p.counted.as_secs_f64(),
             p.rss_ready >> 20,

@@ -59,20 +59,34 @@ fn written_by(pid: i32, name: &str) -> (u64, u64) {
     (named, others)
 }
 
-/// Dedup keys purged so far, from `/metrics`.
-async fn purged(relay: &common::Relay) -> Option<f64> {
-    common::metric(&relay.metrics().await, "hookrelay_dedup_keys_purged_total", &[])
+/// From one read of `/metrics`: redb's checkpoints so far, their total time (s), and
+/// the dedup keys purged so far (`None`: a build without the counter).
+async fn counters(relay: &common::Relay) -> (f64, f64, Option<f64>) {
+    let text = relay.metrics().await;
+    let (count, sum) = common::histogram(&text, "hookrelay_store_checkpoint_duration_seconds");
+    (count, sum, common::metric(&text, "hookrelay_dedup_keys_purged_total", &[]))
 }
 
-/// redb's checkpoints so far and their total time (s), from `/metrics`.
-async fn checkpoints(relay: &common::Relay) -> (f64, f64) {
-    common::histogram(&relay.metrics().await, "hookrelay_store_checkpoint_duration_seconds")
+impl Probe {
+    /// What it saw, as the bench prints it.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "p99 ack {:.1} ms (p99.9 {:.1} ms; {} checkpoints of {:.1} ms writing {:.0} KiB each, \
+             {:.0} B written per callback by other threads, and {} dedup keys purged during it)",
+            self.ack_p99.as_secs_f64() * 1e3,
+            self.ack_p999.as_secs_f64() * 1e3,
+            self.checkpoints,
+            self.checkpoint_ms,
+            self.checkpoint_bytes / 1024.0,
+            self.other_bytes,
+            self.purged.map_or("?".to_owned(), |n| n.to_string()),
+        )
+    }
 }
 
 /// Callbacks `from..` sent at [`PROBE_RATE`] for [`PROBE_SECS`]: what [`Probe`] says.
 pub(crate) async fn probe(relay: &common::Relay, from: u64) -> Probe {
-    let (count0, sum0) = checkpoints(relay).await;
-    let purged0 = purged(relay).await;
+    let (count0, sum0, purged0) = counters(relay).await;
     let written0 = written_by(relay.pid(), "redb-checkpoint");
     let client = reqwest::Client::new();
     let url = relay.hook_url(Some("ActionUpdated"));
@@ -98,22 +112,18 @@ pub(crate) async fn probe(relay: &common::Relay, from: u64) -> Probe {
         took.push(t.unwrap());
     }
     took.sort();
-    let (count1, sum1) = checkpoints(relay).await;
-    let purged = purged(relay).await.zip(purged0).map(|(after, before)| after - before);
-    let made = count1 - count0;
+    let (count1, sum1, purged1) = counters(relay).await;
     let written1 = written_by(relay.pid(), "redb-checkpoint");
+    let made = count1 - count0;
+    let per_checkpoint = |total: f64| if made > 0.0 { total / made } else { 0.0 };
     let sent = (PROBE_RATE * probe_secs()) as f64;
     Probe {
         ack_p99: took[took.len() * 99 / 100],
         ack_p999: took[took.len() * 999 / 1000],
         checkpoints: made,
-        checkpoint_ms: if made > 0.0 { (sum1 - sum0) / made * 1e3 } else { 0.0 },
-        purged,
-        checkpoint_bytes: if made > 0.0 {
-            written1.0.saturating_sub(written0.0) as f64 / made
-        } else {
-            0.0
-        },
+        checkpoint_ms: per_checkpoint((sum1 - sum0) * 1e3),
+        purged: purged1.zip(purged0).map(|(after, before)| after - before),
+        checkpoint_bytes: per_checkpoint(written1.0.saturating_sub(written0.0) as f64),
         other_bytes: written1.1.saturating_sub(written0.1) as f64 / sent,
     }
 }
@@ -133,46 +143,37 @@ pub(crate) async fn probe_rounds(
     let mut seen: [Vec<Probe>; 2] = [Vec::new(), Vec::new()];
     for round in 0..RESTART_ROUNDS {
         for (i, bin) in builds.iter().enumerate().rev() {
+            let (label, env) = SIDES[i];
             relay.kill();
-            let extra = probe_env(["BENCH_PROBE_ENV", "BENCH_PROBE_BASELINE_ENV"][i]);
-            *relay = start_with(bin, backend, case, dir, text, &extra).await.0;
+            *relay = start_with(bin, backend, case, dir, text, &probe_env(env)).await.0;
             tokio::time::sleep(PROBE_SETTLE).await;
             let p = probe(relay, 2_000_000_000 + *sent_probe).await;
             *sent_probe += PROBE_RATE * probe_secs();
-            eprintln!(
-                "{backend} {case} at {point}, probe round {round}, {}: p99 ack {:.1} ms (p99.9 {:.1}); \
-                 {} checkpoints of {:.1} ms writing {:.0} KiB each; {:.0} B per callback by other threads",
-                ["this build", "baseline"][i],
-                p.ack_p99.as_secs_f64() * 1e3,
-                p.ack_p999.as_secs_f64() * 1e3,
-                p.checkpoints,
-                p.checkpoint_ms,
-                p.checkpoint_bytes / 1024.0,
-                p.other_bytes,
-            );
+            eprintln!("{backend} {case} at {point}, probe round {round}, {label}: {}", p.summary());
             seen[i].push(p);
         }
     }
-    for (i, mut probes) in seen.into_iter().enumerate() {
-        let median = |v: &mut Vec<f64>| {
+    for ((label, _), probes) in SIDES.iter().zip(&seen) {
+        let median = |of: fn(&Probe) -> f64| {
+            let mut v: Vec<f64> = probes.iter().map(of).collect();
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let mut p99: Vec<f64> = probes.iter().map(|p| p.ack_p99.as_secs_f64() * 1e3).collect();
-        let mut ms: Vec<f64> = probes.iter().map(|p| p.checkpoint_ms).collect();
-        let mut kib: Vec<f64> = probes.iter().map(|p| p.checkpoint_bytes / 1024.0).collect();
-        let mut count: Vec<f64> = probes.iter_mut().map(|p| p.checkpoints).collect();
         eprintln!(
-            "{backend} {case} at {point}, {} on the same files, medians of {RESTART_ROUNDS}: p99 ack {:.1} ms, \
-             {} checkpoints of {:.1} ms writing {:.0} KiB each",
-            ["this build", "baseline"][i],
-            median(&mut p99),
-            median(&mut count),
-            median(&mut ms),
-            median(&mut kib),
+            "{backend} {case} at {point}, {label} on the same files, medians of {RESTART_ROUNDS}: \
+             p99 ack {:.1} ms, {} checkpoints of {:.1} ms writing {:.0} KiB each",
+            median(|p| p.ack_p99.as_secs_f64() * 1e3),
+            median(|p| p.checkpoints),
+            median(|p| p.checkpoint_ms),
+            median(|p| p.checkpoint_bytes / 1024.0),
         );
     }
 }
+
+/// The two sides of [`probe_rounds`]: how each is labelled, and the variable holding
+/// its environment.
+const SIDES: [(&str, &str); 2] =
+    [("this build", "BENCH_PROBE_ENV"), ("baseline", "BENCH_PROBE_BASELINE_ENV")];
 
 /// The variables of `name` (`KEY=VALUE;KEY=VALUE`), for one side of [`probe_rounds`]:
 /// the same build probed under two settings.
