@@ -44,7 +44,9 @@ config_enum!(StorageBackend { "sled" => Sled, "redb" => Redb, "postgres" => Post
 /// its runtime, HTTP stacks, buffers and counts, and the binary's text (16 MB, counted
 /// in RSS). Measured on redb with huge pages refused (BENCHMARKS.md, "Capacity"):
 /// 50-65 MB beside the cache under 64 connections of ingest with deliveries, flat
-/// from 1 M to 10 M events. The rest is room for what the bench does not send: bodies
+/// from 1 M to 10 M events; the dedup index's filters (16 MiB at most, some 12 MB for a
+/// 10-minute window at 9,400 callbacks/s) kept a 3 M store under a 150 MiB limit at
+/// 96 MB. The rest is room for what the bench does not send: bodies
 /// up to `ingress.max_body_bytes` (10 MiB) on many connections at once, a console
 /// reading large pages.
 pub(crate) const RELAY_RESERVE_BYTES: u64 = 112 * 1024 * 1024;

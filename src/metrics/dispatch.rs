@@ -51,7 +51,7 @@ impl DispatchMetrics {
             )?,
             dedup_keys: r.gauge(
                 "hookrelay_dedup_keys",
-                "Keys in the deduplication index. On the embedded store it includes expired keys not yet purged: they go with their bucket, up to one `dedup_window` after they expire.",
+                "Keys in the deduplication index. On the embedded store it includes expired keys not yet purged: they go with their bucket, up to a thirty-second of `dedup_window` (a second at least) after they expire.",
             )?,
             dedup_keys_purged: r.counter(
                 "hookrelay_dedup_keys_purged_total",

@@ -1,5 +1,6 @@
 //! The dedup index of the embedded store (the `dedup` tree): its keys filed by when
-//! they expire, so that the purge removes runs of neighbouring keys.
+//! they expire, so that the purge removes runs of neighbouring keys, in narrow
+//! buckets, so that a checkpoint writes few pages for the keys of its period.
 //!
 //! Layout 3 (`keys::dedup`): `[bucket end µs: 8, big-endian][hash: 16]`, the value
 //! `[original event id: 8][window end µs: 8]` as before. A key's **bucket** is a span
@@ -14,18 +15,34 @@
 //!   order, reading nothing that has not expired;
 //! - an insert lands among the keys of its own bucket, not of the whole index.
 //!
-//! The price: a lookup reads one key per live bucket (two or three for one window:
-//! a bucket is as wide as the window, rounded down to a power of two of µs), and an
-//! expired key stays until its bucket's end, up to one window late. Lookups compare
-//! `until` with the callback's receive time as before, so what is deduplicated does
-//! not change.
+//! **Narrow buckets.** Within a bucket the keys are in hash order, so inserts scatter
+//! over its pages: a bucket as wide as the window (as first built) held 100,000 keys
+//! at 200 callbacks/s, and a checkpoint wrote a page or two for each key inserted
+//! since the last one (400 inserts: 3.4 MiB and 9.2 ms, against 0.6 MiB and 2.1 ms
+//! into a small bucket; after a burst, millions of keys and worse; BENCHMARKS.md,
+//! "Narrow dedup buckets"). So a bucket is a thirty-second of the window, and
+//! the one being filled stays small. A window then spans 33 to 65 buckets, and each
+//! has a membership filter in memory (`dedup/filter.rs`, about 10 bits a key): a
+//! lookup reads the buckets whose filter may hold its hash, newest first, and about 1%
+//! of the others. Filters are made as keys are written and, at the open, from the
+//! keys of the buckets found (up to [`OPEN_SCAN_KEYS`]); a bucket past that scan, or
+//! whose filter would go over [`FILTER_BUDGET`], is read by every lookup, as all were
+//! before the filters.
 //!
-//! Invariant: every bucket end that files a key is in [`Buckets`], or a lookup would
-//! miss the key. Kept by: dispatch (the only writer of dedup keys, under the
-//! lifecycle lock) adds a bucket before it writes into it; the purge forgets a bucket
-//! only under the lifecycle lock, once it found it empty; the open reads them all.
+//! The price: the filters' memory (1.25 bytes a key in the window), and an expired
+//! key stays until its bucket's end, up to a thirty-second of a window late. Lookups
+//! compare `until` with the callback's receive time as before, so what is
+//! deduplicated does not change.
+//!
+//! Invariant: every bucket end that files a key is in [`Buckets`], with no filter or
+//! one that holds the key's hash, or a lookup would miss the key. Kept by: dispatch
+//! (the only writer of dedup keys, under the lifecycle lock) adds a bucket and the
+//! hash before it writes the key; a filter only grows (a key removed stays a false
+//! positive); the purge forgets a bucket only under the lifecycle lock, once it found
+//! it empty; the open reads them all, and a bucket's filter there holds every key it
+//! read or the bucket has none.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -35,12 +52,35 @@ use super::{keys, EmbeddedState, DEDUP};
 use crate::lock::lock;
 use crate::store::lifecycle::DedupEntry;
 use crate::store::{hex, StoreError};
+use filter::Filter;
+
+mod filter;
+
+/// The most the buckets' filters may hold in all: 16 MiB, some 13 million keys (a
+/// day's window at 150 callbacks/s, or a window of 10 minutes at 22,000/s). A bucket
+/// whose filter would take more is read by every lookup instead.
+const FILTER_BUDGET: usize = 16 << 20;
+/// The most keys the open reads to make the filters of the buckets it finds: a
+/// window of 10 minutes at 400 callbacks/s, some 50-100 ms. The buckets beyond it (after
+/// a burst) are read by every lookup until they expire.
+const OPEN_SCAN_KEYS: usize = 256 * 1024;
+
+/// The buckets a store knows, each with its filter (`None`: every lookup reads it),
+/// and the bytes the filters hold.
+#[derive(Debug)]
+struct Known {
+    ends: BTreeMap<u64, Option<Filter>>,
+    bytes: usize,
+    /// The most `bytes` may be: [`FILTER_BUDGET`] but in tests.
+    budget: usize,
+}
 
 /// The ends of the buckets that file at least one key (and perhaps a few that file
-/// none any more, until the purge looks), and where dispatch's lookups found keys.
-#[derive(Debug, Default)]
+/// none any more, until the purge looks), what each may hold, and where dispatch's
+/// lookups found keys.
+#[derive(Debug)]
 pub(super) struct Buckets {
-    ends: Mutex<BTreeSet<u64>>,
+    known: Mutex<Known>,
     /// The bucket each key a lookup found is filed under, while dispatch holds the
     /// lifecycle lock: a key it renews moves to a later bucket, and its old key is
     /// removed in the same transaction (one key per hash, as in layout 2).
@@ -48,10 +88,16 @@ pub(super) struct Buckets {
 }
 
 impl Buckets {
-    /// Every bucket of `tree` (layout 3), found by seeking from one to the next: a
-    /// read per bucket, not per key.
+    /// Every bucket of `tree` (layout 3) with its filter, made from the keys read
+    /// (up to [`OPEN_SCAN_KEYS`]); past that, the buckets are found by seeking from
+    /// one to the next (a read per bucket, not per key) and left without a filter.
     pub(super) fn read(tree: &Tree) -> Result<Self, StoreError> {
-        let mut ends = BTreeSet::new();
+        Self::read_within(tree, OPEN_SCAN_KEYS, FILTER_BUDGET)
+    }
+
+    /// [`Buckets::read`], reading up to `scan` keys, the filters held to `budget`.
+    fn read_within(tree: &Tree, mut scan: usize, budget: usize) -> Result<Self, StoreError> {
+        let mut known = Known { ends: BTreeMap::new(), bytes: 0, budget };
         let mut from: Vec<u8> = Vec::new();
         loop {
             let Some(item) = tree.range(from.as_slice()..).next() else { break };
@@ -62,19 +108,57 @@ impl Buckets {
                 from.push(0);
                 continue;
             };
-            ends.insert(end);
+            let mut filter = (scan > 0).then(Filter::default);
+            if let Some(f) = &mut filter {
+                for item in tree.range(bucket_range(end)) {
+                    let (key, _) = item?;
+                    let (Some(hash), true) = (keys::dedup_hash(&key), scan > 0) else {
+                        filter = None;
+                        scan = 0;
+                        break;
+                    };
+                    f.insert(&hash);
+                    scan -= 1;
+                }
+            }
+            let bytes = filter.as_ref().map_or(0, Filter::bytes);
+            if known.bytes + bytes > known.budget {
+                filter = None;
+                scan = 0;
+            }
+            known.bytes += filter.as_ref().map_or(0, Filter::bytes);
+            known.ends.insert(end, filter);
             // On from the end of this bucket's range: the next bucket's first key.
             match bucket_range(end).1 {
                 Bound::Excluded(next) => from = next,
                 _ => break,
             }
         }
-        Ok(Self { ends: Mutex::new(ends), found: Mutex::default() })
+        Ok(Self { known: Mutex::new(known), found: Mutex::default() })
     }
 
-    /// Registers `end` before a key is written into its bucket.
-    fn add(&self, end: u64) {
-        lock(&self.ends).insert(end);
+    /// Registers `hash` in the bucket ending at `end` before its key is written there.
+    fn add(&self, end: u64, hash: &[u8; 16]) {
+        let mut known = lock(&self.known);
+        let Known { ends, bytes, budget } = &mut *known;
+        let members = ends.entry(end).or_insert_with(|| Some(Filter::default()));
+        if let Some(filter) = members {
+            if *bytes + filter.next_growth() > *budget {
+                // Read by every lookup from now on: never a key missed.
+                *bytes -= filter.bytes();
+                *members = None;
+            } else {
+                *bytes += filter.insert(hash);
+            }
+        }
+    }
+
+    /// Forgets the bucket ending at `end` (the purge found it empty).
+    fn forget(&self, end: u64) {
+        let mut known = lock(&self.known);
+        if let Some(Some(filter)) = known.ends.remove(&end) {
+            known.bytes -= filter.bytes();
+        }
     }
 
     /// Forgets where earlier lookups found keys: at the start of a dispatch.
@@ -82,10 +166,38 @@ impl Buckets {
         lock(&self.found).clear();
     }
 
-    /// How many buckets are known: what a lookup reads at most.
+    /// No bucket known yet, the filters held to `budget`.
+    #[cfg(test)]
+    fn within(budget: usize) -> Self {
+        let known = Known { ends: BTreeMap::new(), bytes: 0, budget };
+        Self { known: Mutex::new(known), found: Mutex::default() }
+    }
+
+    /// How many buckets are known.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        lock(&self.ends).len()
+        lock(&self.known).ends.len()
+    }
+
+    /// The buckets a lookup of `hash` reads: those whose filter may hold it, and those
+    /// without one.
+    #[cfg(test)]
+    pub(super) fn read_by(&self, hash: &[u8; 16]) -> Vec<u64> {
+        let known = lock(&self.known);
+        let may = |f: &Option<Filter>| f.as_ref().is_none_or(|f| f.may_contain(hash));
+        known.ends.iter().filter(|(_, f)| may(f)).map(|(end, _)| *end).collect()
+    }
+
+    /// How many buckets have no filter (read by every lookup).
+    #[cfg(test)]
+    pub(super) fn unfiltered(&self) -> usize {
+        lock(&self.known).ends.values().filter(|f| f.is_none()).count()
+    }
+
+    /// The bytes the filters hold.
+    #[cfg(test)]
+    pub(super) fn filter_bytes(&self) -> usize {
+        lock(&self.known).bytes
     }
 }
 
@@ -105,8 +217,11 @@ impl EmbeddedState {
     /// than the one it replaces (its new end is after the callback's receive time,
     /// the old one was not).
     pub(super) fn dedup_entry(&self, hash: &[u8; 16]) -> Result<Option<DedupEntry>, StoreError> {
-        let ends = lock(&self.dedup_buckets.ends);
-        for end in ends.iter().rev() {
+        let known = lock(&self.dedup_buckets.known);
+        for (end, filter) in known.ends.iter().rev() {
+            if filter.as_ref().is_some_and(|f| !f.may_contain(hash)) {
+                continue;
+            }
             let key = keys::dedup(*end, hash);
             if let Some(value) = self.dedup.get(key)? {
                 lock(&self.dedup_buckets.found).insert(*hash, *end);
@@ -142,7 +257,7 @@ impl EmbeddedState {
                     added -= 1;
                 }
             }
-            self.dedup_buckets.add(end);
+            self.dedup_buckets.add(end, hash);
             if tree.insert(keys::dedup(end, hash), keys::encode_dedup(entry))?.is_none() {
                 added += 1;
             }
@@ -156,7 +271,8 @@ impl EmbeddedState {
     /// for the next durable one); returns how many. Reads only what it removes; a
     /// bucket it emptied is forgotten.
     pub(super) fn purge_dedup(&self, now_us: u64, limit: usize) -> Result<usize, StoreError> {
-        let ended: Vec<u64> = lock(&self.dedup_buckets.ends).range(..=now_us).copied().collect();
+        let ended: Vec<u64> =
+            lock(&self.dedup_buckets.known).ends.range(..=now_us).map(|(end, _)| *end).collect();
         let (mut chunk, mut emptied) = (Vec::new(), Vec::new());
         for end in ended {
             let want = limit.saturating_sub(chunk.len());
@@ -196,7 +312,7 @@ impl EmbeddedState {
             let _rules = lock(&self.lifecycle);
             for end in emptied {
                 if self.dedup.range(bucket_range(end)).next().transpose()?.is_none() {
-                    lock(&self.dedup_buckets.ends).remove(&end);
+                    self.dedup_buckets.forget(end);
                 }
             }
         }

@@ -109,20 +109,24 @@ pub(crate) fn decode_order(v: &[u8]) -> Option<Queue> {
     })
 }
 
-/// The narrowest dedup bucket: 2^26 µs, about 67 s (the purge runs every minute).
-const NARROWEST_BUCKET: u64 = 1 << 26;
-/// The widest: 2^42 µs, about 51 days.
-const WIDEST_BUCKET: u64 = 1 << 42;
+/// A dedup bucket is about this share of what is left of its keys' window: narrow,
+/// so that the bucket being filled is small and a checkpoint writes its few pages,
+/// not a page per key scattered among a window's keys (`dedup.rs`).
+const SLICES: u64 = 32;
+/// The narrowest dedup bucket: 2^20 µs, about a second.
+const NARROWEST_BUCKET: u64 = 1 << 20;
+/// The widest: 2^37 µs, about 38 hours.
+const WIDEST_BUCKET: u64 = 1 << 37;
 
 /// The end of the bucket that files a dedup key whose window ends at `until_us`,
-/// written at `now_us` (`dedup.rs`): the bucket is as wide as what is left of the
-/// window, rounded down to a power of two of µs (within 67 s and 51 days), and ends
-/// at the next multiple of its width after `until_us`. So the end is after `until_us`
-/// (a bucket whose end has passed holds only expired keys), and one window's keys
-/// fall into two or three buckets.
+/// written at `now_us` (`dedup.rs`): the bucket is a [`SLICES`]th of what is left of
+/// the window, rounded down to a power of two of µs (within a second and 38 hours),
+/// and ends at the next multiple of its width after `until_us`. So the end is after
+/// `until_us` (a bucket whose end has passed holds only expired keys), and one
+/// window's keys fall into 33 to 65 buckets (more for a window over 50 days).
 pub(crate) fn dedup_bucket_end(until_us: u64, now_us: u64) -> u64 {
-    let left = until_us.saturating_sub(now_us).clamp(NARROWEST_BUCKET, WIDEST_BUCKET);
-    let width = 1u64 << (63 - left.leading_zeros());
+    let slice = (until_us.saturating_sub(now_us) / SLICES).clamp(NARROWEST_BUCKET, WIDEST_BUCKET);
+    let width = 1u64 << (63 - slice.leading_zeros());
     (until_us / width).saturating_add(1).saturating_mul(width)
 }
 
@@ -138,6 +142,12 @@ pub(crate) fn dedup(bucket_end: u64, hash: &[u8; 16]) -> [u8; 24] {
 pub(crate) fn dedup_bucket(key: &[u8]) -> Option<u64> {
     let key: &[u8; 24] = key.try_into().ok()?;
     Some(u64::from_be_bytes(key[..8].try_into().ok()?))
+}
+
+/// The hash of a `dedup` key; `None` when it is not a layout-3 key.
+pub(crate) fn dedup_hash(key: &[u8]) -> Option<[u8; 16]> {
+    let key: &[u8; 24] = key.try_into().ok()?;
+    key[8..].try_into().ok()
 }
 
 /// `dedup` value: `[original event id: 8][window end µs: 8]`.

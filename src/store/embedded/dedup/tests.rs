@@ -4,6 +4,8 @@
 use proptest::prelude::*;
 
 use super::super::{keys, testutil, EmbeddedState, Engine, SCHEMA_KEY};
+use super::{Buckets, FILTER_BUDGET};
+use crate::store::hex;
 use crate::store::lifecycle::DedupEntry;
 use crate::store::EventId;
 
@@ -41,10 +43,10 @@ fn entry(id: u64, until_us: u64) -> DedupEntry {
 
 proptest! {
     /// A bucket ends after every window it files (so a bucket that ended holds only
-    /// expired keys), and the keys of one window's callbacks fall into three buckets
-    /// at most (what a lookup reads).
+    /// expired keys), and the keys of one window's callbacks fall into 65 buckets at
+    /// most (what a lookup's filters are asked about).
     #[test]
-    fn a_bucket_ends_after_its_keys_and_a_window_spans_three_at_most(
+    fn a_bucket_ends_after_its_keys_and_a_window_spans_65_at_most(
         now in T0..T0 + 1_000 * MINUTE,
         window in 1u64..100_000 * MINUTE,
         offsets in proptest::collection::vec(0u64..1_000_000_000, 1..50),
@@ -58,7 +60,120 @@ proptest! {
             prop_assert!(end > until, "end {end} not after until {until}");
             ends.insert(end);
         }
-        prop_assert!(ends.len() <= 3, "{} buckets for one window of {window} µs", ends.len());
+        prop_assert!(ends.len() <= 65, "{} buckets for one window of {window} µs", ends.len());
+    }
+
+    /// The buckets' invariant with filters: whatever is added and forgotten, under any
+    /// budget, a lookup of a hash reads every bucket it was added to (filtered or not),
+    /// and the filters never hold more than the budget.
+    #[test]
+    fn a_lookup_reads_every_bucket_that_may_file_its_key(
+        budget in 0usize..40_000,
+        ops in proptest::collection::vec((0u64..8, 0u64..4_000, 0u8..50), 1..4_000),
+    ) {
+        let buckets = Buckets::within(budget);
+        let mut model = std::collections::BTreeSet::new();
+        for (end, n, forget) in ops {
+            if forget == 0 {
+                // The purge forgets only a bucket it found empty.
+                model.retain(|&(e, _)| e != end);
+                buckets.forget(end);
+            } else {
+                buckets.add(end, &hash(n));
+                model.insert((end, n));
+            }
+            prop_assert!(buckets.filter_bytes() <= budget);
+        }
+        for (end, n) in model {
+            prop_assert!(buckets.read_by(&hash(n)).contains(&end), "{n} in {end} missed");
+        }
+    }
+}
+
+/// Dispatches every 10 s over a window, 20 keys each (hashes `0..1_200`): a steady
+/// rate, filed into some 36 narrow buckets.
+fn a_window_of_dispatches(state: &EmbeddedState) {
+    let window = 10 * MINUTE;
+    for i in 0..60 {
+        let at = T0 + i * 10_000_000;
+        let batch: Vec<_> = (0..20)
+            .map(|j| {
+                let n = i * 20 + j;
+                (hash(n), entry(n + 1, at + window))
+            })
+            .collect();
+        write(state, &batch, at);
+    }
+}
+
+/// Every key [`a_window_of_dispatches`] wrote is found, with its event.
+fn every_dispatched_key_is_found(state: &EmbeddedState) {
+    for n in 0..1_200 {
+        let found = state.dedup_entry(&hash(n)).unwrap().map(|e| e.original);
+        assert_eq!(found, Some(EventId::new(n + 1)), "{n}");
+    }
+}
+
+/// How many buckets lookups of 2,000 hashes never written read in all.
+fn reads_of_absent(buckets: &Buckets) -> usize {
+    (10_000..12_000).map(|n| buckets.read_by(&hash(n)).len()).sum()
+}
+
+/// Every key of the store is in a bucket `buckets` reads for its hash.
+fn every_key_is_read(state: &EmbeddedState, buckets: &Buckets) {
+    for item in state.dedup.iter() {
+        let (key, _) = item.unwrap();
+        let (end, hash) = (keys::dedup_bucket(&key).unwrap(), keys::dedup_hash(&key).unwrap());
+        assert!(buckets.read_by(&hash).contains(&end), "{} missed", hex(&key));
+    }
+}
+
+/// A window's keys written at a steady rate fall into narrow buckets (a
+/// thirty-second of the window or so), and a lookup reads few of them: the one that
+/// files its key, and hardly any other; every key is found.
+#[test]
+fn narrow_buckets_are_filtered_so_that_a_lookup_reads_few() {
+    for engine in [Engine::Sled, Engine::Redb] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = testutil::open_on(engine, dir.path());
+        let state = &store.inner;
+        a_window_of_dispatches(state);
+        let buckets = state.dedup_buckets.len();
+        assert!((33..=66).contains(&buckets), "{engine:?}: {buckets} buckets");
+        every_dispatched_key_is_found(state);
+        let present: usize = (0..1_200).map(|n| state.dedup_buckets.read_by(&hash(n)).len()).sum();
+        assert!(present < 1_300, "{engine:?}: {present} reads for 1,200 keys");
+        let absent = reads_of_absent(&state.dedup_buckets);
+        assert!(absent < 200, "{engine:?}: {absent} reads for 2,000 absent keys");
+        assert!(state.dedup_buckets.filter_bytes() > 0);
+        every_key_is_read(state, &state.dedup_buckets);
+    }
+}
+
+/// The open makes the filters of the buckets it finds, so that a restarted relay's
+/// lookups read as few; past its scan or its budget, the buckets it finds are read by
+/// every lookup, and no key is missed either way.
+#[test]
+fn the_open_filters_the_buckets_it_finds_and_reads_the_rest() {
+    for engine in [Engine::Sled, Engine::Redb] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = testutil::open_on(engine, dir.path());
+            a_window_of_dispatches(&store.inner);
+        }
+        let store = testutil::open_on(engine, dir.path());
+        let state = &store.inner;
+        assert_eq!(state.dedup_buckets.unfiltered(), 0, "{engine:?}: all within the scan");
+        assert!(reads_of_absent(&state.dedup_buckets) < 200, "{engine:?}");
+        every_dispatched_key_is_found(state);
+        for (scan, budget) in [(500, FILTER_BUDGET), (usize::MAX, 4_000), (0, FILTER_BUDGET)] {
+            let partial = Buckets::read_within(&state.dedup, scan, budget).unwrap();
+            assert_eq!(partial.len(), state.dedup_buckets.len(), "{engine:?}");
+            let unfiltered = partial.unfiltered();
+            assert!(unfiltered > 0, "{engine:?} {scan} {budget}: every bucket filtered");
+            assert!(partial.filter_bytes() <= budget);
+            every_key_is_read(state, &partial);
+        }
     }
 }
 
