@@ -10,7 +10,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY vendor ./vendor
 RUN mkdir src benches \
     && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && for b in ingest delivery footprint fleet console shape audit capacity runaway latency; do echo 'fn main() {}' > "benches/$b.rs"; done \
+    && for b in ingest delivery footprint fleet console shape audit capacity runaway latency checkpoint_pages; do echo 'fn main() {}' > "benches/$b.rs"; done \
     && cargo build --release --locked \
     && rm -rf src benches
 COPY src ./src
