@@ -56,13 +56,14 @@ use filter::Filter;
 
 mod filter;
 
-/// The most the buckets' filters may hold in all: 16 MiB, some 13 million keys (a
-/// day's window at 150 callbacks/s, or a window of 10 minutes at 22,000/s). A bucket
-/// whose filter would take more is read by every lookup instead.
+/// The most the buckets' filters may hold in all: 16 MiB, 7 to 13 million keys with
+/// their segments' slack (a 10-minute window at 12,000-22,000 callbacks/s, a day's at
+/// 80-150/s). A bucket whose filter would take more is read by every lookup instead.
 const FILTER_BUDGET: usize = 16 << 20;
 /// The most keys the open reads to make the filters of the buckets it finds: a
-/// window of 10 minutes at 400 callbacks/s, some 50-100 ms. The buckets beyond it (after
-/// a burst) are read by every lookup until they expire.
+/// 10-minute window at 400 callbacks/s (the 10 M store's restart to ready, the scan
+/// included, stayed at 0.1 s). The buckets beyond it (after a burst) are read by every
+/// lookup until they expire.
 const OPEN_SCAN_KEYS: usize = 256 * 1024;
 
 /// The buckets a store knows, each with its filter (`None`: every lookup reads it),
