@@ -57,15 +57,19 @@ fn key() -> [u8; 24] {
     k
 }
 
-/// One callback's commit without an fsync: its dedup key and its event.
-fn callback(db: &Database, id: u64, body: &[u8]) {
+/// `count` callbacks (each its dedup key and its event, ids after `id`) in one commit
+/// without an fsync, as the relay commits one.
+fn callbacks(db: &Database, id: &mut u64, count: u64, body: &[u8]) {
     let mut tx = db.begin_write().expect("begin");
     tx.set_durability(Durability::None).expect("durability");
     {
         let mut dedup = tx.open_table(DEDUP).expect("dedup");
-        dedup.insert(key().as_slice(), [0u8; 16].as_slice()).expect("insert");
         let mut events = tx.open_table(EVENTS).expect("events");
-        events.insert(id, body).expect("insert");
+        for _ in 0..count {
+            *id += 1;
+            dedup.insert(key().as_slice(), [0u8; 16].as_slice()).expect("insert");
+            events.insert(*id, body).expect("insert");
+        }
     }
     tx.commit().expect("commit");
 }
@@ -102,18 +106,7 @@ fn main() {
             let mut left = size;
             while left > 0 {
                 let batch = left.min(50_000);
-                let mut tx = db.begin_write().expect("begin");
-                tx.set_durability(Durability::None).expect("durability");
-                {
-                    let mut dedup = tx.open_table(DEDUP).expect("dedup");
-                    let mut events = tx.open_table(EVENTS).expect("events");
-                    for _ in 0..batch {
-                        id += 1;
-                        dedup.insert(key().as_slice(), [0u8; 16].as_slice()).expect("insert");
-                        events.insert(id, body.as_slice()).expect("insert");
-                    }
-                }
-                tx.commit().expect("commit");
+                callbacks(&db, &mut id, batch, &body);
                 left -= batch;
             }
             checkpoint(&db);
@@ -121,8 +114,7 @@ fn main() {
             // One round first, not counted: the tree's pages into the cache.
             for round in 0..=rounds {
                 for _ in 0..per {
-                    id += 1;
-                    callback(&db, id, &body);
+                    callbacks(&db, &mut id, 1, &body);
                 }
                 let (t, b) = checkpoint(&db);
                 if round > 0 {

@@ -98,7 +98,7 @@ impl Buckets {
 
     /// [`Buckets::read`], reading up to `scan` keys, the filters held to `budget`.
     fn read_within(tree: &Tree, mut scan: usize, budget: usize) -> Result<Self, StoreError> {
-        let mut known = Known { ends: BTreeMap::new(), bytes: 0, budget };
+        let buckets = Self::within(budget);
         let mut from: Vec<u8> = Vec::new();
         loop {
             let Some(item) = tree.range(from.as_slice()..).next() else { break };
@@ -109,48 +109,56 @@ impl Buckets {
                 from.push(0);
                 continue;
             };
-            let mut filter = (scan > 0).then(Filter::default);
-            if let Some(f) = &mut filter {
-                for item in tree.range(bucket_range(end)) {
-                    let (key, _) = item?;
-                    let (Some(hash), true) = (keys::dedup_hash(&key), scan > 0) else {
-                        filter = None;
-                        scan = 0;
+            // Filtered once every key was read into it; a bucket the scan ended in, or
+            // reached after it ended, is read by every lookup.
+            let mut complete = true;
+            for item in tree.range(bucket_range(end)) {
+                let (key, _) = item?;
+                match keys::dedup_hash(&key) {
+                    Some(hash) if scan > 0 => {
+                        buckets.add(end, &hash);
+                        scan -= 1;
+                    }
+                    _ => {
+                        complete = false;
                         break;
-                    };
-                    f.insert(&hash);
-                    scan -= 1;
+                    }
                 }
             }
-            let bytes = filter.as_ref().map_or(0, Filter::bytes);
-            if known.bytes + bytes > known.budget {
-                filter = None;
-                scan = 0;
+            if !complete {
+                buckets.unfilter(end);
             }
-            known.bytes += filter.as_ref().map_or(0, Filter::bytes);
-            known.ends.insert(end, filter);
             // On from the end of this bucket's range: the next bucket's first key.
             match bucket_range(end).1 {
                 Bound::Excluded(next) => from = next,
                 _ => break,
             }
         }
-        Ok(Self { known: Mutex::new(known), found: Mutex::default() })
+        Ok(buckets)
     }
 
-    /// Registers `hash` in the bucket ending at `end` before its key is written there.
+    /// Registers `hash` in the bucket ending at `end` before its key is written there
+    /// (and as the open reads the keys): the bucket is left without a filter, read by
+    /// every lookup, once its filter would go over the budget.
     fn add(&self, end: u64, hash: &[u8; 16]) {
         let mut known = lock(&self.known);
         let Known { ends, bytes, budget } = &mut *known;
         let members = ends.entry(end).or_insert_with(|| Some(Filter::default()));
         if let Some(filter) = members {
-            if *bytes + filter.next_growth() > *budget {
-                // Read by every lookup from now on: never a key missed.
+            if *bytes + filter.next_growth() <= *budget {
+                *bytes += filter.insert(hash);
+            } else {
                 *bytes -= filter.bytes();
                 *members = None;
-            } else {
-                *bytes += filter.insert(hash);
             }
+        }
+    }
+
+    /// Leaves the bucket ending at `end` without a filter: every lookup reads it.
+    fn unfilter(&self, end: u64) {
+        let mut known = lock(&self.known);
+        if let Some(Some(filter)) = known.ends.insert(end, None) {
+            known.bytes -= filter.bytes();
         }
     }
 
@@ -168,7 +176,6 @@ impl Buckets {
     }
 
     /// No bucket known yet, the filters held to `budget`.
-    #[cfg(test)]
     fn within(budget: usize) -> Self {
         let known = Known { ends: BTreeMap::new(), bytes: 0, budget };
         Self { known: Mutex::new(known), found: Mutex::default() }

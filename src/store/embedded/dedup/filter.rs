@@ -31,8 +31,7 @@ struct Segment {
 
 impl Segment {
     fn new(capacity: usize) -> Self {
-        let words = (capacity * BITS_PER_KEY).div_ceil(64);
-        Segment { bits: vec![0; words].into_boxed_slice(), capacity, len: 0 }
+        Segment { bits: vec![0; words(capacity)].into_boxed_slice(), capacity, len: 0 }
     }
 
     /// The bits of `hash` (a SHA-256 prefix, so its halves are uniform).
@@ -59,6 +58,11 @@ impl Segment {
     }
 }
 
+/// The 64-bit words of a segment of `capacity` keys.
+fn words(capacity: usize) -> usize {
+    (capacity * BITS_PER_KEY).div_ceil(64)
+}
+
 /// A bucket's filter (see the module docs).
 #[derive(Debug, Default)]
 pub(super) struct Filter {
@@ -69,14 +73,10 @@ impl Filter {
     /// Takes `hash`; returns the bytes the filter grew by (a new segment's), so that
     /// the caller can hold every filter to a budget.
     pub(super) fn insert(&mut self, hash: &[u8; 16]) -> usize {
-        let grown = match self.segments.last() {
-            Some(last) if last.len < last.capacity => 0,
-            last => {
-                let capacity = last.map_or(FIRST_KEYS, |s| s.capacity.saturating_mul(2));
-                self.segments.push(Segment::new(capacity));
-                self.segments.last().map_or(0, Segment::bytes)
-            }
-        };
+        let grown = self.next_growth();
+        if let Some(capacity) = self.next_segment() {
+            self.segments.push(Segment::new(capacity));
+        }
         if let Some(last) = self.segments.last_mut() {
             last.insert(hash);
         }
@@ -95,12 +95,15 @@ impl Filter {
 
     /// The bytes the next insert would add: a new segment's, or none.
     pub(super) fn next_growth(&self) -> usize {
+        self.next_segment().map_or(0, |capacity| words(capacity) * 8)
+    }
+
+    /// The capacity of the segment the next insert opens (twice the last one's), or
+    /// `None` while the last has room.
+    fn next_segment(&self) -> Option<usize> {
         match self.segments.last() {
-            Some(last) if last.len < last.capacity => 0,
-            last => {
-                let capacity = last.map_or(FIRST_KEYS, |s| s.capacity.saturating_mul(2));
-                (capacity * BITS_PER_KEY).div_ceil(64) * 8
-            }
+            Some(last) if last.len < last.capacity => None,
+            last => Some(last.map_or(FIRST_KEYS, |s| s.capacity.saturating_mul(2))),
         }
     }
 }
